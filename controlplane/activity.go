@@ -1,0 +1,58 @@
+package controlplane
+
+import (
+	"context"
+	"time"
+)
+
+// Activity kinds.
+const (
+	ActivityCreated = "created"
+	ActivityUpdated = "updated"
+	ActivityDeleted = "deleted"
+)
+
+// Activity is one entry of a project's activity log.
+type Activity struct {
+	ID        string
+	ProjectID int64
+	User      *User // nil for changes made by the system
+	Activity  string
+	Scope     string // "FeatureFlag", "Annotation", …
+	ItemID    string
+	Detail    ActivityDetail
+	CreatedAt time.Time
+}
+
+// ActivityDetail describes what changed; its JSON form is the API's.
+type ActivityDetail struct {
+	ID      string   `json:"id"`
+	Name    string   `json:"name"`
+	Changes []Change `json:"changes"`
+	Merge   any      `json:"merge"`
+	Trigger any      `json:"trigger"`
+	ShortID *string  `json:"short_id"`
+	Type    *string  `json:"type"`
+}
+
+// Change is one changed field.
+type Change struct {
+	Type   string `json:"type"`
+	Action string `json:"action"`
+	Field  string `json:"field,omitempty"`
+	Before any    `json:"before"`
+	After  any    `json:"after"`
+}
+
+// ActivityFilter selects activity entries of a project, newest first.
+type ActivityFilter struct {
+	ProjectID     int64
+	Scope         string
+	ItemID        string // empty means every item of the scope
+	Limit, Offset int
+}
+
+// ActivityService reads the activity log.
+type ActivityService interface {
+	FindActivity(ctx context.Context, filter ActivityFilter) ([]*Activity, int, error)
+}

@@ -1,0 +1,149 @@
+// Package controlplane holds the control plane's domain: organisations, users, projects, API
+// keys, feature flags and the activity log, and the service interfaces that adapters
+// (postgres, httpapi) implement or consume. It performs no I/O.
+package controlplane
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Organisation roles of a user.
+const (
+	OrgRoleMember = "member"
+	OrgRoleAdmin  = "admin"
+)
+
+// Organization owns users, projects and roles.
+type Organization struct {
+	ID        int64
+	UUID      string
+	Name      string
+	CreatedAt time.Time
+}
+
+// User is a person who manages projects; its summary is the seed's created_by object.
+type User struct {
+	ID              int64
+	UUID            string
+	DistinctID      string
+	FirstName       string
+	LastName        string
+	Email           string
+	IsEmailVerified bool
+	OrganizationID  int64
+	OrgRole         string
+}
+
+// IsAdmin reports whether the user administers its organisation.
+func (u *User) IsAdmin() bool { return u.OrgRole == OrgRoleAdmin }
+
+// GroupType is a named group type of a project and its index (0–4).
+type GroupType struct {
+	GroupType string `json:"group_type"`
+	Index     int    `json:"group_type_index"`
+}
+
+// Project is an analytics project: it owns flags, annotations and captured data.
+type Project struct {
+	ID             int64
+	UUID           string
+	OrganizationID int64
+	Name           string
+	APIToken       string
+	SecretAPIToken string
+	Timezone       string
+	CreatedAt      time.Time
+	GroupTypes     []GroupType
+}
+
+// ProjectUpdate holds the writable fields of a project; nil means unchanged.
+type ProjectUpdate struct {
+	Name     *string
+	Timezone *string
+}
+
+// Scope names an object and an access level, e.g. "feature_flag:read". "*" grants all.
+type Scope string
+
+// Scopes a personal API key may carry.
+const (
+	ScopeAll             Scope = "*"
+	ScopeFlagRead        Scope = "feature_flag:read"
+	ScopeFlagWrite       Scope = "feature_flag:write"
+	ScopeActivityLogRead Scope = "activity_log:read"
+	ScopeProjectRead     Scope = "project:read"
+	ScopeProjectWrite    Scope = "project:write"
+)
+
+// ScopeObjects are the objects a scope may name.
+var ScopeObjects = []string{"feature_flag", "annotation", "activity_log", "project", "cohort", "person", "event", "role"}
+
+// ValidScope reports whether s is "*" or "<object>:read|write" for a known object.
+func ValidScope(s string) bool {
+	if s == string(ScopeAll) {
+		return true
+	}
+	obj, level, ok := strings.Cut(s, ":")
+	return ok && (level == "read" || level == "write") && slices.Contains(ScopeObjects, obj)
+}
+
+// APIKey is an authenticated personal API key and the user it belongs to.
+type APIKey struct {
+	ID       int64
+	Label    string
+	User     User
+	Scopes   []string
+	Projects []int64 // the projects the key is limited to; nil means every project of the organisation
+}
+
+// HasScope reports whether the key grants scope; write implies read.
+func (k *APIKey) HasScope(scope Scope) bool {
+	obj, level, _ := strings.Cut(string(scope), ":")
+	for _, s := range k.Scopes {
+		if s == string(ScopeAll) || s == string(scope) {
+			return true
+		}
+		if level == "read" && s == obj+":write" {
+			return true
+		}
+	}
+	return false
+}
+
+// Reaches reports whether the key may address the project.
+func (k *APIKey) Reaches(p *Project) bool {
+	if p.OrganizationID != k.User.OrganizationID {
+		return false
+	}
+	return k.Projects == nil || slices.Contains(k.Projects, p.ID)
+}
+
+// NewKey is a freshly issued personal API key; Secret is shown once and never stored.
+type NewKey struct {
+	APIKey
+	Secret string
+}
+
+// AuthService authenticates credentials.
+type AuthService interface {
+	// AuthenticatePersonalKey returns the key whose secret is given, or a BadCredentials error.
+	AuthenticatePersonalKey(ctx context.Context, secret string) (*APIKey, error)
+}
+
+// ProjectFilter selects projects.
+type ProjectFilter struct {
+	OrganizationID int64
+	IDs            []int64 // nil means any
+	Limit, Offset  int
+}
+
+// ProjectService manages projects.
+type ProjectService interface {
+	FindProjectByID(ctx context.Context, id int64) (*Project, error)
+	FindProjects(ctx context.Context, filter ProjectFilter) ([]*Project, int, error)
+	CreateProject(ctx context.Context, orgID int64, name string) (*Project, error)
+	UpdateProject(ctx context.Context, id int64, upd ProjectUpdate) (*Project, error)
+}

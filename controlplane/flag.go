@@ -1,0 +1,220 @@
+package controlplane
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"regexp"
+	"slices"
+	"time"
+
+	"github.com/flagedge/flagedge/shared/flags"
+)
+
+// DefaultFilters is what a flag created without filters gets: everyone, as PostHog does.
+var DefaultFilters = json.RawMessage(`{"groups": [{"properties": [], "rollout_percentage": null}]}`)
+
+// Flag is a feature flag of a project.
+type Flag struct {
+	ID                         int64
+	ProjectID                  int64
+	Key                        string
+	Name                       string
+	Filters                    json.RawMessage
+	Deleted                    bool
+	Active                     bool
+	CreatedBy                  *User
+	CreatedAt                  time.Time
+	UpdatedAt                  time.Time
+	Version                    int
+	LastModifiedBy             *User
+	EnsureExperienceContinuity bool
+	RollbackConditions         json.RawMessage // JSON null when unset
+	PerformedRollback          bool
+	Tags                       []string
+	UsageDashboard             *int64
+	AnalyticsDashboards        []int64
+	HasEnrichedAnalytics       bool
+}
+
+// IsSimple reports whether the flag is a plain rollout to persons (one condition, no
+// properties).
+func (f *Flag) IsSimple() bool {
+	parsed, err := flags.ParseFilters(f.Filters)
+	return err == nil && parsed.IsSimple()
+}
+
+// SimpleRollout returns the rollout percentage of a simple flag, nil otherwise (and for a
+// simple flag that rolls out to everyone).
+func (f *Flag) SimpleRollout() *float64 {
+	parsed, err := flags.ParseFilters(f.Filters)
+	if err != nil || !parsed.IsSimple() {
+		return nil
+	}
+	return parsed.Groups[0].RolloutPercentage
+}
+
+// FlagUpdate holds the writable fields of a flag; a nil field is left unchanged.
+type FlagUpdate struct {
+	Name                       *string
+	Key                        *string
+	Filters                    json.RawMessage
+	Deleted                    *bool
+	Active                     *bool
+	CreatedAt                  *time.Time
+	EnsureExperienceContinuity *bool
+	RollbackConditions         json.RawMessage
+	PerformedRollback          *bool
+	Tags                       *[]string
+	AnalyticsDashboards        *[]int64
+	HasEnrichedAnalytics       *bool
+}
+
+var flagKeyPattern = regexp.MustCompile(`^[a-zA-Z0-9_-]+$`)
+
+// MaxFlagKeyLength is the longest key a flag may have.
+const MaxFlagKeyLength = 400
+
+// Validate checks the update; creating requires a key.
+func (u *FlagUpdate) Validate(creating bool) error {
+	if u.Key == nil {
+		if creating {
+			return FieldError("key", "required", "This field is required.")
+		}
+	} else {
+		switch {
+		case *u.Key == "":
+			return FieldError("key", "blank", "This field may not be blank.")
+		case len(*u.Key) > MaxFlagKeyLength:
+			return FieldError("key", "max_length", "Ensure this field has no more than 400 characters.")
+		case !flagKeyPattern.MatchString(*u.Key):
+			return FieldError("key", "invalid_key", "Only letters, numbers, hyphens (-) & underscores (_) are allowed.")
+		}
+	}
+	if u.Filters != nil {
+		if _, err := flags.ParseFilters(u.Filters); err != nil {
+			var de *flags.DefinitionError
+			if errors.As(err, &de) {
+				return FieldError("filters", "invalid_input", de.Msg)
+			}
+			return err
+		}
+	}
+	if u.Tags != nil {
+		for _, t := range *u.Tags {
+			if t == "" {
+				return FieldError("tags", "invalid_input", "Tags may not be blank.")
+			}
+		}
+	}
+	return nil
+}
+
+// Apply writes the update onto f.
+func (u *FlagUpdate) Apply(f *Flag) {
+	setIf(&f.Name, u.Name)
+	setIf(&f.Key, u.Key)
+	if u.Filters != nil {
+		f.Filters = u.Filters
+	}
+	setIf(&f.Deleted, u.Deleted)
+	setIf(&f.Active, u.Active)
+	setIf(&f.CreatedAt, u.CreatedAt)
+	setIf(&f.EnsureExperienceContinuity, u.EnsureExperienceContinuity)
+	if u.RollbackConditions != nil {
+		f.RollbackConditions = u.RollbackConditions
+	}
+	setIf(&f.PerformedRollback, u.PerformedRollback)
+	setIf(&f.Tags, u.Tags)
+	setIf(&f.AnalyticsDashboards, u.AnalyticsDashboards)
+	setIf(&f.HasEnrichedAnalytics, u.HasEnrichedAnalytics)
+}
+
+func setIf[T any](dst *T, src *T) {
+	if src != nil {
+		*dst = *src
+	}
+}
+
+// FlagFilter selects the non-deleted flags of a project.
+type FlagFilter struct {
+	ProjectID     int64
+	Limit, Offset int
+}
+
+// FlagService manages feature flags. Every change records activity and bumps the project's
+// snapshot version.
+type FlagService interface {
+	// FindFlagByID returns a flag of the project, deleted or not.
+	FindFlagByID(ctx context.Context, projectID, id int64) (*Flag, error)
+	// FindFlags returns a page of the project's non-deleted flags, newest first, and the total.
+	FindFlags(ctx context.Context, filter FlagFilter) ([]*Flag, int, error)
+	CreateFlag(ctx context.Context, actor *User, projectID int64, upd FlagUpdate) (*Flag, error)
+	// UpdateFlag applies upd and returns the flag as it now is.
+	UpdateFlag(ctx context.Context, actor *User, projectID, id int64, upd FlagUpdate) (*Flag, error)
+}
+
+// FlagChanges lists the fields that differ between two versions of a flag, for the activity
+// log.
+func FlagChanges(before, after *Flag) []Change {
+	var changes []Change
+	add := func(field string, b, a any) {
+		changes = append(changes, Change{Type: "FeatureFlag", Action: "changed", Field: field, Before: b, After: a})
+	}
+	if before.Name != after.Name {
+		add("name", before.Name, after.Name)
+	}
+	if before.Key != after.Key {
+		add("key", before.Key, after.Key)
+	}
+	if !jsonEqual(before.Filters, after.Filters) {
+		add("filters", before.Filters, after.Filters)
+	}
+	if before.Deleted != after.Deleted {
+		changes = append(changes, Change{Type: "FeatureFlag", Action: map[bool]string{true: "deleted", false: "changed"}[after.Deleted], Field: "deleted", Before: before.Deleted, After: after.Deleted})
+	}
+	if before.Active != after.Active {
+		add("active", before.Active, after.Active)
+	}
+	if !before.CreatedAt.Equal(after.CreatedAt) {
+		add("created_at", before.CreatedAt, after.CreatedAt)
+	}
+	if before.EnsureExperienceContinuity != after.EnsureExperienceContinuity {
+		add("ensure_experience_continuity", before.EnsureExperienceContinuity, after.EnsureExperienceContinuity)
+	}
+	if !jsonEqual(before.RollbackConditions, after.RollbackConditions) {
+		add("rollback_conditions", before.RollbackConditions, after.RollbackConditions)
+	}
+	if before.PerformedRollback != after.PerformedRollback {
+		add("performed_rollback", before.PerformedRollback, after.PerformedRollback)
+	}
+	if !slices.Equal(before.Tags, after.Tags) {
+		add("tags", before.Tags, after.Tags)
+	}
+	if !slices.Equal(before.AnalyticsDashboards, after.AnalyticsDashboards) {
+		add("analytics_dashboards", before.AnalyticsDashboards, after.AnalyticsDashboards)
+	}
+	if before.HasEnrichedAnalytics != after.HasEnrichedAnalytics {
+		add("has_enriched_analytics", before.HasEnrichedAnalytics, after.HasEnrichedAnalytics)
+	}
+	if (before.UsageDashboard == nil) != (after.UsageDashboard == nil) ||
+		(before.UsageDashboard != nil && *before.UsageDashboard != *after.UsageDashboard) {
+		add("usage_dashboard", before.UsageDashboard, after.UsageDashboard)
+	}
+	return changes
+}
+
+// jsonEqual reports whether two JSON documents are equal as values (key order ignored).
+func jsonEqual(a, b json.RawMessage) bool {
+	if bytes.Equal(a, b) {
+		return true
+	}
+	var va, vb any
+	if json.Unmarshal(a, &va) != nil || json.Unmarshal(b, &vb) != nil {
+		return false
+	}
+	ca, _ := json.Marshal(va)
+	cb, _ := json.Marshal(vb)
+	return bytes.Equal(ca, cb)
+}

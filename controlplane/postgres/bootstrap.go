@@ -1,0 +1,76 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/flagedge/flagedge/controlplane"
+)
+
+// BootstrapResult is what `controlplane bootstrap` prints: the project and fresh keys for it.
+type BootstrapResult struct {
+	ProjectID      int64  `json:"project_id"`
+	ProjectAPIKey  string `json:"project_api_key"`
+	PersonalAPIKey string `json:"personal_api_key"`
+	SecretAPIKey   string `json:"secret_api_key"`
+}
+
+// Bootstrap makes sure an organisation, an admin user with the given email and a project with
+// the given name exist, then issues a new personal key with scope "*" for that user. It is
+// idempotent but for the new key.
+func Bootstrap(ctx context.Context, db *DB, email, projectName string) (*BootstrapResult, error) {
+	email = strings.TrimSpace(email)
+	if email == "" || !strings.Contains(email, "@") {
+		return nil, controlplane.FieldError("email", "invalid_input", "Enter a valid email address.")
+	}
+	if projectName == "" {
+		projectName = "Default Project"
+	}
+	var res BootstrapResult
+	var orgID int64
+	err := db.inTx(ctx, func(tx pgx.Tx) error {
+		// Serialise concurrent bootstraps so that they agree on one organisation and project.
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(7100001)`); err != nil {
+			return err
+		}
+		err := tx.QueryRow(ctx, `SELECT organization_id FROM users WHERE email = $1`, email).Scan(&orgID)
+		if errors.Is(err, pgx.ErrNoRows) {
+			if err := tx.QueryRow(ctx, `INSERT INTO organizations (name) VALUES ($1) RETURNING id`,
+				strings.SplitN(email, "@", 2)[1]).Scan(&orgID); err != nil {
+				return err
+			}
+			first, _, _ := strings.Cut(email, "@")
+			_, err = tx.Exec(ctx, `INSERT INTO users (distinct_id, first_name, email, is_email_verified, organization_id, org_role)
+				VALUES (gen_random_uuid()::text, $1, $2, true, $3, 'admin')`, first, email, orgID)
+		}
+		if err != nil {
+			return err
+		}
+		err = tx.QueryRow(ctx, `SELECT id, api_token, secret_api_token FROM projects
+			WHERE organization_id = $1 AND name = $2 ORDER BY id LIMIT 1`, orgID, projectName).
+			Scan(&res.ProjectID, &res.ProjectAPIKey, &res.SecretAPIKey)
+		if errors.Is(err, pgx.ErrNoRows) {
+			err = tx.QueryRow(ctx, `INSERT INTO projects (organization_id, name, api_token, secret_api_token)
+				VALUES ($1, $2, $3, $4) RETURNING id, api_token, secret_api_token`,
+				orgID, projectName, newToken(ProjectTokenPrefix), newToken(SecretKeyPrefix)).
+				Scan(&res.ProjectID, &res.ProjectAPIKey, &res.SecretAPIKey)
+			if err == nil {
+				err = bumpSnapshot(ctx, tx, res.ProjectID)
+			}
+		}
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("bootstrap: %w", err)
+	}
+	key, err := NewAuthService(db).CreatePersonalKey(ctx, email, "bootstrap", []string{string(controlplane.ScopeAll)}, nil)
+	if err != nil {
+		return nil, fmt.Errorf("bootstrap: %w", err)
+	}
+	res.PersonalAPIKey = key.Secret
+	return &res, nil
+}

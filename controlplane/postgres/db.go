@@ -1,0 +1,127 @@
+// Package postgres implements the control plane's services on PostgreSQL with pgx: the
+// schema and its embedded migrations, projects, keys, flags and the activity log. Every write
+// that changes what edges serve bumps the project's snapshot version and sends a NOTIFY in
+// the same transaction.
+package postgres
+
+import (
+	"context"
+	"embed"
+	"errors"
+	"fmt"
+	"io/fs"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/tern/v2/migrate"
+
+	"github.com/flagedge/flagedge/controlplane"
+)
+
+// SnapshotChannel is the NOTIFY channel on which a project id is sent whenever what the
+// edges serve for that project changes.
+const SnapshotChannel = "flagedge_snapshot"
+
+//go:embed migrations/*.sql
+var migrationFiles embed.FS
+
+// DB is a connection pool with the clock the services use.
+type DB struct {
+	Pool *pgxpool.Pool
+	// Now returns the current time; tests may replace it.
+	Now func() time.Time
+}
+
+// Open connects to the database at url and checks that it answers.
+func Open(ctx context.Context, url string) (*DB, error) {
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, fmt.Errorf("parse database url: %w", err)
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("connect to database: %w", err)
+	}
+	if err := pool.Ping(ctx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("connect to database: %w", err)
+	}
+	return &DB{Pool: pool, Now: time.Now}, nil
+}
+
+// Close closes every connection of the pool.
+func (db *DB) Close() { db.Pool.Close() }
+
+// Ping reports whether the database answers.
+func (db *DB) Ping(ctx context.Context) error { return db.Pool.Ping(ctx) }
+
+// Migrate applies every pending migration to the database at url. Concurrent callers are
+// serialised by the migration library's advisory lock.
+func Migrate(ctx context.Context, url string) error {
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		return fmt.Errorf("migrate: connect: %w", err)
+	}
+	defer conn.Close(ctx)
+	m, err := migrate.NewMigrator(ctx, conn, "schema_version")
+	if err != nil {
+		return fmt.Errorf("migrate: %w", err)
+	}
+	sub, err := fs.Sub(migrationFiles, "migrations")
+	if err != nil {
+		return fmt.Errorf("migrate: %w", err)
+	}
+	if err := m.LoadMigrations(sub); err != nil {
+		return fmt.Errorf("migrate: load: %w", err)
+	}
+	if err := m.Migrate(ctx); err != nil {
+		return fmt.Errorf("migrate: %w", err)
+	}
+	return nil
+}
+
+// inTx runs fn in a transaction, committing when it returns nil.
+func (db *DB) inTx(ctx context.Context, fn func(tx pgx.Tx) error) error {
+	tx, err := db.Pool.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck // a no-op after commit
+	if err := fn(tx); err != nil {
+		return err
+	}
+	return tx.Commit(ctx)
+}
+
+// bumpSnapshot increments the project's snapshot version and notifies listeners; the
+// notification is delivered when the transaction commits.
+func bumpSnapshot(ctx context.Context, tx pgx.Tx, projectID int64) error {
+	_, err := tx.Exec(ctx, `
+		WITH bumped AS (
+			UPDATE projects SET snapshot_version = snapshot_version + 1 WHERE id = $1
+			RETURNING id, snapshot_version)
+		SELECT pg_notify($2, id::text || ':' || snapshot_version::text) FROM bumped`,
+		projectID, SnapshotChannel)
+	if err != nil {
+		return fmt.Errorf("bump snapshot: %w", err)
+	}
+	return nil
+}
+
+const uniqueViolation = "23505"
+
+// isUniqueViolation reports whether err is a unique violation of the named constraint.
+func isUniqueViolation(err error, constraint string) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == uniqueViolation && pgErr.ConstraintName == constraint
+}
+
+// notFoundIfNoRows maps pgx.ErrNoRows to controlplane.ErrNotFound.
+func notFoundIfNoRows(err error) error {
+	if errors.Is(err, pgx.ErrNoRows) {
+		return controlplane.ErrNotFound
+	}
+	return err
+}

@@ -1,0 +1,227 @@
+package postgres
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strconv"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/flagedge/flagedge/controlplane"
+)
+
+// FlagService stores feature flags and records their activity.
+type FlagService struct {
+	db *DB
+}
+
+var _ controlplane.FlagService = (*FlagService)(nil)
+
+// NewFlagService returns a FlagService on db.
+func NewFlagService(db *DB) *FlagService { return &FlagService{db: db} }
+
+// userSummaryJSON builds the seed's user summary of the users row aliased a, or NULL.
+func userSummaryJSON(a string) string {
+	return `CASE WHEN ` + a + `.id IS NULL THEN NULL ELSE json_build_object('id', ` + a + `.id, 'uuid', ` + a + `.uuid,
+		'distinct_id', ` + a + `.distinct_id, 'first_name', ` + a + `.first_name, 'last_name', ` + a + `.last_name,
+		'email', ` + a + `.email, 'is_email_verified', ` + a + `.is_email_verified, 'organization_id', ` + a + `.organization_id,
+		'org_role', ` + a + `.org_role) END`
+}
+
+var flagSelect = `SELECT f.id, f.project_id, f.key, f.name, f.filters, f.deleted, f.active, f.created_at, f.updated_at,
+	f.version, f.ensure_experience_continuity, COALESCE(f.rollback_conditions, 'null'::jsonb), f.performed_rollback,
+	f.tags, f.usage_dashboard, f.analytics_dashboards, f.has_enriched_analytics,
+	` + userSummaryJSON("cu") + `, ` + userSummaryJSON("mu") + `
+	FROM feature_flags f
+	LEFT JOIN users cu ON cu.id = f.created_by
+	LEFT JOIN users mu ON mu.id = f.last_modified_by`
+
+// userRow is the JSON form of userSummaryJSON.
+type userRow struct {
+	ID              int64  `json:"id"`
+	UUID            string `json:"uuid"`
+	DistinctID      string `json:"distinct_id"`
+	FirstName       string `json:"first_name"`
+	LastName        string `json:"last_name"`
+	Email           string `json:"email"`
+	IsEmailVerified bool   `json:"is_email_verified"`
+	OrganizationID  int64  `json:"organization_id"`
+	OrgRole         string `json:"org_role"`
+}
+
+func (r *userRow) user() *controlplane.User {
+	if r == nil {
+		return nil
+	}
+	u := controlplane.User(*r)
+	return &u
+}
+
+func scanFlag(row pgx.Row) (*controlplane.Flag, error) {
+	var f controlplane.Flag
+	var filters, rollback []byte
+	var createdBy, modifiedBy *userRow
+	err := row.Scan(&f.ID, &f.ProjectID, &f.Key, &f.Name, &filters, &f.Deleted, &f.Active, &f.CreatedAt, &f.UpdatedAt,
+		&f.Version, &f.EnsureExperienceContinuity, &rollback, &f.PerformedRollback,
+		&f.Tags, &f.UsageDashboard, &f.AnalyticsDashboards, &f.HasEnrichedAnalytics, &createdBy, &modifiedBy)
+	if err != nil {
+		return nil, err
+	}
+	f.Filters, f.RollbackConditions = filters, rollback
+	f.CreatedBy, f.LastModifiedBy = createdBy.user(), modifiedBy.user()
+	return &f, nil
+}
+
+// FindFlagByID returns a flag of the project, deleted or not.
+func (s *FlagService) FindFlagByID(ctx context.Context, projectID, id int64) (*controlplane.Flag, error) {
+	return findFlag(ctx, s.db.Pool, projectID, id, false)
+}
+
+type querier interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+func findFlag(ctx context.Context, q querier, projectID, id int64, forUpdate bool) (*controlplane.Flag, error) {
+	sql := flagSelect + ` WHERE f.project_id = $1 AND f.id = $2`
+	if forUpdate {
+		sql += ` FOR UPDATE OF f`
+	}
+	f, err := scanFlag(q.QueryRow(ctx, sql, projectID, id))
+	if err != nil {
+		return nil, fmt.Errorf("find flag: %w", notFoundIfNoRows(err))
+	}
+	return f, nil
+}
+
+// FindFlags returns a page of the project's non-deleted flags, newest first, and the total.
+func (s *FlagService) FindFlags(ctx context.Context, filter controlplane.FlagFilter) ([]*controlplane.Flag, int, error) {
+	var total int
+	if err := s.db.Pool.QueryRow(ctx, `SELECT count(*) FROM feature_flags WHERE project_id = $1 AND NOT deleted`,
+		filter.ProjectID).Scan(&total); err != nil {
+		return nil, 0, fmt.Errorf("count flags: %w", err)
+	}
+	rows, err := s.db.Pool.Query(ctx, flagSelect+` WHERE f.project_id = $1 AND NOT f.deleted ORDER BY f.id DESC LIMIT $2 OFFSET $3`,
+		filter.ProjectID, filter.Limit, filter.Offset)
+	if err != nil {
+		return nil, 0, fmt.Errorf("find flags: %w", err)
+	}
+	list, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (*controlplane.Flag, error) { return scanFlag(r) })
+	if err != nil {
+		return nil, 0, fmt.Errorf("find flags: %w", err)
+	}
+	return list, total, nil
+}
+
+const flagKeyIndex = "feature_flags_project_key"
+
+// CreateFlag validates and inserts a flag, records its creation and bumps the snapshot.
+func (s *FlagService) CreateFlag(ctx context.Context, actor *controlplane.User, projectID int64, upd controlplane.FlagUpdate) (*controlplane.Flag, error) {
+	if err := upd.Validate(true); err != nil {
+		return nil, err
+	}
+	now := s.db.Now()
+	f := &controlplane.Flag{
+		ProjectID: projectID, Filters: controlplane.DefaultFilters, Active: true, CreatedAt: now,
+		RollbackConditions: json.RawMessage("null"), Tags: []string{}, AnalyticsDashboards: []int64{},
+	}
+	upd.Apply(f)
+	var created *controlplane.Flag
+	err := s.db.inTx(ctx, func(tx pgx.Tx) error {
+		var id int64
+		err := tx.QueryRow(ctx, `INSERT INTO feature_flags (project_id, key, name, filters, deleted, active, created_by,
+			created_at, updated_at, last_modified_by, ensure_experience_continuity, rollback_conditions, performed_rollback,
+			tags, analytics_dashboards, has_enriched_analytics)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $7, $10, NULLIF($11::jsonb, 'null'::jsonb), $12, $13, $14, $15)
+			RETURNING id`,
+			projectID, f.Key, f.Name, f.Filters, f.Deleted, f.Active, actor.ID, f.CreatedAt, now,
+			f.EnsureExperienceContinuity, f.RollbackConditions, f.PerformedRollback, f.Tags, f.AnalyticsDashboards,
+			f.HasEnrichedAnalytics).Scan(&id)
+		if isUniqueViolation(err, flagKeyIndex) {
+			return controlplane.ErrKeyConflict
+		}
+		if err != nil {
+			return err
+		}
+		if created, err = findFlag(ctx, tx, projectID, id, false); err != nil {
+			return err
+		}
+		if err := recordActivity(ctx, tx, projectID, actor, controlplane.ActivityCreated, "FeatureFlag",
+			created.ID, created.Key, nil); err != nil {
+			return err
+		}
+		return bumpSnapshot(ctx, tx, projectID)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("create flag: %w", err)
+	}
+	return created, nil
+}
+
+// UpdateFlag validates and applies a partial update, records the changed fields and bumps
+// the version of the flag and the project's snapshot. An update that changes nothing is a
+// no-op.
+func (s *FlagService) UpdateFlag(ctx context.Context, actor *controlplane.User, projectID, id int64, upd controlplane.FlagUpdate) (*controlplane.Flag, error) {
+	if err := upd.Validate(false); err != nil {
+		return nil, err
+	}
+	var updated *controlplane.Flag
+	err := s.db.inTx(ctx, func(tx pgx.Tx) error {
+		before, err := findFlag(ctx, tx, projectID, id, true)
+		if err != nil {
+			return err
+		}
+		after := *before
+		upd.Apply(&after)
+		changes := controlplane.FlagChanges(before, &after)
+		if len(changes) == 0 {
+			updated = before
+			return nil
+		}
+		_, err = tx.Exec(ctx, `UPDATE feature_flags SET key = $3, name = $4, filters = $5, deleted = $6, active = $7,
+			created_at = $8, updated_at = $9, version = version + 1, last_modified_by = $10,
+			ensure_experience_continuity = $11, rollback_conditions = NULLIF($12::jsonb, 'null'::jsonb),
+			performed_rollback = $13, tags = $14, analytics_dashboards = $15, has_enriched_analytics = $16
+			WHERE project_id = $1 AND id = $2`,
+			projectID, id, after.Key, after.Name, after.Filters, after.Deleted, after.Active, after.CreatedAt, s.db.Now(),
+			actor.ID, after.EnsureExperienceContinuity, after.RollbackConditions, after.PerformedRollback, after.Tags,
+			after.AnalyticsDashboards, after.HasEnrichedAnalytics)
+		if isUniqueViolation(err, flagKeyIndex) {
+			return controlplane.ErrKeyConflict
+		}
+		if err != nil {
+			return err
+		}
+		activity := controlplane.ActivityUpdated
+		if after.Deleted && !before.Deleted {
+			activity = controlplane.ActivityDeleted
+		}
+		if err := recordActivity(ctx, tx, projectID, actor, activity, "FeatureFlag", id, after.Key, changes); err != nil {
+			return err
+		}
+		if updated, err = findFlag(ctx, tx, projectID, id, false); err != nil {
+			return err
+		}
+		return bumpSnapshot(ctx, tx, projectID)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("update flag: %w", err)
+	}
+	return updated, nil
+}
+
+// recordActivity appends an entry to the activity log.
+func recordActivity(ctx context.Context, tx pgx.Tx, projectID int64, actor *controlplane.User, activity, scope string,
+	itemID int64, name string, changes []controlplane.Change) error {
+	detail := controlplane.ActivityDetail{ID: strconv.FormatInt(itemID, 10), Name: name, Changes: changes}
+	var userID *int64
+	if actor != nil {
+		userID = &actor.ID
+	}
+	_, err := tx.Exec(ctx, `INSERT INTO activity_log (project_id, user_id, activity, scope, item_id, detail)
+		VALUES ($1, $2, $3, $4, $5, $6)`, projectID, userID, activity, scope, detail.ID, detail)
+	if err != nil {
+		return fmt.Errorf("record activity: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,104 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/flagedge/flagedge/controlplane"
+)
+
+// ProjectService stores projects.
+type ProjectService struct {
+	db *DB
+}
+
+var _ controlplane.ProjectService = (*ProjectService)(nil)
+
+// NewProjectService returns a ProjectService on db.
+func NewProjectService(db *DB) *ProjectService { return &ProjectService{db: db} }
+
+const projectColumns = `p.id, p.uuid::text, p.organization_id, p.name, p.api_token, p.secret_api_token, p.timezone, p.created_at,
+	COALESCE((SELECT json_agg(json_build_object('group_type', g.group_type, 'group_type_index', g.group_type_index)
+		ORDER BY g.group_type_index) FROM group_type_mappings g WHERE g.project_id = p.id), '[]')`
+
+func scanProject(row pgx.Row) (*controlplane.Project, error) {
+	var p controlplane.Project
+	err := row.Scan(&p.ID, &p.UUID, &p.OrganizationID, &p.Name, &p.APIToken, &p.SecretAPIToken, &p.Timezone, &p.CreatedAt, &p.GroupTypes)
+	if err != nil {
+		return nil, err
+	}
+	return &p, nil
+}
+
+// FindProjectByID returns the project with the given id.
+func (s *ProjectService) FindProjectByID(ctx context.Context, id int64) (*controlplane.Project, error) {
+	p, err := scanProject(s.db.Pool.QueryRow(ctx, `SELECT `+projectColumns+` FROM projects p WHERE p.id = $1`, id))
+	if err != nil {
+		return nil, fmt.Errorf("find project: %w", notFoundIfNoRows(err))
+	}
+	return p, nil
+}
+
+// FindProjects returns a page of an organisation's projects, oldest first, and the total.
+func (s *ProjectService) FindProjects(ctx context.Context, f controlplane.ProjectFilter) ([]*controlplane.Project, int, error) {
+	var total int
+	if err := s.db.Pool.QueryRow(ctx, `SELECT count(*) FROM projects p
+		WHERE p.organization_id = $1 AND ($2::bigint[] IS NULL OR p.id = ANY($2))`, f.OrganizationID, f.IDs).Scan(&total); err != nil {
+		return nil, 0, fmt.Errorf("count projects: %w", err)
+	}
+	rows, err := s.db.Pool.Query(ctx, `SELECT `+projectColumns+` FROM projects p
+		WHERE p.organization_id = $1 AND ($2::bigint[] IS NULL OR p.id = ANY($2))
+		ORDER BY p.id LIMIT $3 OFFSET $4`, f.OrganizationID, f.IDs, f.Limit, f.Offset)
+	if err != nil {
+		return nil, 0, fmt.Errorf("find projects: %w", err)
+	}
+	projects, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (*controlplane.Project, error) { return scanProject(r) })
+	if err != nil {
+		return nil, 0, fmt.Errorf("find projects: %w", err)
+	}
+	return projects, total, nil
+}
+
+// CreateProject creates a project with fresh tokens in the organisation.
+func (s *ProjectService) CreateProject(ctx context.Context, orgID int64, name string) (*controlplane.Project, error) {
+	if name == "" {
+		return nil, controlplane.FieldError("name", "required", "This field is required.")
+	}
+	var id int64
+	err := s.db.inTx(ctx, func(tx pgx.Tx) error {
+		err := tx.QueryRow(ctx, `INSERT INTO projects (organization_id, name, api_token, secret_api_token)
+			VALUES ($1, $2, $3, $4) RETURNING id`, orgID, name, newToken(ProjectTokenPrefix), newToken(SecretKeyPrefix)).Scan(&id)
+		if err != nil {
+			return err
+		}
+		return bumpSnapshot(ctx, tx, id)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("create project: %w", err)
+	}
+	return s.FindProjectByID(ctx, id)
+}
+
+// UpdateProject changes a project's name or time zone.
+func (s *ProjectService) UpdateProject(ctx context.Context, id int64, upd controlplane.ProjectUpdate) (*controlplane.Project, error) {
+	if upd.Name != nil && *upd.Name == "" {
+		return nil, controlplane.FieldError("name", "blank", "This field may not be blank.")
+	}
+	if upd.Timezone != nil {
+		if _, err := time.LoadLocation(*upd.Timezone); err != nil || *upd.Timezone == "" {
+			return nil, controlplane.FieldError("timezone", "invalid_choice", fmt.Sprintf("%q is not a valid time zone.", *upd.Timezone))
+		}
+	}
+	tag, err := s.db.Pool.Exec(ctx, `UPDATE projects SET name = COALESCE($2, name), timezone = COALESCE($3, timezone) WHERE id = $1`,
+		id, upd.Name, upd.Timezone)
+	if err != nil {
+		return nil, fmt.Errorf("update project: %w", err)
+	}
+	if tag.RowsAffected() == 0 {
+		return nil, controlplane.ErrNotFound
+	}
+	return s.FindProjectByID(ctx, id)
+}
