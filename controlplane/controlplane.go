@@ -48,15 +48,16 @@ type GroupType struct {
 
 // Project is an analytics project: it owns flags, annotations and captured data.
 type Project struct {
-	ID             int64
-	UUID           string
-	OrganizationID int64
-	Name           string
-	APIToken       string
-	SecretAPIToken string
-	Timezone       string
-	CreatedAt      time.Time
-	GroupTypes     []GroupType
+	ID               int64
+	UUID             string
+	OrganizationID   int64
+	OrganizationUUID string
+	Name             string
+	APIToken         string
+	SecretAPIToken   string
+	Timezone         string
+	CreatedAt        time.Time
+	GroupTypes       []GroupType
 }
 
 // ProjectUpdate holds the writable fields of a project; nil means unchanged.

@@ -20,13 +20,13 @@ var _ controlplane.ProjectService = (*ProjectService)(nil)
 // NewProjectService returns a ProjectService on db.
 func NewProjectService(db *DB) *ProjectService { return &ProjectService{db: db} }
 
-const projectColumns = `p.id, p.uuid::text, p.organization_id, p.name, p.api_token, p.secret_api_token, p.timezone, p.created_at,
+const projectColumns = `p.id, p.uuid::text, p.organization_id, (SELECT o.uuid::text FROM organizations o WHERE o.id = p.organization_id), p.name, p.api_token, p.secret_api_token, p.timezone, p.created_at,
 	COALESCE((SELECT json_agg(json_build_object('group_type', g.group_type, 'group_type_index', g.group_type_index)
 		ORDER BY g.group_type_index) FROM group_type_mappings g WHERE g.project_id = p.id), '[]')`
 
 func scanProject(row pgx.Row) (*controlplane.Project, error) {
 	var p controlplane.Project
-	err := row.Scan(&p.ID, &p.UUID, &p.OrganizationID, &p.Name, &p.APIToken, &p.SecretAPIToken, &p.Timezone, &p.CreatedAt, &p.GroupTypes)
+	err := row.Scan(&p.ID, &p.UUID, &p.OrganizationID, &p.OrganizationUUID, &p.Name, &p.APIToken, &p.SecretAPIToken, &p.Timezone, &p.CreatedAt, &p.GroupTypes)
 	if err != nil {
 		return nil, err
 	}

@@ -1,0 +1,273 @@
+// Command controlplane runs flagedge's control plane: the management REST API over Postgres.
+//
+//	controlplane serve      run the server (applies pending migrations first)
+//	controlplane migrate    apply pending migrations and exit
+//	controlplane bootstrap  create an organisation, admin, project and key; print them as JSON
+//	controlplane keys create  issue a personal API key and print it
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/flagedge/flagedge/controlplane/httpapi"
+	"github.com/flagedge/flagedge/controlplane/postgres"
+)
+
+const usage = `Usage: controlplane <command> [flags]
+
+Commands:
+  serve                 run the management API (applies pending migrations first)
+  migrate               apply pending migrations and exit
+  bootstrap             create (idempotently) an organisation, an admin user, a project and a new
+                        personal key with scope *; print {"project_id", "project_api_key",
+                        "personal_api_key", "secret_api_key"} as one JSON line
+  keys create           issue a personal API key for a user and print it
+
+Run "controlplane <command> -h" for the flags of a command.
+`
+
+func main() {
+	err := run(context.Background(), os.Args[1:], os.Stdout, os.Stderr)
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+	case err != nil:
+		fmt.Fprintln(os.Stderr, "controlplane:", err)
+		os.Exit(2)
+	}
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		fmt.Fprint(stderr, usage)
+		if len(args) == 0 {
+			return errors.New("no command given")
+		}
+		return nil
+	}
+	switch args[0] {
+	case "serve":
+		return serve(ctx, args[1:], stderr)
+	case "migrate":
+		return migrateCmd(ctx, args[1:], stderr)
+	case "bootstrap":
+		return bootstrap(ctx, args[1:], stdout, stderr)
+	case "keys":
+		if len(args) < 2 || args[1] != "create" {
+			return errors.New(`usage: controlplane keys create --email E --scopes a,b [--projects 1,2]`)
+		}
+		return createKey(ctx, args[2:], stdout, stderr)
+	}
+	fmt.Fprint(stderr, usage)
+	return fmt.Errorf("unknown command %q", args[0])
+}
+
+// newFlagSet returns a flag set that reports errors and usage on stderr.
+func newFlagSet(name string, stderr io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	return fs
+}
+
+func databaseFlag(fs *flag.FlagSet) *string {
+	return fs.String("database-url", envOr("DATABASE_URL", ""), "PostgreSQL connection URL, e.g. postgres://user@127.0.0.1:5432/flagedge (env DATABASE_URL)")
+}
+
+func requireDatabase(url string) error {
+	if url == "" {
+		return errors.New("--database-url (or DATABASE_URL) is required")
+	}
+	return nil
+}
+
+func migrateCmd(ctx context.Context, args []string, stderr io.Writer) error {
+	fs := newFlagSet("migrate", stderr)
+	dbURL := databaseFlag(fs)
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if err := requireDatabase(*dbURL); err != nil {
+		return err
+	}
+	return postgres.Migrate(ctx, *dbURL)
+}
+
+func bootstrap(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("bootstrap", stderr)
+	dbURL := databaseFlag(fs)
+	email := fs.String("email", "", "email of the admin user (required)")
+	projectName := fs.String("project-name", "Default Project", "name of the project")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if err := requireDatabase(*dbURL); err != nil {
+		return err
+	}
+	if err := postgres.Migrate(ctx, *dbURL); err != nil {
+		return err
+	}
+	db, err := postgres.Open(ctx, *dbURL)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	res, err := postgres.Bootstrap(ctx, db, *email, *projectName)
+	if err != nil {
+		return err
+	}
+	return json.NewEncoder(stdout).Encode(res)
+}
+
+func createKey(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("keys create", stderr)
+	dbURL := databaseFlag(fs)
+	email := fs.String("email", "", "email of the user who owns the key (required)")
+	scopes := fs.String("scopes", "", "comma-separated scopes, e.g. feature_flag:read,annotation:write or * (required)")
+	projects := fs.String("projects", "", "comma-separated project ids the key is limited to (default: every project)")
+	label := fs.String("label", "cli", "a label for the key")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if err := requireDatabase(*dbURL); err != nil {
+		return err
+	}
+	var projectIDs []int64
+	if *projects != "" {
+		for _, p := range strings.Split(*projects, ",") {
+			id, err := strconv.ParseInt(strings.TrimSpace(p), 10, 64)
+			if err != nil {
+				return fmt.Errorf("--projects: %q is not a project id", p)
+			}
+			projectIDs = append(projectIDs, id)
+		}
+	}
+	var scopeList []string
+	for _, s := range strings.Split(*scopes, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			scopeList = append(scopeList, s)
+		}
+	}
+	db, err := postgres.Open(ctx, *dbURL)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	key, err := postgres.NewAuthService(db).CreatePersonalKey(ctx, *email, *label, scopeList, projectIDs)
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintln(stdout, key.Secret)
+	return err
+}
+
+// serveConfig is the configuration of `controlplane serve`.
+type serveConfig struct {
+	HTTPAddr        string
+	DatabaseURL     string
+	PublicURL       string
+	LogLevel        string
+	ShutdownTimeout time.Duration
+}
+
+func (c *serveConfig) validate() error {
+	if err := requireDatabase(c.DatabaseURL); err != nil {
+		return err
+	}
+	if _, _, err := net.SplitHostPort(c.HTTPAddr); err != nil {
+		return fmt.Errorf("--http-addr: %w", err)
+	}
+	return nil
+}
+
+func serve(ctx context.Context, args []string, stderr io.Writer) error {
+	fs := newFlagSet("serve", stderr)
+	cfg := serveConfig{}
+	fs.StringVar(&cfg.HTTPAddr, "http-addr", envOr("FLAGEDGE_HTTP_ADDR", "127.0.0.1:8000"), "address of the management API (env FLAGEDGE_HTTP_ADDR)")
+	fs.StringVar(&cfg.DatabaseURL, "database-url", envOr("DATABASE_URL", ""), "PostgreSQL connection URL (env DATABASE_URL)")
+	fs.StringVar(&cfg.PublicURL, "public-url", envOr("FLAGEDGE_PUBLIC_URL", ""), "scheme and host of absolute URLs in responses; default: the request's Host (env FLAGEDGE_PUBLIC_URL)")
+	fs.StringVar(&cfg.LogLevel, "log-level", envOr("FLAGEDGE_LOG_LEVEL", "info"), "debug, info, warn or error (env FLAGEDGE_LOG_LEVEL)")
+	// In-flight management requests are short; 15 s is ample and bounded for orchestrators.
+	fs.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", 15*time.Second, "how long a graceful shutdown may take")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if err := cfg.validate(); err != nil {
+		return err
+	}
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(cfg.LogLevel)); err != nil {
+		return fmt.Errorf("--log-level: %w", err)
+	}
+	logger := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: level}))
+
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	if err := postgres.Migrate(ctx, cfg.DatabaseURL); err != nil {
+		return err
+	}
+	db, err := postgres.Open(ctx, cfg.DatabaseURL)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	api := httpapi.New(httpapi.Config{
+		Auth:      postgres.NewAuthService(db),
+		Projects:  postgres.NewProjectService(db),
+		Flags:     postgres.NewFlagService(db),
+		Activity:  postgres.NewActivityService(db),
+		Ready:     db.Ping,
+		PublicURL: cfg.PublicURL,
+		Logger:    logger,
+		Registry:  reg,
+	})
+	ln, err := net.Listen("tcp", cfg.HTTPAddr)
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{Handler: api, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn)}
+	logger.Info("control plane listening", "http_addr", ln.Addr().String())
+
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error {
+		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+			return err
+		}
+		return nil
+	})
+	g.Go(func() error {
+		<-gctx.Done()
+		logger.Info("shutting down")
+		shutdownCtx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
+		defer cancel()
+		return srv.Shutdown(shutdownCtx)
+	})
+	return g.Wait()
+}
+
+func envOr(env, def string) string {
+	if v, ok := os.LookupEnv(env); ok {
+		return v
+	}
+	return def
+}

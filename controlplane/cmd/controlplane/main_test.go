@@ -1,0 +1,117 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/flagedge/flagedge/controlplane/postgres"
+	"github.com/flagedge/flagedge/internal/pgtest"
+)
+
+func TestMain(m *testing.M) { os.Exit(pgtest.Main(m, nil)) }
+
+func runCmd(t *testing.T, args ...string) (string, error) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	err := run(context.Background(), args, &out, &errOut)
+	return out.String(), err
+}
+
+// TestBootstrapAndKeys checks the operations contract: bootstrap prints one JSON line with the
+// four documented fields and is idempotent; keys create prints the key alone.
+func TestBootstrapAndKeys(t *testing.T) {
+	url := pgtest.NewDatabase(t)
+	var first, second map[string]any
+	for _, dst := range []*map[string]any{&first, &second} {
+		out, err := runCmd(t, "bootstrap", "--database-url", url, "--email", "ops@example.com", "--project-name", "Demo")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Count(out, "\n") != 1 {
+			t.Errorf("bootstrap printed %q, want one line", out)
+		}
+		if err := json.Unmarshal([]byte(out), dst); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, k := range []string{"project_id", "project_api_key", "personal_api_key", "secret_api_key"} {
+		if first[k] == nil {
+			t.Errorf("bootstrap output lacks %s: %v", k, first)
+		}
+	}
+	if first["project_id"] != second["project_id"] || first["personal_api_key"] == second["personal_api_key"] {
+		t.Errorf("bootstrap is not idempotent: %v then %v", first, second)
+	}
+	out, err := runCmd(t, "keys", "create", "--database-url", url, "--email", "ops@example.com",
+		"--scopes", "feature_flag:read,annotation:write", "--projects", fmt.Sprint(first["project_id"]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := strings.TrimSpace(out)
+	if !strings.HasPrefix(key, "phx_") || strings.Contains(key, " ") {
+		t.Errorf("keys create printed %q", out)
+	}
+	db, err := postgres.Open(context.Background(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	k, err := postgres.NewAuthService(db).AuthenticatePersonalKey(context.Background(), key)
+	if err != nil || fmt.Sprint(k.Scopes) != "[feature_flag:read annotation:write]" || len(k.Projects) != 1 {
+		t.Errorf("created key %+v, %v", k, err)
+	}
+	if _, err := runCmd(t, "keys", "create", "--database-url", url, "--email", "ops@example.com", "--scopes", "flags:all"); err == nil {
+		t.Error("an unknown scope was accepted")
+	}
+	if _, err := runCmd(t, "keys", "create", "--database-url", url, "--email", "nobody@example.com", "--scopes", "*"); err == nil {
+		t.Error("a key for an unknown user was issued")
+	}
+}
+
+// TestServeLifecycle starts the server, waits until it is ready, and stops it with a
+// cancelled context as SIGTERM would.
+func TestServeLifecycle(t *testing.T) {
+	url := pgtest.NewDatabase(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, []string{"serve", "--database-url", url, "--http-addr", addr, "--log-level", "warn"}, os.Stdout, &bytes.Buffer{})
+	}()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		resp, err := http.Get("http://" + addr + "/_ready")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("server not ready: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("serve returned %v", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("serve did not stop")
+	}
+}

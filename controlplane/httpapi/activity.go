@@ -1,0 +1,70 @@
+package httpapi
+
+import (
+	"net/http"
+	"strconv"
+
+	"github.com/flagedge/flagedge/controlplane"
+)
+
+// Page size of the activity endpoints.
+const defaultActivityLimit = 10
+
+// activityPage is the activity endpoints' envelope.
+type activityPage struct {
+	Results    []activityJSON `json:"results"`
+	Next       *string        `json:"next"`
+	Previous   *string        `json:"previous"`
+	TotalCount int            `json:"total_count"`
+}
+
+func (s *Server) handleFlagActivity(w http.ResponseWriter, r *http.Request, c *call) error {
+	f, err := s.flagFromPath(r, c)
+	if err != nil {
+		return err
+	}
+	return s.writeActivity(w, r, c, strconv.FormatInt(f.ID, 10))
+}
+
+func (s *Server) handleAllFlagActivity(w http.ResponseWriter, r *http.Request, c *call) error {
+	return s.writeActivity(w, r, c, "")
+}
+
+// writeActivity answers a page of the project's flag activity (of one flag when itemID is
+// set), paged by limit and page.
+func (s *Server) writeActivity(w http.ResponseWriter, r *http.Request, c *call, itemID string) error {
+	q := r.URL.Query()
+	limit, err := intParam(q, "limit", defaultActivityLimit)
+	if err != nil {
+		return err
+	}
+	if limit == 0 {
+		limit = defaultActivityLimit
+	}
+	limit = min(limit, maxLimit)
+	pageNum, err := intParam(q, "page", 1)
+	if err != nil {
+		return err
+	}
+	pageNum = max(pageNum, 1)
+	list, total, err := s.cfg.Activity.FindActivity(r.Context(), controlplane.ActivityFilter{
+		ProjectID: c.project.ID, Scope: "FeatureFlag", ItemID: itemID, Limit: limit, Offset: (pageNum - 1) * limit,
+	})
+	if err != nil {
+		return err
+	}
+	out := activityPage{Results: make([]activityJSON, len(list)), TotalCount: total}
+	for i, a := range list {
+		out.Results[i] = newActivityJSON(a)
+	}
+	if pageNum*limit < total {
+		next := s.absoluteURL(r, map[string]string{"page": strconv.Itoa(pageNum + 1)})
+		out.Next = &next
+	}
+	if pageNum > 1 {
+		prev := s.absoluteURL(r, map[string]string{"page": strconv.Itoa(pageNum - 1)})
+		out.Previous = &prev
+	}
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}

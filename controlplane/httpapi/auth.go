@@ -1,0 +1,114 @@
+package httpapi
+
+import (
+	"context"
+	"net/http"
+	"strconv"
+	"strings"
+
+	"github.com/flagedge/flagedge/controlplane"
+)
+
+var (
+	errNotAuthenticated = &controlplane.Error{Kind: controlplane.NotAuthenticated, Code: "not_authenticated",
+		Detail: "Authentication credentials were not provided."}
+	errCurrentAmbiguous = controlplane.FieldError("project_id", "invalid_input",
+		"@current is ambiguous: this key reaches several projects; use a project id.")
+)
+
+// call is an authenticated request addressed to one project.
+type call struct {
+	key     *controlplane.APIKey
+	project *controlplane.Project
+}
+
+type keyHandler func(w http.ResponseWriter, r *http.Request, key *controlplane.APIKey) error
+type projectHandler func(w http.ResponseWriter, r *http.Request, c *call) error
+
+// withKey authenticates the personal key and checks its scope before calling h.
+func (s *Server) withKey(scope controlplane.Scope, h keyHandler) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		key, err := s.authenticate(r, scope)
+		if err == nil {
+			err = h(w, r, key)
+		}
+		if err != nil {
+			writeError(w, s.cfg.Logger, r, err)
+		}
+	}
+}
+
+// withProject authenticates, checks the scope and resolves the path's project_id to a
+// project the key reaches before calling h.
+func (s *Server) withProject(scope controlplane.Scope, h projectHandler) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		err := func() error {
+			key, err := s.authenticate(r, scope)
+			if err != nil {
+				return err
+			}
+			project, err := s.resolveProject(r.Context(), key, r.PathValue("project_id"))
+			if err != nil {
+				return err
+			}
+			return h(w, r, &call{key: key, project: project})
+		}()
+		if err != nil {
+			writeError(w, s.cfg.Logger, r, err)
+		}
+	}
+}
+
+func (s *Server) authenticate(r *http.Request, scope controlplane.Scope) (*controlplane.APIKey, error) {
+	header := r.Header.Get("Authorization")
+	if header == "" {
+		return nil, errNotAuthenticated
+	}
+	scheme, secret, _ := strings.Cut(header, " ")
+	if !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(secret) == "" {
+		return nil, errNotAuthenticated
+	}
+	key, err := s.cfg.Auth.AuthenticatePersonalKey(r.Context(), strings.TrimSpace(secret))
+	if err != nil {
+		return nil, err
+	}
+	if !key.HasScope(scope) {
+		return nil, controlplane.Errorf(controlplane.Forbidden, "permission_denied", "API key missing required scope '%s'", scope)
+	}
+	return key, nil
+}
+
+// resolveProject maps a path's project_id ("@current" or a number) to a project the key
+// reaches. A project the key does not reach, existing or not, is a 403.
+func (s *Server) resolveProject(ctx context.Context, key *controlplane.APIKey, raw string) (*controlplane.Project, error) {
+	if raw == "@current" {
+		return s.currentProject(ctx, key)
+	}
+	id, err := strconv.ParseInt(raw, 10, 64)
+	if err != nil || id <= 0 {
+		return nil, controlplane.ErrNotFound
+	}
+	p, err := s.cfg.Projects.FindProjectByID(ctx, id)
+	if controlplane.ErrorKind(err) == controlplane.NotFound || (err == nil && !key.Reaches(p)) {
+		return nil, controlplane.ErrPermissionDenied
+	}
+	return p, err
+}
+
+// currentProject is the one project the key is limited to, or the one project of its
+// organisation.
+func (s *Server) currentProject(ctx context.Context, key *controlplane.APIKey) (*controlplane.Project, error) {
+	list, _, err := s.cfg.Projects.FindProjects(ctx, controlplane.ProjectFilter{
+		OrganizationID: key.User.OrganizationID, IDs: key.Projects, Limit: 2,
+	})
+	if err != nil {
+		return nil, err
+	}
+	switch len(list) {
+	case 0:
+		return nil, controlplane.ErrNotFound
+	case 1:
+		return list[0], nil
+	}
+	return nil, errCurrentAmbiguous
+}

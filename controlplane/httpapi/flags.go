@@ -1,0 +1,111 @@
+package httpapi
+
+import (
+	"net/http"
+	"strconv"
+
+	"github.com/flagedge/flagedge/controlplane"
+)
+
+func (s *Server) handleListFlags(w http.ResponseWriter, r *http.Request, c *call) error {
+	limit, offset, err := pageParams(r)
+	if err != nil {
+		return err
+	}
+	list, total, err := s.cfg.Flags.FindFlags(r.Context(), controlplane.FlagFilter{ProjectID: c.project.ID, Limit: limit, Offset: offset})
+	if err != nil {
+		return err
+	}
+	out := make([]flagJSON, len(list))
+	for i, f := range list {
+		out[i] = newFlagJSON(f, s.canEdit(c, f))
+	}
+	writeJSON(w, http.StatusOK, s.newPage(r, total, limit, offset, out))
+	return nil
+}
+
+func (s *Server) handleCreateFlag(w http.ResponseWriter, r *http.Request, c *call) error {
+	upd, err := decodeFlagUpdate(w, r)
+	if err != nil {
+		return err
+	}
+	f, err := s.cfg.Flags.CreateFlag(r.Context(), &c.key.User, c.project.ID, upd)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusCreated, newFlagJSON(f, s.canEdit(c, f)))
+	return nil
+}
+
+func (s *Server) handleGetFlag(w http.ResponseWriter, r *http.Request, c *call) error {
+	f, err := s.flagFromPath(r, c)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, newFlagJSON(f, s.canEdit(c, f)))
+	return nil
+}
+
+func (s *Server) handlePatchFlag(w http.ResponseWriter, r *http.Request, c *call) error {
+	f, err := s.flagFromPath(r, c)
+	if err != nil {
+		return err
+	}
+	if !s.canEdit(c, f) {
+		return controlplane.ErrPermissionDenied
+	}
+	upd, err := decodeFlagUpdate(w, r)
+	if err != nil {
+		return err
+	}
+	f, err = s.cfg.Flags.UpdateFlag(r.Context(), &c.key.User, c.project.ID, f.ID, upd)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, newFlagJSON(f, s.canEdit(c, f)))
+	return nil
+}
+
+// flagFromPath loads the flag named by the path's id within the call's project.
+func (s *Server) flagFromPath(r *http.Request, c *call) (*controlplane.Flag, error) {
+	id, err := strconv.ParseInt(r.PathValue("id"), 10, 64)
+	if err != nil || id <= 0 {
+		return nil, controlplane.ErrNotFound
+	}
+	return s.cfg.Flags.FindFlagByID(r.Context(), c.project.ID, id)
+}
+
+// canEdit reports whether the caller may modify the flag. Flags carry no role access
+// restrictions yet, so every caller with write access may.
+func (s *Server) canEdit(c *call, f *controlplane.Flag) bool {
+	return true
+}
+
+// decodeFlagUpdate reads the writable flag fields of the body; read-only and unknown fields
+// are ignored.
+func decodeFlagUpdate(w http.ResponseWriter, r *http.Request) (controlplane.FlagUpdate, error) {
+	var u controlplane.FlagUpdate
+	f, err := decodeObject(w, r)
+	if err != nil {
+		return u, err
+	}
+	for _, step := range []error{
+		f.str("name", &u.Name),
+		f.str("key", &u.Key),
+		f.object("filters", &u.Filters),
+		f.boolean("deleted", &u.Deleted),
+		f.boolean("active", &u.Active),
+		f.datetime("created_at", &u.CreatedAt),
+		f.boolean("ensure_experience_continuity", &u.EnsureExperienceContinuity),
+		f.boolean("performed_rollback", &u.PerformedRollback),
+		f.strings("tags", &u.Tags),
+		f.ints("analytics_dashboards", &u.AnalyticsDashboards),
+		f.boolean("has_enriched_analytics", &u.HasEnrichedAnalytics),
+	} {
+		if step != nil {
+			return u, step
+		}
+	}
+	f.anyJSON("rollback_conditions", &u.RollbackConditions)
+	return u, nil
+}

@@ -1,0 +1,310 @@
+package httpapi_test
+
+import (
+	"fmt"
+	"net/http"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+func TestFlagLifecycle(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+
+	created := e.do("POST", e.flagsPath("/"), e.key, map[string]any{"key": "new-checkout", "name": "The new checkout"})
+	if created.status != http.StatusCreated {
+		t.Fatalf("create: %d %s", created.status, created.raw)
+	}
+	id := int64(created.body["id"].(float64))
+	var keys []string
+	for k := range created.body {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	wantKeys := []string{"active", "analytics_dashboards", "can_edit", "created_at", "created_by", "deleted",
+		"ensure_experience_continuity", "experiment_set", "features", "filters", "has_enriched_analytics", "id",
+		"is_simple_flag", "key", "last_modified_by", "name", "performed_rollback", "rollback_conditions",
+		"rollout_percentage", "surveys", "tags", "updated_at", "usage_dashboard", "version"}
+	if diff := cmp.Diff(wantKeys, keys); diff != "" {
+		t.Errorf("flag fields (-want +got):\n%s", diff)
+	}
+	wantValues := map[string]any{
+		"key": "new-checkout", "name": "The new checkout", "active": true, "deleted": false, "version": 1.0,
+		"is_simple_flag": true, "rollout_percentage": nil, "can_edit": true, "tags": []any{},
+		"experiment_set": []any{}, "surveys": map[string]any{}, "features": map[string]any{},
+		"analytics_dashboards": []any{}, "usage_dashboard": nil, "rollback_conditions": nil,
+		"performed_rollback": false, "has_enriched_analytics": false, "ensure_experience_continuity": false,
+		"filters": map[string]any{"groups": []any{map[string]any{"properties": []any{}, "rollout_percentage": nil}}},
+	}
+	for k, want := range wantValues {
+		if diff := cmp.Diff(want, created.body[k]); diff != "" {
+			t.Errorf("field %s (-want +got):\n%s", k, diff)
+		}
+	}
+	creator := created.body["created_by"].(map[string]any)
+	if creator["email"] != "admin@example.com" || creator["uuid"] == "" || creator["distinct_id"] == "" {
+		t.Errorf("created_by = %v", creator)
+	}
+	for _, k := range []string{"created_at", "updated_at"} {
+		if _, err := time.Parse(time.RFC3339Nano, created.str(k)); err != nil {
+			t.Errorf("%s = %q is not ISO 8601: %v", k, created.str(k), err)
+		}
+	}
+
+	got := e.do("GET", e.flagsPath(fmt.Sprintf("/%d/", id)), e.key, nil)
+	if diff := cmp.Diff(created.body, got.body); got.status != 200 || diff != "" {
+		t.Errorf("get: %d (-created +got):\n%s", got.status, diff)
+	}
+
+	patched := e.do("PATCH", e.flagsPath(fmt.Sprintf("/%d", id)), e.key, map[string]any{
+		"filters": map[string]any{"groups": []any{map[string]any{"properties": []any{}, "rollout_percentage": 30}}},
+		"tags":    []string{"checkout"}, "name": "Checkout v2",
+	})
+	if patched.status != 200 || patched.body["version"] != 2.0 || patched.body["rollout_percentage"] != 30.0 ||
+		patched.body["name"] != "Checkout v2" || cmp.Diff([]any{"checkout"}, patched.body["tags"]) != "" {
+		t.Errorf("patch: %d %s", patched.status, patched.raw)
+	}
+
+	// DELETE is never allowed: 405 and an empty body, and the flag is unchanged.
+	del := e.do("DELETE", e.flagsPath(fmt.Sprintf("/%d/", id)), e.key, nil)
+	if del.status != http.StatusMethodNotAllowed || len(del.raw) != 0 {
+		t.Errorf("delete: %d %q, want 405 with no body", del.status, del.raw)
+	}
+
+	soft := e.do("PATCH", e.flagsPath(fmt.Sprintf("/%d/", id)), e.key, map[string]any{"deleted": true})
+	if soft.status != 200 || soft.body["deleted"] != true {
+		t.Fatalf("soft delete: %d %s", soft.status, soft.raw)
+	}
+	if list := e.do("GET", e.flagsPath("/"), e.key, nil); list.body["count"] != 0.0 {
+		t.Errorf("a deleted flag is listed: %s", list.raw)
+	}
+	if still := e.do("GET", e.flagsPath(fmt.Sprintf("/%d", id)), e.key, nil); still.status != 200 || still.body["deleted"] != true {
+		t.Errorf("get deleted flag: %d %s", still.status, still.raw)
+	}
+
+	// The key is free again once deleted; a restore then conflicts.
+	other := e.mustCreateFlag(map[string]any{"key": "new-checkout"})
+	restore := e.do("PATCH", e.flagsPath(fmt.Sprintf("/%d", id)), e.key, map[string]any{"deleted": false})
+	wantError(t, restore, 400, "validation_error", "unique", "key")
+	e.do("PATCH", e.flagsPath(fmt.Sprintf("/%d", other)), e.key, map[string]any{"deleted": true})
+	restore = e.do("PATCH", e.flagsPath(fmt.Sprintf("/%d", id)), e.key, map[string]any{"deleted": false})
+	if restore.status != 200 || restore.body["deleted"] != false {
+		t.Errorf("restore: %d %s", restore.status, restore.raw)
+	}
+	if list := e.do("GET", e.flagsPath(""), e.key, nil); list.body["count"] != 1.0 {
+		t.Errorf("restored flag not listed: %s", list.raw)
+	}
+}
+
+func TestFlagWritableFields(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	body := map[string]any{
+		"key": "all-fields", "name": "n", "active": false, "ensure_experience_continuity": true,
+		"rollback_conditions": []any{map[string]any{"threshold": 10}}, "performed_rollback": true,
+		"tags": []string{"a", "b"}, "analytics_dashboards": []int{4, 5}, "has_enriched_analytics": true,
+		"created_at": "2024-03-01T10:00:00+02:00",
+		// Read-only and unknown fields are ignored.
+		"id": 999, "version": 50, "is_simple_flag": false, "can_edit": false, "whatever": 1,
+	}
+	r := e.do("POST", e.flagsPath(""), e.key, body)
+	if r.status != 201 {
+		t.Fatalf("create: %d %s", r.status, r.raw)
+	}
+	want := map[string]any{
+		"active": false, "ensure_experience_continuity": true,
+		"rollback_conditions": []any{map[string]any{"threshold": 10.0}}, "performed_rollback": true,
+		"tags": []any{"a", "b"}, "analytics_dashboards": []any{4.0, 5.0}, "has_enriched_analytics": true,
+		"created_at": "2024-03-01T08:00:00.000000Z", "version": 1.0, "is_simple_flag": true, "can_edit": true,
+	}
+	for k, w := range want {
+		if diff := cmp.Diff(w, r.body[k]); diff != "" {
+			t.Errorf("%s (-want +got):\n%s", k, diff)
+		}
+	}
+	if r.body["id"] == 999.0 {
+		t.Error("id was writable")
+	}
+	// rollback_conditions may be reset to null.
+	p := e.do("PATCH", e.flagsPath(fmt.Sprintf("/%d", int64(r.body["id"].(float64)))), e.key, map[string]any{"rollback_conditions": nil})
+	if p.status != 200 || p.body["rollback_conditions"] != nil {
+		t.Errorf("reset rollback_conditions: %d %s", p.status, p.raw)
+	}
+}
+
+func TestDerivedFields(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	for _, tc := range []struct {
+		name    string
+		filters map[string]any
+		simple  bool
+		rollout any
+	}{
+		{"rollout", map[string]any{"groups": []any{map[string]any{"properties": []any{}, "rollout_percentage": 25}}}, true, 25.0},
+		{"properties", map[string]any{"groups": []any{map[string]any{"properties": []any{
+			map[string]any{"key": "email", "value": "x", "operator": "icontains", "type": "person"}}, "rollout_percentage": 25}}}, false, nil},
+		{"two-groups", map[string]any{"groups": []any{map[string]any{"rollout_percentage": 25}, map[string]any{"rollout_percentage": 50}}}, false, nil},
+		{"group-flag", map[string]any{"aggregation_group_type_index": 0, "groups": []any{map[string]any{"rollout_percentage": 25}}}, false, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := e.do("POST", e.flagsPath(""), e.key, map[string]any{"key": tc.name, "filters": tc.filters})
+			if r.status != 201 || r.body["is_simple_flag"] != tc.simple || r.body["rollout_percentage"] != tc.rollout {
+				t.Errorf("got %d simple=%v rollout=%v, want simple=%v rollout=%v; %s", r.status,
+					r.body["is_simple_flag"], r.body["rollout_percentage"], tc.simple, tc.rollout, r.raw)
+			}
+		})
+	}
+}
+
+func TestFlagValidation(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.mustCreateFlag(map[string]any{"key": "taken"})
+	person := func(op string, value any) map[string]any {
+		return map[string]any{"groups": []any{map[string]any{"properties": []any{
+			map[string]any{"key": "p", "value": value, "operator": op, "type": "person"}}}}}
+	}
+	variants := func(pcts ...float64) map[string]any {
+		var vs []any
+		for i, p := range pcts {
+			vs = append(vs, map[string]any{"key": fmt.Sprintf("v%d", i), "rollout_percentage": p})
+		}
+		return map[string]any{"groups": []any{map[string]any{}}, "multivariate": map[string]any{"variants": vs}}
+	}
+	for _, tc := range []struct {
+		name       string
+		body       any
+		code, attr string
+	}{
+		{"no key", map[string]any{"name": "x"}, "required", "key"},
+		{"bad key", map[string]any{"key": "has space"}, "invalid_key", "key"},
+		{"unicode key", map[string]any{"key": "clé"}, "invalid_key", "key"},
+		{"empty key", map[string]any{"key": ""}, "blank", "key"},
+		{"duplicate key", map[string]any{"key": "taken"}, "unique", "key"},
+		{"key not a string", map[string]any{"key": 12}, "invalid_input", "key"},
+		{"name not a string", map[string]any{"key": "a", "name": 12}, "invalid_input", "name"},
+		{"name null", map[string]any{"key": "a", "name": nil}, "invalid_input", "name"},
+		{"active not a bool", map[string]any{"key": "a", "active": "yes"}, "invalid_input", "active"},
+		{"tags not a list", map[string]any{"key": "a", "tags": "x"}, "invalid_input", "tags"},
+		{"dashboards not ints", map[string]any{"key": "a", "analytics_dashboards": []string{"x"}}, "invalid_input", "analytics_dashboards"},
+		{"created_at bad", map[string]any{"key": "a", "created_at": "yesterday"}, "invalid_date", "created_at"},
+		{"filters not an object", map[string]any{"key": "a", "filters": []any{}}, "invalid_input", "filters"},
+		{"groups not a list", map[string]any{"key": "a", "filters": map[string]any{"groups": "x"}}, "invalid_input", "filters"},
+		{"variants sum", map[string]any{"key": "a", "filters": variants(50, 40)}, "invalid_input", "filters"},
+		{"variant override unknown", map[string]any{"key": "a", "filters": map[string]any{
+			"groups": []any{map[string]any{"variant": "nope"}}, "multivariate": map[string]any{"variants": []any{map[string]any{"key": "x", "rollout_percentage": 100}}}}}, "invalid_input", "filters"},
+		{"rollout over 100", map[string]any{"key": "a", "filters": map[string]any{"groups": []any{map[string]any{"rollout_percentage": 101}}}}, "invalid_input", "filters"},
+		{"rollout negative", map[string]any{"key": "a", "filters": map[string]any{"groups": []any{map[string]any{"rollout_percentage": -1}}}}, "invalid_input", "filters"},
+		{"group property on person flag", map[string]any{"key": "a", "filters": map[string]any{"groups": []any{map[string]any{"properties": []any{
+			map[string]any{"key": "plan", "value": "x", "type": "group", "group_type_index": 0}}}}}}, "invalid_input", "filters"},
+		{"person property on group flag", map[string]any{"key": "a", "filters": map[string]any{"aggregation_group_type_index": 1, "groups": []any{map[string]any{"properties": []any{
+			map[string]any{"key": "plan", "value": "x", "type": "person"}}}}}}, "invalid_input", "filters"},
+		{"other group type", map[string]any{"key": "a", "filters": map[string]any{"aggregation_group_type_index": 1, "groups": []any{map[string]any{"properties": []any{
+			map[string]any{"key": "plan", "value": "x", "type": "group", "group_type_index": 0}}}}}}, "invalid_input", "filters"},
+		{"regex not a string", map[string]any{"key": "a", "filters": person("regex", 5)}, "invalid_input", "filters"},
+		{"regex invalid", map[string]any{"key": "a", "filters": person("regex", "(")}, "invalid_input", "filters"},
+		{"icontains list", map[string]any{"key": "a", "filters": person("icontains", []string{"a"})}, "invalid_input", "filters"},
+		{"gt object", map[string]any{"key": "a", "filters": person("gt", map[string]any{})}, "invalid_input", "filters"},
+		{"date invalid", map[string]any{"key": "a", "filters": person("is_date_before", "last tuesday")}, "invalid_input", "filters"},
+		{"semver invalid", map[string]any{"key": "a", "filters": person("semver_gt", "one.two")}, "invalid_input", "filters"},
+		{"unknown operator", map[string]any{"key": "a", "filters": person("sounds_like", "x")}, "invalid_input", "filters"},
+		{"payload key on boolean flag", map[string]any{"key": "a", "filters": map[string]any{"groups": []any{}, "payloads": map[string]any{"v1": "{}"}}}, "invalid_input", "filters"},
+		{"payload key not a variant", map[string]any{"key": "a", "filters": map[string]any{
+			"groups": []any{}, "multivariate": map[string]any{"variants": []any{map[string]any{"key": "x", "rollout_percentage": 100}}},
+			"payloads": map[string]any{"true": "{}"}}}, "invalid_input", "filters"},
+		{"payload not JSON", map[string]any{"key": "a", "filters": map[string]any{"groups": []any{}, "payloads": map[string]any{"true": "{not json"}}}, "invalid_input", "filters"},
+		{"aggregation index out of range", map[string]any{"key": "a", "filters": map[string]any{"aggregation_group_type_index": 7, "groups": []any{}}}, "invalid_input", "filters"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := e.do("POST", e.flagsPath(""), e.key, tc.body)
+			wantError(t, r, 400, "validation_error", tc.code, tc.attr)
+		})
+	}
+	t.Run("valid definitions are accepted", func(t *testing.T) {
+		for i, filters := range []any{
+			person("exact", []any{"a", 1, true}), person("is_set", nil), person("regex", `^\d+$`), person("gt", 10),
+			person("gte", "10"), person("is_date_after", "-30d"), person("is_date_before", "2024-01-01"),
+			person("semver_gte", "v1.2.3-beta"), person("semver_wildcard", "1.2.*"), person("not_icontains", "x"),
+			variants(33.33, 33.33, 33.34),
+			map[string]any{"groups": []any{map[string]any{"properties": []any{map[string]any{"key": "id", "value": 3, "type": "cohort", "operator": "in"}}}}},
+			map[string]any{"groups": []any{}, "payloads": map[string]any{"true": `{"a": 1}`}},
+			map[string]any{"groups": []any{}, "payloads": map[string]any{"true": map[string]any{"a": 1}}},
+		} {
+			r := e.do("POST", e.flagsPath(""), e.key, map[string]any{"key": fmt.Sprintf("ok-%d", i), "filters": filters})
+			if r.status != 201 {
+				t.Errorf("filters %v: %d %s", filters, r.status, r.raw)
+			}
+		}
+	})
+	t.Run("malformed bodies", func(t *testing.T) {
+		wantError(t, e.do("POST", e.flagsPath(""), e.key, `{"key": `), 400, "validation_error", "invalid_payload", nil)
+		wantError(t, e.do("POST", e.flagsPath(""), e.key, `["key"]`), 400, "validation_error", "invalid_payload", nil)
+		wantError(t, e.do("POST", e.flagsPath(""), e.key, `null`), 400, "validation_error", "invalid_payload", nil)
+		big := `{"key": "big", "name": "` + strings.Repeat("x", 3<<20) + `"}`
+		wantError(t, e.do("POST", e.flagsPath(""), e.key, big), 413, "invalid_request", "request_too_large", nil)
+	})
+	t.Run("patch validation", func(t *testing.T) {
+		id := e.mustCreateFlag(map[string]any{"key": "patch-me"})
+		path := e.flagsPath(fmt.Sprintf("/%d", id))
+		wantError(t, e.do("PATCH", path, e.key, map[string]any{"key": "taken"}), 400, "validation_error", "unique", "key")
+		wantError(t, e.do("PATCH", path, e.key, map[string]any{"key": "a b"}), 400, "validation_error", "invalid_key", "key")
+		wantError(t, e.do("PATCH", path, e.key, map[string]any{"deleted": "yes"}), 400, "validation_error", "invalid_input", "deleted")
+		if r := e.do("GET", path, e.key, nil); r.body["version"] != 1.0 || r.body["key"] != "patch-me" {
+			t.Errorf("a rejected patch changed the flag: %s", r.raw)
+		}
+	})
+}
+
+func TestConcurrentCreatesOverHTTP(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	const n = 10
+	statuses := make([]response, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			statuses[i] = e.do("POST", e.flagsPath(""), e.key, map[string]any{"key": "race"})
+		}()
+	}
+	wg.Wait()
+	counts := map[int]int{}
+	for _, r := range statuses {
+		counts[r.status]++
+		if r.status == 400 && r.body["code"] != "unique" {
+			t.Errorf("loser got %s", r.raw)
+		}
+	}
+	if counts[201] != 1 || counts[400] != n-1 {
+		t.Errorf("statuses %v, want one 201 and %d 400", counts, n-1)
+	}
+}
+
+func TestFlagNotFound(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	id := e.mustCreateFlag(map[string]any{"key": "mine"})
+	// A second project of the same organisation cannot see the first one's flag.
+	p2 := e.do("POST", "/api/projects/", e.key, map[string]any{"name": "Second"})
+	if p2.status != 201 {
+		t.Fatalf("create project: %d %s", p2.status, p2.raw)
+	}
+	other := fmt.Sprintf("/api/projects/%d/feature_flags/%d", int64(p2.body["id"].(float64)), id)
+	for _, path := range []string{other, other + "/activity", e.flagsPath("/999999"), e.flagsPath("/abc"), e.flagsPath("/999999/activity")} {
+		for _, method := range []string{"GET", "PATCH"} {
+			if strings.HasSuffix(path, "activity") && method == "PATCH" {
+				continue
+			}
+			r := e.do(method, path, e.key, map[string]any{"name": "x"})
+			wantError(t, r, 404, "invalid_request", "not_found", nil)
+		}
+	}
+	wantError(t, e.do("GET", "/api/nothing-here", e.key, nil), 404, "invalid_request", "not_found", nil)
+}

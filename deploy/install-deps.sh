@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Installs what a fresh machine lacks to build, run and test flagedge: the PostgreSQL server
+# binaries (tests and `make run` start throwaway clusters with them).
+set -euo pipefail
+
+need_pg() {
+  local bindir
+  bindir=$(pg_config --bindir 2>/dev/null || true)
+  [ -n "$bindir" ] && [ -x "$bindir/initdb" ] && return 1
+  ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 && return 1
+  return 0
+}
+
+SUDO=""
+[ "$(id -u)" -ne 0 ] && SUDO="sudo"
+
+if need_pg; then
+  echo "install-deps: installing postgresql-15" >&2
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq postgresql-15 >/dev/null
+fi
+if [ "$(id -u)" -eq 0 ] && ! id postgres >/dev/null 2>&1; then
+  useradd --system --home /var/lib/postgresql --shell /bin/bash postgres
+fi
+command -v go >/dev/null || { echo "install-deps: Go is required (https://go.dev/dl)" >&2; exit 1; }

@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# Brings the whole local system up: a throwaway PostgreSQL (unless DATABASE_URL is set), the
+# control plane, and a demo organisation/project whose keys it prints. Ctrl-C stops it all and
+# deletes the throwaway database.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+HTTP_ADDR=${FLAGEDGE_HTTP_ADDR:-127.0.0.1:8000}
+EMAIL=${FLAGEDGE_DEMO_EMAIL:-admin@example.com}
+
+pids=()
+pgdir=""
+cleanup() {
+  trap - EXIT INT TERM
+  for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
+  for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
+  if [ -n "$pgdir" ]; then
+    as_pg "$PGBIN/pg_ctl" -D "$pgdir/data" -m fast -w stop >/dev/null 2>&1 || true
+    rm -rf "$pgdir"
+  fi
+}
+trap cleanup EXIT INT TERM
+
+as_pg() {
+  if [ "$(id -u)" -eq 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi
+}
+
+if [ -z "${DATABASE_URL:-}" ]; then
+  PGBIN=$(pg_config --bindir 2>/dev/null || dirname "$(ls /usr/lib/postgresql/*/bin/initdb | tail -n1)")
+  pgdir=$(mktemp -d /tmp/flagedge-dev-pg.XXXXXX)
+  [ "$(id -u)" -eq 0 ] && chown postgres: "$pgdir"
+  echo "run: starting a throwaway PostgreSQL in $pgdir" >&2
+  as_pg "$PGBIN/initdb" -D "$pgdir/data" -U postgres -A trust -E UTF8 --no-sync >/dev/null
+  as_pg "$PGBIN/pg_ctl" -D "$pgdir/data" -l "$pgdir/server.log" -w \
+    -o "-c listen_addresses='' -c unix_socket_directories=$pgdir" start >/dev/null
+  as_pg "$PGBIN/createdb" -h "$pgdir" -U postgres flagedge
+  export DATABASE_URL="postgres://postgres@/flagedge?host=$pgdir&sslmode=disable"
+fi
+
+keys=$(bin/controlplane bootstrap --email "$EMAIL" --project-name "Demo Project")
+bin/controlplane serve --http-addr "$HTTP_ADDR" &
+pids+=($!)
+
+for _ in $(seq 1 100); do
+  curl -fsS "http://$HTTP_ADDR/_ready" >/dev/null 2>&1 && break
+  sleep 0.1
+done
+
+project_id=$(sed -E 's/.*"project_id":([0-9]+).*/\1/' <<<"$keys")
+personal=$(sed -E 's/.*"personal_api_key":"([^"]+)".*/\1/' <<<"$keys")
+cat <<MSG
+
+flagedge is running.
+  control plane   http://$HTTP_ADDR
+  demo keys       $keys
+
+Try:
+  export FLAGEDGE=http://$HTTP_ADDR PROJECT=$project_id KEY=$personal
+  curl -s -H "Authorization: Bearer \$KEY" \$FLAGEDGE/api/projects/\$PROJECT/feature_flags/
+
+Ctrl-C stops everything.
+MSG
+wait -n "${pids[@]}"
