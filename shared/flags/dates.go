@@ -10,9 +10,10 @@ import (
 
 // dateFilter is a parsed date operand: either a point in time or a duration before now.
 type dateFilter struct {
-	abs  time.Time
-	n    int  // relative amount; 0 with unit 0 means absolute
-	unit byte // 'h', 'd', 'w', 'm', 'y' for relative dates
+	abs      time.Time
+	dateOnly bool // the filter named a day, not an instant
+	n        int  // relative amount; 0 with unit 0 means absolute
+	unit     byte // 'h', 'd', 'w', 'm', 'y' for relative dates
 }
 
 // resolve returns the point in time the filter names, relative ones counted back from now.
@@ -64,7 +65,7 @@ func parseDateFilter(s string) (dateFilter, error) {
 	if !ok {
 		return dateFilter{}, invalidf("invalid date %q: use an ISO 8601 date or a relative date such as -30d.", s)
 	}
-	return dateFilter{abs: t}, nil
+	return dateFilter{abs: t, dateOnly: len(s) == len("2006-01-02")}, nil
 }
 
 func parseRelativeDate(s string) (dateFilter, bool) {

@@ -283,7 +283,7 @@ func ValidateOperator(typ, op string, value any) error {
 		if !ok {
 			return invalidf("operator %s takes a version pattern such as 1.2.*.", op)
 		}
-		if _, _, ok := parseSemverWildcard(s); !ok {
+		if _, ok := wildcardRange(s); !ok {
 			return invalidf("invalid version pattern %q.", s)
 		}
 	case OpIn, OpNotIn, OpFlagEvaluatesTo:

@@ -20,11 +20,14 @@ func (a semver) compare(b semver) int {
 	return 0
 }
 
-// parseSemver reads "v1.2.3-beta+build" as (1, 2, 3): a leading v is stripped, pre-release and
-// build parts are dropped, missing parts are 0. Each present part must be a number.
+// parseSemver reads "v1.2.3-beta+build" as (1, 2, 3), as PostHog's SDKs do: surrounding
+// space and a leading v are stripped, pre-release and build parts dropped, missing parts are
+// 0, parts beyond the third ignored; numeric parts may not have leading zeros.
 func parseSemver(s string) (semver, bool) {
 	s = strings.TrimSpace(s)
-	s = strings.TrimPrefix(strings.TrimPrefix(s, "v"), "V")
+	if s != "" && (s[0] == 'v' || s[0] == 'V') {
+		s = s[1:]
+	}
 	if i := strings.IndexAny(s, "-+"); i >= 0 {
 		s = s[:i]
 	}
@@ -32,36 +35,85 @@ func parseSemver(s string) (semver, bool) {
 		return semver{}, false
 	}
 	var v semver
-	parts := strings.Split(s, ".")
-	if len(parts) > 3 {
-		return semver{}, false
-	}
-	for i, p := range parts {
-		n, err := strconv.ParseInt(p, 10, 64)
-		if err != nil || n < 0 {
+	for i := 0; i < 3 && s != ""; i++ {
+		part, rest, found := strings.Cut(s, ".")
+		n, ok := semverNumber(part)
+		if !ok {
 			return semver{}, false
 		}
 		v[i] = n
+		if found && rest == "" {
+			return semver{}, false // "1." has an empty part
+		}
+		s = rest
 	}
 	return v, true
 }
 
-// parseSemverWildcard reads a pattern such as "1.2.*" or "1.*" into the version it starts
-// with and the number of fixed parts.
-func parseSemverWildcard(s string) (semver, int, bool) {
-	s = strings.TrimSpace(s)
-	s = strings.TrimPrefix(strings.TrimPrefix(s, "v"), "V")
-	parts := strings.Split(s, ".")
-	if len(parts) < 2 || len(parts) > 3 || parts[len(parts)-1] != "*" {
-		return semver{}, 0, false
+func semverNumber(p string) (int64, bool) {
+	if p == "" || (len(p) > 1 && p[0] == '0') {
+		return 0, false
 	}
-	var v semver
-	for i, p := range parts[:len(parts)-1] {
-		n, err := strconv.ParseInt(p, 10, 64)
-		if err != nil || n < 0 {
-			return semver{}, 0, false
+	for i := 0; i < len(p); i++ {
+		if p[i] < '0' || p[i] > '9' {
+			return 0, false
 		}
-		v[i] = n
 	}
-	return v, len(parts) - 1, true
+	n, err := strconv.ParseInt(p, 10, 64)
+	return n, err == nil
+}
+
+// semverRange is the half-open interval [lower, upper) of versions an operator accepts.
+type semverRange struct{ lower, upper semver }
+
+func (r semverRange) contains(v semver) bool {
+	return v.compare(r.lower) >= 0 && v.compare(r.upper) < 0
+}
+
+// tildeRange: ~X.Y.Z accepts [X.Y.Z, X.(Y+1).0).
+func tildeRange(s string) (semverRange, bool) {
+	v, ok := parseSemver(s)
+	return semverRange{v, semver{v[0], v[1] + 1, 0}}, ok
+}
+
+// caretRange: ^X.Y.Z accepts up to the next change of the left-most non-zero part.
+func caretRange(s string) (semverRange, bool) {
+	v, ok := parseSemver(s)
+	switch {
+	case v[0] > 0:
+		return semverRange{v, semver{v[0] + 1, 0, 0}}, ok
+	case v[1] > 0:
+		return semverRange{v, semver{0, v[1] + 1, 0}}, ok
+	}
+	return semverRange{v, semver{0, 0, v[2] + 1}}, ok
+}
+
+// wildcardRange: X.* accepts [X.0.0, (X+1).0.0), X.Y.* accepts [X.Y.0, X.(Y+1).0) and X.Y.Z.*
+// accepts [X.Y.Z, X.Y.(Z+1)).
+func wildcardRange(s string) (semverRange, bool) {
+	s = strings.TrimSpace(s)
+	if s != "" && (s[0] == 'v' || s[0] == 'V') {
+		s = s[1:]
+	}
+	s = strings.TrimRight(strings.ReplaceAll(s, "*", ""), ".")
+	var parts []int64
+	for _, p := range strings.Split(s, ".") {
+		if p == "" {
+			continue
+		}
+		n, ok := semverNumber(p)
+		if !ok {
+			return semverRange{}, false
+		}
+		parts = append(parts, n)
+	}
+	switch len(parts) {
+	case 1:
+		return semverRange{semver{parts[0], 0, 0}, semver{parts[0] + 1, 0, 0}}, true
+	case 2:
+		return semverRange{semver{parts[0], parts[1], 0}, semver{parts[0], parts[1] + 1, 0}}, true
+	case 3:
+		return semverRange{semver{parts[0], parts[1], parts[2]}, semver{parts[0], parts[1], parts[2] + 1}}, true
+	}
+	return semverRange{}, false
 }

@@ -1,0 +1,386 @@
+package flags
+
+import (
+	"encoding/json"
+	"strconv"
+	"time"
+)
+
+// Request is what one evaluation knows about the user and its groups. Property layers are
+// consulted from the most specific: request overrides, then GeoIP, then stored properties.
+type Request struct {
+	DistinctID string
+	// Groups maps a group type name to the group key.
+	Groups map[string]string
+
+	PersonProperties Properties // overrides sent with the request
+	GeoIP            Properties // $geoip_* properties derived from the client IP
+	StoredPerson     Properties // properties stored for the person
+	// PersonLookupFailed means stored person properties were needed but could not be
+	// fetched: a flag that reads a property none of the layers has is marked failed.
+	PersonLookupFailed bool
+	// StaticCohorts lists the static cohorts the person belongs to.
+	StaticCohorts []int64
+
+	GroupProperties map[string]Properties // overrides by group type name
+	StoredGroups    map[string]Properties // stored properties by group type name
+	// GroupLookupFailed has bit i set when stored properties of group type index i were
+	// needed but could not be fetched.
+	GroupLookupFailed uint8
+
+	// HashKeyOverrides maps flag keys to the identifier to hash instead of the distinct_id,
+	// for flags with experience continuity.
+	HashKeyOverrides map[string]string
+
+	// Now is the time relative dates count back from; zero means time.Now().
+	Now time.Time
+}
+
+// Reason says why a flag has its value.
+type Reason uint8
+
+// The reasons, in the API's codes.
+const (
+	ReasonNoConditionMatch Reason = iota
+	ReasonOutOfRolloutBound
+	ReasonNoGroupType
+	ReasonConditionMatch
+	ReasonSuperConditionValue
+	ReasonHoldoutConditionValue
+	ReasonDisabled
+	ReasonError
+)
+
+var reasonCodes = [...]string{"no_condition_match", "out_of_rollout_bound", "no_group_type", "condition_match",
+	"super_condition_value", "holdout_condition_value", "disabled", "error"}
+
+// String returns the reason's API code.
+func (r Reason) String() string { return reasonCodes[r] }
+
+// Description returns the human-readable reason; index is the condition index or -1.
+func (r Reason) Description(index int) string {
+	switch r {
+	case ReasonConditionMatch:
+		return "Matched condition set " + strconv.Itoa(index+1)
+	case ReasonNoConditionMatch:
+		return "No matching condition set"
+	case ReasonOutOfRolloutBound:
+		return "Out of rollout bound"
+	case ReasonNoGroupType:
+		return "No group type"
+	case ReasonSuperConditionValue:
+		return "Super condition value"
+	case ReasonHoldoutConditionValue:
+		return "Holdout condition value"
+	case ReasonDisabled:
+		return "Feature flag is disabled"
+	}
+	return "Error evaluating flag"
+}
+
+// Result is one flag's evaluation.
+type Result struct {
+	Key     string
+	ID      int64
+	Version int
+	// Active is false for inactive flags, which evaluate to false with ReasonDisabled.
+	Active  bool
+	Enabled bool
+	// Variant is the variant key of an enabled multivariate flag, else "".
+	Variant string
+	// Payload is the payload of the value, as stored (compact JSON), or nil.
+	Payload json.RawMessage
+	Reason  Reason
+	// ConditionIndex is the index of the deciding condition, or -1.
+	ConditionIndex int
+	// Failed reports that the flag could not be computed: properties it needs could not be
+	// fetched. It is then disabled with ReasonError.
+	Failed bool
+}
+
+// Value returns the flag's value as the API shows it: false, true or the variant key.
+func (r *Result) Value() any {
+	switch {
+	case !r.Enabled:
+		return false
+	case r.Variant != "":
+		return r.Variant
+	}
+	return true
+}
+
+// Evaluate evaluates every flag of the snapshot for the request. Results are written into
+// out (grown when too small) in the snapshot's order (by key) and returned; reusing out
+// across calls makes evaluation free of allocations.
+func (s *Snapshot) Evaluate(req *Request, out []Result) []Result {
+	if cap(out) < len(s.flags) {
+		out = make([]Result, len(s.flags))
+	}
+	out = out[:len(s.flags)]
+	e := evaluation{snap: s, req: req, results: out, now: req.Now}
+	if e.now.IsZero() {
+		e.now = time.Now()
+	}
+	for _, i := range s.evalOrder {
+		out[i] = e.flag(&s.flags[i])
+	}
+	return out
+}
+
+// evaluation is the state of one Evaluate call.
+type evaluation struct {
+	snap    *Snapshot
+	req     *Request
+	results []Result
+	now     time.Time
+	// Set while evaluating one flag:
+	current    *compiledFlag
+	groupName  string
+	groupKey   string
+	failed     bool
+	hashSubj   string
+	groupIndex int
+}
+
+func (e *evaluation) flag(f *compiledFlag) Result {
+	r := Result{Key: f.def.Key, ID: f.def.ID, Version: f.def.Version, Active: f.def.Active, ConditionIndex: -1}
+	if !f.def.Active {
+		r.Reason = ReasonDisabled
+		return r
+	}
+	e.current, e.failed, e.groupIndex = f, false, f.groupIndex
+	e.hashSubj = e.req.DistinctID
+	if f.groupIndex >= 0 {
+		e.groupName = e.snap.groupTypes[f.groupIndex]
+		key, ok := e.req.Groups[e.groupName]
+		if e.groupName == "" || !ok || key == "" {
+			r.Reason = ReasonNoGroupType
+			return r
+		}
+		e.groupKey, e.hashSubj = key, key
+	} else if f.def.EnsureExperienceContinuity {
+		if override, ok := e.req.HashKeyOverrides[f.def.Key]; ok && override != "" {
+			e.hashSubj = override
+		}
+	}
+
+	if len(f.super) > 0 && e.superConditionSet(&f.super[0]) {
+		matched, _ := e.condition(&f.super[0])
+		r.Reason, r.ConditionIndex = ReasonSuperConditionValue, 0
+		if matched {
+			e.enable(&r, f, -1)
+		}
+		return e.finish(r)
+	}
+	for i := range f.holdout {
+		h := &f.holdout[i]
+		if ok, _ := e.propertiesMatch(h); ok && (!h.hasRollout || holdoutHash(e.hashSubj) <= h.rollout/100) {
+			r.Enabled, r.Variant, r.Reason, r.ConditionIndex = true, h.rawVariant, ReasonHoldoutConditionValue, i
+			return e.finish(r)
+		}
+	}
+
+	best, bestIndex := ReasonNoConditionMatch, -1
+	for i := range f.conditions {
+		c := &f.conditions[i]
+		matched, reason := e.condition(c)
+		if matched {
+			r.Reason, r.ConditionIndex = ReasonConditionMatch, i
+			e.enable(&r, f, c.variant)
+			return e.finish(r)
+		}
+		if reason >= best {
+			best, bestIndex = reason, i
+		}
+	}
+	r.Reason, r.ConditionIndex = best, bestIndex
+	return e.finish(r)
+}
+
+// finish marks a flag failed when it read a property that could not be fetched.
+func (e *evaluation) finish(r Result) Result {
+	if e.failed {
+		r.Failed, r.Enabled, r.Variant, r.Payload, r.Reason, r.ConditionIndex = true, false, "", nil, ReasonError, -1
+	}
+	return r
+}
+
+// enable sets the value of a matched flag: the override variant, else the hashed variant,
+// else true; and the payload of that value.
+func (e *evaluation) enable(r *Result, f *compiledFlag, override int) {
+	r.Enabled = true
+	vi := override
+	if vi < 0 && len(f.variants) > 0 {
+		v := hash(f.def.Key, e.hashSubj, "variant")
+		for i := range f.variants {
+			if v >= f.variants[i].lower && v < f.variants[i].upper {
+				vi = i
+				break
+			}
+		}
+	}
+	if vi >= 0 {
+		r.Variant, r.Payload = f.variants[vi].key, f.payloads[vi]
+		return
+	}
+	r.Payload = f.payloadTrue
+}
+
+// condition reports whether a condition matches, or the reason it does not.
+func (e *evaluation) condition(c *condition) (bool, Reason) {
+	if ok, _ := e.propertiesMatch(c); !ok {
+		return false, ReasonNoConditionMatch
+	}
+	if c.hasRollout && hash(e.current.def.Key, e.hashSubj, "") > c.rollout/100 {
+		return false, ReasonOutOfRolloutBound
+	}
+	return true, ReasonConditionMatch
+}
+
+// superConditionSet reports whether the super condition's property is known for the person:
+// only then does it decide the flag.
+func (e *evaluation) superConditionSet(c *condition) bool {
+	if len(c.matchers) == 0 {
+		return false
+	}
+	_, ok := e.personValue(c.matchers[0].key)
+	return ok
+}
+
+func (e *evaluation) propertiesMatch(c *condition) (bool, Reason) {
+	for _, m := range c.matchers {
+		if !e.match(m) {
+			return false, ReasonNoConditionMatch
+		}
+	}
+	return true, ReasonConditionMatch
+}
+
+// match evaluates one filter, negation included.
+func (e *evaluation) match(m *matcher) bool {
+	var ok bool
+	switch m.source {
+	case sourcePerson, sourceGroup:
+		ok = e.matchProperty(m)
+	case sourceCohort:
+		ok = e.inCohort(m.cohort)
+		if m.op == opNotIn {
+			ok = !ok
+		}
+	case sourceFlag:
+		ok = e.flagValueIs(m)
+	}
+	return ok != m.negation
+}
+
+func (e *evaluation) matchProperty(m *matcher) bool {
+	var v any
+	var ok bool
+	if m.source == sourcePerson {
+		v, ok = e.lookupPerson(m)
+	} else {
+		v, ok = e.lookupGroup(m)
+	}
+	if !ok {
+		return m.op.whenMissing()
+	}
+	return m.matchValue(v, e.now)
+}
+
+func (e *evaluation) lookupPerson(m *matcher) (any, bool) {
+	v, ok := e.personValue(m.key)
+	if !ok && e.req.PersonLookupFailed {
+		e.failed = true
+	}
+	return v, ok
+}
+
+// personValue finds a person property in the request's layers; distinct_id is the request's.
+func (e *evaluation) personValue(key string) (any, bool) {
+	if key == "distinct_id" {
+		return e.req.DistinctID, true
+	}
+	for _, layer := range [...]Properties{e.req.PersonProperties, e.req.GeoIP, e.req.StoredPerson} {
+		if v, ok := layer[key]; ok && v != nil {
+			return v, true
+		}
+	}
+	return nil, false
+}
+
+func (e *evaluation) lookupGroup(m *matcher) (any, bool) {
+	name, groupKey := e.groupName, e.groupKey
+	if m.groupIndex != e.groupIndex { // a group property of another type than the flag's
+		name = e.snap.groupTypes[m.groupIndex]
+		groupKey = e.req.Groups[name]
+	}
+	if m.key == "$group_key" && groupKey != "" {
+		return groupKey, true
+	}
+	if v, ok := e.req.GroupProperties[name][m.key]; ok && v != nil {
+		return v, true
+	}
+	if v, ok := e.req.StoredGroups[name][m.key]; ok && v != nil {
+		return v, true
+	}
+	if e.req.GroupLookupFailed&(1<<m.groupIndex) != 0 {
+		e.failed = true
+	}
+	return nil, false
+}
+
+func (e *evaluation) inCohort(c *cohort) bool {
+	switch {
+	case c.unknown:
+		return false
+	case c.static:
+		for _, id := range e.req.StaticCohorts {
+			if id == c.id {
+				return true
+			}
+		}
+		if e.req.PersonLookupFailed {
+			e.failed = true
+		}
+		return false
+	}
+	return e.group(c.group)
+}
+
+func (e *evaluation) group(g *propertyGroup) bool {
+	if len(g.items) == 0 {
+		return true
+	}
+	for _, it := range g.items {
+		var ok bool
+		if it.group != nil {
+			ok = e.group(it.group)
+		} else {
+			ok = e.match(it.matcher)
+		}
+		if g.and && !ok {
+			return false
+		}
+		if !g.and && ok {
+			return true
+		}
+	}
+	return g.and
+}
+
+// flagValueIs compares an already evaluated flag with the expected value: true matches any
+// enabled value, false a disabled one, a string that variant.
+func (e *evaluation) flagValueIs(m *matcher) bool {
+	if m.flagIndex < 0 {
+		return false
+	}
+	dep := &e.results[m.flagIndex]
+	if dep.Failed {
+		e.failed = true
+		return false
+	}
+	if m.expectIsS {
+		return dep.Enabled && dep.Variant == m.expectStr
+	}
+	return dep.Enabled == m.expectBool
+}
