@@ -137,7 +137,11 @@ func (f *Filters) Validate() error {
 	}
 	for name, groups := range map[string][]Condition{"groups": f.Groups, "super_groups": f.SuperGroups, "holdout_groups": f.HoldoutGroups} {
 		for i, c := range groups {
-			if err := f.validateCondition(c, variants); err != nil {
+			known := variants
+			if name == "holdout_groups" {
+				known = nil // a holdout names a variant of its own, e.g. "holdout-7"
+			}
+			if err := f.validateCondition(c, known); err != nil {
 				return invalidf("Invalid %s[%d]: %s", name, i, err.Error())
 			}
 		}
@@ -175,7 +179,7 @@ func (f *Filters) validateCondition(c Condition, variants map[string]bool) error
 	if c.RolloutPercentage != nil && (*c.RolloutPercentage < 0 || *c.RolloutPercentage > 100) {
 		return invalidf("rollout_percentage must be between 0 and 100.")
 	}
-	if c.Variant != nil && *c.Variant != "" && !variants[*c.Variant] {
+	if c.Variant != nil && *c.Variant != "" && variants != nil && !variants[*c.Variant] {
 		return invalidf("variant %q does not exist on this flag.", *c.Variant)
 	}
 	for _, p := range c.Properties {

@@ -175,21 +175,26 @@ func newMatcher(p Property) (*matcher, error) {
 
 // matchValue applies the operator to a present property value (before negation).
 func (m *matcher) matchValue(v any, now time.Time) bool {
-	var buf [32]byte
 	switch m.op {
 	case opExact, opIsNot:
+		var buf [32]byte
 		return m.exact(v, &buf) == (m.op == opExact)
 	case opIsSet:
 		return true
 	case opIsNotSet:
 		return false
-	}
-	if m.op >= opDateBefore && m.op <= opDateExact {
+	case opDateBefore, opDateAfter, opDateExact:
 		return m.matchDate(v, now)
+	case opGT, opGTE, opLT, opLTE:
+		return m.compareOrdered(v)
 	}
-	s, ok := stringForm(v, &buf)
+	s, ok := v.(string)
 	if !ok {
-		return m.op.whenMissing()
+		// Rare: a number or boolean compared as text. Its string form is allocated, since
+		// the regexp package may keep what it is given.
+		if s, ok = scalarString(v); !ok {
+			return m.op.whenMissing()
+		}
 	}
 	switch m.op {
 	case opIContains:
@@ -208,8 +213,6 @@ func (m *matcher) matchValue(v any, now time.Time) bool {
 		return m.re != nil && m.re.MatchString(s)
 	case opNotRegex:
 		return m.re != nil && !m.re.MatchString(s)
-	case opGT, opGTE, opLT, opLTE:
-		return m.compareOrdered(v, s)
 	case opSemverEq, opSemverNeq, opSemverGT, opSemverGTE, opSemverLT, opSemverLTE:
 		pv, ok := parseSemver(s)
 		if !ok {
@@ -272,7 +275,7 @@ func (m *matcher) exact(v any, buf *[32]byte) bool {
 }
 
 // compareOrdered compares numerically when both sides are numbers, else as strings.
-func (m *matcher) compareOrdered(v any, s string) bool {
+func (m *matcher) compareOrdered(v any) bool {
 	var c int
 	if pn, ok := number(v); ok && m.numOK {
 		switch {
@@ -282,6 +285,12 @@ func (m *matcher) compareOrdered(v any, s string) bool {
 			c = 1
 		}
 	} else {
+		s, ok := v.(string)
+		if !ok {
+			if s, ok = scalarString(v); !ok {
+				return false
+			}
+		}
 		c = strings.Compare(s, m.str)
 	}
 	switch m.op {

@@ -49,6 +49,14 @@ func bytesString(b []byte) string {
 	return unsafe.String(&b[0], len(b))
 }
 
+// scalarString is stringForm for values that must outlive the call: it allocates for
+// numbers.
+func scalarString(v any) (string, bool) {
+	var buf [32]byte
+	s, ok := stringForm(v, &buf)
+	return strings.Clone(s), ok
+}
+
 func appendNumber(buf []byte, f float64) []byte {
 	if f == math.Trunc(f) && math.Abs(f) < 1e15 {
 		return strconv.AppendInt(buf, int64(f), 10)
