@@ -13,6 +13,7 @@ import (
 type FlagDefinition struct {
 	ID                         int64
 	Key                        string
+	Name                       string
 	Active                     bool
 	Version                    int
 	EnsureExperienceContinuity bool

@@ -1,4 +1,5 @@
-// Command controlplane runs flagedge's control plane: the management REST API over Postgres.
+// Command controlplane runs flagedge's control plane: the management REST API and the gRPC
+// sync service for edges, over Postgres.
 //
 //	controlplane serve      run the server (applies pending migrations first)
 //	controlplane migrate    apply pending migrations and exit
@@ -26,9 +27,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"golang.org/x/sync/errgroup"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/keepalive"
 
 	"github.com/flagedge/flagedge/controlplane/httpapi"
 	"github.com/flagedge/flagedge/controlplane/postgres"
+	"github.com/flagedge/flagedge/controlplane/sync"
+	"github.com/flagedge/flagedge/shared/syncpb"
 )
 
 const usage = `Usage: controlplane <command> [flags]
@@ -180,6 +185,7 @@ func createKey(ctx context.Context, args []string, stdout, stderr io.Writer) err
 // serveConfig is the configuration of `controlplane serve`.
 type serveConfig struct {
 	HTTPAddr        string
+	GRPCAddr        string
 	DatabaseURL     string
 	PublicURL       string
 	LogLevel        string
@@ -193,6 +199,9 @@ func (c *serveConfig) validate() error {
 	if _, _, err := net.SplitHostPort(c.HTTPAddr); err != nil {
 		return fmt.Errorf("--http-addr: %w", err)
 	}
+	if _, _, err := net.SplitHostPort(c.GRPCAddr); err != nil {
+		return fmt.Errorf("--grpc-addr: %w", err)
+	}
 	return nil
 }
 
@@ -200,6 +209,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	fs := newFlagSet("serve", stderr)
 	cfg := serveConfig{}
 	fs.StringVar(&cfg.HTTPAddr, "http-addr", envOr("FLAGEDGE_HTTP_ADDR", "127.0.0.1:8000"), "address of the management API (env FLAGEDGE_HTTP_ADDR)")
+	fs.StringVar(&cfg.GRPCAddr, "grpc-addr", envOr("FLAGEDGE_GRPC_ADDR", "127.0.0.1:9000"), "address of the gRPC sync service that edges connect to (env FLAGEDGE_GRPC_ADDR)")
 	fs.StringVar(&cfg.DatabaseURL, "database-url", envOr("DATABASE_URL", ""), "PostgreSQL connection URL (env DATABASE_URL)")
 	fs.StringVar(&cfg.PublicURL, "public-url", envOr("FLAGEDGE_PUBLIC_URL", ""), "scheme and host of absolute URLs in responses; default: the request's Host (env FLAGEDGE_PUBLIC_URL)")
 	fs.StringVar(&cfg.LogLevel, "log-level", envOr("FLAGEDGE_LOG_LEVEL", "info"), "debug, info, warn or error (env FLAGEDGE_LOG_LEVEL)")
@@ -241,26 +251,47 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 		Logger:    logger,
 		Registry:  reg,
 	})
-	ln, err := net.Listen("tcp", cfg.HTTPAddr)
+	syncServer := sync.NewServer(postgres.NewSnapshotStore(db), postgres.NewPersonStore(db), logger, reg)
+	grpcServer := grpc.NewServer(
+		// Edges keep one Watch stream open for good: keepalives find dead peers behind NATs.
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
+	)
+	syncpb.RegisterSyncServer(grpcServer, syncServer)
+
+	// Bind both listeners before serving, so that "address in use" fails at start.
+	httpLn, err := net.Listen("tcp", cfg.HTTPAddr)
 	if err != nil {
 		return err
 	}
+	grpcLn, err := net.Listen("tcp", cfg.GRPCAddr)
+	if err != nil {
+		httpLn.Close()
+		return err
+	}
 	srv := &http.Server{Handler: api, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn)}
-	logger.Info("control plane listening", "http_addr", ln.Addr().String())
+	logger.Info("control plane listening", "http_addr", httpLn.Addr().String(), "grpc_addr", grpcLn.Addr().String())
 
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error {
-		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+		return postgres.Listen(gctx, cfg.DatabaseURL, postgres.SnapshotChannel, logger, syncServer.Notify, syncServer.Resync)
+	})
+	g.Go(func() error {
+		if err := srv.Serve(httpLn); !errors.Is(err, http.ErrServerClosed) {
 			return err
 		}
 		return nil
 	})
+	g.Go(func() error { return grpcServer.Serve(grpcLn) })
 	g.Go(func() error {
 		<-gctx.Done()
 		logger.Info("shutting down")
 		shutdownCtx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
 		defer cancel()
-		return srv.Shutdown(shutdownCtx)
+		// Watch streams never end by themselves: stop them once HTTP has drained.
+		err := srv.Shutdown(shutdownCtx)
+		grpcServer.Stop()
+		return err
 	})
 	return g.Wait()
 }

@@ -80,16 +80,11 @@ func TestBootstrapAndKeys(t *testing.T) {
 // cancelled context as SIGTERM would.
 func TestServeLifecycle(t *testing.T) {
 	url := pgtest.NewDatabase(t)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
+	addr, grpcAddr := freeAddr(t), freeAddr(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		done <- run(ctx, []string{"serve", "--database-url", url, "--http-addr", addr, "--log-level", "warn"}, os.Stdout, &bytes.Buffer{})
+		done <- run(ctx, []string{"serve", "--database-url", url, "--http-addr", addr, "--grpc-addr", grpcAddr, "--log-level", "warn"}, os.Stdout, &bytes.Buffer{})
 	}()
 	deadline := time.Now().Add(20 * time.Second)
 	for {
@@ -114,4 +109,14 @@ func TestServeLifecycle(t *testing.T) {
 	case <-time.After(20 * time.Second):
 		t.Fatal("serve did not stop")
 	}
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
 }

@@ -1,0 +1,112 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/flagedge/flagedge/controlplane"
+	"github.com/flagedge/flagedge/shared/flags"
+)
+
+// SnapshotStore builds project snapshots for the edges.
+type SnapshotStore struct {
+	db *DB
+}
+
+var _ controlplane.SnapshotStore = (*SnapshotStore)(nil)
+
+// NewSnapshotStore returns a SnapshotStore on db.
+func NewSnapshotStore(db *DB) *SnapshotStore { return &SnapshotStore{db: db} }
+
+// ProjectVersions returns the snapshot version of every project.
+func (s *SnapshotStore) ProjectVersions(ctx context.Context) (map[int64]int64, error) {
+	rows, err := s.db.Pool.Query(ctx, `SELECT id, snapshot_version FROM projects`)
+	if err != nil {
+		return nil, fmt.Errorf("project versions: %w", err)
+	}
+	defer rows.Close()
+	out := map[int64]int64{}
+	for rows.Next() {
+		var id, v int64
+		if err := rows.Scan(&id, &v); err != nil {
+			return nil, fmt.Errorf("project versions: %w", err)
+		}
+		out[id] = v
+	}
+	return out, rows.Err()
+}
+
+// readScopes are the scopes that allow reading flag definitions.
+var readScopes = []string{string(controlplane.ScopeAll), string(controlplane.ScopeFlagRead), string(controlplane.ScopeFlagWrite)}
+
+// BuildSnapshot reads one project in a repeatable-read transaction, so that the version and
+// the contents agree.
+func (s *SnapshotStore) BuildSnapshot(ctx context.Context, projectID int64) (*controlplane.ProjectSnapshot, error) {
+	snap := &controlplane.ProjectSnapshot{ProjectID: projectID, BuiltAt: s.db.Now()}
+	tx, err := s.db.Pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
+	if err != nil {
+		return nil, fmt.Errorf("build snapshot: %w", err)
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck // read-only
+	var secret string
+	var orgID int64
+	err = tx.QueryRow(ctx, `SELECT snapshot_version, name, api_token, secret_api_token, organization_id FROM projects WHERE id = $1`,
+		projectID).Scan(&snap.Version, &snap.Name, &snap.APIToken, &secret, &orgID)
+	if err != nil {
+		return nil, fmt.Errorf("build snapshot: %w", notFoundIfNoRows(err))
+	}
+	snap.SecretTokenSHA256 = HashKey(secret)
+
+	rows, err := tx.Query(ctx, `SELECT k.secure_value FROM personal_api_keys k JOIN users u ON u.id = k.user_id
+		WHERE u.organization_id = $1 AND (k.scoped_projects IS NULL OR $2 = ANY(k.scoped_projects)) AND k.scopes && $3
+		ORDER BY k.id`, orgID, projectID, readScopes)
+	if err != nil {
+		return nil, fmt.Errorf("build snapshot: keys: %w", err)
+	}
+	if snap.ReadKeySHA256, err = pgx.CollectRows(rows, pgx.RowTo[[]byte]); err != nil {
+		return nil, fmt.Errorf("build snapshot: keys: %w", err)
+	}
+
+	rows, err = tx.Query(ctx, `SELECT id, key, name, active, version, ensure_experience_continuity, filters
+		FROM feature_flags WHERE project_id = $1 AND NOT deleted ORDER BY id`, projectID)
+	if err != nil {
+		return nil, fmt.Errorf("build snapshot: flags: %w", err)
+	}
+	snap.Flags, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (flags.FlagDefinition, error) {
+		var f flags.FlagDefinition
+		err := r.Scan(&f.ID, &f.Key, &f.Name, &f.Active, &f.Version, &f.EnsureExperienceContinuity, &f.Filters)
+		return f, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("build snapshot: flags: %w", err)
+	}
+
+	rows, err = tx.Query(ctx, `SELECT id, is_static, filters FROM cohorts WHERE project_id = $1 AND NOT deleted ORDER BY id`, projectID)
+	if err != nil {
+		return nil, fmt.Errorf("build snapshot: cohorts: %w", err)
+	}
+	snap.Cohorts, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (flags.CohortDefinition, error) {
+		var c flags.CohortDefinition
+		err := r.Scan(&c.ID, &c.Static, &c.Filters)
+		return c, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("build snapshot: cohorts: %w", err)
+	}
+
+	rows, err = tx.Query(ctx, `SELECT group_type, group_type_index FROM group_type_mappings WHERE project_id = $1 ORDER BY group_type_index`, projectID)
+	if err != nil {
+		return nil, fmt.Errorf("build snapshot: group types: %w", err)
+	}
+	snap.GroupTypes, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (controlplane.GroupType, error) {
+		var g controlplane.GroupType
+		err := r.Scan(&g.GroupType, &g.Index)
+		return g, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("build snapshot: group types: %w", err)
+	}
+	return snap, tx.Commit(ctx)
+}

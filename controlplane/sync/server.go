@@ -1,0 +1,325 @@
+// Package sync is the control plane's gRPC sync service: it streams project snapshots to the
+// edges, driven by Postgres LISTEN/NOTIFY, and answers their person and group look-ups.
+package sync
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"strconv"
+	"strings"
+	gosync "sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/sync/singleflight"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/flagedge/flagedge/controlplane"
+	"github.com/flagedge/flagedge/shared/syncpb"
+)
+
+// snapshotsPerMessage bounds a Watch message: an initial sync of many projects is sent in
+// several messages rather than one that could exceed gRPC's message size limit.
+const snapshotsPerMessage = 64
+
+// Server implements syncpb.SyncServer.
+type Server struct {
+	syncpb.UnimplementedSyncServer
+	snapshots controlplane.SnapshotStore
+	persons   controlplane.PersonStore
+	log       *slog.Logger
+
+	mu   gosync.Mutex // guards subs
+	subs map[*subscriber]struct{}
+
+	builds singleflight.Group
+	cache  gosync.Map // project id → *syncpb.ProjectSnapshot, the latest built
+
+	streams prometheus.Gauge
+	sent    prometheus.Counter
+}
+
+// NewServer returns a sync server. Call Notify for each change and Resync after missed ones.
+func NewServer(snapshots controlplane.SnapshotStore, persons controlplane.PersonStore, log *slog.Logger, reg prometheus.Registerer) *Server {
+	s := &Server{snapshots: snapshots, persons: persons, log: log, subs: map[*subscriber]struct{}{},
+		streams: prometheus.NewGauge(prometheus.GaugeOpts{Name: "flagedge_controlplane_watch_streams", Help: "Edges watching snapshots."}),
+		sent:    prometheus.NewCounter(prometheus.CounterOpts{Name: "flagedge_controlplane_snapshots_sent_total", Help: "Project snapshots sent to edges."}),
+	}
+	if reg != nil {
+		reg.MustRegister(s.streams, s.sent)
+	}
+	return s
+}
+
+// subscriber is one Watch stream's queue of projects to look at. It coalesces: however many
+// changes arrive, it holds each project once, so it is bounded by the number of projects.
+type subscriber struct {
+	mu      gosync.Mutex    // guards pending and all
+	pending map[int64]int64 // project id → the newest version announced
+	all     bool            // look at every project (after missed notifications)
+	wake    chan struct{}   // capacity 1
+}
+
+func (sub *subscriber) mark(projectID, version int64, all bool) {
+	sub.mu.Lock()
+	if all {
+		sub.all = true
+	} else {
+		sub.pending[projectID] = max(sub.pending[projectID], version)
+	}
+	sub.mu.Unlock()
+	select {
+	case sub.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (sub *subscriber) take() (wants map[int64]int64, all bool) {
+	sub.mu.Lock()
+	defer sub.mu.Unlock()
+	wants = sub.pending
+	sub.pending = map[int64]int64{}
+	all, sub.all = sub.all, false
+	return wants, all
+}
+
+// Notify handles a snapshot NOTIFY payload, "<project id>:<version>".
+func (s *Server) Notify(payload string) {
+	idText, versionText, _ := strings.Cut(payload, ":")
+	id, err := strconv.ParseInt(idText, 10, 64)
+	version, verr := strconv.ParseInt(versionText, 10, 64)
+	if err != nil || verr != nil {
+		s.log.Warn("bad snapshot notification", "payload", payload)
+		return
+	}
+	s.broadcast(id, version, false)
+}
+
+// Resync makes every stream compare all project versions again: notifications may have been
+// missed.
+func (s *Server) Resync() { s.broadcast(0, 0, true) }
+
+func (s *Server) broadcast(projectID, version int64, all bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for sub := range s.subs {
+		sub.mark(projectID, version, all)
+	}
+}
+
+// Watch streams snapshots: first whatever the edge lacks, then every change.
+func (s *Server) Watch(req *syncpb.WatchRequest, stream syncpb.Sync_WatchServer) error {
+	if req.ProtocolVersion != syncpb.ProtocolVersion_PROTOCOL_VERSION_1 {
+		return status.Errorf(codes.FailedPrecondition, "unsupported protocol version %d", req.ProtocolVersion)
+	}
+	ctx := stream.Context()
+	sub := &subscriber{pending: map[int64]int64{}, wake: make(chan struct{}, 1)}
+	s.mu.Lock()
+	s.subs[sub] = struct{}{}
+	s.mu.Unlock()
+	s.streams.Inc()
+	defer func() {
+		s.mu.Lock()
+		delete(s.subs, sub)
+		s.mu.Unlock()
+		s.streams.Dec()
+	}()
+	s.log.Info("edge watching", "edge_id", req.EdgeId, "known_projects", len(req.KnownVersions))
+
+	sent := make(map[int64]int64, len(req.KnownVersions))
+	for id, v := range req.KnownVersions {
+		sent[id] = v
+	}
+	// Subscribed before reading versions: a change made meanwhile is seen twice, never lost.
+	if err := s.syncAll(ctx, stream, sent, true); err != nil {
+		return err
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-sub.wake:
+		}
+		wants, all := sub.take()
+		var err error
+		if all {
+			err = s.syncAll(ctx, stream, sent, false)
+		} else {
+			err = s.send(ctx, stream, sent, wants, &syncpb.WatchResponse{}, false)
+		}
+		if err != nil {
+			return err
+		}
+	}
+}
+
+// syncAll sends every project whose version is newer than what was sent, and removals.
+func (s *Server) syncAll(ctx context.Context, stream syncpb.Sync_WatchServer, sent map[int64]int64, initial bool) error {
+	versions, err := s.snapshots.ProjectVersions(ctx)
+	if err != nil {
+		return status.Errorf(codes.Unavailable, "read project versions: %v", err)
+	}
+	wants := map[int64]int64{}
+	for id, v := range versions {
+		if v > sent[id] {
+			wants[id] = v
+		}
+	}
+	msg := &syncpb.WatchResponse{}
+	for id := range sent {
+		if _, ok := versions[id]; !ok {
+			msg.RemovedProjects = append(msg.RemovedProjects, id)
+			delete(sent, id)
+		}
+	}
+	return s.send(ctx, stream, sent, wants, msg, initial)
+}
+
+// send sends the snapshots of the wanted projects (id → at least this version) that are
+// newer than what was sent, and msg's removals; initial marks the end of the catch-up.
+func (s *Server) send(ctx context.Context, stream syncpb.Sync_WatchServer, sent, wants map[int64]int64, msg *syncpb.WatchResponse, initial bool) error {
+	flush := func(last bool) error {
+		if !last && len(msg.Snapshots) < snapshotsPerMessage {
+			return nil
+		}
+		if len(msg.Snapshots) == 0 && len(msg.RemovedProjects) == 0 && !(last && initial) {
+			return nil
+		}
+		msg.InitialSyncDone = last && initial
+		if err := stream.Send(msg); err != nil {
+			return err
+		}
+		s.sent.Add(float64(len(msg.Snapshots)))
+		*msg = syncpb.WatchResponse{}
+		return nil
+	}
+	for id, want := range wants {
+		if want <= sent[id] {
+			continue
+		}
+		snap, err := s.snapshot(ctx, id, want)
+		if controlplane.ErrorKind(err) == controlplane.NotFound {
+			if _, had := sent[id]; had {
+				msg.RemovedProjects = append(msg.RemovedProjects, id)
+				delete(sent, id)
+			}
+			continue
+		}
+		if err != nil {
+			return status.Errorf(codes.Unavailable, "build snapshot %d: %v", id, err)
+		}
+		if snap.Version <= sent[id] {
+			continue
+		}
+		msg.Snapshots = append(msg.Snapshots, snap)
+		sent[id] = snap.Version
+		if err := flush(false); err != nil {
+			return err
+		}
+	}
+	return flush(true)
+}
+
+// snapshot returns the project's snapshot at version want or newer: from the cache when it
+// holds one, else built once however many streams ask at the same time.
+func (s *Server) snapshot(ctx context.Context, id, want int64) (*syncpb.ProjectSnapshot, error) {
+	if cached, ok := s.cache.Load(id); ok && cached.(*syncpb.ProjectSnapshot).Version >= want {
+		return cached.(*syncpb.ProjectSnapshot), nil
+	}
+	v, err, _ := s.builds.Do(strconv.FormatInt(id, 10), func() (any, error) {
+		built, err := s.snapshots.BuildSnapshot(ctx, id)
+		if err != nil {
+			if controlplane.ErrorKind(err) == controlplane.NotFound {
+				s.cache.Delete(id)
+			}
+			return nil, err
+		}
+		pb := toProto(built)
+		s.cache.Store(id, pb)
+		return pb, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return v.(*syncpb.ProjectSnapshot), nil
+}
+
+func toProto(s *controlplane.ProjectSnapshot) *syncpb.ProjectSnapshot {
+	pb := &syncpb.ProjectSnapshot{
+		ProjectId: s.ProjectID, Version: s.Version, Name: s.Name, ApiToken: s.APIToken,
+		SecretTokenSha256: s.SecretTokenSHA256, ReadKeySha256: s.ReadKeySHA256,
+		GroupTypes: map[int32]string{}, BuiltAtUnixMs: s.BuiltAt.UnixMilli(),
+	}
+	for _, f := range s.Flags {
+		pb.Flags = append(pb.Flags, &syncpb.Flag{Id: f.ID, Key: f.Key, Name: f.Name, Active: f.Active, Version: int32(f.Version),
+			EnsureExperienceContinuity: f.EnsureExperienceContinuity, Filters: f.Filters})
+	}
+	for _, c := range s.Cohorts {
+		pb.Cohorts = append(pb.Cohorts, &syncpb.Cohort{Id: c.ID, IsStatic: c.Static, Filters: c.Filters})
+	}
+	for _, g := range s.GroupTypes {
+		pb.GroupTypes[int32(g.Index)] = g.GroupType
+	}
+	return pb
+}
+
+// lookupTimeout bounds a look-up's database work; the edge waits less than this anyway.
+const lookupTimeout = 2 * time.Second
+
+// LookupPerson returns what is stored about the person behind a distinct id.
+func (s *Server) LookupPerson(ctx context.Context, req *syncpb.LookupPersonRequest) (*syncpb.LookupPersonResponse, error) {
+	ctx, cancel := context.WithTimeout(ctx, lookupTimeout)
+	defer cancel()
+	p, err := s.persons.LookupPerson(ctx, req.ProjectId, req.DistinctId)
+	if err != nil {
+		return nil, s.unavailable("lookup person", err)
+	}
+	if p == nil {
+		return &syncpb.LookupPersonResponse{}, nil
+	}
+	return &syncpb.LookupPersonResponse{Found: true, Properties: p.Properties, StaticCohortIds: p.StaticCohortIDs,
+		HashKeyOverrides: p.HashKeyOverrides}, nil
+}
+
+// LookupGroups returns the stored properties of the requested groups that exist.
+func (s *Server) LookupGroups(ctx context.Context, req *syncpb.LookupGroupsRequest) (*syncpb.LookupGroupsResponse, error) {
+	ctx, cancel := context.WithTimeout(ctx, lookupTimeout)
+	defer cancel()
+	refs := make([]controlplane.GroupRef, len(req.Groups))
+	for i, g := range req.Groups {
+		refs[i] = controlplane.GroupRef{TypeIndex: int(g.GroupTypeIndex), Key: g.GroupKey}
+	}
+	groups, err := s.persons.LookupGroups(ctx, req.ProjectId, refs)
+	if err != nil {
+		return nil, s.unavailable("lookup groups", err)
+	}
+	out := &syncpb.LookupGroupsResponse{}
+	for _, g := range groups {
+		out.Groups = append(out.Groups, &syncpb.GroupProperties{GroupTypeIndex: int32(g.TypeIndex), GroupKey: g.Key, Properties: g.Properties})
+	}
+	return out, nil
+}
+
+// SetHashKeyOverrides records experience-continuity overrides, first write wins.
+func (s *Server) SetHashKeyOverrides(ctx context.Context, req *syncpb.SetHashKeyOverridesRequest) (*syncpb.SetHashKeyOverridesResponse, error) {
+	if req.DistinctId == "" || req.HashKey == "" {
+		return nil, status.Error(codes.InvalidArgument, "distinct_id and hash_key are required")
+	}
+	ctx, cancel := context.WithTimeout(ctx, lookupTimeout)
+	defer cancel()
+	overrides, err := s.persons.SetHashKeyOverrides(ctx, req.ProjectId, req.DistinctId, req.HashKey, req.FlagKeys)
+	if err != nil {
+		return nil, s.unavailable("set hash key overrides", err)
+	}
+	return &syncpb.SetHashKeyOverridesResponse{HashKeyOverrides: overrides}, nil
+}
+
+func (s *Server) unavailable(op string, err error) error {
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+		return status.Errorf(codes.DeadlineExceeded, "%s: %v", op, err)
+	}
+	s.log.Error(op, "err", err)
+	return status.Errorf(codes.Unavailable, "%s failed", op)
+}
