@@ -17,6 +17,9 @@ type ProjectSnapshot struct {
 	SecretTokenSHA256 []byte
 	// ReadKeySHA256 are the hashes of the personal keys that may read flag definitions.
 	ReadKeySHA256 [][]byte
+	// OtherKeySHA256 are the hashes of the personal keys that reach the project without
+	// the right to read flag definitions.
+	OtherKeySHA256 [][]byte
 	Flags         []flags.FlagDefinition
 	Cohorts       []flags.CohortDefinition
 	GroupTypes    []GroupType

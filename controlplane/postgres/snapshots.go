@@ -59,13 +59,26 @@ func (s *SnapshotStore) BuildSnapshot(ctx context.Context, projectID int64) (*co
 	}
 	snap.SecretTokenSHA256 = HashKey(secret)
 
-	rows, err := tx.Query(ctx, `SELECT k.secure_value FROM personal_api_keys k JOIN users u ON u.id = k.user_id
-		WHERE u.organization_id = $1 AND (k.scoped_projects IS NULL OR $2 = ANY(k.scoped_projects)) AND k.scopes && $3
+	rows, err := tx.Query(ctx, `SELECT k.secure_value, k.scopes && $3 FROM personal_api_keys k JOIN users u ON u.id = k.user_id
+		WHERE u.organization_id = $1 AND (k.scoped_projects IS NULL OR $2 = ANY(k.scoped_projects))
 		ORDER BY k.id`, orgID, projectID, readScopes)
 	if err != nil {
 		return nil, fmt.Errorf("build snapshot: keys: %w", err)
 	}
-	if snap.ReadKeySHA256, err = pgx.CollectRows(rows, pgx.RowTo[[]byte]); err != nil {
+	for rows.Next() {
+		var hash []byte
+		var canRead bool
+		if err := rows.Scan(&hash, &canRead); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("build snapshot: keys: %w", err)
+		}
+		if canRead {
+			snap.ReadKeySHA256 = append(snap.ReadKeySHA256, hash)
+		} else {
+			snap.OtherKeySHA256 = append(snap.OtherKeySHA256, hash)
+		}
+	}
+	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("build snapshot: keys: %w", err)
 	}
 

@@ -249,7 +249,7 @@ func (s *Server) snapshot(ctx context.Context, id, want int64) (*syncpb.ProjectS
 func toProto(s *controlplane.ProjectSnapshot) *syncpb.ProjectSnapshot {
 	pb := &syncpb.ProjectSnapshot{
 		ProjectId: s.ProjectID, Version: s.Version, Name: s.Name, ApiToken: s.APIToken,
-		SecretTokenSha256: s.SecretTokenSHA256, ReadKeySha256: s.ReadKeySHA256,
+		SecretTokenSha256: s.SecretTokenSHA256, ReadKeySha256: s.ReadKeySHA256, OtherKeySha256: s.OtherKeySHA256,
 		GroupTypes: map[int32]string{}, BuiltAtUnixMs: s.BuiltAt.UnixMilli(),
 	}
 	for _, f := range s.Flags {

@@ -40,7 +40,9 @@ type Request struct {
 // may be at most maxSize bytes.
 func Decode(req Request, maxSize int) ([]byte, error) {
 	body, compression := req.Body, strings.ToLower(req.Compression)
-	if strings.HasPrefix(strings.ToLower(req.ContentType), "application/x-www-form-urlencoded") {
+	// A form body carries the payload in data=; clients such as curl label plain JSON as a
+	// form too, and that is read as the JSON it is.
+	if strings.HasPrefix(strings.ToLower(req.ContentType), "application/x-www-form-urlencoded") && !looksLikeJSON(body) {
 		form, err := url.ParseQuery(string(body))
 		if err != nil {
 			return nil, invalid("malformed form body")

@@ -84,6 +84,7 @@ func TestDecode(t *testing.T) {
 		{"form data with + turned to space", event.Request{Body: []byte("data=" + strings.ReplaceAll(base64.StdEncoding.EncodeToString([]byte(`{"a":"~~~>>>"}`)), "+", "%20")),
 			ContentType: "application/x-www-form-urlencoded"}, `{"a":"~~~>>>"}`},
 		{"form lz64", event.Request{Body: []byte("compression=lz64&data=" + url.QueryEscape(lz.LZ64)), ContentType: "application/x-www-form-urlencoded; charset=utf-8"}, lz.Plain},
+		{"JSON labelled as a form", event.Request{Body: doc, ContentType: "application/x-www-form-urlencoded"}, string(doc)},
 		{"base64 of gzip", event.Request{Body: []byte(base64.StdEncoding.EncodeToString(gz(t, doc)))}, string(doc)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

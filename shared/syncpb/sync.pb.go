@@ -215,8 +215,11 @@ type ProjectSnapshot struct {
 	GroupTypes map[int32]string `protobuf:"bytes,9,rep,name=group_types,json=groupTypes,proto3" json:"group_types,omitempty" protobuf_key:"varint,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	// built_at_unix_ms is when the control plane built the snapshot.
 	BuiltAtUnixMs int64 `protobuf:"varint,10,opt,name=built_at_unix_ms,json=builtAtUnixMs,proto3" json:"built_at_unix_ms,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// other_key_sha256 are the SHA-256 of the personal keys that reach the project but may not
+	// read flag definitions (answered 403 rather than 401).
+	OtherKeySha256 [][]byte `protobuf:"bytes,11,rep,name=other_key_sha256,json=otherKeySha256,proto3" json:"other_key_sha256,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *ProjectSnapshot) Reset() {
@@ -317,6 +320,13 @@ func (x *ProjectSnapshot) GetBuiltAtUnixMs() int64 {
 		return x.BuiltAtUnixMs
 	}
 	return 0
+}
+
+func (x *ProjectSnapshot) GetOtherKeySha256() [][]byte {
+	if x != nil {
+		return x.OtherKeySha256
+	}
+	return nil
 }
 
 // Flag is a non-deleted flag, active or not.
@@ -948,7 +958,7 @@ const file_sync_proto_rawDesc = "" +
 	"\rWatchResponse\x12?\n" +
 	"\tsnapshots\x18\x01 \x03(\v2!.flagedge.sync.v1.ProjectSnapshotR\tsnapshots\x12)\n" +
 	"\x10removed_projects\x18\x02 \x03(\x03R\x0fremovedProjects\x12*\n" +
-	"\x11initial_sync_done\x18\x03 \x01(\bR\x0finitialSyncDone\"\xf1\x03\n" +
+	"\x11initial_sync_done\x18\x03 \x01(\bR\x0finitialSyncDone\"\x9b\x04\n" +
 	"\x0fProjectSnapshot\x12\x1d\n" +
 	"\n" +
 	"project_id\x18\x01 \x01(\x03R\tprojectId\x12\x18\n" +
@@ -962,7 +972,8 @@ const file_sync_proto_rawDesc = "" +
 	"\vgroup_types\x18\t \x03(\v21.flagedge.sync.v1.ProjectSnapshot.GroupTypesEntryR\n" +
 	"groupTypes\x12'\n" +
 	"\x10built_at_unix_ms\x18\n" +
-	" \x01(\x03R\rbuiltAtUnixMs\x1a=\n" +
+	" \x01(\x03R\rbuiltAtUnixMs\x12(\n" +
+	"\x10other_key_sha256\x18\v \x03(\fR\x0eotherKeySha256\x1a=\n" +
 	"\x0fGroupTypesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\x05R\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xca\x01\n" +

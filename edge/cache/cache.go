@@ -1,0 +1,90 @@
+// Package cache is the edge's bounded in-memory cache (ristretto behind a small type) for
+// data that can always be fetched again: look-up results, GeoIP answers. A Set may be
+// refused by the admission policy; callers never rely on a value being kept.
+package cache
+
+import (
+	"fmt"
+	"hash/maphash"
+	"time"
+
+	"github.com/dgraph-io/ristretto/v2"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Cache maps 64-bit keys to values, each entry costing 1, with a time to live.
+type Cache[V any] struct {
+	c      *ristretto.Cache[uint64, V]
+	ttl    time.Duration
+	hits   prometheus.Counter
+	misses prometheus.Counter
+}
+
+// Metrics counts hits and misses of every cache by name.
+type Metrics struct {
+	lookups *prometheus.CounterVec
+}
+
+// NewMetrics registers the cache metrics.
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{lookups: prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "flagedge_edge_cache_lookups_total", Help: "Cache look-ups by cache and result (hit or miss).",
+	}, []string{"cache", "result"})}
+	if reg != nil {
+		reg.MustRegister(m.lookups)
+	}
+	return m
+}
+
+// New returns a cache of at most maxEntries entries that expire after ttl.
+func New[V any](name string, maxEntries int64, ttl time.Duration, m *Metrics) (*Cache[V], error) {
+	c, err := ristretto.NewCache(&ristretto.Config[uint64, V]{
+		NumCounters: 10 * maxEntries, // ristretto's advice: ten counters per entry
+		MaxCost:     maxEntries,
+		BufferItems: 64,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("cache %s: %w", name, err)
+	}
+	if m == nil {
+		m = NewMetrics(nil)
+	}
+	return &Cache[V]{c: c, ttl: ttl, hits: m.lookups.WithLabelValues(name, "hit"), misses: m.lookups.WithLabelValues(name, "miss")}, nil
+}
+
+// Get returns the value for key.
+func (c *Cache[V]) Get(key uint64) (V, bool) {
+	v, ok := c.c.Get(key)
+	if ok {
+		c.hits.Inc()
+	} else {
+		c.misses.Inc()
+	}
+	return v, ok
+}
+
+// Set stores value for the cache's time to live.
+func (c *Cache[V]) Set(key uint64, value V) { c.c.SetWithTTL(key, value, 1, c.ttl) }
+
+// SetWithTTL stores value for ttl.
+func (c *Cache[V]) SetWithTTL(key uint64, value V, ttl time.Duration) { c.c.SetWithTTL(key, value, 1, ttl) }
+
+// Delete removes key.
+func (c *Cache[V]) Delete(key uint64) { c.c.Del(key) }
+
+// Wait blocks until pending sets are applied (tests use it to observe a Set at once).
+func (c *Cache[V]) Wait() { c.c.Wait() }
+
+// Close stops the cache's goroutines.
+func (c *Cache[V]) Close() { c.c.Close() }
+
+var seed = maphash.MakeSeed()
+
+// Key hashes a project id and a string into a cache key. Keys may collide: values carry
+// what they are for, and readers check it.
+func Key(projectID int64, s string) uint64 {
+	return maphash.String(seed, s) ^ (uint64(projectID) * 0x9E3779B97F4A7C15)
+}
+
+// BytesKey hashes bytes into a cache key.
+func BytesKey(b []byte) uint64 { return maphash.Bytes(seed, b) }

@@ -1,0 +1,188 @@
+// Command edge serves flagedge's public endpoints close to users: /decide and /flags from an
+// in-memory snapshot pushed by the control plane, and the SDKs' flag definitions.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/valyala/fasthttp"
+	"golang.org/x/sync/errgroup"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/keepalive"
+
+	"github.com/flagedge/flagedge/edge/cache"
+	"github.com/flagedge/flagedge/edge/decide"
+	"github.com/flagedge/flagedge/edge/geo"
+	"github.com/flagedge/flagedge/edge/httpapi"
+	"github.com/flagedge/flagedge/edge/state"
+	"github.com/flagedge/flagedge/geoip"
+	"github.com/flagedge/flagedge/shared/syncpb"
+)
+
+func main() {
+	err := run(context.Background(), os.Args[1:], os.Stderr)
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+	case err != nil:
+		fmt.Fprintln(os.Stderr, "edge:", err)
+		os.Exit(2)
+	}
+}
+
+// config is the edge's configuration; every field has a flag and an environment variable.
+type config struct {
+	HTTPAddr        string
+	ControlPlane    string
+	DataDir         string
+	GeoIPDB         string
+	EdgeID          string
+	LookupTimeout   time.Duration
+	LogLevel        string
+	ShutdownTimeout time.Duration
+}
+
+func envOr(env, def string) string {
+	if v, ok := os.LookupEnv(env); ok {
+		return v
+	}
+	return def
+}
+
+func parseConfig(args []string, stderr io.Writer) (*config, error) {
+	fs := flag.NewFlagSet("edge", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	host, _ := os.Hostname()
+	cfg := &config{}
+	fs.StringVar(&cfg.HTTPAddr, "http-addr", envOr("FLAGEDGE_EDGE_ADDR", "127.0.0.1:8080"), "address of the public HTTP endpoints (env FLAGEDGE_EDGE_ADDR)")
+	fs.StringVar(&cfg.ControlPlane, "control-plane", envOr("FLAGEDGE_CONTROL_PLANE", "127.0.0.1:9000"), "address of the control plane's gRPC sync service (env FLAGEDGE_CONTROL_PLANE)")
+	fs.StringVar(&cfg.DataDir, "data-dir", envOr("FLAGEDGE_DATA_DIR", "flagedge-edge-data"), "directory for the snapshot copy (env FLAGEDGE_DATA_DIR)")
+	fs.StringVar(&cfg.GeoIPDB, "geoip-db", envOr("FLAGEDGE_GEOIP_DB", ""), "MaxMind City database; without it no $geoip_* properties (env FLAGEDGE_GEOIP_DB)")
+	fs.StringVar(&cfg.EdgeID, "edge-id", envOr("FLAGEDGE_EDGE_ID", host), "name of this edge in the control plane's logs (env FLAGEDGE_EDGE_ID)")
+	fs.DurationVar(&cfg.LookupTimeout, "lookup-timeout", decide.DefaultStoreConfig.Timeout, "longest wait for stored properties before answering the flags that need them as failed")
+	fs.StringVar(&cfg.LogLevel, "log-level", envOr("FLAGEDGE_LOG_LEVEL", "info"), "debug, info, warn or error (env FLAGEDGE_LOG_LEVEL)")
+	// Decide requests take microseconds; 15 s drains any in-flight request and is bounded.
+	fs.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", 15*time.Second, "how long a graceful shutdown may take")
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	for name, addr := range map[string]string{"--http-addr": cfg.HTTPAddr, "--control-plane": cfg.ControlPlane} {
+		if _, _, err := net.SplitHostPort(addr); err != nil {
+			return nil, fmt.Errorf("%s: %w", name, err)
+		}
+	}
+	if cfg.LookupTimeout <= 0 {
+		return nil, errors.New("--lookup-timeout must be positive")
+	}
+	return cfg, nil
+}
+
+func run(ctx context.Context, args []string, stderr io.Writer) error {
+	cfg, err := parseConfig(args, stderr)
+	if err != nil {
+		return err
+	}
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(cfg.LogLevel)); err != nil {
+		return fmt.Errorf("--log-level: %w", err)
+	}
+	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: level}))
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	cacheMetrics := cache.NewMetrics(reg)
+
+	holder := state.NewHolder(cfg.DataDir, log, reg)
+	if cfg.DataDir != "" {
+		n, err := holder.Load()
+		if err != nil {
+			log.Error("some snapshots on disk could not be loaded", "err", err)
+		}
+		log.Info("loaded snapshots from disk", "projects", n, "dir", cfg.DataDir)
+	}
+
+	var locator *geo.Locator
+	if cfg.GeoIPDB != "" {
+		reader, err := geoip.Open(cfg.GeoIPDB)
+		if err != nil {
+			return err
+		}
+		defer reader.Close()
+		if locator, err = geo.NewLocator(reader, 100_000, cacheMetrics); err != nil {
+			return err
+		}
+		defer locator.Close()
+	}
+
+	conn, err := grpc.NewClient(cfg.ControlPlane,
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		// The Watch stream lives for good: keepalives notice a dead control plane quickly.
+		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 15 * time.Second, Timeout: 5 * time.Second, PermitWithoutStream: true}),
+	)
+	if err != nil {
+		return fmt.Errorf("control plane client: %w", err)
+	}
+	defer conn.Close()
+	client := syncpb.NewSyncClient(conn)
+
+	storeCfg := decide.DefaultStoreConfig
+	storeCfg.Timeout = cfg.LookupTimeout
+	store, err := decide.NewStore(client, storeCfg, cacheMetrics)
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+
+	api := httpapi.New(httpapi.Config{
+		State:    holder,
+		Decide:   decide.NewHandler(holder, store, locator, log, reg),
+		Logger:   log,
+		Registry: reg,
+	})
+	srv := &fasthttp.Server{
+		Handler: api.Handler(), Name: "flagedge-edge",
+		// Bounds on slow or idle clients; batch capture bodies may be up to 20 MB.
+		ReadTimeout: 30 * time.Second, WriteTimeout: 30 * time.Second, IdleTimeout: 90 * time.Second,
+		MaxRequestBodySize: 21 << 20, NoDefaultServerHeader: true,
+		Logger: slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	ln, err := net.Listen("tcp", cfg.HTTPAddr)
+	if err != nil {
+		return err
+	}
+	log.Info("edge listening", "http_addr", ln.Addr().String(), "control_plane", cfg.ControlPlane, "edge_id", cfg.EdgeID)
+
+	watchCtx, stopWatch := context.WithCancel(context.Background())
+	defer stopWatch()
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error {
+		state.Watch(watchCtx, client, holder, cfg.EdgeID, log)
+		return nil
+	})
+	g.Go(func() error { return srv.Serve(ln) })
+	g.Go(func() error {
+		<-gctx.Done()
+		log.Info("shutting down: draining")
+		api.Drain()
+		shutdownCtx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
+		defer cancel()
+		err := srv.ShutdownWithContext(shutdownCtx)
+		stopWatch()
+		return err
+	})
+	return g.Wait()
+}

@@ -1,0 +1,200 @@
+package decide
+
+import (
+	"context"
+	"encoding/json"
+	"strconv"
+	"time"
+
+	"golang.org/x/sync/singleflight"
+	"google.golang.org/grpc"
+
+	"github.com/flagedge/flagedge/edge/cache"
+	"github.com/flagedge/flagedge/shared/flags"
+	"github.com/flagedge/flagedge/shared/syncpb"
+)
+
+// Lookup is the part of the control plane's sync API that the edge asks about persons.
+type Lookup interface {
+	LookupPerson(ctx context.Context, in *syncpb.LookupPersonRequest, opts ...grpc.CallOption) (*syncpb.LookupPersonResponse, error)
+	LookupGroups(ctx context.Context, in *syncpb.LookupGroupsRequest, opts ...grpc.CallOption) (*syncpb.LookupGroupsResponse, error)
+	SetHashKeyOverrides(ctx context.Context, in *syncpb.SetHashKeyOverridesRequest, opts ...grpc.CallOption) (*syncpb.SetHashKeyOverridesResponse, error)
+}
+
+// Person is what is stored about a person, as cached at the edge. It is immutable once
+// cached: updates replace it.
+type Person struct {
+	projectID        int64
+	distinctID       string
+	Found            bool
+	Properties       flags.Properties
+	StaticCohorts    []int64
+	HashKeyOverrides map[string]string
+}
+
+// group is a cached group's properties.
+type group struct {
+	projectID  int64
+	typeIndex  int
+	key        string
+	properties flags.Properties // nil when the group does not exist
+}
+
+// StoreConfig tunes the property store.
+type StoreConfig struct {
+	// Timeout bounds one look-up: a flag that needs stored properties is better answered
+	// as failed than late. 300 ms leaves a request well under a second.
+	Timeout time.Duration
+	// TTL is how long a found person or group is reused; NegativeTTL, one that was not found
+	// (shorter: a new user is often captured right after the first /decide).
+	TTL, NegativeTTL time.Duration
+	MaxEntries       int64
+}
+
+// DefaultStoreConfig is the store's configuration unless told otherwise.
+var DefaultStoreConfig = StoreConfig{Timeout: 300 * time.Millisecond, TTL: time.Minute, NegativeTTL: 10 * time.Second, MaxEntries: 200_000}
+
+// Store answers stored person and group properties from a cache, asking the control plane
+// on a miss, once for concurrent requests of the same key.
+type Store struct {
+	lookup  Lookup
+	cfg     StoreConfig
+	persons *cache.Cache[*Person]
+	groups  *cache.Cache[*group]
+	flight  singleflight.Group
+}
+
+// NewStore returns a store over lookup.
+func NewStore(lookup Lookup, cfg StoreConfig, m *cache.Metrics) (*Store, error) {
+	persons, err := cache.New[*Person]("persons", cfg.MaxEntries, cfg.TTL, m)
+	if err != nil {
+		return nil, err
+	}
+	groups, err := cache.New[*group]("groups", cfg.MaxEntries/4+1, cfg.TTL, m)
+	if err != nil {
+		return nil, err
+	}
+	return &Store{lookup: lookup, cfg: cfg, persons: persons, groups: groups}, nil
+}
+
+// Close releases the caches.
+func (s *Store) Close() {
+	s.persons.Close()
+	s.groups.Close()
+}
+
+// Person returns the stored person behind distinctID (Found false when there is none).
+func (s *Store) Person(ctx context.Context, projectID int64, distinctID string) (*Person, error) {
+	key := cache.Key(projectID, distinctID)
+	if p, ok := s.persons.Get(key); ok && p.projectID == projectID && p.distinctID == distinctID {
+		return p, nil
+	}
+	v, err, _ := s.flight.Do("p"+strconv.FormatInt(projectID, 10)+":"+distinctID, func() (any, error) {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.Timeout)
+		defer cancel()
+		resp, err := s.lookup.LookupPerson(ctx, &syncpb.LookupPersonRequest{ProjectId: projectID, DistinctId: distinctID})
+		if err != nil {
+			return nil, err
+		}
+		p := &Person{projectID: projectID, distinctID: distinctID, Found: resp.Found, StaticCohorts: resp.StaticCohortIds,
+			HashKeyOverrides: resp.HashKeyOverrides}
+		if len(resp.Properties) > 0 {
+			if err := json.Unmarshal(resp.Properties, &p.Properties); err != nil {
+				return nil, err
+			}
+		}
+		s.storePerson(key, p)
+		return p, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return v.(*Person), nil
+}
+
+func (s *Store) storePerson(key uint64, p *Person) {
+	if p.Found {
+		s.persons.Set(key, p)
+	} else {
+		s.persons.SetWithTTL(key, p, s.cfg.NegativeTTL)
+	}
+}
+
+// SetHashKeyOverrides records hashKey for flagKeys (first write wins) and returns the
+// person's overrides; the cached person is updated.
+func (s *Store) SetHashKeyOverrides(ctx context.Context, projectID int64, distinctID, hashKey string, flagKeys []string) (map[string]string, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
+	defer cancel()
+	resp, err := s.lookup.SetHashKeyOverrides(ctx, &syncpb.SetHashKeyOverridesRequest{
+		ProjectId: projectID, DistinctId: distinctID, HashKey: hashKey, FlagKeys: flagKeys})
+	if err != nil {
+		return nil, err
+	}
+	key := cache.Key(projectID, distinctID)
+	if old, ok := s.persons.Get(key); ok && old.projectID == projectID && old.distinctID == distinctID {
+		p := *old
+		p.Found, p.HashKeyOverrides = true, resp.HashKeyOverrides
+		s.persons.Set(key, &p)
+	}
+	return resp.HashKeyOverrides, nil
+}
+
+// GroupRef names a group to look up.
+type GroupRef struct {
+	TypeIndex int
+	Name      string // the group type's name
+	Key       string
+}
+
+// Groups returns the stored properties of the given groups by group type name; groups that
+// do not exist are absent. Cached groups are not asked for again.
+func (s *Store) Groups(ctx context.Context, projectID int64, refs []GroupRef) (map[string]flags.Properties, error) {
+	out := make(map[string]flags.Properties, len(refs))
+	req := &syncpb.LookupGroupsRequest{ProjectId: projectID}
+	var missing []GroupRef
+	for _, r := range refs {
+		if g, ok := s.groups.Get(groupKey(projectID, r)); ok && g.projectID == projectID && g.typeIndex == r.TypeIndex && g.key == r.Key {
+			if g.properties != nil {
+				out[r.Name] = g.properties
+			}
+			continue
+		}
+		missing = append(missing, r)
+		req.Groups = append(req.Groups, &syncpb.GroupKey{GroupTypeIndex: int32(r.TypeIndex), GroupKey: r.Key})
+	}
+	if len(missing) == 0 {
+		return out, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
+	defer cancel()
+	resp, err := s.lookup.LookupGroups(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	found := map[GroupRef]flags.Properties{}
+	for _, g := range resp.Groups {
+		var props flags.Properties
+		if err := json.Unmarshal(g.Properties, &props); err != nil {
+			return nil, err
+		}
+		if props == nil {
+			props = flags.Properties{}
+		}
+		found[GroupRef{TypeIndex: int(g.GroupTypeIndex), Key: g.GroupKey}] = props
+	}
+	for _, r := range missing {
+		props := found[GroupRef{TypeIndex: r.TypeIndex, Key: r.Key}]
+		entry := &group{projectID: projectID, typeIndex: r.TypeIndex, key: r.Key, properties: props}
+		if props != nil {
+			out[r.Name] = props
+			s.groups.Set(groupKey(projectID, r), entry)
+		} else {
+			s.groups.SetWithTTL(groupKey(projectID, r), entry, s.cfg.NegativeTTL)
+		}
+	}
+	return out, nil
+}
+
+func groupKey(projectID int64, r GroupRef) uint64 {
+	return cache.Key(projectID, r.Key) ^ (uint64(r.TypeIndex+1) * 0xBF58476D1CE4E5B9)
+}

@@ -1,0 +1,168 @@
+// Package httpapi is the edge's HTTP surface on fasthttp: routing, CORS, health, readiness
+// and metrics, the SDK flag definitions and remote configuration, and the mounting of the
+// /decide and /flags handlers.
+package httpapi
+
+import (
+	"bytes"
+	"log/slog"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/fasthttp/router"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/valyala/fasthttp"
+	"github.com/valyala/fasthttp/fasthttpadaptor"
+
+	"github.com/flagedge/flagedge/edge/decide"
+	"github.com/flagedge/flagedge/edge/state"
+)
+
+// Config holds what the edge's HTTP surface serves from.
+type Config struct {
+	State    *state.Holder
+	Decide   *decide.Handler
+	Logger   *slog.Logger
+	Registry *prometheus.Registry
+}
+
+// Server routes the edge's requests.
+type Server struct {
+	cfg      Config
+	router   *router.Router
+	requests *prometheus.CounterVec
+	latency  *prometheus.HistogramVec
+	draining atomic.Bool
+}
+
+// New builds the edge's HTTP handler.
+func New(cfg Config) *Server {
+	if cfg.Registry == nil {
+		cfg.Registry = prometheus.NewRegistry()
+	}
+	s := &Server{cfg: cfg, router: router.New(),
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "flagedge_edge_http_requests_total",
+			Help: "Requests by route and status."}, []string{"route", "code"}),
+		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "flagedge_edge_http_request_duration_seconds",
+			Help:    "Request latency by route.",
+			Buckets: []float64{.00005, .0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, 1}}, []string{"route"}),
+	}
+	cfg.Registry.MustRegister(s.requests, s.latency)
+	s.router.RedirectTrailingSlash = false
+	s.router.HandleOPTIONS = true
+	s.router.GlobalOPTIONS = preflight
+	s.router.NotFound = func(ctx *fasthttp.RequestCtx) {
+		decide.WriteError(ctx, fasthttp.StatusNotFound, "invalid_request", "not_found", "Not found.")
+	}
+	s.router.MethodNotAllowed = func(ctx *fasthttp.RequestCtx) {
+		decide.WriteError(ctx, fasthttp.StatusMethodNotAllowed, "invalid_request", "method_not_allowed", "Method not allowed.")
+	}
+
+	// Paths are registered without a trailing slash; Handler drops it from requests.
+	s.handle([]string{"GET", "POST"}, "decide", []string{"/decide"}, func(ctx *fasthttp.RequestCtx) { cfg.Decide.Serve(ctx, decide.Decide) })
+	s.handle([]string{"GET", "POST"}, "flags", []string{"/flags"}, func(ctx *fasthttp.RequestCtx) { cfg.Decide.Serve(ctx, decide.Flags) })
+	s.handle([]string{"GET"}, "definitions", []string{"/flags/definitions", "/api/feature_flag/local_evaluation"}, s.handleDefinitions)
+	s.handle([]string{"GET"}, "remote_config", []string{"/api/projects/{project}/feature_flags/{key}/remote_config"}, s.handleRemoteConfig)
+	s.handle([]string{"GET"}, "array_config", []string{"/array/{token}/config"}, s.handleArrayConfig)
+	s.handle([]string{"GET"}, "array_config_js", []string{"/array/{token}/config.js"}, s.handleArrayConfigJS)
+
+	s.router.GET("/_health", func(ctx *fasthttp.RequestCtx) { writeJSON(ctx, fasthttp.StatusOK, []byte(`{"status":"ok"}`)) })
+	s.router.GET("/_ready", s.handleReady)
+	s.router.GET("/metrics", fasthttpadaptor.NewFastHTTPHandler(promhttp.HandlerFor(cfg.Registry, promhttp.HandlerOpts{})))
+	return s
+}
+
+// Handler returns the request handler to serve. Every path works with and without a
+// trailing slash.
+func (s *Server) Handler() fasthttp.RequestHandler {
+	route := s.router.Handler
+	return func(ctx *fasthttp.RequestCtx) {
+		if p := ctx.Path(); len(p) > 1 && p[len(p)-1] == '/' {
+			ctx.URI().SetPathBytes(bytes.TrimRight(p, "/"))
+		}
+		route(ctx)
+	}
+}
+
+// Drain makes /_ready answer 503, so load balancers stop sending traffic before shutdown.
+func (s *Server) Drain() { s.draining.Store(true) }
+
+// handle registers h for methods on paths, with CORS headers, a request count and a latency
+// histogram under the route's name.
+func (s *Server) handle(methods []string, route string, paths []string, h fasthttp.RequestHandler) {
+	latency := s.latency.WithLabelValues(route)
+	var counters [600]atomic.Pointer[prometheus.Counter]
+	wrapped := func(ctx *fasthttp.RequestCtx) {
+		start := time.Now()
+		setCORS(ctx)
+		h(ctx)
+		latency.Observe(time.Since(start).Seconds())
+		code := ctx.Response.StatusCode()
+		if code < 0 || code >= len(counters) {
+			code = 0
+		}
+		c := counters[code].Load()
+		if c == nil {
+			counter := s.requests.WithLabelValues(route, strconv.Itoa(code))
+			c = &counter
+			counters[code].Store(c)
+		}
+		(*c).Inc()
+	}
+	for _, m := range methods {
+		for _, p := range paths {
+			s.router.Handle(m, p, wrapped)
+		}
+	}
+}
+
+func (s *Server) handleReady(ctx *fasthttp.RequestCtx) {
+	if s.draining.Load() || !s.cfg.State.Ready() {
+		writeJSON(ctx, fasthttp.StatusServiceUnavailable, []byte(`{"status":"unavailable"}`))
+		return
+	}
+	writeJSON(ctx, fasthttp.StatusOK, []byte(`{"status":"ok"}`))
+}
+
+// setCORS lets browsers call from any origin, with credentials.
+func setCORS(ctx *fasthttp.RequestCtx) {
+	h := &ctx.Response.Header
+	if origin := ctx.Request.Header.Peek("Origin"); len(origin) > 0 {
+		h.SetBytesV("Access-Control-Allow-Origin", origin)
+		h.Set("Access-Control-Allow-Credentials", "true")
+		h.Set("Vary", "Origin")
+	} else {
+		h.Set("Access-Control-Allow-Origin", "*")
+	}
+}
+
+// preflight answers CORS preflight requests for every path.
+func preflight(ctx *fasthttp.RequestCtx) {
+	setCORS(ctx)
+	h := &ctx.Response.Header
+	h.Set("Access-Control-Allow-Methods", "GET, POST, OPTIONS")
+	if req := ctx.Request.Header.Peek("Access-Control-Request-Headers"); len(req) > 0 {
+		h.SetBytesV("Access-Control-Allow-Headers", req)
+	} else {
+		h.Set("Access-Control-Allow-Headers", "Content-Type, Authorization, X-Requested-With")
+	}
+	h.Set("Access-Control-Max-Age", "86400")
+	ctx.SetStatusCode(fasthttp.StatusOK)
+}
+
+func writeJSON(ctx *fasthttp.RequestCtx, status int, body []byte) {
+	ctx.SetStatusCode(status)
+	ctx.SetContentType("application/json")
+	ctx.SetBody(body)
+}
+
+// bearer returns the credential of an "Authorization: Bearer …" header.
+func bearer(ctx *fasthttp.RequestCtx) string {
+	h := bytes.TrimSpace(ctx.Request.Header.Peek("Authorization"))
+	if len(h) > 7 && bytes.EqualFold(h[:7], []byte("bearer ")) {
+		return string(bytes.TrimSpace(h[7:]))
+	}
+	return ""
+}

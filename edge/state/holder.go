@@ -1,0 +1,219 @@
+package state
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/flagedge/flagedge/shared/syncpb"
+)
+
+// view is an immutable set of projects, replaced as a whole on every change.
+type view struct {
+	byID    map[int64]*Project
+	byToken map[string]*Project
+}
+
+// Holder holds the projects an edge serves. Reads are lock-free; updates are serialised.
+type Holder struct {
+	current atomic.Pointer[view]
+	ready   atomic.Bool
+	dir     string // where snapshots are kept; empty: memory only
+	log     *slog.Logger
+
+	mu sync.Mutex // serialises Apply and Load
+
+	version  *prometheus.GaugeVec
+	age      prometheus.GaugeFunc
+	projects prometheus.GaugeFunc
+	applied  prometheus.Counter
+	lastSync atomic.Int64 // unix ms of the last applied change
+}
+
+// NewHolder returns an empty holder that persists snapshots under dir (none when empty).
+func NewHolder(dir string, log *slog.Logger, reg prometheus.Registerer) *Holder {
+	h := &Holder{dir: dir, log: log}
+	h.current.Store(&view{byID: map[int64]*Project{}, byToken: map[string]*Project{}})
+	h.version = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "flagedge_edge_snapshot_version",
+		Help: "Snapshot version held per project."}, []string{"project"})
+	h.age = prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "flagedge_edge_snapshot_age_seconds",
+		Help: "Seconds since the last snapshot change was applied."}, func() float64 {
+		if ms := h.lastSync.Load(); ms > 0 {
+			return time.Since(time.UnixMilli(ms)).Seconds()
+		}
+		return 0
+	})
+	h.projects = prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "flagedge_edge_projects",
+		Help: "Projects held."}, func() float64 { return float64(len(h.current.Load().byID)) })
+	h.applied = prometheus.NewCounter(prometheus.CounterOpts{Name: "flagedge_edge_snapshots_applied_total",
+		Help: "Project snapshots applied."})
+	if reg != nil {
+		reg.MustRegister(h.version, h.age, h.projects, h.applied)
+	}
+	return h
+}
+
+// ByToken returns the project with the given public token, or nil.
+func (h *Holder) ByToken(token string) *Project { return h.current.Load().byToken[token] }
+
+// ByID returns the project with the given id, or nil.
+func (h *Holder) ByID(id int64) *Project { return h.current.Load().byID[id] }
+
+// Ready reports whether the holder has a snapshot to serve from: the control plane's initial
+// sync completed, or snapshots were loaded from disk.
+func (h *Holder) Ready() bool { return h.ready.Load() }
+
+// Versions returns the version of every project held.
+func (h *Holder) Versions() map[int64]int64 {
+	v := h.current.Load()
+	out := make(map[int64]int64, len(v.byID))
+	for id, p := range v.byID {
+		out[id] = p.Version
+	}
+	return out
+}
+
+// Apply installs a Watch message: new and changed projects, removals. A snapshot that does
+// not compile is skipped (the previous version keeps serving) and reported.
+func (h *Holder) Apply(msg *syncpb.WatchResponse) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	old := h.current.Load()
+	next := &view{byID: maps.Clone(old.byID), byToken: maps.Clone(old.byToken)}
+	var errs []error
+	var changed []*Project
+	for _, pb := range msg.Snapshots {
+		if cur, ok := next.byID[pb.ProjectId]; ok && cur.Version >= pb.Version {
+			continue
+		}
+		p, err := compileProject(pb)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if cur, ok := next.byID[p.ID]; ok && next.byToken[cur.Token] == cur {
+			delete(next.byToken, cur.Token)
+		}
+		next.byID[p.ID], next.byToken[p.Token] = p, p
+		changed = append(changed, p)
+	}
+	for _, id := range msg.RemovedProjects {
+		if cur, ok := next.byID[id]; ok {
+			delete(next.byID, id)
+			if next.byToken[cur.Token] == cur {
+				delete(next.byToken, cur.Token)
+			}
+			h.version.DeleteLabelValues(strconv.FormatInt(id, 10))
+		}
+	}
+	h.current.Store(next)
+	if len(changed) > 0 || len(msg.RemovedProjects) > 0 {
+		h.lastSync.Store(time.Now().UnixMilli())
+	}
+	for _, p := range changed {
+		h.version.WithLabelValues(strconv.FormatInt(p.ID, 10)).Set(float64(p.Version))
+		h.applied.Inc()
+	}
+	if msg.InitialSyncDone {
+		h.ready.Store(true)
+	}
+	errs = append(errs, h.persist(changed, msg.RemovedProjects)...)
+	return errors.Join(errs...)
+}
+
+// persist writes changed snapshots to disk atomically (temporary file, fsync, rename) and
+// deletes removed ones.
+func (h *Holder) persist(changed []*Project, removed []int64) []error {
+	if h.dir == "" {
+		return nil
+	}
+	var errs []error
+	for _, p := range changed {
+		data, err := proto.Marshal(p.proto)
+		if err == nil {
+			err = writeFileAtomic(filepath.Join(h.dir, p.fileName()), data)
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("persist project %d: %w", p.ID, err))
+		}
+	}
+	for _, id := range removed {
+		if err := os.Remove(filepath.Join(h.dir, strconv.FormatInt(id, 10)+".pb")); err != nil && !errors.Is(err, os.ErrNotExist) {
+			errs = append(errs, err)
+		}
+	}
+	return errs
+}
+
+func writeFileAtomic(path string, data []byte) error {
+	tmp, err := os.CreateTemp(filepath.Dir(path), ".tmp-*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name()) // a no-op after the rename
+	if _, err := tmp.Write(data); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Sync(); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), path)
+}
+
+// Load reads the snapshots kept on disk, so an edge started while the control plane is
+// unreachable serves the last known flags. Unreadable files are skipped and reported. The
+// holder is ready afterwards when it loaded any project.
+func (h *Holder) Load() (int, error) {
+	if h.dir == "" {
+		return 0, nil
+	}
+	if err := os.MkdirAll(h.dir, 0o755); err != nil {
+		return 0, err
+	}
+	entries, err := os.ReadDir(h.dir)
+	if err != nil {
+		return 0, err
+	}
+	msg := &syncpb.WatchResponse{}
+	var errs []error
+	for _, e := range entries {
+		if e.IsDir() || !strings.HasSuffix(e.Name(), ".pb") {
+			continue
+		}
+		data, err := os.ReadFile(filepath.Join(h.dir, e.Name()))
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		var pb syncpb.ProjectSnapshot
+		if err := proto.Unmarshal(data, &pb); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", e.Name(), err))
+			continue
+		}
+		msg.Snapshots = append(msg.Snapshots, &pb)
+	}
+	if err := h.Apply(msg); err != nil {
+		errs = append(errs, err)
+	}
+	n := len(h.current.Load().byID)
+	if n > 0 {
+		h.ready.Store(true)
+	}
+	return n, errors.Join(errs...)
+}

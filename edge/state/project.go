@@ -1,0 +1,133 @@
+// Package state holds what an edge serves: the latest compiled snapshot of every project
+// behind an atomic pointer (never a lock on the read path), its copy on local disk, and the
+// gRPC client that keeps both current from the control plane.
+package state
+
+import (
+	"crypto/sha256"
+	"crypto/subtle"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/flagedge/flagedge/shared/flags"
+	"github.com/flagedge/flagedge/shared/syncpb"
+)
+
+// Project is one project as the edge serves it: compiled flags and the bodies it answers
+// with, prepared once per snapshot version.
+type Project struct {
+	ID       int64
+	Version  int64
+	Name     string
+	Token    string
+	Snapshot *flags.Snapshot
+	// ContinuityFlags are the keys of active flags with experience continuity.
+	ContinuityFlags []string
+	// Definitions are the SDK flag definitions bodies, without ([0]) and with ([1]) cohorts,
+	// and ETags their entity tags.
+	Definitions [2][]byte
+	ETags       [2]string
+	// Payloads maps flag keys to their "true" payload (compact JSON), for remote config.
+	Payloads map[string][]byte
+	BuiltAt  time.Time
+
+	proto     *syncpb.ProjectSnapshot
+	secret    [sha256.Size]byte
+	readKeys  map[[sha256.Size]byte]bool // key hash → may read definitions
+	hasSecret bool
+}
+
+// Access says what a bearer credential may do with a project's flag definitions.
+type Access int
+
+// Access levels.
+const (
+	AccessUnknown   Access = iota // no such key: 401
+	AccessForbidden               // a valid key without the scope: 403
+	AccessAllowed
+)
+
+// DefinitionsAccess checks a bearer credential (a personal key phx_… or the project's secret
+// key phs_…) against the hashes the snapshot carries.
+func (p *Project) DefinitionsAccess(bearer string) Access {
+	sum := sha256.Sum256([]byte(bearer))
+	if strings.HasPrefix(bearer, "phs_") {
+		if p.hasSecret && subtle.ConstantTimeCompare(sum[:], p.secret[:]) == 1 {
+			return AccessAllowed
+		}
+		return AccessUnknown
+	}
+	canRead, known := p.readKeys[sum]
+	switch {
+	case !known:
+		return AccessUnknown
+	case !canRead:
+		return AccessForbidden
+	}
+	return AccessAllowed
+}
+
+// SecretKeyMatches reports whether bearer is the project's secret key.
+func (p *Project) SecretKeyMatches(bearer string) bool {
+	sum := sha256.Sum256([]byte(bearer))
+	return p.hasSecret && subtle.ConstantTimeCompare(sum[:], p.secret[:]) == 1
+}
+
+// compileProject prepares a snapshot for serving.
+func compileProject(pb *syncpb.ProjectSnapshot) (*Project, error) {
+	def := flags.Project{GroupTypes: map[int]string{}}
+	p := &Project{ID: pb.ProjectId, Version: pb.Version, Name: pb.Name, Token: pb.ApiToken, proto: pb,
+		BuiltAt: time.UnixMilli(pb.BuiltAtUnixMs), Payloads: map[string][]byte{}, readKeys: map[[sha256.Size]byte]bool{}}
+	for _, f := range pb.Flags {
+		def.Flags = append(def.Flags, flags.FlagDefinition{ID: f.Id, Key: f.Key, Name: f.Name, Active: f.Active,
+			Version: int(f.Version), EnsureExperienceContinuity: f.EnsureExperienceContinuity, Filters: f.Filters})
+		if f.Active && f.EnsureExperienceContinuity {
+			p.ContinuityFlags = append(p.ContinuityFlags, f.Key)
+		}
+	}
+	for _, c := range pb.Cohorts {
+		def.Cohorts = append(def.Cohorts, flags.CohortDefinition{ID: c.Id, Static: c.IsStatic, Filters: c.Filters})
+	}
+	for i, name := range pb.GroupTypes {
+		def.GroupTypes[int(i)] = name
+	}
+	snap, err := flags.Compile(def)
+	if err != nil {
+		return nil, fmt.Errorf("project %d version %d: %w", pb.ProjectId, pb.Version, err)
+	}
+	p.Snapshot = snap
+	for i, sendCohorts := range []bool{false, true} {
+		body, err := flags.DefinitionsBody(pb.ProjectId, def, sendCohorts)
+		if err != nil {
+			return nil, fmt.Errorf("project %d: definitions: %w", pb.ProjectId, err)
+		}
+		p.Definitions[i], p.ETags[i] = body, flags.ETag(body)
+	}
+	for _, f := range pb.Flags {
+		parsed, err := flags.ParseFilters(f.Filters)
+		if err == nil {
+			if payload, ok := parsed.Payloads["true"]; ok {
+				p.Payloads[f.Key] = payload
+			}
+		}
+	}
+	if len(pb.SecretTokenSha256) == sha256.Size {
+		copy(p.secret[:], pb.SecretTokenSha256)
+		p.hasSecret = true
+	}
+	for _, list := range []struct {
+		hashes  [][]byte
+		canRead bool
+	}{{pb.OtherKeySha256, false}, {pb.ReadKeySha256, true}} {
+		for _, h := range list.hashes {
+			if len(h) == sha256.Size {
+				p.readKeys[[sha256.Size]byte(h)] = list.canRead
+			}
+		}
+	}
+	return p, nil
+}
+
+func (p *Project) fileName() string { return strconv.FormatInt(p.ID, 10) + ".pb" }
