@@ -20,10 +20,10 @@ type ProjectSnapshot struct {
 	// OtherKeySHA256 are the hashes of the personal keys that reach the project without
 	// the right to read flag definitions.
 	OtherKeySHA256 [][]byte
-	Flags         []flags.FlagDefinition
-	Cohorts       []flags.CohortDefinition
-	GroupTypes    []GroupType
-	BuiltAt       time.Time
+	Flags          []flags.FlagDefinition
+	Cohorts        []flags.CohortDefinition
+	GroupTypes     []GroupType
+	BuiltAt        time.Time
 }
 
 // SnapshotStore reads what edges serve.

@@ -67,7 +67,9 @@ func (c *Cache[V]) Get(key uint64) (V, bool) {
 func (c *Cache[V]) Set(key uint64, value V) { c.c.SetWithTTL(key, value, 1, c.ttl) }
 
 // SetWithTTL stores value for ttl.
-func (c *Cache[V]) SetWithTTL(key uint64, value V, ttl time.Duration) { c.c.SetWithTTL(key, value, 1, ttl) }
+func (c *Cache[V]) SetWithTTL(key uint64, value V, ttl time.Duration) {
+	c.c.SetWithTTL(key, value, 1, ttl)
+}
 
 // Delete removes key.
 func (c *Cache[V]) Delete(key uint64) { c.c.Del(key) }
