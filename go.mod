@@ -14,6 +14,7 @@ require (
 	github.com/posthog/posthog-go v1.23.1
 	github.com/prometheus/client_golang v1.25.0
 	github.com/valyala/fasthttp v1.74.0
+	github.com/valyala/fastjson v1.6.10
 	golang.org/x/sync v0.24.0
 	google.golang.org/grpc v1.85.0
 	google.golang.org/protobuf v1.36.12

@@ -6,7 +6,6 @@ package decide
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"log/slog"
 	"math/rand/v2"
@@ -16,6 +15,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/valyala/fasthttp"
+	"github.com/valyala/fastjson"
 
 	"github.com/flagedge/flagedge/edge/geo"
 	"github.com/flagedge/flagedge/edge/state"
@@ -41,8 +41,12 @@ type Handler struct {
 
 // scratch is per-request memory, reused across requests.
 type scratch struct {
-	results []flags.Result
-	out     []byte
+	parser     fastjson.Parser
+	in         input
+	person     flags.Properties
+	groupProps map[string]flags.Properties
+	results    []flags.Result
+	out        []byte
 }
 
 // NewHandler returns the decide handler. store and locator may be nil (no stored
@@ -51,7 +55,9 @@ func NewHandler(h *state.Holder, store *Store, locator *geo.Locator, log *slog.L
 	d := &Handler{state: h, store: store, geo: locator, log: log,
 		lookups: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "flagedge_edge_property_lookups_total",
 			Help: "Stored-property look-ups made for /decide, by kind and result."}, []string{"kind", "result"})}
-	d.pool.New = func() any { return &scratch{out: make([]byte, 0, 4096)} }
+	d.pool.New = func() any {
+		return &scratch{out: make([]byte, 0, 4096), person: flags.Properties{}, groupProps: map[string]flags.Properties{}}
+	}
 	if reg != nil {
 		reg.MustRegister(d.lookups)
 	}
@@ -67,59 +73,40 @@ const (
 	Flags
 )
 
-// body is a decoded /decide or /flags request.
-type body struct {
-	Token              string                      `json:"token"`
-	APIKey             string                      `json:"api_key"`
-	DollarToken        string                      `json:"$token"`
-	DistinctID         json.RawMessage             `json:"distinct_id"`
-	Groups             map[string]any              `json:"groups"`
-	PersonProperties   flags.Properties            `json:"person_properties"`
-	GroupProperties    map[string]flags.Properties `json:"group_properties"`
-	AnonDistinctID     json.RawMessage             `json:"$anon_distinct_id"`
-	GeoIPDisable       bool                        `json:"geoip_disable"`
-	FlagKeysToEvaluate []string                    `json:"flag_keys_to_evaluate"`
-	DisableFlags       bool                        `json:"disable_flags"`
-}
-
-func (b *body) token() string {
-	for _, t := range []string{b.Token, b.APIKey, b.DollarToken} {
-		if t != "" {
-			return t
-		}
-	}
-	return ""
-}
-
 // Serve answers a /decide or /flags request.
 func (d *Handler) Serve(ctx *fasthttp.RequestCtx, ep Endpoint) {
 	raw := ctx.PostBody()
 	if ctx.IsGet() {
 		raw = ctx.QueryArgs().Peek("data")
 	}
-	var in body
+	s := d.pool.Get().(*scratch)
+	defer d.pool.Put(s)
 	if len(bytes.TrimSpace(raw)) > 0 {
 		decoded, err := event.Decode(event.Request{
 			Body:            raw,
-			Compression:     string(ctx.QueryArgs().Peek("compression")),
-			ContentType:     string(ctx.Request.Header.ContentType()),
-			ContentEncoding: string(ctx.Request.Header.ContentEncoding()),
+			Compression:     bytesString(ctx.QueryArgs().Peek("compression")),
+			ContentType:     bytesString(ctx.Request.Header.ContentType()),
+			ContentEncoding: bytesString(ctx.Request.Header.ContentEncoding()),
 		}, MaxBodyBytes)
 		if errors.Is(err, event.ErrTooLarge) {
 			WriteError(ctx, fasthttp.StatusRequestEntityTooLarge, "invalid_request", "request_too_large", "The request body is too large.")
 			return
 		}
 		if err == nil {
-			err = json.Unmarshal(decoded, &in)
+			err = s.parse(decoded)
 		}
 		if err != nil {
 			WriteError(ctx, fasthttp.StatusBadRequest, "validation_error", "invalid_payload", "Malformed request data: "+err.Error())
 			return
 		}
+	} else if err := s.parse(nil); err != nil {
+		WriteError(ctx, fasthttp.StatusBadRequest, "validation_error", "invalid_payload", "Malformed request data: "+err.Error())
+		return
 	}
-	token := in.token()
+	in := &s.in
+	token := in.token
 	if token == "" {
-		token = string(ctx.QueryArgs().Peek("token"))
+		token = bytesString(ctx.QueryArgs().Peek("token"))
 	}
 	if token == "" {
 		WriteError(ctx, fasthttp.StatusUnauthorized, "authentication_error", "no_api_key",
@@ -136,21 +123,18 @@ func (d *Handler) Serve(ctx *fasthttp.RequestCtx, ep Endpoint) {
 			"Project API key invalid. You can find your project API key in project settings.")
 		return
 	}
-	distinctID := idString(in.DistinctID)
-	if distinctID == "" {
+	if in.distinctID == "" {
 		WriteError(ctx, fasthttp.StatusBadRequest, "validation_error", "missing_distinct_id", "Decide requires a distinct_id.")
 		return
 	}
 
-	s := d.pool.Get().(*scratch)
-	defer d.pool.Put(s)
 	var errored bool
-	if !in.DisableFlags {
-		req := flags.Request{DistinctID: distinctID, PersonProperties: in.PersonProperties, GroupProperties: in.GroupProperties}
-		if !in.GeoIPDisable {
+	if !in.disableFlags {
+		req := flags.Request{DistinctID: in.distinctID, PersonProperties: in.personProperties, GroupProperties: in.groupProperties}
+		if !in.geoipDisable {
 			req.GeoIP = d.geo.Lookup(geo.ClientIP(ctx.Request.Header.Peek("X-Forwarded-For"), ctx.RemoteIP()))
 		}
-		errored = d.gather(ctx, project, &req, &in)
+		errored = d.gather(ctx, project, &req, in)
 		s.results = project.Snapshot.Evaluate(&req, s.results)
 		for i := range s.results {
 			if s.results[i].Failed {
@@ -160,7 +144,7 @@ func (d *Handler) Serve(ctx *fasthttp.RequestCtx, ep Endpoint) {
 	} else {
 		s.results = s.results[:0]
 	}
-	only := in.FlagKeysToEvaluate
+	only := in.flagKeysToEvaluate
 	s.out = s.out[:0]
 	args := ctx.QueryArgs()
 	version, _ := strconv.Atoi(string(args.Peek("v")))
@@ -180,15 +164,10 @@ func (d *Handler) Serve(ctx *fasthttp.RequestCtx, ep Endpoint) {
 
 // gather fills the request's stored layers (person, groups, continuity overrides) when the
 // project's flags need them. It reports whether a look-up failed.
-func (d *Handler) gather(ctx context.Context, project *state.Project, req *flags.Request, in *body) (errored bool) {
+func (d *Handler) gather(ctx context.Context, project *state.Project, req *flags.Request, in *input) (errored bool) {
 	snap := project.Snapshot
-	if len(in.Groups) > 0 {
-		req.Groups = make(map[string]string, len(in.Groups))
-		for name, v := range in.Groups {
-			if key := scalarString(v); key != "" {
-				req.Groups[name] = key
-			}
-		}
+	if len(in.groups) > 0 {
+		req.Groups = in.groups
 	}
 	if d.store == nil {
 		return false
@@ -204,7 +183,7 @@ func (d *Handler) gather(ctx context.Context, project *state.Project, req *flags
 			d.lookups.WithLabelValues("person", "ok").Inc()
 			req.StoredPerson, req.StaticCohorts, req.HashKeyOverrides = person.Properties, person.StaticCohorts, person.HashKeyOverrides
 		}
-		if anon := idString(in.AnonDistinctID); continuity && anon != "" && anon != req.DistinctID && !covers(req.HashKeyOverrides, project.ContinuityFlags) {
+		if anon := in.anonDistinctID; continuity && anon != "" && anon != req.DistinctID && !covers(req.HashKeyOverrides, project.ContinuityFlags) {
 			overrides, err := d.store.SetHashKeyOverrides(ctx, project.ID, req.DistinctID, anon, project.ContinuityFlags)
 			if err != nil {
 				d.log.Warn("hash key override failed", "project", project.ID, "err", err)
@@ -248,38 +227,6 @@ func covers(overrides map[string]string, keys []string) bool {
 		}
 	}
 	return true
-}
-
-// idString reads a distinct id sent as a string or a number, cut to 200 characters.
-func idString(raw json.RawMessage) string {
-	raw = bytes.TrimSpace(raw)
-	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
-		return ""
-	}
-	var s string
-	if raw[0] == '"' {
-		if json.Unmarshal(raw, &s) != nil {
-			return ""
-		}
-	} else if raw[0] == '-' || (raw[0] >= '0' && raw[0] <= '9') {
-		s = string(raw)
-	}
-	if len(s) > maxDistinctIDLength {
-		s = s[:maxDistinctIDLength]
-	}
-	return s
-}
-
-func scalarString(v any) string {
-	switch x := v.(type) {
-	case string:
-		return x
-	case float64:
-		return strconv.FormatFloat(x, 'f', -1, 64)
-	case bool:
-		return strconv.FormatBool(x)
-	}
-	return ""
 }
 
 // commonConfig is the client configuration part of every /decide answer (API.md 8.2).

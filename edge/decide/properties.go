@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"strconv"
+	"strings"
 	"time"
 
 	"golang.org/x/sync/singleflight"
@@ -96,7 +97,7 @@ func (s *Store) Person(ctx context.Context, projectID int64, distinctID string) 
 		if err != nil {
 			return nil, err
 		}
-		p := &Person{projectID: projectID, distinctID: distinctID, Found: resp.Found, StaticCohorts: resp.StaticCohortIds,
+		p := &Person{projectID: projectID, distinctID: strings.Clone(distinctID), Found: resp.Found, StaticCohorts: resp.StaticCohortIds,
 			HashKeyOverrides: resp.HashKeyOverrides}
 		if len(resp.Properties) > 0 {
 			if err := json.Unmarshal(resp.Properties, &p.Properties); err != nil {
@@ -184,9 +185,9 @@ func (s *Store) Groups(ctx context.Context, projectID int64, refs []GroupRef) (m
 	}
 	for _, r := range missing {
 		props := found[GroupRef{TypeIndex: r.TypeIndex, Key: r.Key}]
-		entry := &group{projectID: projectID, typeIndex: r.TypeIndex, key: r.Key, properties: props}
+		entry := &group{projectID: projectID, typeIndex: r.TypeIndex, key: strings.Clone(r.Key), properties: props}
 		if props != nil {
-			out[r.Name] = props
+			out[r.Name] = props // r.Name is the snapshot's, not the request's
 			s.groups.Set(groupKey(projectID, r), entry)
 		} else {
 			s.groups.SetWithTTL(groupKey(projectID, r), entry, s.cfg.NegativeTTL)

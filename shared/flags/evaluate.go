@@ -231,7 +231,8 @@ func (e *evaluation) condition(c *condition) (bool, Reason) {
 	if ok, _ := e.propertiesMatch(c); !ok {
 		return false, ReasonNoConditionMatch
 	}
-	if c.hasRollout && hash(e.current.def.Key, e.hashSubj, "") > c.rollout/100 {
+	// The hash is at most 1, so a 100% rollout needs none.
+	if c.hasRollout && c.rollout < 100 && hash(e.current.def.Key, e.hashSubj, "") > c.rollout/100 {
 		return false, ReasonOutOfRolloutBound
 	}
 	return true, ReasonConditionMatch
