@@ -4,7 +4,7 @@ GO       ?= go
 GOFLAGS  ?=
 PKGS     := ./...
 
-.PHONY: all build run test test-short bench generate lint fmt deps clean
+.PHONY: all build run test bench generate generate-check lint deps clean
 
 all: build
 
@@ -13,6 +13,7 @@ deps:
 
 build:
 	$(GO) build -o bin/controlplane ./controlplane/cmd/controlplane
+	$(GO) build -o bin/edge ./edge/cmd/edge
 
 run: deps build
 	@bash deploy/run-local.sh
@@ -22,10 +23,19 @@ test: deps
 	$(GO) test -race -count=1 -timeout 20m $(PKGS)
 
 bench:
-	$(GO) test -run '^$$' -bench . -benchmem -count 3 ./shared/... ./controlplane/...
+	$(GO) test -run '^$$' -bench . -benchmem -count 3 ./shared/... ./edge/...
 
+# Regenerates shared/syncpb from sync.proto (needs protoc, protoc-gen-go and protoc-gen-go-grpc;
+# see DEPS in the README).
 generate:
-	$(GO) generate $(PKGS)
+	PATH="$$($(GO) env GOPATH)/bin:$$PATH" $(GO) generate ./shared/syncpb
+
+# Fails when the checked-in generated code differs from what generate writes; skipped where
+# protoc is not installed.
+generate-check:
+	@if command -v protoc >/dev/null && [ -x "$$($(GO) env GOPATH)/bin/protoc-gen-go" ]; then \
+		$(MAKE) generate && git diff --exit-code -- shared/syncpb; \
+	else echo "generate-check: protoc not installed; skipped"; fi
 
 lint:
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); \

@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # Brings the whole local system up: a throwaway PostgreSQL (unless DATABASE_URL is set), the
-# control plane, and a demo organisation/project whose keys it prints. Ctrl-C stops it all and
-# deletes the throwaway database.
+# control plane, an edge (with the GeoLite2 City database when it can be fetched), and a demo
+# organisation/project whose keys it prints. Ctrl-C stops it all and deletes the throwaway
+# database.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 HTTP_ADDR=${FLAGEDGE_HTTP_ADDR:-127.0.0.1:8000}
+GRPC_ADDR=${FLAGEDGE_GRPC_ADDR:-127.0.0.1:9000}
+EDGE_ADDR=${FLAGEDGE_EDGE_ADDR:-127.0.0.1:8080}
 EMAIL=${FLAGEDGE_DEMO_EMAIL:-admin@example.com}
 
 pids=()
@@ -38,25 +41,35 @@ if [ -z "${DATABASE_URL:-}" ]; then
 fi
 
 keys=$(bin/controlplane bootstrap --email "$EMAIL" --project-name "Demo Project")
-bin/controlplane serve --http-addr "$HTTP_ADDR" &
+bin/controlplane serve --http-addr "$HTTP_ADDR" --grpc-addr "$GRPC_ADDR" &
 pids+=($!)
 
-for _ in $(seq 1 100); do
-  curl -fsS "http://$HTTP_ADDR/_ready" >/dev/null 2>&1 && break
-  sleep 0.1
+geoip=$(bash deploy/fetch-geoip.sh .run/geoip)
+mkdir -p .run/edge-data
+bin/edge --http-addr "$EDGE_ADDR" --control-plane "$GRPC_ADDR" --data-dir .run/edge-data ${geoip:+--geoip-db "$geoip"} &
+pids+=($!)
+
+for url in "http://$HTTP_ADDR/_ready" "http://$EDGE_ADDR/_ready"; do
+  for _ in $(seq 1 100); do
+    curl -fsS "$url" >/dev/null 2>&1 && break
+    sleep 0.1
+  done
 done
 
 project_id=$(sed -E 's/.*"project_id":([0-9]+).*/\1/' <<<"$keys")
 personal=$(sed -E 's/.*"personal_api_key":"([^"]+)".*/\1/' <<<"$keys")
+token=$(sed -E 's/.*"project_api_key":"([^"]+)".*/\1/' <<<"$keys")
 cat <<MSG
 
 flagedge is running.
-  control plane   http://$HTTP_ADDR
+  control plane   http://$HTTP_ADDR (management API), $GRPC_ADDR (sync)
+  edge            http://$EDGE_ADDR (/decide, /flags, flag definitions)${geoip:+, GeoIP from $geoip}
   demo keys       $keys
 
 Try:
-  export FLAGEDGE=http://$HTTP_ADDR PROJECT=$project_id KEY=$personal
+  export FLAGEDGE=http://$HTTP_ADDR EDGE=http://$EDGE_ADDR PROJECT=$project_id KEY=$personal TOKEN=$token
   curl -s -H "Authorization: Bearer \$KEY" \$FLAGEDGE/api/projects/\$PROJECT/feature_flags/
+  curl -s -X POST "\$EDGE/decide/?v=3" -d '{"api_key": "'\$TOKEN'", "distinct_id": "user-1"}'
 
 Ctrl-C stops everything.
 MSG

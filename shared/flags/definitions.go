@@ -50,6 +50,7 @@ func DefinitionsBody(projectID int64, p Project, sendCohorts bool) ([]byte, erro
 		}
 		parsed[i] = filters
 		forEachProperty(filters, func(prop map[string]any) {
+			normalizeProperty(prop)
 			if prop["type"] == TypeFlag {
 				ref, _ := prop["key"].(string)
 				if key, ok := keyByRef[ref]; ok {
@@ -189,7 +190,10 @@ func addCohort(id int64, cohorts map[int64]CohortDefinition, out map[string]any,
 			item, _ := v.(map[string]any)
 			if _, isGroup := item["values"]; isGroup {
 				walk(item)
-			} else if item["type"] == TypeCohort {
+				continue
+			}
+			normalizeProperty(item)
+			if item["type"] == TypeCohort {
 				if ref, ok := cohortID(item["value"]); ok {
 					addCohort(ref, cohorts, out, sent)
 				}
@@ -197,6 +201,24 @@ func addCohort(id int64, cohorts map[int64]CohortDefinition, out map[string]any,
 		}
 	}
 	walk(group)
+}
+
+// normalizeProperty spells out what the API lets a filter leave implicit, since SDKs
+// evaluating locally do not: the person type and the default operator.
+func normalizeProperty(prop map[string]any) {
+	if t, _ := prop["type"].(string); t == "" {
+		prop["type"] = TypePerson
+	}
+	if op, _ := prop["operator"].(string); op == "" {
+		switch prop["type"] {
+		case TypeCohort:
+			prop["operator"] = OpIn
+		case TypeFlag:
+			prop["operator"] = OpFlagEvaluatesTo
+		default:
+			prop["operator"] = OpExact
+		}
+	}
 }
 
 // inlineSimpleCohort replaces the one cohort filter of a flag with the cohort's person
@@ -281,6 +303,7 @@ func simplePersonConditions(v any) []any {
 		if prop["negation"] == true {
 			return nil
 		}
+		normalizeProperty(prop)
 		out = append(out, prop)
 	}
 	if len(out) == 0 {

@@ -44,7 +44,7 @@ func TestDefinitionsBody(t *testing.T) {
 		t.Fatalf("flags %v", fl)
 	}
 	aProps := fl[0].(map[string]any)["filters"].(map[string]any)["groups"].([]any)[0].(map[string]any)["properties"]
-	if diff := cmp.Diff([]any{map[string]any{"key": "plan", "value": "pro", "type": "person"}}, aProps); diff != "" {
+	if diff := cmp.Diff([]any{map[string]any{"key": "plan", "value": "pro", "type": "person", "operator": "exact"}}, aProps); diff != "" {
 		t.Errorf("cohort 7 not inlined (-want +got):\n%s", diff)
 	}
 	bProp := fl[1].(map[string]any)["filters"].(map[string]any)["groups"].([]any)[0].(map[string]any)["properties"].([]any)[0].(map[string]any)
@@ -61,6 +61,12 @@ func TestDefinitionsBody(t *testing.T) {
 	cohorts := withCohorts["cohorts"].(map[string]any)
 	if _, ok := cohorts["8"]; ok || cohorts["7"] == nil || cohorts["9"] == nil || len(cohorts) != 2 {
 		t.Errorf("cohorts %v: want 7 and 9 (9 references 7), never the static 8", cohorts)
+	}
+	if op := cohorts["7"].(map[string]any)["values"].([]any)[0].(map[string]any)["values"].([]any)[0].(map[string]any)["operator"]; op != "exact" {
+		t.Errorf("cohort property without its default operator: %v", op)
+	}
+	if op := fl[2].(map[string]any)["filters"].(map[string]any)["groups"].([]any)[0].(map[string]any)["properties"].([]any)[0].(map[string]any)["operator"]; op != "in" {
+		t.Errorf("cohort filter without its default operator: %v", op)
 	}
 	if p := withCohorts["flags"].([]any)[0].(map[string]any)["filters"].(map[string]any)["groups"].([]any)[0].(map[string]any)["properties"].([]any)[0].(map[string]any); p["type"] != "cohort" {
 		t.Errorf("with send_cohorts the cohort filter stays: %v", p)

@@ -1,0 +1,298 @@
+// Package e2e runs flagedge as its operators do: the controlplane and edge binaries as real
+// processes on loopback, a real PostgreSQL, and real clients (HTTP, the official SDKs).
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/flagedge/flagedge/controlplane/postgres"
+	"github.com/flagedge/flagedge/geoip/geoiptest"
+	"github.com/flagedge/flagedge/internal/pgtest"
+)
+
+// binaries are built once per test run.
+var binaries struct {
+	controlplane, edge string
+}
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "flagedge-e2e-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	binaries.controlplane = filepath.Join(dir, "controlplane")
+	binaries.edge = filepath.Join(dir, "edge")
+	for out, pkg := range map[string]string{binaries.controlplane: "./controlplane/cmd/controlplane", binaries.edge: "./edge/cmd/edge"} {
+		cmd := exec.Command("go", "build", "-o", out, pkg)
+		cmd.Dir = ".."
+		if b, err := cmd.CombinedOutput(); err != nil {
+			fmt.Fprintf(os.Stderr, "build %s: %v\n%s", pkg, err, b)
+			os.Exit(1)
+		}
+	}
+	code := pgtest.Main(m, postgres.Migrate)
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// syncBuffer collects a process's output.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// process is a running binary.
+type process struct {
+	t    *testing.T
+	name string
+	cmd  *exec.Cmd
+	logs *syncBuffer
+	done chan struct{}
+}
+
+func start(t *testing.T, name, bin string, args ...string) *process {
+	t.Helper()
+	p := &process{t: t, name: name, cmd: exec.Command(bin, args...), logs: &syncBuffer{}, done: make(chan struct{})}
+	p.cmd.Stdout, p.cmd.Stderr = p.logs, p.logs
+	if err := p.cmd.Start(); err != nil {
+		t.Fatalf("start %s: %v", name, err)
+	}
+	go func() {
+		p.cmd.Wait() //nolint:errcheck // the exit status is read from ProcessState
+		close(p.done)
+	}()
+	t.Cleanup(func() {
+		p.kill()
+		if t.Failed() {
+			t.Logf("%s output:\n%s", name, p.logs.String())
+		}
+	})
+	return p
+}
+
+// stop sends SIGTERM and waits for a graceful exit.
+func (p *process) stop() {
+	p.t.Helper()
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+		if !p.cmd.ProcessState.Success() {
+			p.t.Errorf("%s exited with %v after SIGTERM:\n%s", p.name, p.cmd.ProcessState, p.logs.String())
+		}
+	case <-time.After(20 * time.Second):
+		p.t.Errorf("%s did not stop within 20s of SIGTERM", p.name)
+		p.kill()
+	}
+}
+
+// kill sends SIGKILL and waits.
+func (p *process) kill() {
+	select {
+	case <-p.done:
+		return
+	default:
+	}
+	_ = p.cmd.Process.Kill()
+	<-p.done
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// stack is a control plane with its database and bootstrapped project.
+type stack struct {
+	t                  *testing.T
+	dbURL              string
+	cp                 *process
+	httpAddr, grpcAddr string
+	projectID          int64
+	token, personal    string
+	secret             string
+	geoipDB            string
+}
+
+func newStack(t *testing.T) *stack {
+	t.Helper()
+	s := &stack{t: t, dbURL: pgtest.NewDatabase(t), httpAddr: freeAddr(t), grpcAddr: freeAddr(t), geoipDB: geoiptest.MustWrite(t)}
+	out, err := exec.Command(binaries.controlplane, "bootstrap", "--database-url", s.dbURL, "--email", "ops@example.com").Output()
+	if err != nil {
+		t.Fatalf("bootstrap: %v", err)
+	}
+	var keys struct {
+		ProjectID      int64  `json:"project_id"`
+		ProjectAPIKey  string `json:"project_api_key"`
+		PersonalAPIKey string `json:"personal_api_key"`
+		SecretAPIKey   string `json:"secret_api_key"`
+	}
+	if err := json.Unmarshal(out, &keys); err != nil {
+		t.Fatalf("bootstrap printed %q: %v", out, err)
+	}
+	s.projectID, s.token, s.personal, s.secret = keys.ProjectID, keys.ProjectAPIKey, keys.PersonalAPIKey, keys.SecretAPIKey
+	s.startControlPlane()
+	return s
+}
+
+func (s *stack) startControlPlane() {
+	s.t.Helper()
+	s.cp = start(s.t, "controlplane", binaries.controlplane, "serve", "--database-url", s.dbURL,
+		"--http-addr", s.httpAddr, "--grpc-addr", s.grpcAddr, "--log-level", "warn")
+	waitFor(s.t, "control plane ready", func() bool { return status("http://"+s.httpAddr+"/_ready") == 200 })
+}
+
+// edge is a running edge.
+type edge struct {
+	*process
+	url     string
+	dataDir string
+	addr    string
+}
+
+// startEdge starts an edge; dataDir "" gives it a new one.
+func (s *stack) startEdge(name, dataDir string, waitReady bool) *edge {
+	s.t.Helper()
+	if dataDir == "" {
+		dataDir = s.t.TempDir()
+	}
+	addr := freeAddr(s.t)
+	e := &edge{addr: addr, url: "http://" + addr, dataDir: dataDir}
+	e.process = start(s.t, name, binaries.edge, "--http-addr", addr, "--control-plane", s.grpcAddr,
+		"--data-dir", dataDir, "--geoip-db", s.geoipDB, "--edge-id", name, "--log-level", "warn")
+	if waitReady {
+		waitFor(s.t, name+" ready", func() bool { return status(e.url+"/_ready") == 200 })
+	}
+	return e
+}
+
+func waitFor(t *testing.T, what string, ok func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !ok() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+var client = &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 16}}
+
+func status(url string) int {
+	resp, err := client.Get(url)
+	if err != nil {
+		return 0
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+// call sends a JSON request and decodes a JSON answer.
+func call(t *testing.T, method, url, bearer string, body any) (int, map[string]any) {
+	t.Helper()
+	var rd io.Reader
+	if body != nil {
+		data, err := json.Marshal(body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rd = bytes.NewReader(data)
+	}
+	req, err := http.NewRequestWithContext(context.Background(), method, url, rd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if bearer != "" {
+		req.Header.Set("Authorization", "Bearer "+bearer)
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, url, err)
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	var out map[string]any
+	if len(raw) > 0 && raw[0] == '{' {
+		if err := json.Unmarshal(raw, &out); err != nil {
+			t.Fatalf("%s %s: bad JSON %q", method, url, raw)
+		}
+	}
+	return resp.StatusCode, out
+}
+
+// createFlag creates a flag through the management API and returns its id.
+func (s *stack) createFlag(body map[string]any) int64 {
+	s.t.Helper()
+	code, out := call(s.t, "POST", fmt.Sprintf("http://%s/api/projects/%d/feature_flags/", s.httpAddr, s.projectID), s.personal, body)
+	if code != 201 {
+		s.t.Fatalf("create flag: %d %v", code, out)
+	}
+	return int64(out["id"].(float64))
+}
+
+func (s *stack) patchFlag(id int64, body map[string]any) {
+	s.t.Helper()
+	code, out := call(s.t, "PATCH", fmt.Sprintf("http://%s/api/projects/%d/feature_flags/%d/", s.httpAddr, s.projectID, id), s.personal, body)
+	if code != 200 {
+		s.t.Fatalf("patch flag: %d %v", code, out)
+	}
+}
+
+// decide asks an edge for flags (decide v3) and returns the whole answer.
+func (s *stack) decide(e *edge, body map[string]any) map[string]any {
+	s.t.Helper()
+	if body["api_key"] == nil {
+		body["api_key"] = s.token
+	}
+	code, out := call(s.t, "POST", e.url+"/decide/?v=3", "", body)
+	if code != 200 {
+		s.t.Fatalf("decide: %d %v", code, out)
+	}
+	return out
+}
+
+func featureFlags(answer map[string]any) map[string]any {
+	ff, _ := answer["featureFlags"].(map[string]any)
+	return ff
+}
+
+func hasKey(m map[string]any, k string) bool {
+	_, ok := m[k]
+	return ok
+}
+
+func contains(s, sub string) bool { return strings.Contains(s, sub) }
