@@ -942,6 +942,263 @@ func (x *SetHashKeyOverridesResponse) GetHashKeyOverrides() map[string]string {
 	return nil
 }
 
+// CapturedEvent is one event as an edge accepted it: validated, stamped with its uuid and
+// final timestamp, properties enriched (client IP, GeoIP, top-level $set merged in).
+type CapturedEvent struct {
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Uuid       string                 `protobuf:"bytes,1,opt,name=uuid,proto3" json:"uuid,omitempty"`
+	Event      string                 `protobuf:"bytes,2,opt,name=event,proto3" json:"event,omitempty"`
+	DistinctId string                 `protobuf:"bytes,3,opt,name=distinct_id,json=distinctId,proto3" json:"distinct_id,omitempty"`
+	// properties is a JSON object.
+	Properties []byte `protobuf:"bytes,4,opt,name=properties,proto3" json:"properties,omitempty"`
+	// timestamp_us is when the event happened, in microseconds since the epoch.
+	TimestampUs int64 `protobuf:"varint,5,opt,name=timestamp_us,json=timestampUs,proto3" json:"timestamp_us,omitempty"`
+	// received_us is when the edge received it.
+	ReceivedUs    int64 `protobuf:"varint,6,opt,name=received_us,json=receivedUs,proto3" json:"received_us,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CapturedEvent) Reset() {
+	*x = CapturedEvent{}
+	mi := &file_sync_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CapturedEvent) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CapturedEvent) ProtoMessage() {}
+
+func (x *CapturedEvent) ProtoReflect() protoreflect.Message {
+	mi := &file_sync_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CapturedEvent.ProtoReflect.Descriptor instead.
+func (*CapturedEvent) Descriptor() ([]byte, []int) {
+	return file_sync_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *CapturedEvent) GetUuid() string {
+	if x != nil {
+		return x.Uuid
+	}
+	return ""
+}
+
+func (x *CapturedEvent) GetEvent() string {
+	if x != nil {
+		return x.Event
+	}
+	return ""
+}
+
+func (x *CapturedEvent) GetDistinctId() string {
+	if x != nil {
+		return x.DistinctId
+	}
+	return ""
+}
+
+func (x *CapturedEvent) GetProperties() []byte {
+	if x != nil {
+		return x.Properties
+	}
+	return nil
+}
+
+func (x *CapturedEvent) GetTimestampUs() int64 {
+	if x != nil {
+		return x.TimestampUs
+	}
+	return 0
+}
+
+func (x *CapturedEvent) GetReceivedUs() int64 {
+	if x != nil {
+		return x.ReceivedUs
+	}
+	return 0
+}
+
+// EventBatch is what one capture request carried for one project: a record of the edge's
+// spool.
+type EventBatch struct {
+	state               protoimpl.MessageState `protogen:"open.v1"`
+	ProjectId           int64                  `protobuf:"varint,1,opt,name=project_id,json=projectId,proto3" json:"project_id,omitempty"`
+	Events              []*CapturedEvent       `protobuf:"bytes,2,rep,name=events,proto3" json:"events,omitempty"`
+	HistoricalMigration bool                   `protobuf:"varint,3,opt,name=historical_migration,json=historicalMigration,proto3" json:"historical_migration,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
+}
+
+func (x *EventBatch) Reset() {
+	*x = EventBatch{}
+	mi := &file_sync_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EventBatch) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EventBatch) ProtoMessage() {}
+
+func (x *EventBatch) ProtoReflect() protoreflect.Message {
+	mi := &file_sync_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EventBatch.ProtoReflect.Descriptor instead.
+func (*EventBatch) Descriptor() ([]byte, []int) {
+	return file_sync_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *EventBatch) GetProjectId() int64 {
+	if x != nil {
+		return x.ProjectId
+	}
+	return 0
+}
+
+func (x *EventBatch) GetEvents() []*CapturedEvent {
+	if x != nil {
+		return x.Events
+	}
+	return nil
+}
+
+func (x *EventBatch) GetHistoricalMigration() bool {
+	if x != nil {
+		return x.HistoricalMigration
+	}
+	return false
+}
+
+type IngestRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// batches are encoded EventBatch messages, as the edge's spool holds them.
+	Batches       [][]byte `protobuf:"bytes,1,rep,name=batches,proto3" json:"batches,omitempty"`
+	EdgeId        string   `protobuf:"bytes,2,opt,name=edge_id,json=edgeId,proto3" json:"edge_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *IngestRequest) Reset() {
+	*x = IngestRequest{}
+	mi := &file_sync_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *IngestRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*IngestRequest) ProtoMessage() {}
+
+func (x *IngestRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sync_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use IngestRequest.ProtoReflect.Descriptor instead.
+func (*IngestRequest) Descriptor() ([]byte, []int) {
+	return file_sync_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *IngestRequest) GetBatches() [][]byte {
+	if x != nil {
+		return x.Batches
+	}
+	return nil
+}
+
+func (x *IngestRequest) GetEdgeId() string {
+	if x != nil {
+		return x.EdgeId
+	}
+	return ""
+}
+
+type IngestResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// stored counts the events stored now; duplicates, those already stored before.
+	Stored        int64 `protobuf:"varint,1,opt,name=stored,proto3" json:"stored,omitempty"`
+	Duplicates    int64 `protobuf:"varint,2,opt,name=duplicates,proto3" json:"duplicates,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *IngestResponse) Reset() {
+	*x = IngestResponse{}
+	mi := &file_sync_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *IngestResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*IngestResponse) ProtoMessage() {}
+
+func (x *IngestResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sync_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use IngestResponse.ProtoReflect.Descriptor instead.
+func (*IngestResponse) Descriptor() ([]byte, []int) {
+	return file_sync_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *IngestResponse) GetStored() int64 {
+	if x != nil {
+		return x.Stored
+	}
+	return 0
+}
+
+func (x *IngestResponse) GetDuplicates() int64 {
+	if x != nil {
+		return x.Duplicates
+	}
+	return 0
+}
+
 var File_sync_proto protoreflect.FileDescriptor
 
 const file_sync_proto_rawDesc = "" +
@@ -1031,15 +1288,41 @@ const file_sync_proto_rawDesc = "" +
 	"\x12hash_key_overrides\x18\x01 \x03(\v2C.flagedge.sync.v1.SetHashKeyOverridesResponse.HashKeyOverridesEntryR\x10hashKeyOverrides\x1aC\n" +
 	"\x15HashKeyOverridesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01*K\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xbe\x01\n" +
+	"\rCapturedEvent\x12\x12\n" +
+	"\x04uuid\x18\x01 \x01(\tR\x04uuid\x12\x14\n" +
+	"\x05event\x18\x02 \x01(\tR\x05event\x12\x1f\n" +
+	"\vdistinct_id\x18\x03 \x01(\tR\n" +
+	"distinctId\x12\x1e\n" +
+	"\n" +
+	"properties\x18\x04 \x01(\fR\n" +
+	"properties\x12!\n" +
+	"\ftimestamp_us\x18\x05 \x01(\x03R\vtimestampUs\x12\x1f\n" +
+	"\vreceived_us\x18\x06 \x01(\x03R\n" +
+	"receivedUs\"\x97\x01\n" +
+	"\n" +
+	"EventBatch\x12\x1d\n" +
+	"\n" +
+	"project_id\x18\x01 \x01(\x03R\tprojectId\x127\n" +
+	"\x06events\x18\x02 \x03(\v2\x1f.flagedge.sync.v1.CapturedEventR\x06events\x121\n" +
+	"\x14historical_migration\x18\x03 \x01(\bR\x13historicalMigration\"B\n" +
+	"\rIngestRequest\x12\x18\n" +
+	"\abatches\x18\x01 \x03(\fR\abatches\x12\x17\n" +
+	"\aedge_id\x18\x02 \x01(\tR\x06edgeId\"H\n" +
+	"\x0eIngestResponse\x12\x16\n" +
+	"\x06stored\x18\x01 \x01(\x03R\x06stored\x12\x1e\n" +
+	"\n" +
+	"duplicates\x18\x02 \x01(\x03R\n" +
+	"duplicates*K\n" +
 	"\x0fProtocolVersion\x12 \n" +
 	"\x1cPROTOCOL_VERSION_UNSPECIFIED\x10\x00\x12\x16\n" +
-	"\x12PROTOCOL_VERSION_1\x10\x012\x84\x03\n" +
+	"\x12PROTOCOL_VERSION_1\x10\x012\xd1\x03\n" +
 	"\x04Sync\x12J\n" +
 	"\x05Watch\x12\x1e.flagedge.sync.v1.WatchRequest\x1a\x1f.flagedge.sync.v1.WatchResponse0\x01\x12]\n" +
 	"\fLookupPerson\x12%.flagedge.sync.v1.LookupPersonRequest\x1a&.flagedge.sync.v1.LookupPersonResponse\x12]\n" +
 	"\fLookupGroups\x12%.flagedge.sync.v1.LookupGroupsRequest\x1a&.flagedge.sync.v1.LookupGroupsResponse\x12r\n" +
-	"\x13SetHashKeyOverrides\x12,.flagedge.sync.v1.SetHashKeyOverridesRequest\x1a-.flagedge.sync.v1.SetHashKeyOverridesResponseB,Z*github.com/flagedge/flagedge/shared/syncpbb\x06proto3"
+	"\x13SetHashKeyOverrides\x12,.flagedge.sync.v1.SetHashKeyOverridesRequest\x1a-.flagedge.sync.v1.SetHashKeyOverridesResponse\x12K\n" +
+	"\x06Ingest\x12\x1f.flagedge.sync.v1.IngestRequest\x1a .flagedge.sync.v1.IngestResponseB,Z*github.com/flagedge/flagedge/shared/syncpbb\x06proto3"
 
 var (
 	file_sync_proto_rawDescOnce sync.Once
@@ -1054,7 +1337,7 @@ func file_sync_proto_rawDescGZIP() []byte {
 }
 
 var file_sync_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_sync_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
+var file_sync_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
 var file_sync_proto_goTypes = []any{
 	(ProtocolVersion)(0),                // 0: flagedge.sync.v1.ProtocolVersion
 	(*WatchRequest)(nil),                // 1: flagedge.sync.v1.WatchRequest
@@ -1070,35 +1353,42 @@ var file_sync_proto_goTypes = []any{
 	(*GroupProperties)(nil),             // 11: flagedge.sync.v1.GroupProperties
 	(*SetHashKeyOverridesRequest)(nil),  // 12: flagedge.sync.v1.SetHashKeyOverridesRequest
 	(*SetHashKeyOverridesResponse)(nil), // 13: flagedge.sync.v1.SetHashKeyOverridesResponse
-	nil,                                 // 14: flagedge.sync.v1.WatchRequest.KnownVersionsEntry
-	nil,                                 // 15: flagedge.sync.v1.ProjectSnapshot.GroupTypesEntry
-	nil,                                 // 16: flagedge.sync.v1.LookupPersonResponse.HashKeyOverridesEntry
-	nil,                                 // 17: flagedge.sync.v1.SetHashKeyOverridesResponse.HashKeyOverridesEntry
+	(*CapturedEvent)(nil),               // 14: flagedge.sync.v1.CapturedEvent
+	(*EventBatch)(nil),                  // 15: flagedge.sync.v1.EventBatch
+	(*IngestRequest)(nil),               // 16: flagedge.sync.v1.IngestRequest
+	(*IngestResponse)(nil),              // 17: flagedge.sync.v1.IngestResponse
+	nil,                                 // 18: flagedge.sync.v1.WatchRequest.KnownVersionsEntry
+	nil,                                 // 19: flagedge.sync.v1.ProjectSnapshot.GroupTypesEntry
+	nil,                                 // 20: flagedge.sync.v1.LookupPersonResponse.HashKeyOverridesEntry
+	nil,                                 // 21: flagedge.sync.v1.SetHashKeyOverridesResponse.HashKeyOverridesEntry
 }
 var file_sync_proto_depIdxs = []int32{
 	0,  // 0: flagedge.sync.v1.WatchRequest.protocol_version:type_name -> flagedge.sync.v1.ProtocolVersion
-	14, // 1: flagedge.sync.v1.WatchRequest.known_versions:type_name -> flagedge.sync.v1.WatchRequest.KnownVersionsEntry
+	18, // 1: flagedge.sync.v1.WatchRequest.known_versions:type_name -> flagedge.sync.v1.WatchRequest.KnownVersionsEntry
 	3,  // 2: flagedge.sync.v1.WatchResponse.snapshots:type_name -> flagedge.sync.v1.ProjectSnapshot
 	4,  // 3: flagedge.sync.v1.ProjectSnapshot.flags:type_name -> flagedge.sync.v1.Flag
 	5,  // 4: flagedge.sync.v1.ProjectSnapshot.cohorts:type_name -> flagedge.sync.v1.Cohort
-	15, // 5: flagedge.sync.v1.ProjectSnapshot.group_types:type_name -> flagedge.sync.v1.ProjectSnapshot.GroupTypesEntry
-	16, // 6: flagedge.sync.v1.LookupPersonResponse.hash_key_overrides:type_name -> flagedge.sync.v1.LookupPersonResponse.HashKeyOverridesEntry
+	19, // 5: flagedge.sync.v1.ProjectSnapshot.group_types:type_name -> flagedge.sync.v1.ProjectSnapshot.GroupTypesEntry
+	20, // 6: flagedge.sync.v1.LookupPersonResponse.hash_key_overrides:type_name -> flagedge.sync.v1.LookupPersonResponse.HashKeyOverridesEntry
 	9,  // 7: flagedge.sync.v1.LookupGroupsRequest.groups:type_name -> flagedge.sync.v1.GroupKey
 	11, // 8: flagedge.sync.v1.LookupGroupsResponse.groups:type_name -> flagedge.sync.v1.GroupProperties
-	17, // 9: flagedge.sync.v1.SetHashKeyOverridesResponse.hash_key_overrides:type_name -> flagedge.sync.v1.SetHashKeyOverridesResponse.HashKeyOverridesEntry
-	1,  // 10: flagedge.sync.v1.Sync.Watch:input_type -> flagedge.sync.v1.WatchRequest
-	6,  // 11: flagedge.sync.v1.Sync.LookupPerson:input_type -> flagedge.sync.v1.LookupPersonRequest
-	8,  // 12: flagedge.sync.v1.Sync.LookupGroups:input_type -> flagedge.sync.v1.LookupGroupsRequest
-	12, // 13: flagedge.sync.v1.Sync.SetHashKeyOverrides:input_type -> flagedge.sync.v1.SetHashKeyOverridesRequest
-	2,  // 14: flagedge.sync.v1.Sync.Watch:output_type -> flagedge.sync.v1.WatchResponse
-	7,  // 15: flagedge.sync.v1.Sync.LookupPerson:output_type -> flagedge.sync.v1.LookupPersonResponse
-	10, // 16: flagedge.sync.v1.Sync.LookupGroups:output_type -> flagedge.sync.v1.LookupGroupsResponse
-	13, // 17: flagedge.sync.v1.Sync.SetHashKeyOverrides:output_type -> flagedge.sync.v1.SetHashKeyOverridesResponse
-	14, // [14:18] is the sub-list for method output_type
-	10, // [10:14] is the sub-list for method input_type
-	10, // [10:10] is the sub-list for extension type_name
-	10, // [10:10] is the sub-list for extension extendee
-	0,  // [0:10] is the sub-list for field type_name
+	21, // 9: flagedge.sync.v1.SetHashKeyOverridesResponse.hash_key_overrides:type_name -> flagedge.sync.v1.SetHashKeyOverridesResponse.HashKeyOverridesEntry
+	14, // 10: flagedge.sync.v1.EventBatch.events:type_name -> flagedge.sync.v1.CapturedEvent
+	1,  // 11: flagedge.sync.v1.Sync.Watch:input_type -> flagedge.sync.v1.WatchRequest
+	6,  // 12: flagedge.sync.v1.Sync.LookupPerson:input_type -> flagedge.sync.v1.LookupPersonRequest
+	8,  // 13: flagedge.sync.v1.Sync.LookupGroups:input_type -> flagedge.sync.v1.LookupGroupsRequest
+	12, // 14: flagedge.sync.v1.Sync.SetHashKeyOverrides:input_type -> flagedge.sync.v1.SetHashKeyOverridesRequest
+	16, // 15: flagedge.sync.v1.Sync.Ingest:input_type -> flagedge.sync.v1.IngestRequest
+	2,  // 16: flagedge.sync.v1.Sync.Watch:output_type -> flagedge.sync.v1.WatchResponse
+	7,  // 17: flagedge.sync.v1.Sync.LookupPerson:output_type -> flagedge.sync.v1.LookupPersonResponse
+	10, // 18: flagedge.sync.v1.Sync.LookupGroups:output_type -> flagedge.sync.v1.LookupGroupsResponse
+	13, // 19: flagedge.sync.v1.Sync.SetHashKeyOverrides:output_type -> flagedge.sync.v1.SetHashKeyOverridesResponse
+	17, // 20: flagedge.sync.v1.Sync.Ingest:output_type -> flagedge.sync.v1.IngestResponse
+	16, // [16:21] is the sub-list for method output_type
+	11, // [11:16] is the sub-list for method input_type
+	11, // [11:11] is the sub-list for extension type_name
+	11, // [11:11] is the sub-list for extension extendee
+	0,  // [0:11] is the sub-list for field type_name
 }
 
 func init() { file_sync_proto_init() }
@@ -1112,7 +1402,7 @@ func file_sync_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sync_proto_rawDesc), len(file_sync_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   17,
+			NumMessages:   21,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

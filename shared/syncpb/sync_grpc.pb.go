@@ -27,6 +27,7 @@ const (
 	Sync_LookupPerson_FullMethodName        = "/flagedge.sync.v1.Sync/LookupPerson"
 	Sync_LookupGroups_FullMethodName        = "/flagedge.sync.v1.Sync/LookupGroups"
 	Sync_SetHashKeyOverrides_FullMethodName = "/flagedge.sync.v1.Sync/SetHashKeyOverrides"
+	Sync_Ingest_FullMethodName              = "/flagedge.sync.v1.Sync/Ingest"
 )
 
 // SyncClient is the client API for Sync service.
@@ -43,6 +44,9 @@ type SyncClient interface {
 	// SetHashKeyOverrides records, first write wins, the identifier that flags with experience
 	// continuity hash for a person.
 	SetHashKeyOverrides(ctx context.Context, in *SetHashKeyOverridesRequest, opts ...grpc.CallOption) (*SetHashKeyOverridesResponse, error)
+	// Ingest stores captured events, once each (by uuid), and applies them to persons and
+	// groups. A success means every event of the request is stored.
+	Ingest(ctx context.Context, in *IngestRequest, opts ...grpc.CallOption) (*IngestResponse, error)
 }
 
 type syncClient struct {
@@ -102,6 +106,16 @@ func (c *syncClient) SetHashKeyOverrides(ctx context.Context, in *SetHashKeyOver
 	return out, nil
 }
 
+func (c *syncClient) Ingest(ctx context.Context, in *IngestRequest, opts ...grpc.CallOption) (*IngestResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(IngestResponse)
+	err := c.cc.Invoke(ctx, Sync_Ingest_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // SyncServer is the server API for Sync service.
 // All implementations must embed UnimplementedSyncServer
 // for forward compatibility.
@@ -116,6 +130,9 @@ type SyncServer interface {
 	// SetHashKeyOverrides records, first write wins, the identifier that flags with experience
 	// continuity hash for a person.
 	SetHashKeyOverrides(context.Context, *SetHashKeyOverridesRequest) (*SetHashKeyOverridesResponse, error)
+	// Ingest stores captured events, once each (by uuid), and applies them to persons and
+	// groups. A success means every event of the request is stored.
+	Ingest(context.Context, *IngestRequest) (*IngestResponse, error)
 	mustEmbedUnimplementedSyncServer()
 }
 
@@ -137,6 +154,9 @@ func (UnimplementedSyncServer) LookupGroups(context.Context, *LookupGroupsReques
 }
 func (UnimplementedSyncServer) SetHashKeyOverrides(context.Context, *SetHashKeyOverridesRequest) (*SetHashKeyOverridesResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method SetHashKeyOverrides not implemented")
+}
+func (UnimplementedSyncServer) Ingest(context.Context, *IngestRequest) (*IngestResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Ingest not implemented")
 }
 func (UnimplementedSyncServer) mustEmbedUnimplementedSyncServer() {}
 func (UnimplementedSyncServer) testEmbeddedByValue()              {}
@@ -224,6 +244,24 @@ func _Sync_SetHashKeyOverrides_Handler(srv interface{}, ctx context.Context, dec
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Sync_Ingest_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(IngestRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SyncServer).Ingest(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Sync_Ingest_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SyncServer).Ingest(ctx, req.(*IngestRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Sync_ServiceDesc is the grpc.ServiceDesc for Sync service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -242,6 +280,10 @@ var Sync_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "SetHashKeyOverrides",
 			Handler:    _Sync_SetHashKeyOverrides_Handler,
+		},
+		{
+			MethodName: "Ingest",
+			Handler:    _Sync_Ingest_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{
