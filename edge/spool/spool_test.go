@@ -24,7 +24,9 @@ func open(t testing.TB, dir string, opts spool.Options) *spool.Spool {
 	return s
 }
 
-func record(i int) []byte { return []byte(fmt.Sprintf("record-%06d-%s", i, bytes.Repeat([]byte("x"), i%50))) }
+func record(i int) []byte {
+	return []byte(fmt.Sprintf("record-%06d-%s", i, bytes.Repeat([]byte("x"), i%50)))
+}
 
 // readAll reads every available record from c, with a short wait for the end.
 func readAll(t *testing.T, s *spool.Spool, c spool.Cursor) ([][]byte, spool.Cursor) {
