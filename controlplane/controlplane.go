@@ -77,6 +77,8 @@ const (
 	ScopeActivityLogRead Scope = "activity_log:read"
 	ScopeProjectRead     Scope = "project:read"
 	ScopeProjectWrite    Scope = "project:write"
+	ScopeEventRead       Scope = "event:read"
+	ScopePersonRead      Scope = "person:read"
 )
 
 // ScopeObjects are the objects a scope may name.

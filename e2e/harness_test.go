@@ -19,6 +19,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/flagedge/flagedge/controlplane/postgres"
 	"github.com/flagedge/flagedge/geoip/geoiptest"
 	"github.com/flagedge/flagedge/internal/pgtest"
@@ -296,3 +298,14 @@ func hasKey(m map[string]any, k string) bool {
 }
 
 func contains(s, sub string) bool { return strings.Contains(s, sub) }
+
+// openDB connects to a test database directly, for checks the API does not offer.
+func openDB(t *testing.T, url string) *pgxpool.Pool {
+	t.Helper()
+	pool, err := pgxpool.New(context.Background(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	return pool
+}

@@ -23,6 +23,7 @@ type Config struct {
 	Projects controlplane.ProjectService
 	Flags    controlplane.FlagService
 	Activity controlplane.ActivityService
+	Capture  controlplane.CaptureReader
 	// Ready reports whether the server can answer (its database is reachable).
 	Ready func(ctx context.Context) error
 	// PublicURL is the scheme and host used in absolute URLs (pagination); empty means the
@@ -87,6 +88,13 @@ func (s *Server) routes() {
 	s.mux.HandleFunc("DELETE "+flags+"/{id}", handleHardDelete)
 	s.mux.HandleFunc("GET "+flags+"/{id}/activity", s.withProject(controlplane.ScopeActivityLogRead, s.handleFlagActivity))
 	s.mux.HandleFunc("GET "+flags+"/activity", s.withProject(controlplane.ScopeActivityLogRead, s.handleAllFlagActivity))
+
+	const project = "/api/projects/{project_id}"
+	s.mux.HandleFunc("GET "+project+"/events", s.withProject(controlplane.ScopeEventRead, s.handleListEvents))
+	s.mux.HandleFunc("GET "+project+"/events/{id}", s.withProject(controlplane.ScopeEventRead, s.handleGetEvent))
+	s.mux.HandleFunc("GET "+project+"/persons", s.withProject(controlplane.ScopePersonRead, s.handleListPersons))
+	s.mux.HandleFunc("GET "+project+"/persons/{id}", s.withProject(controlplane.ScopePersonRead, s.handleGetPerson))
+	s.mux.HandleFunc("GET "+project+"/groups", s.withProject(controlplane.ScopePersonRead, s.handleListGroups))
 }
 
 // ServeHTTP routes a request: a trailing slash is ignored, unknown routes and methods get the

@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sync/singleflight"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/flagedge/flagedge/controlplane"
 	"github.com/flagedge/flagedge/shared/syncpb"
@@ -29,6 +30,7 @@ type Server struct {
 	syncpb.UnimplementedSyncServer
 	snapshots controlplane.SnapshotStore
 	persons   controlplane.PersonStore
+	events    controlplane.EventStore
 	log       *slog.Logger
 
 	mu   gosync.Mutex // guards subs
@@ -37,18 +39,21 @@ type Server struct {
 	builds singleflight.Group
 	cache  gosync.Map // project id → *syncpb.ProjectSnapshot, the latest built
 
-	streams prometheus.Gauge
-	sent    prometheus.Counter
+	streams  prometheus.Gauge
+	sent     prometheus.Counter
+	ingested *prometheus.CounterVec
 }
 
 // NewServer returns a sync server. Call Notify for each change and Resync after missed ones.
-func NewServer(snapshots controlplane.SnapshotStore, persons controlplane.PersonStore, log *slog.Logger, reg prometheus.Registerer) *Server {
-	s := &Server{snapshots: snapshots, persons: persons, log: log, subs: map[*subscriber]struct{}{},
+func NewServer(snapshots controlplane.SnapshotStore, persons controlplane.PersonStore, events controlplane.EventStore, log *slog.Logger, reg prometheus.Registerer) *Server {
+	s := &Server{snapshots: snapshots, persons: persons, events: events, log: log, subs: map[*subscriber]struct{}{},
+		ingested: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "flagedge_controlplane_ingested_events_total",
+			Help: "Events received from edges, by result: stored or duplicate."}, []string{"result"}),
 		streams: prometheus.NewGauge(prometheus.GaugeOpts{Name: "flagedge_controlplane_watch_streams", Help: "Edges watching snapshots."}),
 		sent:    prometheus.NewCounter(prometheus.CounterOpts{Name: "flagedge_controlplane_snapshots_sent_total", Help: "Project snapshots sent to edges."}),
 	}
 	if reg != nil {
-		reg.MustRegister(s.streams, s.sent)
+		reg.MustRegister(s.streams, s.sent, s.ingested)
 	}
 	return s
 }
@@ -322,4 +327,30 @@ func (s *Server) unavailable(op string, err error) error {
 	}
 	s.log.Error(op, "err", err)
 	return status.Errorf(codes.Unavailable, "%s failed", op)
+}
+
+// Ingest stores the events of the batches, each once, and applies them to persons and
+// groups. It answers only once everything is stored: the edge then drops the batches.
+func (s *Server) Ingest(ctx context.Context, req *syncpb.IngestRequest) (*syncpb.IngestResponse, error) {
+	batches := make([]controlplane.EventBatch, 0, len(req.Batches))
+	for _, raw := range req.Batches {
+		var pb syncpb.EventBatch
+		if err := proto.Unmarshal(raw, &pb); err != nil {
+			return nil, status.Errorf(codes.InvalidArgument, "undecodable batch: %v", err)
+		}
+		b := controlplane.EventBatch{ProjectID: pb.ProjectId, HistoricalMigration: pb.HistoricalMigration,
+			Events: make([]controlplane.Event, len(pb.Events))}
+		for i, e := range pb.Events {
+			b.Events[i] = controlplane.Event{UUID: e.Uuid, ProjectID: pb.ProjectId, Name: e.Event, DistinctID: e.DistinctId,
+				Properties: e.Properties, Timestamp: time.UnixMicro(e.TimestampUs).UTC(), ReceivedAt: time.UnixMicro(e.ReceivedUs).UTC()}
+		}
+		batches = append(batches, b)
+	}
+	res, err := s.events.Ingest(ctx, batches)
+	if err != nil {
+		return nil, s.unavailable("ingest", err)
+	}
+	s.ingested.WithLabelValues("stored").Add(float64(res.Stored))
+	s.ingested.WithLabelValues("duplicate").Add(float64(res.Duplicates))
+	return &syncpb.IngestResponse{Stored: int64(res.Stored), Duplicates: int64(res.Duplicates)}, nil
 }

@@ -3,6 +3,7 @@ package decide
 import (
 	"context"
 	"encoding/json"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -58,12 +59,27 @@ var DefaultStoreConfig = StoreConfig{Timeout: 300 * time.Millisecond, TTL: time.
 // Store answers stored person and group properties from a cache, asking the control plane
 // on a miss, once for concurrent requests of the same key.
 type Store struct {
-	lookup  Lookup
-	cfg     StoreConfig
-	persons *cache.Cache[*Person]
-	groups  *cache.Cache[*group]
-	flight  singleflight.Group
+	lookup   Lookup
+	cfg      StoreConfig
+	persons  *cache.Cache[*Person]
+	groups   *cache.Cache[*group]
+	overlays *cache.Cache[*overlay]
+	flight   singleflight.Group
 }
+
+// overlay is what this edge captured about a person's properties and the control plane may
+// not have stored yet: it is applied over look-ups for a while.
+type overlay struct {
+	projectID  int64
+	distinctID string
+	set        flags.Properties
+	setOnce    flags.Properties
+	unset      []string
+}
+
+// overlayTTL covers the time from capture to storage at the control plane, including a
+// forwarder retrying through a short outage.
+const overlayTTL = 2 * time.Minute
 
 // NewStore returns a store over lookup.
 func NewStore(lookup Lookup, cfg StoreConfig, m *cache.Metrics) (*Store, error) {
@@ -75,13 +91,18 @@ func NewStore(lookup Lookup, cfg StoreConfig, m *cache.Metrics) (*Store, error) 
 	if err != nil {
 		return nil, err
 	}
-	return &Store{lookup: lookup, cfg: cfg, persons: persons, groups: groups}, nil
+	overlays, err := cache.New[*overlay]("person_overlays", cfg.MaxEntries/4+1, overlayTTL, m)
+	if err != nil {
+		return nil, err
+	}
+	return &Store{lookup: lookup, cfg: cfg, persons: persons, groups: groups, overlays: overlays}, nil
 }
 
 // Close releases the caches.
 func (s *Store) Close() {
 	s.persons.Close()
 	s.groups.Close()
+	s.overlays.Close()
 }
 
 // Person returns the stored person behind distinctID (Found false when there is none).
@@ -104,6 +125,9 @@ func (s *Store) Person(ctx context.Context, projectID int64, distinctID string) 
 				return nil, err
 			}
 		}
+		if ov, ok := s.overlays.Get(key); ok && ov.projectID == projectID && ov.distinctID == distinctID {
+			p = ov.apply(p)
+		}
 		s.storePerson(key, p)
 		return p, nil
 	})
@@ -119,6 +143,65 @@ func (s *Store) storePerson(key uint64, p *Person) {
 	} else {
 		s.persons.SetWithTTL(key, p, s.cfg.NegativeTTL)
 	}
+}
+
+// ApplyPersonUpdate applies property changes this edge captured ($set, $set_once, $unset)
+// to the cached person, and keeps them to apply over the next look-ups until the control
+// plane has surely stored them, so that a /decide right after an identify sees them.
+func (s *Store) ApplyPersonUpdate(projectID int64, distinctID string, set, setOnce flags.Properties, unset []string) {
+	key := cache.Key(projectID, distinctID)
+	ov := &overlay{projectID: projectID, distinctID: strings.Clone(distinctID), set: flags.Properties{}, setOnce: flags.Properties{}}
+	if old, ok := s.overlays.Get(key); ok && old.projectID == projectID && old.distinctID == distinctID {
+		for k, v := range old.set {
+			ov.set[k] = v
+		}
+		for k, v := range old.setOnce {
+			ov.setOnce[k] = v
+		}
+		ov.unset = append(ov.unset, old.unset...)
+	}
+	for k, v := range setOnce {
+		if _, ok := ov.setOnce[k]; !ok {
+			ov.setOnce[k] = v
+		}
+	}
+	for k, v := range set {
+		ov.set[k] = v
+		ov.unset = slices.DeleteFunc(ov.unset, func(u string) bool { return u == k })
+	}
+	for _, k := range unset {
+		delete(ov.set, k)
+		delete(ov.setOnce, k)
+		ov.unset = append(ov.unset, k)
+	}
+	s.overlays.Set(key, ov)
+	if p, ok := s.persons.Get(key); ok && p.projectID == projectID && p.distinctID == distinctID {
+		s.persons.Set(key, ov.apply(p))
+	}
+	s.overlays.Wait()
+	s.persons.Wait()
+}
+
+// apply returns a copy of p with the overlay's changes.
+func (ov *overlay) apply(p *Person) *Person {
+	out := *p
+	out.Found = true
+	out.Properties = make(flags.Properties, len(p.Properties)+len(ov.set)+len(ov.setOnce))
+	for k, v := range p.Properties {
+		out.Properties[k] = v
+	}
+	for k, v := range ov.setOnce {
+		if _, ok := out.Properties[k]; !ok {
+			out.Properties[k] = v
+		}
+	}
+	for k, v := range ov.set {
+		out.Properties[k] = v
+	}
+	for _, k := range ov.unset {
+		delete(out.Properties, k)
+	}
+	return &out
 }
 
 // SetHashKeyOverrides records hashKey for flagKeys (first write wins) and returns the

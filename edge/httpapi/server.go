@@ -1,6 +1,6 @@
 // Package httpapi is the edge's HTTP surface on fasthttp: routing, CORS, health, readiness
 // and metrics, the SDK flag definitions and remote configuration, and the mounting of the
-// /decide and /flags handlers.
+// /decide, /flags and capture handlers.
 package httpapi
 
 import (
@@ -16,6 +16,7 @@ import (
 	"github.com/valyala/fasthttp"
 	"github.com/valyala/fasthttp/fasthttpadaptor"
 
+	"github.com/flagedge/flagedge/edge/capture"
 	"github.com/flagedge/flagedge/edge/decide"
 	"github.com/flagedge/flagedge/edge/state"
 )
@@ -24,6 +25,7 @@ import (
 type Config struct {
 	State    *state.Holder
 	Decide   *decide.Handler
+	Capture  *capture.Handler
 	Logger   *slog.Logger
 	Registry *prometheus.Registry
 }
@@ -65,6 +67,9 @@ func New(cfg Config) *Server {
 	s.handle([]string{"GET", "POST"}, "flags", []string{"/flags"}, func(ctx *fasthttp.RequestCtx) { cfg.Decide.Serve(ctx, decide.Flags) })
 	s.handle([]string{"GET"}, "definitions", []string{"/flags/definitions", "/api/feature_flag/local_evaluation"}, s.handleDefinitions)
 	s.handle([]string{"GET"}, "remote_config", []string{"/api/projects/{project}/feature_flags/{key}/remote_config"}, s.handleRemoteConfig)
+	s.handle([]string{"GET", "POST"}, "capture", []string{"/capture", "/batch", "/e", "/i/v0/e", "/track"},
+		func(ctx *fasthttp.RequestCtx) { cfg.Capture.Serve(ctx, false) })
+	s.handle([]string{"GET", "POST"}, "engage", []string{"/engage"}, func(ctx *fasthttp.RequestCtx) { cfg.Capture.Serve(ctx, true) })
 	s.handle([]string{"GET"}, "array_config", []string{"/array/{token}/config"}, s.handleArrayConfig)
 	s.handle([]string{"GET"}, "array_config_js", []string{"/array/{token}/config.js"}, s.handleArrayConfigJS)
 

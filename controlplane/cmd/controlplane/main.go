@@ -246,13 +246,16 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 		Projects:  postgres.NewProjectService(db),
 		Flags:     postgres.NewFlagService(db),
 		Activity:  postgres.NewActivityService(db),
+		Capture:   postgres.NewCaptureReader(db),
 		Ready:     db.Ping,
 		PublicURL: cfg.PublicURL,
 		Logger:    logger,
 		Registry:  reg,
 	})
-	syncServer := sync.NewServer(postgres.NewSnapshotStore(db), postgres.NewPersonStore(db), logger, reg)
+	syncServer := sync.NewServer(postgres.NewSnapshotStore(db), postgres.NewPersonStore(db), postgres.NewEventStore(db, logger), logger, reg)
 	grpcServer := grpc.NewServer(
+		// Ingest calls carry up to a few MiB of events; allow a whole 20 MB capture batch.
+		grpc.MaxRecvMsgSize(64<<20),
 		// Edges keep one Watch stream open for good: keepalives find dead peers behind NATs.
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),

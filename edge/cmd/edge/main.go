@@ -1,5 +1,6 @@
 // Command edge serves flagedge's public endpoints close to users: /decide and /flags from an
-// in-memory snapshot pushed by the control plane, and the SDKs' flag definitions.
+// in-memory snapshot pushed by the control plane, the SDKs' flag definitions, and capture
+// into a durable spool forwarded to the control plane.
 package main
 
 import (
@@ -12,6 +13,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"syscall"
 	"time"
 
@@ -24,9 +26,11 @@ import (
 	"google.golang.org/grpc/keepalive"
 
 	"github.com/flagedge/flagedge/edge/cache"
+	"github.com/flagedge/flagedge/edge/capture"
 	"github.com/flagedge/flagedge/edge/decide"
 	"github.com/flagedge/flagedge/edge/geo"
 	"github.com/flagedge/flagedge/edge/httpapi"
+	"github.com/flagedge/flagedge/edge/spool"
 	"github.com/flagedge/flagedge/edge/state"
 	"github.com/flagedge/flagedge/geoip"
 	"github.com/flagedge/flagedge/shared/syncpb"
@@ -50,6 +54,8 @@ type config struct {
 	GeoIPDB         string
 	EdgeID          string
 	LookupTimeout   time.Duration
+	SpoolFsync      string
+	SpoolQuota      int64
 	LogLevel        string
 	ShutdownTimeout time.Duration
 }
@@ -72,6 +78,8 @@ func parseConfig(args []string, stderr io.Writer) (*config, error) {
 	fs.StringVar(&cfg.GeoIPDB, "geoip-db", envOr("FLAGEDGE_GEOIP_DB", ""), "MaxMind City database; without it no $geoip_* properties (env FLAGEDGE_GEOIP_DB)")
 	fs.StringVar(&cfg.EdgeID, "edge-id", envOr("FLAGEDGE_EDGE_ID", host), "name of this edge in the control plane's logs (env FLAGEDGE_EDGE_ID)")
 	fs.DurationVar(&cfg.LookupTimeout, "lookup-timeout", decide.DefaultStoreConfig.Timeout, "longest wait for stored properties before answering the flags that need them as failed")
+	fs.StringVar(&cfg.SpoolFsync, "spool-fsync", envOr("FLAGEDGE_SPOOL_FSYNC", "10ms"), "when captured events are fsynced: always, never, or an interval such as 10ms (env FLAGEDGE_SPOOL_FSYNC)")
+	fs.Int64Var(&cfg.SpoolQuota, "spool-quota", 1<<30, "most bytes the capture spool may hold; beyond it capture answers 503")
 	fs.StringVar(&cfg.LogLevel, "log-level", envOr("FLAGEDGE_LOG_LEVEL", "info"), "debug, info, warn or error (env FLAGEDGE_LOG_LEVEL)")
 	// Decide requests take microseconds; 15 s drains any in-flight request and is bounded.
 	fs.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", 15*time.Second, "how long a graceful shutdown may take")
@@ -85,6 +93,12 @@ func parseConfig(args []string, stderr io.Writer) (*config, error) {
 	}
 	if cfg.LookupTimeout <= 0 {
 		return nil, errors.New("--lookup-timeout must be positive")
+	}
+	if cfg.DataDir == "" {
+		return nil, errors.New("--data-dir is required: it holds the snapshot copy and the capture spool")
+	}
+	if _, _, err := spool.ParseSyncPolicy(cfg.SpoolFsync); err != nil {
+		return nil, fmt.Errorf("--spool-fsync: %w", err)
 	}
 	return cfg, nil
 }
@@ -106,14 +120,19 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	cacheMetrics := cache.NewMetrics(reg)
 
-	holder := state.NewHolder(cfg.DataDir, log, reg)
-	if cfg.DataDir != "" {
-		n, err := holder.Load()
-		if err != nil {
-			log.Error("some snapshots on disk could not be loaded", "err", err)
-		}
-		log.Info("loaded snapshots from disk", "projects", n, "dir", cfg.DataDir)
+	holder := state.NewHolder(filepath.Join(cfg.DataDir, "snapshots"), log, reg)
+	n, err := holder.Load()
+	if err != nil {
+		log.Error("some snapshots on disk could not be loaded", "err", err)
 	}
+	log.Info("loaded snapshots from disk", "projects", n, "dir", cfg.DataDir)
+	policy, interval, _ := spool.ParseSyncPolicy(cfg.SpoolFsync)
+	sp, err := spool.Open(spool.Options{Dir: filepath.Join(cfg.DataDir, "spool"), QuotaBytes: cfg.SpoolQuota,
+		Sync: policy, SyncInterval: interval, Registry: reg})
+	if err != nil {
+		return err
+	}
+	defer sp.Close()
 
 	var locator *geo.Locator
 	if cfg.GeoIPDB != "" {
@@ -150,9 +169,11 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	api := httpapi.New(httpapi.Config{
 		State:    holder,
 		Decide:   decide.NewHandler(holder, store, locator, log, reg),
+		Capture:  capture.NewHandler(holder, sp, locator, store, log, reg),
 		Logger:   log,
 		Registry: reg,
 	})
+	forwarder := capture.NewForwarder(sp, client, cfg.EdgeID, log, reg)
 	srv := &fasthttp.Server{
 		Handler: api.Handler(), Name: "flagedge-edge",
 		// Bounds on slow or idle clients; batch capture bodies may be up to 20 MB.
@@ -166,11 +187,16 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	log.Info("edge listening", "http_addr", ln.Addr().String(), "control_plane", cfg.ControlPlane, "edge_id", cfg.EdgeID)
 
-	watchCtx, stopWatch := context.WithCancel(context.Background())
-	defer stopWatch()
+	// The watch and the forwarder outlive the HTTP server during shutdown: they stop last.
+	background, stopBackground := context.WithCancel(context.Background())
+	defer stopBackground()
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error {
-		state.Watch(watchCtx, client, holder, cfg.EdgeID, log)
+		state.Watch(background, client, holder, cfg.EdgeID, log)
+		return nil
+	})
+	g.Go(func() error {
+		forwarder.Run(background)
 		return nil
 	})
 	g.Go(func() error { return srv.Serve(ln) })
@@ -181,7 +207,11 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		shutdownCtx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
 		defer cancel()
 		err := srv.ShutdownWithContext(shutdownCtx)
-		stopWatch()
+		// Every acknowledged event is in the spool; make it durable before exiting.
+		if cerr := sp.Close(); cerr != nil {
+			err = errors.Join(err, cerr)
+		}
+		stopBackground()
 		return err
 	})
 	return g.Wait()

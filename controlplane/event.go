@@ -1,0 +1,88 @@
+package controlplane
+
+import (
+	"context"
+	"encoding/json"
+	"time"
+)
+
+// Event is a captured event as stored.
+type Event struct {
+	UUID       string
+	ProjectID  int64
+	Name       string
+	DistinctID string
+	Properties json.RawMessage
+	Timestamp  time.Time
+	ReceivedAt time.Time
+}
+
+// EventBatch is the events of one project that arrived together.
+type EventBatch struct {
+	ProjectID           int64
+	Events              []Event
+	HistoricalMigration bool
+}
+
+// IngestResult counts what an ingestion stored.
+type IngestResult struct {
+	Stored, Duplicates int
+}
+
+// EventStore stores captured events and applies them to persons and groups.
+type EventStore interface {
+	// Ingest stores the events (each uuid once per project) in one transaction and applies
+	// the newly stored ones to persons and groups in order.
+	Ingest(ctx context.Context, batches []EventBatch) (IngestResult, error)
+}
+
+// Person is a person as the read API shows it.
+type Person struct {
+	ID          int64
+	UUID        string
+	DistinctIDs []string
+	Properties  json.RawMessage
+	CreatedAt   time.Time
+}
+
+// Group is a group as the read API shows it.
+type Group struct {
+	TypeIndex  int
+	Key        string
+	Properties json.RawMessage
+	CreatedAt  time.Time
+}
+
+// EventFilter selects events of a project, newest first.
+type EventFilter struct {
+	ProjectID     int64
+	Event         string
+	DistinctID    string
+	After, Before *time.Time
+	Limit, Offset int
+}
+
+// PersonFilter selects persons of a project.
+type PersonFilter struct {
+	ProjectID     int64
+	DistinctID    string
+	Search        string // in properties (email, name) and distinct ids
+	Limit, Offset int
+}
+
+// GroupFilter selects groups of a project.
+type GroupFilter struct {
+	ProjectID     int64
+	TypeIndex     *int
+	Search        string
+	Limit, Offset int
+}
+
+// CaptureReader reads what capture stored.
+type CaptureReader interface {
+	FindEvents(ctx context.Context, f EventFilter) ([]*Event, int, error)
+	FindEventByUUID(ctx context.Context, projectID int64, uuid string) (*Event, error)
+	FindPersons(ctx context.Context, f PersonFilter) ([]*Person, int, error)
+	FindPersonByID(ctx context.Context, projectID, id int64) (*Person, error)
+	FindGroups(ctx context.Context, f GroupFilter) ([]*Group, int, error)
+}

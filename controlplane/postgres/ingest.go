@@ -1,0 +1,368 @@
+package postgres
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"slices"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/flagedge/flagedge/controlplane"
+	"github.com/flagedge/flagedge/controlplane/ingest"
+)
+
+// EventStore stores captured events and applies them to persons and groups.
+type EventStore struct {
+	db  *DB
+	log *slog.Logger
+}
+
+var _ controlplane.EventStore = (*EventStore)(nil)
+
+// NewEventStore returns an EventStore on db.
+func NewEventStore(db *DB, log *slog.Logger) *EventStore { return &EventStore{db: db, log: log} }
+
+// ingestLockClass is the first key of the per-project advisory lock that serialises
+// ingestion of one project (across control-plane replicas), so person merges never race.
+const ingestLockClass = 7200001
+
+// Ingest stores the batches in one transaction.
+func (s *EventStore) Ingest(ctx context.Context, batches []controlplane.EventBatch) (controlplane.IngestResult, error) {
+	byProject := map[int64][]controlplane.Event{}
+	for _, b := range batches {
+		byProject[b.ProjectID] = append(byProject[b.ProjectID], b.Events...)
+	}
+	projects := make([]int64, 0, len(byProject))
+	for id := range byProject {
+		projects = append(projects, id)
+	}
+	slices.Sort(projects) // lock in a fixed order: no deadlock between concurrent batches
+	var res controlplane.IngestResult
+	err := s.db.inTx(ctx, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `CREATE TEMP TABLE IF NOT EXISTS ingest_events (project_id bigint, uuid uuid, event text,
+			distinct_id text, properties jsonb, timestamp timestamptz, created_at timestamptz) ON COMMIT DELETE ROWS`); err != nil {
+			return err
+		}
+		for _, projectID := range projects {
+			stored, dups, err := s.ingestProject(ctx, tx, projectID, byProject[projectID])
+			if err != nil {
+				return fmt.Errorf("project %d: %w", projectID, err)
+			}
+			res.Stored += stored
+			res.Duplicates += dups
+		}
+		return nil
+	})
+	if err != nil {
+		return controlplane.IngestResult{}, fmt.Errorf("ingest: %w", err)
+	}
+	return res, nil
+}
+
+func (s *EventStore) ingestProject(ctx context.Context, tx pgx.Tx, projectID int64, events []controlplane.Event) (int, int, error) {
+	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1, $2::int)`, ingestLockClass, projectID); err != nil {
+		return 0, 0, err
+	}
+	if _, err := tx.Exec(ctx, `TRUNCATE ingest_events`); err != nil {
+		return 0, 0, err
+	}
+	_, err := tx.CopyFrom(ctx, pgx.Identifier{"ingest_events"},
+		[]string{"project_id", "uuid", "event", "distinct_id", "properties", "timestamp", "created_at"},
+		pgx.CopyFromSlice(len(events), func(i int) ([]any, error) {
+			e := &events[i]
+			return []any{projectID, e.UUID, e.Name, e.DistinctID, []byte(e.Properties), e.Timestamp, e.ReceivedAt}, nil
+		}))
+	if err != nil {
+		return 0, 0, fmt.Errorf("copy events: %w", err)
+	}
+	rows, err := tx.Query(ctx, `INSERT INTO events (project_id, uuid, event, distinct_id, properties, timestamp, created_at)
+		SELECT DISTINCT ON (uuid) project_id, uuid, event, distinct_id, properties, timestamp, created_at FROM ingest_events
+		ON CONFLICT (project_id, uuid) DO NOTHING RETURNING uuid::text`)
+	if err != nil {
+		return 0, 0, fmt.Errorf("insert events: %w", err)
+	}
+	inserted, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return 0, 0, fmt.Errorf("insert events: %w", err)
+	}
+	isNew := make(map[string]bool, len(inserted))
+	for _, u := range inserted {
+		isNew[u] = true
+	}
+	var fresh []controlplane.Event
+	for _, e := range events {
+		if isNew[e.UUID] {
+			fresh = append(fresh, e)
+			delete(isNew, e.UUID) // a uuid repeated within the batch applies once
+		}
+	}
+	if err := ensurePersons(ctx, tx, projectID, fresh); err != nil {
+		return 0, 0, err
+	}
+	var special []ingest.Event
+	for _, e := range fresh {
+		ie := ingest.Event{Name: e.Name, DistinctID: e.DistinctID, Properties: e.Properties}
+		if ingest.NeedsState(ie) {
+			special = append(special, ie)
+		}
+	}
+	if len(special) > 0 {
+		if err := s.applyState(ctx, tx, projectID, special); err != nil {
+			return 0, 0, err
+		}
+	}
+	return len(inserted), len(events) - len(inserted), nil
+}
+
+// ensurePersons gives every distinct id of the events a person, creating the missing ones
+// in one statement.
+func ensurePersons(ctx context.Context, tx pgx.Tx, projectID int64, events []controlplane.Event) error {
+	if len(events) == 0 {
+		return nil
+	}
+	ids := make([]string, len(events))
+	for i, e := range events {
+		ids[i] = e.DistinctID
+	}
+	_, err := tx.Exec(ctx, `
+		WITH wanted AS (SELECT DISTINCT unnest($2::text[]) AS d),
+		missing AS (SELECT d, nextval(pg_get_serial_sequence('persons', 'id')) AS id FROM wanted w
+			WHERE NOT EXISTS (SELECT 1 FROM person_distinct_ids x WHERE x.project_id = $1 AND x.distinct_id = w.d)),
+		created AS (INSERT INTO persons (id, project_id) SELECT id, $1 FROM missing)
+		INSERT INTO person_distinct_ids (project_id, distinct_id, person_id) SELECT $1, d, id FROM missing`, projectID, ids)
+	if err != nil {
+		return fmt.Errorf("ensure persons: %w", err)
+	}
+	return nil
+}
+
+// applyState loads the persons and groups the events touch, applies the events in order and
+// writes the changes back.
+func (s *EventStore) applyState(ctx context.Context, tx pgx.Tx, projectID int64, events []ingest.Event) error {
+	view := ingest.NewView()
+	var ids []string
+	var groupRefs []ingest.GroupRef
+	for _, e := range events {
+		d, g := ingest.Refs(e)
+		ids = append(ids, d...)
+		groupRefs = append(groupRefs, g...)
+	}
+	loaded, err := loadPersons(ctx, tx, projectID, ids, view)
+	if err != nil {
+		return err
+	}
+	if err := loadGroups(ctx, tx, projectID, groupRefs, view); err != nil {
+		return err
+	}
+	for _, e := range events {
+		view.Apply(e)
+	}
+	if view.Ignored > 0 {
+		s.log.Warn("group identify ignored: the project has 5 group types already", "project", projectID, "events", view.Ignored)
+	}
+	return writeState(ctx, tx, projectID, view, loaded)
+}
+
+// loadPersons fills the view with the persons behind ids and all their distinct ids, and
+// returns the stored mapping of distinct ids to person ids.
+func loadPersons(ctx context.Context, tx pgx.Tx, projectID int64, ids []string, view *ingest.View) (map[string]int64, error) {
+	rows, err := tx.Query(ctx, `
+		SELECT p.id, p.properties, p.is_identified FROM persons p
+		WHERE p.id IN (SELECT person_id FROM person_distinct_ids WHERE project_id = $1 AND distinct_id = ANY($2))`, projectID, ids)
+	if err != nil {
+		return nil, fmt.Errorf("load persons: %w", err)
+	}
+	persons := map[int64]*ingest.Person{}
+	var personIDs []int64
+	for rows.Next() {
+		p := &ingest.Person{}
+		var props []byte
+		if err := rows.Scan(&p.ID, &props, &p.Identified); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("load persons: %w", err)
+		}
+		if err := json.Unmarshal(props, &p.Properties); err != nil || p.Properties == nil {
+			p.Properties = map[string]any{}
+		}
+		persons[p.ID] = p
+		personIDs = append(personIDs, p.ID)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("load persons: %w", err)
+	}
+	loaded := map[string]int64{}
+	rows, err = tx.Query(ctx, `SELECT distinct_id, person_id FROM person_distinct_ids WHERE project_id = $1 AND person_id = ANY($2)`,
+		projectID, personIDs)
+	if err != nil {
+		return nil, fmt.Errorf("load distinct ids: %w", err)
+	}
+	for rows.Next() {
+		var d string
+		var id int64
+		if err := rows.Scan(&d, &id); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("load distinct ids: %w", err)
+		}
+		loaded[d] = id
+		view.ByDistinctID[d] = persons[id]
+		persons[id].DistinctIDs = append(persons[id].DistinctIDs, d)
+	}
+	return loaded, rows.Err()
+}
+
+func loadGroups(ctx context.Context, tx pgx.Tx, projectID int64, refs []ingest.GroupRef, view *ingest.View) error {
+	rows, err := tx.Query(ctx, `SELECT group_type, group_type_index FROM group_type_mappings WHERE project_id = $1`, projectID)
+	if err != nil {
+		return fmt.Errorf("load group types: %w", err)
+	}
+	for rows.Next() {
+		var name string
+		var index int
+		if err := rows.Scan(&name, &index); err != nil {
+			rows.Close()
+			return err
+		}
+		view.GroupTypes[name] = index
+	}
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	var indexes []int32
+	var keys []string
+	for _, r := range refs {
+		if index, ok := view.GroupTypes[r.Type]; ok {
+			indexes, keys = append(indexes, int32(index)), append(keys, r.Key)
+		}
+	}
+	if len(keys) == 0 {
+		return nil
+	}
+	rows, err = tx.Query(ctx, `SELECT g.group_type_index, g.group_key, g.properties FROM groups g
+		JOIN unnest($2::int[], $3::text[]) AS want(idx, key) ON g.group_type_index = want.idx AND g.group_key = want.key
+		WHERE g.project_id = $1`, projectID, indexes, keys)
+	if err != nil {
+		return fmt.Errorf("load groups: %w", err)
+	}
+	for rows.Next() {
+		var k ingest.GroupKey
+		var props []byte
+		if err := rows.Scan(&k.TypeIndex, &k.Key, &props); err != nil {
+			rows.Close()
+			return err
+		}
+		g := &ingest.Group{Exists: true}
+		if err := json.Unmarshal(props, &g.Properties); err != nil || g.Properties == nil {
+			g.Properties = map[string]any{}
+		}
+		view.Groups[k] = g
+	}
+	return rows.Err()
+}
+
+// writeState writes the view's changes: new persons, distinct ids that moved, merged persons
+// (their cohorts and overrides moving to the survivor), properties, groups and group types.
+func writeState(ctx context.Context, tx pgx.Tx, projectID int64, view *ingest.View, loaded map[string]int64) error {
+	resolve := func(p *ingest.Person) *ingest.Person {
+		for p.MergedInto != nil {
+			p = p.MergedInto
+		}
+		return p
+	}
+	seen := map[*ingest.Person]bool{}
+	var all []*ingest.Person
+	for _, p := range view.ByDistinctID {
+		if !seen[p] {
+			seen[p] = true
+			all = append(all, p)
+		}
+	}
+	for _, p := range all {
+		if p.ID == 0 && p.MergedInto == nil {
+			if err := tx.QueryRow(ctx, `INSERT INTO persons (project_id) VALUES ($1) RETURNING id`, projectID).Scan(&p.ID); err != nil {
+				return fmt.Errorf("create person: %w", err)
+			}
+		}
+	}
+	var moveIDs []string
+	var movePersons []int64
+	for d, p := range view.ByDistinctID {
+		survivor := resolve(p)
+		if loaded[d] != survivor.ID {
+			moveIDs, movePersons = append(moveIDs, d), append(movePersons, survivor.ID)
+		}
+	}
+	for _, p := range view.Merged {
+		if p.ID == 0 {
+			continue // never stored
+		}
+		into := resolve(p).ID
+		for _, sql := range []string{
+			`INSERT INTO cohort_people (cohort_id, person_id) SELECT cohort_id, $2 FROM cohort_people WHERE person_id = $1 ON CONFLICT DO NOTHING`,
+			`INSERT INTO hash_key_overrides (project_id, person_id, feature_flag_key, hash_key)
+				SELECT project_id, $2, feature_flag_key, hash_key FROM hash_key_overrides WHERE person_id = $1 ON CONFLICT DO NOTHING`,
+			`UPDATE person_distinct_ids SET person_id = $2 WHERE person_id = $1`,
+		} {
+			if _, err := tx.Exec(ctx, sql, p.ID, into); err != nil {
+				return fmt.Errorf("merge persons: %w", err)
+			}
+		}
+		if _, err := tx.Exec(ctx, `DELETE FROM persons WHERE id = $1`, p.ID); err != nil {
+			return fmt.Errorf("merge persons: %w", err)
+		}
+	}
+	if len(moveIDs) > 0 {
+		if _, err := tx.Exec(ctx, `INSERT INTO person_distinct_ids (project_id, distinct_id, person_id)
+			SELECT $1, d, p FROM unnest($2::text[], $3::bigint[]) AS m(d, p)
+			ON CONFLICT (project_id, distinct_id) DO UPDATE SET person_id = EXCLUDED.person_id`, projectID, moveIDs, movePersons); err != nil {
+			return fmt.Errorf("assign distinct ids: %w", err)
+		}
+	}
+	var ids []int64
+	var props [][]byte
+	var identified []bool
+	for _, p := range all {
+		if p.MergedInto != nil || !p.Dirty {
+			continue
+		}
+		raw, err := json.Marshal(p.Properties)
+		if err != nil {
+			return err
+		}
+		ids, props, identified = append(ids, p.ID), append(props, raw), append(identified, p.Identified)
+	}
+	if len(ids) > 0 {
+		if _, err := tx.Exec(ctx, `UPDATE persons SET properties = u.props, is_identified = u.ident, updated_at = now()
+			FROM unnest($1::bigint[], $2::jsonb[], $3::bool[]) AS u(id, props, ident) WHERE persons.id = u.id`,
+			ids, props, identified); err != nil {
+			return fmt.Errorf("update persons: %w", err)
+		}
+	}
+	if len(view.NewGroupTypes) > 0 {
+		for _, name := range view.NewGroupTypes {
+			if _, err := tx.Exec(ctx, `INSERT INTO group_type_mappings (project_id, group_type, group_type_index) VALUES ($1, $2, $3)`,
+				projectID, name, view.GroupTypes[name]); err != nil {
+				return fmt.Errorf("add group type: %w", err)
+			}
+		}
+		if err := bumpSnapshot(ctx, tx, projectID); err != nil {
+			return err
+		}
+	}
+	for k, g := range view.Groups {
+		if !g.Dirty {
+			continue
+		}
+		raw, err := json.Marshal(g.Properties)
+		if err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO groups (project_id, group_type_index, group_key, properties) VALUES ($1, $2, $3, $4)
+			ON CONFLICT (project_id, group_type_index, group_key) DO UPDATE SET properties = EXCLUDED.properties, updated_at = now()`,
+			projectID, k.TypeIndex, k.Key, raw); err != nil {
+			return fmt.Errorf("upsert group: %w", err)
+		}
+	}
+	return nil
+}
