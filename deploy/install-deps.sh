@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what a fresh machine lacks to build, run and test flagedge: the PostgreSQL server
-# binaries (tests and `make run` start throwaway clusters with them).
+# binaries (tests and `make run` start throwaway clusters with them) and Node.js with npm (the
+# end-to-end tests run the official posthog-node SDK).
 set -euo pipefail
 
 need_pg() {
@@ -18,6 +19,11 @@ if need_pg; then
   echo "install-deps: installing postgresql-15" >&2
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq postgresql-15 >/dev/null
+fi
+if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
+  echo "install-deps: installing nodejs and npm" >&2
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq nodejs npm >/dev/null
 fi
 if [ "$(id -u)" -eq 0 ] && ! id postgres >/dev/null 2>&1; then
   useradd --system --home /var/lib/postgresql --shell /bin/bash postgres
