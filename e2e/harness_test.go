@@ -8,7 +8,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -125,14 +124,27 @@ func (p *process) kill() {
 	<-p.done
 }
 
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+// listening waits for the process's "… listening" log line and returns its fields: the
+// binaries are started on port 0 and say which addresses they bound, so no port is ever
+// picked and then lost to another process.
+func (p *process) listening(msg string) map[string]any {
+	p.t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) {
+		for _, line := range strings.Split(p.logs.String(), "\n") {
+			var entry map[string]any
+			if json.Unmarshal([]byte(line), &entry) == nil && entry["msg"] == msg {
+				return entry
+			}
+		}
+		select {
+		case <-p.done:
+			p.t.Fatalf("%s exited before listening:\n%s", p.name, p.logs.String())
+		case <-time.After(10 * time.Millisecond):
+		}
 	}
-	defer ln.Close()
-	return ln.Addr().String()
+	p.t.Fatalf("%s did not log %q", p.name, msg)
+	return nil
 }
 
 // stack is a control plane with its database and bootstrapped project.
@@ -149,7 +161,7 @@ type stack struct {
 
 func newStack(t *testing.T) *stack {
 	t.Helper()
-	s := &stack{t: t, dbURL: pgtest.NewDatabase(t), httpAddr: freeAddr(t), grpcAddr: freeAddr(t), geoipDB: geoiptest.MustWrite(t)}
+	s := &stack{t: t, dbURL: pgtest.NewDatabase(t), httpAddr: "127.0.0.1:0", grpcAddr: "127.0.0.1:0", geoipDB: geoiptest.MustWrite(t)}
 	out, err := exec.Command(binaries.controlplane, "bootstrap", "--database-url", s.dbURL, "--email", "ops@example.com").Output()
 	if err != nil {
 		t.Fatalf("bootstrap: %v", err)
@@ -168,10 +180,14 @@ func newStack(t *testing.T) *stack {
 	return s
 }
 
+// startControlPlane starts the control plane: on new ports the first time, on the same ones
+// after a stop (edges reconnect to its address).
 func (s *stack) startControlPlane() {
 	s.t.Helper()
 	s.cp = start(s.t, "controlplane", binaries.controlplane, "serve", "--database-url", s.dbURL,
-		"--http-addr", s.httpAddr, "--grpc-addr", s.grpcAddr, "--log-level", "warn")
+		"--http-addr", s.httpAddr, "--grpc-addr", s.grpcAddr, "--log-level", "info")
+	addrs := s.cp.listening("control plane listening")
+	s.httpAddr, s.grpcAddr = addrs["http_addr"].(string), addrs["grpc_addr"].(string)
 	waitFor(s.t, "control plane ready", func() bool { return status("http://"+s.httpAddr+"/_ready") == 200 })
 }
 
@@ -189,10 +205,11 @@ func (s *stack) startEdge(name, dataDir string, waitReady bool) *edge {
 	if dataDir == "" {
 		dataDir = s.t.TempDir()
 	}
-	addr := freeAddr(s.t)
-	e := &edge{addr: addr, url: "http://" + addr, dataDir: dataDir}
-	e.process = start(s.t, name, binaries.edge, "--http-addr", addr, "--control-plane", s.grpcAddr,
-		"--data-dir", dataDir, "--geoip-db", s.geoipDB, "--edge-id", name, "--log-level", "warn")
+	e := &edge{dataDir: dataDir}
+	e.process = start(s.t, name, binaries.edge, "--http-addr", "127.0.0.1:0", "--control-plane", s.grpcAddr,
+		"--data-dir", dataDir, "--geoip-db", s.geoipDB, "--edge-id", name, "--log-level", "info")
+	e.addr = e.listening("edge listening")["http_addr"].(string)
+	e.url = "http://" + e.addr
 	if waitReady {
 		waitFor(s.t, name+" ready", func() bool { return status(e.url+"/_ready") == 200 })
 	}
