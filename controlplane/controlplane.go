@@ -77,6 +77,10 @@ const (
 	ScopeActivityLogRead Scope = "activity_log:read"
 	ScopeProjectRead     Scope = "project:read"
 	ScopeProjectWrite    Scope = "project:write"
+	ScopeAnnotationRead  Scope = "annotation:read"
+	ScopeAnnotationWrite Scope = "annotation:write"
+	ScopeRoleRead        Scope = "role:read"
+	ScopeRoleWrite       Scope = "role:write"
 	ScopeEventRead       Scope = "event:read"
 	ScopePersonRead      Scope = "person:read"
 )

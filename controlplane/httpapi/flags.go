@@ -16,9 +16,17 @@ func (s *Server) handleListFlags(w http.ResponseWriter, r *http.Request, c *call
 	if err != nil {
 		return err
 	}
+	ids := make([]int64, len(list))
+	for i, f := range list {
+		ids[i] = f.ID
+	}
+	editable, err := s.cfg.Roles.EditableFlags(r.Context(), &c.key.User, ids)
+	if err != nil {
+		return err
+	}
 	out := make([]flagJSON, len(list))
 	for i, f := range list {
-		out[i] = newFlagJSON(f, s.canEdit(c, f))
+		out[i] = newFlagJSON(f, editable[f.ID])
 	}
 	writeJSON(w, http.StatusOK, s.newPage(r, total, limit, offset, out))
 	return nil
@@ -33,8 +41,7 @@ func (s *Server) handleCreateFlag(w http.ResponseWriter, r *http.Request, c *cal
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusCreated, newFlagJSON(f, s.canEdit(c, f)))
-	return nil
+	return s.writeFlag(w, r, c, f, http.StatusCreated)
 }
 
 func (s *Server) handleGetFlag(w http.ResponseWriter, r *http.Request, c *call) error {
@@ -42,17 +49,13 @@ func (s *Server) handleGetFlag(w http.ResponseWriter, r *http.Request, c *call) 
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, newFlagJSON(f, s.canEdit(c, f)))
-	return nil
+	return s.writeFlag(w, r, c, f, http.StatusOK)
 }
 
 func (s *Server) handlePatchFlag(w http.ResponseWriter, r *http.Request, c *call) error {
-	f, err := s.flagFromPath(r, c)
+	f, err := s.editableFlag(r, c)
 	if err != nil {
 		return err
-	}
-	if !s.canEdit(c, f) {
-		return controlplane.ErrPermissionDenied
 	}
 	upd, err := decodeFlagUpdate(w, r)
 	if err != nil {
@@ -62,8 +65,7 @@ func (s *Server) handlePatchFlag(w http.ResponseWriter, r *http.Request, c *call
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, newFlagJSON(f, s.canEdit(c, f)))
-	return nil
+	return s.writeFlag(w, r, c, f, http.StatusOK)
 }
 
 // flagFromPath loads the flag named by the path's id within the call's project.
@@ -75,10 +77,38 @@ func (s *Server) flagFromPath(r *http.Request, c *call) (*controlplane.Flag, err
 	return s.cfg.Flags.FindFlagByID(r.Context(), c.project.ID, id)
 }
 
-// canEdit reports whether the caller may modify the flag. Flags carry no role access
-// restrictions yet, so every caller with write access may.
-func (s *Server) canEdit(c *call, f *controlplane.Flag) bool {
-	return true
+// flagJSON renders a flag with can_edit for the caller.
+func (s *Server) flagJSON(r *http.Request, c *call, f *controlplane.Flag) (flagJSON, error) {
+	editable, err := s.cfg.Roles.EditableFlags(r.Context(), &c.key.User, []int64{f.ID})
+	if err != nil {
+		return flagJSON{}, err
+	}
+	return newFlagJSON(f, editable[f.ID]), nil
+}
+
+func (s *Server) writeFlag(w http.ResponseWriter, r *http.Request, c *call, f *controlplane.Flag, status int) error {
+	out, err := s.flagJSON(r, c, f)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, status, out)
+	return nil
+}
+
+// editableFlag loads the path's flag and checks the caller may change it (role access).
+func (s *Server) editableFlag(r *http.Request, c *call) (*controlplane.Flag, error) {
+	f, err := s.flagFromPath(r, c)
+	if err != nil {
+		return nil, err
+	}
+	editable, err := s.cfg.Roles.EditableFlags(r.Context(), &c.key.User, []int64{f.ID})
+	if err != nil {
+		return nil, err
+	}
+	if !editable[f.ID] {
+		return nil, controlplane.ErrPermissionDenied
+	}
+	return f, nil
 }
 
 // decodeFlagUpdate reads the writable flag fields of the body; read-only and unknown fields

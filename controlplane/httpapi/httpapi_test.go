@@ -47,7 +47,8 @@ func newEnv(t *testing.T) *env {
 	}
 	api := httpapi.New(httpapi.Config{
 		Auth: postgres.NewAuthService(db), Projects: postgres.NewProjectService(db),
-		Flags: postgres.NewFlagService(db), Activity: postgres.NewActivityService(db),
+		Flags: postgres.NewFlagService(db), Activity: postgres.NewActivityService(db), Capture: postgres.NewCaptureReader(db),
+		Annotations: postgres.NewAnnotationService(db), Roles: postgres.NewRoleService(db),
 		Ready: db.Ping, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})
 	srv := httptest.NewServer(api)
@@ -144,4 +145,22 @@ func wantError(t *testing.T, r response, status int, typ, code string, attr any)
 	if d, _ := r.body["detail"].(string); d == "" {
 		t.Errorf("error body without detail: %s", r.raw)
 	}
+}
+
+// mustUser adds a user to the admin's organisation and returns a key with scope * for it.
+func (e *env) mustUser(email string, admin bool) (key, userUUID string) {
+	e.t.Helper()
+	u, err := postgres.CreateUser(context.Background(), e.db, "admin@example.com", email, "", admin)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	k, err := postgres.NewAuthService(e.db).CreatePersonalKey(context.Background(), email, "test", []string{"*"}, nil)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return k.Secret, u.UUID
+}
+
+func (e *env) annotationsPath(suffix string) string {
+	return fmt.Sprintf("/api/projects/%d/annotations%s", e.project, suffix)
 }

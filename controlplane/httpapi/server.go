@@ -19,11 +19,13 @@ import (
 
 // Config holds the services and settings the API needs.
 type Config struct {
-	Auth     controlplane.AuthService
-	Projects controlplane.ProjectService
-	Flags    controlplane.FlagService
-	Activity controlplane.ActivityService
-	Capture  controlplane.CaptureReader
+	Auth        controlplane.AuthService
+	Projects    controlplane.ProjectService
+	Flags       controlplane.FlagService
+	Activity    controlplane.ActivityService
+	Capture     controlplane.CaptureReader
+	Annotations controlplane.AnnotationService
+	Roles       controlplane.RoleService
 	// Ready reports whether the server can answer (its database is reachable).
 	Ready func(ctx context.Context) error
 	// PublicURL is the scheme and host used in absolute URLs (pagination); empty means the
@@ -88,6 +90,28 @@ func (s *Server) routes() {
 	s.mux.HandleFunc("DELETE "+flags+"/{id}", handleHardDelete)
 	s.mux.HandleFunc("GET "+flags+"/{id}/activity", s.withProject(controlplane.ScopeActivityLogRead, s.handleFlagActivity))
 	s.mux.HandleFunc("GET "+flags+"/activity", s.withProject(controlplane.ScopeActivityLogRead, s.handleAllFlagActivity))
+
+	s.mux.HandleFunc("GET "+flags+"/{id}/role_access", s.withProject(controlplane.ScopeFlagRead, s.handleListRoleAccess))
+	s.mux.HandleFunc("POST "+flags+"/{id}/role_access", s.withProject(controlplane.ScopeFlagWrite, s.handleCreateRoleAccess))
+	s.mux.HandleFunc("GET "+flags+"/{id}/role_access/{access_id}", s.withProject(controlplane.ScopeFlagRead, s.handleGetRoleAccess))
+	s.mux.HandleFunc("DELETE "+flags+"/{id}/role_access/{access_id}", s.withProject(controlplane.ScopeFlagWrite, s.handleDeleteRoleAccess))
+
+	const annotations = "/api/projects/{project_id}/annotations"
+	s.mux.HandleFunc("GET "+annotations, s.withProject(controlplane.ScopeAnnotationRead, s.handleListAnnotations))
+	s.mux.HandleFunc("POST "+annotations, s.withProject(controlplane.ScopeAnnotationWrite, s.handleCreateAnnotation))
+	s.mux.HandleFunc("GET "+annotations+"/{id}", s.withProject(controlplane.ScopeAnnotationRead, s.handleGetAnnotation))
+	s.mux.HandleFunc("PATCH "+annotations+"/{id}", s.withProject(controlplane.ScopeAnnotationWrite, s.handlePatchAnnotation))
+	s.mux.HandleFunc("DELETE "+annotations+"/{id}", handleHardDelete)
+
+	const roles = "/api/organizations/{org}/roles"
+	s.mux.HandleFunc("GET "+roles, s.withOrg(controlplane.ScopeRoleRead, s.handleListRoles))
+	s.mux.HandleFunc("POST "+roles, s.withOrg(controlplane.ScopeRoleWrite, s.handleCreateRole))
+	s.mux.HandleFunc("GET "+roles+"/{role}", s.withOrg(controlplane.ScopeRoleRead, s.handleGetRole))
+	s.mux.HandleFunc("PATCH "+roles+"/{role}", s.withOrg(controlplane.ScopeRoleWrite, s.handlePatchRole))
+	s.mux.HandleFunc("DELETE "+roles+"/{role}", s.withOrg(controlplane.ScopeRoleWrite, s.handleDeleteRole))
+	s.mux.HandleFunc("GET "+roles+"/{role}/role_memberships", s.withOrg(controlplane.ScopeRoleRead, s.handleListMemberships))
+	s.mux.HandleFunc("POST "+roles+"/{role}/role_memberships", s.withOrg(controlplane.ScopeRoleWrite, s.handleAddMembership))
+	s.mux.HandleFunc("DELETE "+roles+"/{role}/role_memberships/{id}", s.withOrg(controlplane.ScopeRoleWrite, s.handleRemoveMembership))
 
 	const project = "/api/projects/{project_id}"
 	s.mux.HandleFunc("GET "+project+"/events", s.withProject(controlplane.ScopeEventRead, s.handleListEvents))
@@ -194,8 +218,8 @@ func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 }
 
-// handleHardDelete answers DELETE on flags: hard deletion is not allowed, and the answer is a
-// bare 405.
+// handleHardDelete answers DELETE on flags and annotations: hard deletion is not allowed, and
+// the answer is a bare 405.
 func handleHardDelete(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusMethodNotAllowed)
 }

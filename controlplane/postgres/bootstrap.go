@@ -74,3 +74,32 @@ func Bootstrap(ctx context.Context, db *DB, email, projectName string) (*Bootstr
 	res.PersonalAPIKey = key.Secret
 	return &res, nil
 }
+
+// CreateUser adds a user with the given email to the organisation of an existing user
+// (orgOfEmail), as a member or an admin.
+func CreateUser(ctx context.Context, db *DB, orgOfEmail, email, firstName string, admin bool) (*controlplane.User, error) {
+	email = strings.TrimSpace(email)
+	if email == "" || !strings.Contains(email, "@") {
+		return nil, controlplane.FieldError("email", "invalid_input", "Enter a valid email address.")
+	}
+	role := controlplane.OrgRoleMember
+	if admin {
+		role = controlplane.OrgRoleAdmin
+	}
+	if firstName == "" {
+		firstName, _, _ = strings.Cut(email, "@")
+	}
+	var u controlplane.User
+	err := db.Pool.QueryRow(ctx, `INSERT INTO users (distinct_id, first_name, email, organization_id, org_role)
+		SELECT gen_random_uuid()::text, $2, $3, o.organization_id, $4 FROM users o WHERE o.email = $1
+		RETURNING `+strings.ReplaceAll(userColumns, "u.", ""), orgOfEmail, firstName, email, role).Scan(scanUserInto(&u)...)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return nil, controlplane.FieldError("organization_of", "invalid_input", fmt.Sprintf("No user with email %q.", orgOfEmail))
+	case isUniqueViolation(err, "users_email_key"):
+		return nil, controlplane.FieldError("email", "unique", "A user with this email exists already.")
+	case err != nil:
+		return nil, fmt.Errorf("create user: %w", err)
+	}
+	return &u, nil
+}

@@ -32,6 +32,14 @@ func (c *conditions) add(clause string, arg any) {
 	c.clauses = append(c.clauses, strings.ReplaceAll(clause, "?", fmt.Sprintf("$%d", len(c.args))))
 }
 
+// addPair adds a clause whose two "?" stand for two arguments, in order.
+func (c *conditions) addPair(clause string, a, b any) {
+	c.args = append(c.args, a)
+	clause = strings.Replace(clause, "?", fmt.Sprintf("$%d", len(c.args)), 1)
+	c.args = append(c.args, b)
+	c.clauses = append(c.clauses, strings.Replace(clause, "?", fmt.Sprintf("$%d", len(c.args)), 1))
+}
+
 func (c *conditions) where() string { return " WHERE " + strings.Join(c.clauses, " AND ") }
 
 func (c *conditions) page(limit, offset int) (string, []any) {

@@ -45,6 +45,7 @@ Commands:
                         personal key with scope *; print {"project_id", "project_api_key",
                         "personal_api_key", "secret_api_key"} as one JSON line
   keys create           issue a personal API key for a user and print it
+  users create          add a user to the organisation of an existing one; print it as JSON
 
 Run "controlplane <command> -h" for the flags of a command.
 `
@@ -79,6 +80,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return errors.New(`usage: controlplane keys create --email E --scopes a,b [--projects 1,2]`)
 		}
 		return createKey(ctx, args[2:], stdout, stderr)
+	case "users":
+		if len(args) < 2 || args[1] != "create" {
+			return errors.New(`usage: controlplane users create --email E --organization-of ADMIN_EMAIL [--admin]`)
+		}
+		return createUser(ctx, args[2:], stdout, stderr)
 	}
 	fmt.Fprint(stderr, usage)
 	return fmt.Errorf("unknown command %q", args[0])
@@ -182,6 +188,31 @@ func createKey(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	return err
 }
 
+func createUser(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("users create", stderr)
+	dbURL := databaseFlag(fs)
+	email := fs.String("email", "", "email of the new user (required)")
+	orgOf := fs.String("organization-of", "", "email of a user of the organisation to join (required)")
+	firstName := fs.String("first-name", "", "first name (default: the email's local part)")
+	admin := fs.Bool("admin", false, "make the user an organisation admin")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if err := requireDatabase(*dbURL); err != nil {
+		return err
+	}
+	db, err := postgres.Open(ctx, *dbURL)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	u, err := postgres.CreateUser(ctx, db, *orgOf, *email, *firstName, *admin)
+	if err != nil {
+		return err
+	}
+	return json.NewEncoder(stdout).Encode(map[string]any{"id": u.ID, "uuid": u.UUID, "email": u.Email, "org_role": u.OrgRole})
+}
+
 // serveConfig is the configuration of `controlplane serve`.
 type serveConfig struct {
 	HTTPAddr        string
@@ -242,15 +273,17 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	api := httpapi.New(httpapi.Config{
-		Auth:      postgres.NewAuthService(db),
-		Projects:  postgres.NewProjectService(db),
-		Flags:     postgres.NewFlagService(db),
-		Activity:  postgres.NewActivityService(db),
-		Capture:   postgres.NewCaptureReader(db),
-		Ready:     db.Ping,
-		PublicURL: cfg.PublicURL,
-		Logger:    logger,
-		Registry:  reg,
+		Auth:        postgres.NewAuthService(db),
+		Projects:    postgres.NewProjectService(db),
+		Flags:       postgres.NewFlagService(db),
+		Activity:    postgres.NewActivityService(db),
+		Capture:     postgres.NewCaptureReader(db),
+		Annotations: postgres.NewAnnotationService(db),
+		Roles:       postgres.NewRoleService(db),
+		Ready:       db.Ping,
+		PublicURL:   cfg.PublicURL,
+		Logger:      logger,
+		Registry:    reg,
 	})
 	syncServer := sync.NewServer(postgres.NewSnapshotStore(db), postgres.NewPersonStore(db), postgres.NewEventStore(db, logger), logger, reg)
 	grpcServer := grpc.NewServer(

@@ -74,6 +74,14 @@ func TestBootstrapAndKeys(t *testing.T) {
 	if _, err := runCmd(t, "keys", "create", "--database-url", url, "--email", "nobody@example.com", "--scopes", "*"); err == nil {
 		t.Error("a key for an unknown user was issued")
 	}
+	out, err = runCmd(t, "users", "create", "--database-url", url, "--email", "dev@example.com", "--organization-of", "ops@example.com")
+	var user map[string]any
+	if err != nil || json.Unmarshal([]byte(out), &user) != nil || user["org_role"] != "member" || user["uuid"] == "" {
+		t.Errorf("users create: %q, %v", out, err)
+	}
+	if _, err := runCmd(t, "users", "create", "--database-url", url, "--email", "dev@example.com", "--organization-of", "ops@example.com"); err == nil {
+		t.Error("a second user with the same email was created")
+	}
 }
 
 // TestServeLifecycle starts the server, waits until it is ready, and stops it with a

@@ -1,0 +1,296 @@
+package httpapi
+
+import (
+	"net/http"
+	"strconv"
+	"strings"
+
+	"github.com/flagedge/flagedge/controlplane"
+)
+
+// roleJSON is the seed's role object. members and associated_flags are strings, as the
+// seed types them: the members' user uuids and the ids of the flags the role has access to,
+// comma-separated (role_memberships lists the members in full).
+type roleJSON struct {
+	ID                      string    `json:"id"`
+	Name                    string    `json:"name"`
+	FeatureFlagsAccessLevel int       `json:"feature_flags_access_level"`
+	CreatedAt               timeJSON  `json:"created_at"`
+	CreatedBy               *userJSON `json:"created_by"`
+	Members                 string    `json:"members"`
+	AssociatedFlags         string    `json:"associated_flags"`
+}
+
+func newRoleJSON(r *controlplane.Role) roleJSON {
+	flags := make([]string, len(r.FlagIDs))
+	for i, id := range r.FlagIDs {
+		flags[i] = strconv.FormatInt(id, 10)
+	}
+	return roleJSON{ID: r.ID, Name: r.Name, FeatureFlagsAccessLevel: r.FeatureFlagsAccessLevel, CreatedAt: timeJSON(r.CreatedAt),
+		CreatedBy: newUserJSON(r.CreatedBy), Members: strings.Join(r.MemberUUIDs, ","), AssociatedFlags: strings.Join(flags, ",")}
+}
+
+type membershipJSON struct {
+	ID       string   `json:"id"`
+	RoleID   string   `json:"role_id"`
+	User     userJSON `json:"user"`
+	JoinedAt timeJSON `json:"joined_at"`
+}
+
+func newMembershipJSON(m *controlplane.RoleMembership) membershipJSON {
+	return membershipJSON{ID: m.ID, RoleID: m.RoleID, User: *newUserJSON(&m.User), JoinedAt: timeJSON(m.JoinedAt)}
+}
+
+// withOrg authenticates, checks the scope and that the path's organisation ("@current", or
+// the key's organisation's uuid) is the key's; writes need an organisation admin.
+func (s *Server) withOrg(scope controlplane.Scope, h keyHandler) http.HandlerFunc {
+	return s.withKey(scope, func(w http.ResponseWriter, r *http.Request, key *controlplane.APIKey) error {
+		if org := r.PathValue("org"); org != "@current" && !s.isKeysOrg(r, key, org) {
+			return controlplane.ErrPermissionDenied
+		}
+		if strings.HasSuffix(string(scope), ":write") && !key.User.IsAdmin() {
+			return controlplane.ErrPermissionDenied
+		}
+		return h(w, r, key)
+	})
+}
+
+// isKeysOrg reports whether org names the key's organisation by uuid.
+func (s *Server) isKeysOrg(r *http.Request, key *controlplane.APIKey, org string) bool {
+	projects, _, err := s.cfg.Projects.FindProjects(r.Context(), controlplane.ProjectFilter{OrganizationID: key.User.OrganizationID, Limit: 1})
+	return err == nil && len(projects) == 1 && strings.EqualFold(projects[0].OrganizationUUID, org)
+}
+
+func (s *Server) handleListRoles(w http.ResponseWriter, r *http.Request, key *controlplane.APIKey) error {
+	limit, offset, err := pageParams(r)
+	if err != nil {
+		return err
+	}
+	list, total, err := s.cfg.Roles.FindRoles(r.Context(), key.User.OrganizationID, limit, offset)
+	if err != nil {
+		return err
+	}
+	out := make([]roleJSON, len(list))
+	for i, role := range list {
+		out[i] = newRoleJSON(role)
+	}
+	writeJSON(w, http.StatusOK, s.newPage(r, total, limit, offset, out))
+	return nil
+}
+
+func decodeRoleUpdate(w http.ResponseWriter, r *http.Request) (controlplane.RoleUpdate, error) {
+	var u controlplane.RoleUpdate
+	f, err := decodeObject(w, r)
+	if err != nil {
+		return u, err
+	}
+	if err := f.str("name", &u.Name); err != nil {
+		return u, err
+	}
+	var level *int64
+	if err := decode(f, "feature_flags_access_level", &level, "a valid integer"); err != nil {
+		return u, err
+	}
+	if level != nil {
+		l := int(*level)
+		u.FeatureFlagsAccessLevel = &l
+	}
+	return u, nil
+}
+
+func (s *Server) handleCreateRole(w http.ResponseWriter, r *http.Request, key *controlplane.APIKey) error {
+	upd, err := decodeRoleUpdate(w, r)
+	if err != nil {
+		return err
+	}
+	role, err := s.cfg.Roles.CreateRole(r.Context(), &key.User, upd)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusCreated, newRoleJSON(role))
+	return nil
+}
+
+func (s *Server) handleGetRole(w http.ResponseWriter, r *http.Request, key *controlplane.APIKey) error {
+	role, err := s.cfg.Roles.FindRoleByID(r.Context(), key.User.OrganizationID, r.PathValue("role"))
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, newRoleJSON(role))
+	return nil
+}
+
+func (s *Server) handlePatchRole(w http.ResponseWriter, r *http.Request, key *controlplane.APIKey) error {
+	upd, err := decodeRoleUpdate(w, r)
+	if err != nil {
+		return err
+	}
+	role, err := s.cfg.Roles.UpdateRole(r.Context(), key.User.OrganizationID, r.PathValue("role"), upd)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, newRoleJSON(role))
+	return nil
+}
+
+func (s *Server) handleDeleteRole(w http.ResponseWriter, r *http.Request, key *controlplane.APIKey) error {
+	if err := s.cfg.Roles.DeleteRole(r.Context(), key.User.OrganizationID, r.PathValue("role")); err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+func (s *Server) handleListMemberships(w http.ResponseWriter, r *http.Request, key *controlplane.APIKey) error {
+	limit, offset, err := pageParams(r)
+	if err != nil {
+		return err
+	}
+	list, total, err := s.cfg.Roles.FindMemberships(r.Context(), key.User.OrganizationID, r.PathValue("role"), limit, offset)
+	if err != nil {
+		return err
+	}
+	out := make([]membershipJSON, len(list))
+	for i, m := range list {
+		out[i] = newMembershipJSON(m)
+	}
+	writeJSON(w, http.StatusOK, s.newPage(r, total, limit, offset, out))
+	return nil
+}
+
+func (s *Server) handleAddMembership(w http.ResponseWriter, r *http.Request, key *controlplane.APIKey) error {
+	f, err := decodeObject(w, r)
+	if err != nil {
+		return err
+	}
+	var userUUID *string
+	if err := f.str("user_uuid", &userUUID); err != nil {
+		return err
+	}
+	if userUUID == nil {
+		return controlplane.FieldError("user_uuid", "required", "This field is required.")
+	}
+	m, err := s.cfg.Roles.AddMember(r.Context(), key.User.OrganizationID, r.PathValue("role"), *userUUID)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusCreated, newMembershipJSON(m))
+	return nil
+}
+
+func (s *Server) handleRemoveMembership(w http.ResponseWriter, r *http.Request, key *controlplane.APIKey) error {
+	if err := s.cfg.Roles.RemoveMember(r.Context(), key.User.OrganizationID, r.PathValue("role"), r.PathValue("id")); err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+// roleAccessJSON is the seed's flag role access object.
+type roleAccessJSON struct {
+	ID          int64    `json:"id"`
+	FeatureFlag flagJSON `json:"feature_flag"`
+	Role        roleJSON `json:"role"`
+	RoleID      string   `json:"role_id"`
+	AddedAt     timeJSON `json:"added_at"`
+	UpdatedAt   timeJSON `json:"updated_at"`
+}
+
+func (s *Server) handleListRoleAccess(w http.ResponseWriter, r *http.Request, c *call) error {
+	flag, err := s.flagFromPath(r, c)
+	if err != nil {
+		return err
+	}
+	limit, offset, err := pageParams(r)
+	if err != nil {
+		return err
+	}
+	list, total, err := s.cfg.Roles.FindRoleAccess(r.Context(), flag.ID, limit, offset)
+	if err != nil {
+		return err
+	}
+	fj, err := s.flagJSON(r, c, flag)
+	if err != nil {
+		return err
+	}
+	out := make([]roleAccessJSON, len(list))
+	for i, a := range list {
+		out[i] = roleAccessJSON{ID: a.ID, FeatureFlag: fj, Role: newRoleJSON(&a.Role), RoleID: a.Role.ID,
+			AddedAt: timeJSON(a.AddedAt), UpdatedAt: timeJSON(a.UpdatedAt)}
+	}
+	writeJSON(w, http.StatusOK, s.newPage(r, total, limit, offset, out))
+	return nil
+}
+
+func (s *Server) writeRoleAccess(w http.ResponseWriter, r *http.Request, c *call, flag *controlplane.Flag, a *controlplane.RoleAccess, status int) error {
+	fj, err := s.flagJSON(r, c, flag)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, status, roleAccessJSON{ID: a.ID, FeatureFlag: fj, Role: newRoleJSON(&a.Role), RoleID: a.Role.ID,
+		AddedAt: timeJSON(a.AddedAt), UpdatedAt: timeJSON(a.UpdatedAt)})
+	return nil
+}
+
+func (s *Server) handleCreateRoleAccess(w http.ResponseWriter, r *http.Request, c *call) error {
+	flag, err := s.editableFlag(r, c)
+	if err != nil {
+		return err
+	}
+	f, err := decodeObject(w, r)
+	if err != nil {
+		return err
+	}
+	var roleID *string
+	if err := f.str("role_id", &roleID); err != nil {
+		return err
+	}
+	if roleID == nil {
+		return controlplane.FieldError("role_id", "required", "This field is required.")
+	}
+	a, err := s.cfg.Roles.CreateRoleAccess(r.Context(), c.project.OrganizationID, flag.ID, *roleID)
+	if err != nil {
+		return err
+	}
+	return s.writeRoleAccess(w, r, c, flag, a, http.StatusCreated)
+}
+
+func (s *Server) roleAccessID(r *http.Request) (int64, error) {
+	id, err := strconv.ParseInt(r.PathValue("access_id"), 10, 64)
+	if err != nil || id <= 0 {
+		return 0, controlplane.ErrNotFound
+	}
+	return id, nil
+}
+
+func (s *Server) handleGetRoleAccess(w http.ResponseWriter, r *http.Request, c *call) error {
+	flag, err := s.flagFromPath(r, c)
+	if err != nil {
+		return err
+	}
+	id, err := s.roleAccessID(r)
+	if err != nil {
+		return err
+	}
+	a, err := s.cfg.Roles.FindRoleAccessByID(r.Context(), flag.ID, id)
+	if err != nil {
+		return err
+	}
+	return s.writeRoleAccess(w, r, c, flag, a, http.StatusOK)
+}
+
+func (s *Server) handleDeleteRoleAccess(w http.ResponseWriter, r *http.Request, c *call) error {
+	flag, err := s.editableFlag(r, c)
+	if err != nil {
+		return err
+	}
+	id, err := s.roleAccessID(r)
+	if err != nil {
+		return err
+	}
+	if err := s.cfg.Roles.DeleteRoleAccess(r.Context(), flag.ID, id); err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}

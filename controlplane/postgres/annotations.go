@@ -1,0 +1,209 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/flagedge/flagedge/controlplane"
+)
+
+// AnnotationService stores annotations.
+type AnnotationService struct {
+	db *DB
+}
+
+var _ controlplane.AnnotationService = (*AnnotationService)(nil)
+
+// NewAnnotationService returns an AnnotationService on db.
+func NewAnnotationService(db *DB) *AnnotationService { return &AnnotationService{db: db} }
+
+var annotationSelect = `SELECT a.id, a.project_id, a.organization_id, a.content, a.date_marker, a.creation_type, a.dashboard_item,
+	a.dashboard_id, a.scope, a.deleted, a.created_at, a.updated_at, ` + userSummaryJSON("u") + `
+	FROM annotations a LEFT JOIN users u ON u.id = a.created_by`
+
+func scanAnnotation(row pgx.CollectableRow) (*controlplane.Annotation, error) {
+	var a controlplane.Annotation
+	var creator *userRow
+	err := row.Scan(&a.ID, &a.ProjectID, &a.OrganizationID, &a.Content, &a.DateMarker, &a.CreationType, &a.DashboardItem,
+		&a.DashboardID, &a.Scope, &a.Deleted, &a.CreatedAt, &a.UpdatedAt, &creator)
+	a.CreatedBy = creator.user()
+	return &a, err
+}
+
+// visible restricts to a project's annotations and its organisation's organisation-scoped ones.
+const visible = `(a.project_id = ? OR (a.scope = 'organization' AND a.organization_id = ?))`
+
+// FindAnnotations returns a page of annotations, latest date marker first, and the total.
+func (s *AnnotationService) FindAnnotations(ctx context.Context, f controlplane.AnnotationFilter) ([]*controlplane.Annotation, int, error) {
+	var c conditions
+	c.add("a.deleted = ?", f.Deleted)
+	c.addPair(visible, f.ProjectID, f.OrganizationID)
+	if f.Search != "" {
+		c.add("a.content ILIKE '%' || ? || '%'", f.Search)
+	}
+	if f.Scope != "" {
+		c.add("a.scope = ?", f.Scope)
+	}
+	if f.DashboardItemID != nil {
+		c.add("a.dashboard_item = ?", *f.DashboardItemID)
+	}
+	if f.After != nil {
+		c.add("a.date_marker > ?", *f.After)
+	}
+	if f.Before != nil {
+		c.add("a.date_marker < ?", *f.Before)
+	}
+	var total int
+	if err := s.db.Pool.QueryRow(ctx, `SELECT count(*) FROM annotations a`+c.where(), c.args...).Scan(&total); err != nil {
+		return nil, 0, fmt.Errorf("count annotations: %w", err)
+	}
+	limit, args := c.page(f.Limit, f.Offset)
+	rows, err := s.db.Pool.Query(ctx, annotationSelect+c.where()+` ORDER BY a.date_marker DESC NULLS LAST, a.id DESC`+limit, args...)
+	if err != nil {
+		return nil, 0, fmt.Errorf("find annotations: %w", err)
+	}
+	list, err := pgx.CollectRows(rows, scanAnnotation)
+	if err != nil {
+		return nil, 0, fmt.Errorf("find annotations: %w", err)
+	}
+	return list, total, nil
+}
+
+// FindAnnotationByID returns an annotation visible from the project.
+func (s *AnnotationService) FindAnnotationByID(ctx context.Context, projectID, orgID, id int64) (*controlplane.Annotation, error) {
+	return findAnnotation(ctx, s.db.Pool, projectID, orgID, id, false)
+}
+
+func findAnnotation(ctx context.Context, q interface {
+	Query(context.Context, string, ...any) (pgx.Rows, error)
+}, projectID, orgID, id int64, forUpdate bool) (*controlplane.Annotation, error) {
+	sql := annotationSelect + ` WHERE a.id = $1 AND (a.project_id = $2 OR (a.scope = 'organization' AND a.organization_id = $3))`
+	if forUpdate {
+		sql += ` FOR UPDATE OF a`
+	}
+	rows, err := q.Query(ctx, sql, id, projectID, orgID)
+	if err != nil {
+		return nil, fmt.Errorf("find annotation: %w", err)
+	}
+	a, err := pgx.CollectExactlyOneRow(rows, scanAnnotation)
+	if err != nil {
+		return nil, fmt.Errorf("find annotation: %w", notFoundIfNoRows(err))
+	}
+	return a, nil
+}
+
+// CreateAnnotation validates and stores an annotation.
+func (s *AnnotationService) CreateAnnotation(ctx context.Context, actor *controlplane.User, project *controlplane.Project, upd controlplane.AnnotationUpdate) (*controlplane.Annotation, error) {
+	if err := upd.Validate(); err != nil {
+		return nil, err
+	}
+	a := &controlplane.Annotation{CreationType: "USR", Scope: "dashboard_item"}
+	upd.Apply(a)
+	var created *controlplane.Annotation
+	err := s.db.inTx(ctx, func(tx pgx.Tx) error {
+		var id int64
+		if err := tx.QueryRow(ctx, `INSERT INTO annotations (project_id, organization_id, content, date_marker, creation_type,
+			dashboard_item, dashboard_id, scope, deleted, created_by) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) RETURNING id`,
+			project.ID, project.OrganizationID, a.Content, a.DateMarker, a.CreationType, a.DashboardItem, a.DashboardID, a.Scope,
+			a.Deleted, actor.ID).Scan(&id); err != nil {
+			return err
+		}
+		var err error
+		if created, err = findAnnotation(ctx, tx, project.ID, project.OrganizationID, id, false); err != nil {
+			return err
+		}
+		return recordActivity(ctx, tx, project.ID, actor, controlplane.ActivityCreated, "Annotation", id, annotationName(created), nil)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("create annotation: %w", err)
+	}
+	return created, nil
+}
+
+// UpdateAnnotation applies a partial update and records what changed.
+func (s *AnnotationService) UpdateAnnotation(ctx context.Context, actor *controlplane.User, project *controlplane.Project, id int64, upd controlplane.AnnotationUpdate) (*controlplane.Annotation, error) {
+	if err := upd.Validate(); err != nil {
+		return nil, err
+	}
+	var updated *controlplane.Annotation
+	err := s.db.inTx(ctx, func(tx pgx.Tx) error {
+		before, err := findAnnotation(ctx, tx, project.ID, project.OrganizationID, id, true)
+		if err != nil {
+			return err
+		}
+		after := *before
+		upd.Apply(&after)
+		changes := annotationChanges(before, &after)
+		if len(changes) == 0 {
+			updated = before
+			return nil
+		}
+		if _, err := tx.Exec(ctx, `UPDATE annotations SET content = $2, date_marker = $3, creation_type = $4, dashboard_item = $5,
+			dashboard_id = $6, scope = $7, deleted = $8, updated_at = now() WHERE id = $1`,
+			id, after.Content, after.DateMarker, after.CreationType, after.DashboardItem, after.DashboardID, after.Scope, after.Deleted); err != nil {
+			return err
+		}
+		activity := controlplane.ActivityUpdated
+		if after.Deleted && !before.Deleted {
+			activity = controlplane.ActivityDeleted
+		}
+		if err := recordActivity(ctx, tx, before.ProjectID, actor, activity, "Annotation", id, annotationName(&after), changes); err != nil {
+			return err
+		}
+		updated, err = findAnnotation(ctx, tx, project.ID, project.OrganizationID, id, false)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("update annotation: %w", err)
+	}
+	return updated, nil
+}
+
+func annotationName(a *controlplane.Annotation) string {
+	if r := []rune(a.Content); len(r) > 80 {
+		return string(r[:80])
+	}
+	return a.Content
+}
+
+func annotationChanges(b, a *controlplane.Annotation) []controlplane.Change {
+	var out []controlplane.Change
+	add := func(field string, before, after any, action string) {
+		out = append(out, controlplane.Change{Type: "Annotation", Action: action, Field: field, Before: before, After: after})
+	}
+	if b.Content != a.Content {
+		add("content", b.Content, a.Content, "changed")
+	}
+	if !timePtrEqual(b.DateMarker, a.DateMarker) {
+		add("date_marker", b.DateMarker, a.DateMarker, "changed")
+	}
+	if b.CreationType != a.CreationType {
+		add("creation_type", b.CreationType, a.CreationType, "changed")
+	}
+	if !int64PtrEqual(b.DashboardItem, a.DashboardItem) {
+		add("dashboard_item", b.DashboardItem, a.DashboardItem, "changed")
+	}
+	if !int64PtrEqual(b.DashboardID, a.DashboardID) {
+		add("dashboard_id", b.DashboardID, a.DashboardID, "changed")
+	}
+	if b.Scope != a.Scope {
+		add("scope", b.Scope, a.Scope, "changed")
+	}
+	if b.Deleted != a.Deleted {
+		action := "changed"
+		if a.Deleted {
+			action = "deleted"
+		}
+		add("deleted", b.Deleted, a.Deleted, action)
+	}
+	return out
+}
+
+func timePtrEqual(a, b *time.Time) bool {
+	return (a == nil) == (b == nil) && (a == nil || a.Equal(*b))
+}
+
+func int64PtrEqual(a, b *int64) bool { return (a == nil) == (b == nil) && (a == nil || *a == *b) }

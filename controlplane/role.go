@@ -1,0 +1,85 @@
+package controlplane
+
+import (
+	"context"
+	"time"
+)
+
+// Feature flag access levels of a role.
+const (
+	AccessLevelView = 21
+	AccessLevelEdit = 37
+)
+
+// Role is an organisation role.
+type Role struct {
+	ID                      string
+	OrganizationID          int64
+	Name                    string
+	FeatureFlagsAccessLevel int
+	CreatedAt               time.Time
+	CreatedBy               *User
+	// MemberUUIDs and FlagIDs are the role's members and the flags it has access to.
+	MemberUUIDs []string
+	FlagIDs     []int64
+}
+
+// RoleUpdate holds a role's writable fields.
+type RoleUpdate struct {
+	Name                    *string
+	FeatureFlagsAccessLevel *int
+}
+
+// Validate checks the update.
+func (u *RoleUpdate) Validate(creating bool) error {
+	if creating && u.Name == nil {
+		return FieldError("name", "required", "This field is required.")
+	}
+	if u.Name != nil && *u.Name == "" {
+		return FieldError("name", "blank", "This field may not be blank.")
+	}
+	if l := u.FeatureFlagsAccessLevel; l != nil && *l != AccessLevelView && *l != AccessLevelEdit {
+		return FieldError("feature_flags_access_level", "invalid_choice", "Use 21 (can view) or 37 (can edit).")
+	}
+	return nil
+}
+
+// RoleMembership is a user's membership of a role.
+type RoleMembership struct {
+	ID       string
+	RoleID   string
+	User     User
+	JoinedAt time.Time
+}
+
+// RoleAccess grants a role access to a flag.
+type RoleAccess struct {
+	ID            int64
+	FeatureFlagID int64
+	Role          Role
+	AddedAt       time.Time
+	UpdatedAt     time.Time
+}
+
+// RoleService manages roles, memberships and flag role access.
+type RoleService interface {
+	FindRoles(ctx context.Context, orgID int64, limit, offset int) ([]*Role, int, error)
+	FindRoleByID(ctx context.Context, orgID int64, id string) (*Role, error)
+	CreateRole(ctx context.Context, actor *User, upd RoleUpdate) (*Role, error)
+	UpdateRole(ctx context.Context, orgID int64, id string, upd RoleUpdate) (*Role, error)
+	DeleteRole(ctx context.Context, orgID int64, id string) error
+
+	FindMemberships(ctx context.Context, orgID int64, roleID string, limit, offset int) ([]*RoleMembership, int, error)
+	AddMember(ctx context.Context, orgID int64, roleID, userUUID string) (*RoleMembership, error)
+	RemoveMember(ctx context.Context, orgID int64, roleID, membershipID string) error
+
+	FindRoleAccess(ctx context.Context, flagID int64, limit, offset int) ([]*RoleAccess, int, error)
+	FindRoleAccessByID(ctx context.Context, flagID, id int64) (*RoleAccess, error)
+	CreateRoleAccess(ctx context.Context, orgID, flagID int64, roleID string) (*RoleAccess, error)
+	DeleteRoleAccess(ctx context.Context, flagID, id int64) error
+
+	// EditableFlags reports, for each flag id, whether the user may change the flag: a flag
+	// without role access records is editable by everyone; one with records only by members
+	// of those roles with edit level, organisation admins and the flag's creator.
+	EditableFlags(ctx context.Context, user *User, flagIDs []int64) (map[int64]bool, error)
+}
