@@ -79,6 +79,8 @@ const (
 	ScopeProjectWrite    Scope = "project:write"
 	ScopeAnnotationRead  Scope = "annotation:read"
 	ScopeAnnotationWrite Scope = "annotation:write"
+	ScopeCohortRead      Scope = "cohort:read"
+	ScopeCohortWrite     Scope = "cohort:write"
 	ScopeRoleRead        Scope = "role:read"
 	ScopeRoleWrite       Scope = "role:write"
 	ScopeEventRead       Scope = "event:read"
@@ -150,6 +152,8 @@ type ProjectFilter struct {
 // ProjectService manages projects.
 type ProjectService interface {
 	FindProjectByID(ctx context.Context, id int64) (*Project, error)
+	// FindProjectByToken returns the project with the public token (phc_…).
+	FindProjectByToken(ctx context.Context, token string) (*Project, error)
 	FindProjects(ctx context.Context, filter ProjectFilter) ([]*Project, int, error)
 	CreateProject(ctx context.Context, orgID int64, name string) (*Project, error)
 	UpdateProject(ctx context.Context, id int64, upd ProjectUpdate) (*Project, error)

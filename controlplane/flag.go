@@ -69,6 +69,8 @@ type FlagUpdate struct {
 	Tags                       *[]string
 	AnalyticsDashboards        *[]int64
 	HasEnrichedAnalytics       *bool
+	// UsageDashboard is set by the dashboard action, never from a request body.
+	UsageDashboard *int64
 }
 
 var flagKeyPattern = regexp.MustCompile(`^[a-zA-Z0-9_-]+$`)
@@ -129,6 +131,9 @@ func (u *FlagUpdate) Apply(f *Flag) {
 	setIf(&f.Tags, u.Tags)
 	setIf(&f.AnalyticsDashboards, u.AnalyticsDashboards)
 	setIf(&f.HasEnrichedAnalytics, u.HasEnrichedAnalytics)
+	if u.UsageDashboard != nil {
+		f.UsageDashboard = u.UsageDashboard
+	}
 }
 
 func setIf[T any](dst *T, src *T) {

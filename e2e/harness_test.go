@@ -326,3 +326,8 @@ func openDB(t *testing.T, url string) *pgxpool.Pool {
 	t.Cleanup(pool.Close)
 	return pool
 }
+
+func execOutput(bin string, args ...string) (string, error) {
+	out, err := exec.Command(bin, args...).Output()
+	return string(out), err
+}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/flagedge/flagedge/controlplane/flageval"
 	"github.com/flagedge/flagedge/controlplane/httpapi"
 	"github.com/flagedge/flagedge/controlplane/postgres"
 	"github.com/flagedge/flagedge/internal/pgtest"
@@ -49,7 +50,9 @@ func newEnv(t *testing.T) *env {
 		Auth: postgres.NewAuthService(db), Projects: postgres.NewProjectService(db),
 		Flags: postgres.NewFlagService(db), Activity: postgres.NewActivityService(db), Capture: postgres.NewCaptureReader(db),
 		Annotations: postgres.NewAnnotationService(db), Roles: postgres.NewRoleService(db),
-		Ready: db.Ping, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Cohorts: postgres.NewCohortService(db), Dashboards: postgres.NewFlagService(db),
+		Evaluator: &flageval.Evaluator{Snapshots: postgres.NewSnapshotStore(db), Persons: postgres.NewPersonStore(db), Scanner: postgres.NewPersonStore(db)},
+		Ready:     db.Ping, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})
 	srv := httptest.NewServer(api)
 	t.Cleanup(srv.Close)

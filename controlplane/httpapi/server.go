@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/flagedge/flagedge/controlplane"
+	"github.com/flagedge/flagedge/controlplane/flageval"
 )
 
 // Config holds the services and settings the API needs.
@@ -26,6 +27,9 @@ type Config struct {
 	Capture     controlplane.CaptureReader
 	Annotations controlplane.AnnotationService
 	Roles       controlplane.RoleService
+	Cohorts     controlplane.CohortService
+	Dashboards  controlplane.DashboardService
+	Evaluator   *flageval.Evaluator
 	// Ready reports whether the server can answer (its database is reachable).
 	Ready func(ctx context.Context) error
 	// PublicURL is the scheme and host used in absolute URLs (pagination); empty means the
@@ -90,6 +94,23 @@ func (s *Server) routes() {
 	s.mux.HandleFunc("DELETE "+flags+"/{id}", handleHardDelete)
 	s.mux.HandleFunc("GET "+flags+"/{id}/activity", s.withProject(controlplane.ScopeActivityLogRead, s.handleFlagActivity))
 	s.mux.HandleFunc("GET "+flags+"/activity", s.withProject(controlplane.ScopeActivityLogRead, s.handleAllFlagActivity))
+
+	s.mux.HandleFunc("GET "+flags+"/evaluation_reasons", s.withProject(controlplane.ScopeFlagRead, s.handleEvaluationReasons))
+	s.mux.HandleFunc("GET "+flags+"/local_evaluation", s.withProject(controlplane.ScopeFlagRead, s.handleLocalEvaluation))
+	s.mux.HandleFunc("GET "+flags+"/my_flags", s.withProject(controlplane.ScopeFlagRead, s.handleMyFlags))
+	s.mux.HandleFunc("POST "+flags+"/user_blast_radius", s.withProject(controlplane.ScopeFlagWrite, s.handleBlastRadius))
+	s.mux.HandleFunc("POST "+flags+"/{id}/create_static_cohort_for_flag", s.withProject(controlplane.ScopeFlagWrite, s.handleStaticCohortForFlag))
+	s.mux.HandleFunc("POST "+flags+"/{id}/dashboard", s.withProject(controlplane.ScopeFlagWrite, s.handleDashboard))
+	s.mux.HandleFunc("POST "+flags+"/{id}/enrich_usage_dashboard", s.withProject(controlplane.ScopeFlagWrite, s.handleEnrichUsageDashboard))
+
+	s.mux.HandleFunc("GET /flags/definitions", s.handleSDKDefinitions)
+	s.mux.HandleFunc("GET /api/feature_flag/local_evaluation", s.handleSDKDefinitions)
+
+	const cohorts = "/api/projects/{project_id}/cohorts"
+	s.mux.HandleFunc("GET "+cohorts, s.withProject(controlplane.ScopeCohortRead, s.handleListCohorts))
+	s.mux.HandleFunc("POST "+cohorts, s.withProject(controlplane.ScopeCohortWrite, s.handleCreateCohort))
+	s.mux.HandleFunc("GET "+cohorts+"/{id}", s.withProject(controlplane.ScopeCohortRead, s.handleGetCohort))
+	s.mux.HandleFunc("PATCH "+cohorts+"/{id}", s.withProject(controlplane.ScopeCohortWrite, s.handlePatchCohort))
 
 	s.mux.HandleFunc("GET "+flags+"/{id}/role_access", s.withProject(controlplane.ScopeFlagRead, s.handleListRoleAccess))
 	s.mux.HandleFunc("POST "+flags+"/{id}/role_access", s.withProject(controlplane.ScopeFlagWrite, s.handleCreateRoleAccess))

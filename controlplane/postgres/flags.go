@@ -181,11 +181,11 @@ func (s *FlagService) UpdateFlag(ctx context.Context, actor *controlplane.User, 
 		_, err = tx.Exec(ctx, `UPDATE feature_flags SET key = $3, name = $4, filters = $5, deleted = $6, active = $7,
 			created_at = $8, updated_at = $9, version = version + 1, last_modified_by = $10,
 			ensure_experience_continuity = $11, rollback_conditions = NULLIF($12::jsonb, 'null'::jsonb),
-			performed_rollback = $13, tags = $14, analytics_dashboards = $15, has_enriched_analytics = $16
+			performed_rollback = $13, tags = $14, analytics_dashboards = $15, has_enriched_analytics = $16, usage_dashboard = $17
 			WHERE project_id = $1 AND id = $2`,
 			projectID, id, after.Key, after.Name, after.Filters, after.Deleted, after.Active, after.CreatedAt, s.db.Now(),
 			actor.ID, after.EnsureExperienceContinuity, after.RollbackConditions, after.PerformedRollback, after.Tags,
-			after.AnalyticsDashboards, after.HasEnrichedAnalytics)
+			after.AnalyticsDashboards, after.HasEnrichedAnalytics, after.UsageDashboard)
 		if isUniqueViolation(err, flagKeyIndex) {
 			return controlplane.ErrKeyConflict
 		}

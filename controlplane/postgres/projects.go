@@ -42,6 +42,15 @@ func (s *ProjectService) FindProjectByID(ctx context.Context, id int64) (*contro
 	return p, nil
 }
 
+// FindProjectByToken returns the project with the public token.
+func (s *ProjectService) FindProjectByToken(ctx context.Context, token string) (*controlplane.Project, error) {
+	p, err := scanProject(s.db.Pool.QueryRow(ctx, `SELECT `+projectColumns+` FROM projects p WHERE p.api_token = $1`, token))
+	if err != nil {
+		return nil, fmt.Errorf("find project: %w", notFoundIfNoRows(err))
+	}
+	return p, nil
+}
+
 // FindProjects returns a page of an organisation's projects, oldest first, and the total.
 func (s *ProjectService) FindProjects(ctx context.Context, f controlplane.ProjectFilter) ([]*controlplane.Project, int, error) {
 	var total int

@@ -174,7 +174,7 @@ func (d *Handler) gather(ctx context.Context, project *state.Project, req *flags
 	}
 	continuity := len(project.ContinuityFlags) > 0
 	if continuity || snap.NeedsPersonLookup(req.PersonProperties, req.GeoIP) {
-		person, err := d.store.Person(ctx, project.ID, req.DistinctID)
+		person, err := d.store.Person(ctx, project.ID, project.Version, snap.UsesStaticCohorts(), req.DistinctID)
 		if err != nil {
 			d.lookups.WithLabelValues("person", "error").Inc()
 			d.log.Warn("person look-up failed", "project", project.ID, "err", err)

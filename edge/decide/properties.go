@@ -26,8 +26,11 @@ type Lookup interface {
 // Person is what is stored about a person, as cached at the edge. It is immutable once
 // cached: updates replace it.
 type Person struct {
-	projectID        int64
-	distinctID       string
+	projectID  int64
+	distinctID string
+	// version is the project's snapshot version when the person was fetched: static cohort
+	// memberships change with the snapshot.
+	version          int64
 	Found            bool
 	Properties       flags.Properties
 	StaticCohorts    []int64
@@ -106,19 +109,22 @@ func (s *Store) Close() {
 }
 
 // Person returns the stored person behind distinctID (Found false when there is none).
-func (s *Store) Person(ctx context.Context, projectID int64, distinctID string) (*Person, error) {
+// version is the project's current snapshot version; when memberships matters (the project's
+// flags use static cohorts), a person fetched under an older version is fetched again, since
+// cohort membership changes come with a new snapshot.
+func (s *Store) Person(ctx context.Context, projectID, version int64, memberships bool, distinctID string) (*Person, error) {
 	key := cache.Key(projectID, distinctID)
-	if p, ok := s.persons.Get(key); ok && p.projectID == projectID && p.distinctID == distinctID {
+	if p, ok := s.persons.Get(key); ok && p.projectID == projectID && p.distinctID == distinctID && (!memberships || p.version >= version) {
 		return p, nil
 	}
-	v, err, _ := s.flight.Do("p"+strconv.FormatInt(projectID, 10)+":"+distinctID, func() (any, error) {
+	v, err, _ := s.flight.Do("p"+strconv.FormatInt(projectID, 10)+":"+strconv.FormatInt(version, 10)+":"+distinctID, func() (any, error) {
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.Timeout)
 		defer cancel()
 		resp, err := s.lookup.LookupPerson(ctx, &syncpb.LookupPersonRequest{ProjectId: projectID, DistinctId: distinctID})
 		if err != nil {
 			return nil, err
 		}
-		p := &Person{projectID: projectID, distinctID: strings.Clone(distinctID), Found: resp.Found, StaticCohorts: resp.StaticCohortIds,
+		p := &Person{projectID: projectID, distinctID: strings.Clone(distinctID), version: version, Found: resp.Found, StaticCohorts: resp.StaticCohortIds,
 			HashKeyOverrides: resp.HashKeyOverrides}
 		if len(resp.Properties) > 0 {
 			if err := json.Unmarshal(resp.Properties, &p.Properties); err != nil {

@@ -210,14 +210,8 @@ func normalizeProperty(prop map[string]any) {
 		prop["type"] = TypePerson
 	}
 	if op, _ := prop["operator"].(string); op == "" {
-		switch prop["type"] {
-		case TypeCohort:
-			prop["operator"] = OpIn
-		case TypeFlag:
-			prop["operator"] = OpFlagEvaluatesTo
-		default:
-			prop["operator"] = OpExact
-		}
+		t, _ := prop["type"].(string)
+		prop["operator"] = defaultOperator(t, "")
 	}
 }
 

@@ -220,9 +220,7 @@ func (f *Filters) validateProperty(p Property) error {
 // ValidateOperator checks that the operator exists for the property type and that the value
 // has the form the operator needs.
 func ValidateOperator(typ, op string, value any) error {
-	if op == "" {
-		op = OpExact
-	}
+	op = defaultOperator(typ, op)
 	switch typ {
 	case TypeCohort:
 		if op != OpIn && op != OpNotIn {
@@ -296,6 +294,20 @@ func ValidateOperator(typ, op string, value any) error {
 		return invalidf("unknown operator %q.", op)
 	}
 	return nil
+}
+
+// defaultOperator is the operator a filter of the type has when it names none.
+func defaultOperator(typ, op string) string {
+	if op != "" {
+		return op
+	}
+	switch typ {
+	case TypeCohort:
+		return OpIn
+	case TypeFlag:
+		return OpFlagEvaluatesTo
+	}
+	return OpExact
 }
 
 func isScalar(v any) bool {

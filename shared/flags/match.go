@@ -108,10 +108,7 @@ func newMatcher(p Property) (*matcher, error) {
 	if err := ValidateOperator(typ, p.Operator, p.Value); err != nil {
 		return nil, err
 	}
-	opName := p.Operator
-	if opName == "" {
-		opName = OpExact
-	}
+	opName := defaultOperator(typ, p.Operator)
 	m := &matcher{op: opcodes[opName], negation: p.Negation, key: p.Key}
 	switch typ {
 	case TypePerson:

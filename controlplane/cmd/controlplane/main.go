@@ -30,6 +30,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/keepalive"
 
+	"github.com/flagedge/flagedge/controlplane/flageval"
 	"github.com/flagedge/flagedge/controlplane/httpapi"
 	"github.com/flagedge/flagedge/controlplane/postgres"
 	"github.com/flagedge/flagedge/controlplane/sync"
@@ -280,10 +281,14 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 		Capture:     postgres.NewCaptureReader(db),
 		Annotations: postgres.NewAnnotationService(db),
 		Roles:       postgres.NewRoleService(db),
-		Ready:       db.Ping,
-		PublicURL:   cfg.PublicURL,
-		Logger:      logger,
-		Registry:    reg,
+		Cohorts:     postgres.NewCohortService(db),
+		Dashboards:  postgres.NewFlagService(db),
+		Evaluator: &flageval.Evaluator{Snapshots: postgres.NewSnapshotStore(db), Persons: postgres.NewPersonStore(db),
+			Scanner: postgres.NewPersonStore(db)},
+		Ready:     db.Ping,
+		PublicURL: cfg.PublicURL,
+		Logger:    logger,
+		Registry:  reg,
 	})
 	syncServer := sync.NewServer(postgres.NewSnapshotStore(db), postgres.NewPersonStore(db), postgres.NewEventStore(db, logger), logger, reg)
 	grpcServer := grpc.NewServer(

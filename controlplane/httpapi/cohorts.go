@@ -1,0 +1,140 @@
+package httpapi
+
+import (
+	"encoding/json"
+	"net/http"
+	"strconv"
+
+	"github.com/flagedge/flagedge/controlplane"
+)
+
+// cohortJSON is a cohort as the API shows it.
+type cohortJSON struct {
+	ID          int64           `json:"id"`
+	Name        string          `json:"name"`
+	Description string          `json:"description"`
+	Filters     json.RawMessage `json:"filters"`
+	IsStatic    bool            `json:"is_static"`
+	Count       *int            `json:"count"`
+	Deleted     bool            `json:"deleted"`
+	CreatedBy   *userJSON       `json:"created_by"`
+	CreatedAt   timeJSON        `json:"created_at"`
+}
+
+func newCohortJSON(c *controlplane.Cohort) cohortJSON {
+	return cohortJSON{ID: c.ID, Name: c.Name, Description: c.Description, Filters: c.Filters, IsStatic: c.IsStatic,
+		Count: c.Count, Deleted: c.Deleted, CreatedBy: newUserJSON(c.CreatedBy), CreatedAt: timeJSON(c.CreatedAt)}
+}
+
+func (s *Server) handleListCohorts(w http.ResponseWriter, r *http.Request, c *call) error {
+	limit, offset, err := pageParams(r)
+	if err != nil {
+		return err
+	}
+	list, total, err := s.cfg.Cohorts.FindCohorts(r.Context(), c.project.ID, limit, offset)
+	if err != nil {
+		return err
+	}
+	out := make([]cohortJSON, len(list))
+	for i, co := range list {
+		out[i] = newCohortJSON(co)
+	}
+	writeJSON(w, http.StatusOK, s.newPage(r, total, limit, offset, out))
+	return nil
+}
+
+func decodeCohortUpdate(w http.ResponseWriter, r *http.Request) (controlplane.CohortUpdate, error) {
+	var u controlplane.CohortUpdate
+	f, err := decodeObject(w, r)
+	if err != nil {
+		return u, err
+	}
+	for _, step := range []error{
+		f.str("name", &u.Name), f.str("description", &u.Description), f.object("filters", &u.Filters),
+		f.boolean("is_static", &u.IsStatic), f.boolean("deleted", &u.Deleted),
+	} {
+		if step != nil {
+			return u, step
+		}
+	}
+	return u, nil
+}
+
+func (s *Server) cohortID(r *http.Request) (int64, error) {
+	id, err := strconv.ParseInt(r.PathValue("id"), 10, 64)
+	if err != nil || id <= 0 {
+		return 0, controlplane.ErrNotFound
+	}
+	return id, nil
+}
+
+func (s *Server) handleCreateCohort(w http.ResponseWriter, r *http.Request, c *call) error {
+	upd, err := decodeCohortUpdate(w, r)
+	if err != nil {
+		return err
+	}
+	co, err := s.cfg.Cohorts.CreateCohort(r.Context(), &c.key.User, c.project.ID, upd)
+	if err != nil {
+		return err
+	}
+	if co, err = s.withCount(r, co); err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusCreated, newCohortJSON(co))
+	return nil
+}
+
+func (s *Server) handleGetCohort(w http.ResponseWriter, r *http.Request, c *call) error {
+	id, err := s.cohortID(r)
+	if err != nil {
+		return err
+	}
+	co, err := s.cfg.Cohorts.FindCohortByID(r.Context(), c.project.ID, id)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, newCohortJSON(co))
+	return nil
+}
+
+func (s *Server) handlePatchCohort(w http.ResponseWriter, r *http.Request, c *call) error {
+	id, err := s.cohortID(r)
+	if err != nil {
+		return err
+	}
+	upd, err := decodeCohortUpdate(w, r)
+	if err != nil {
+		return err
+	}
+	co, err := s.cfg.Cohorts.UpdateCohort(r.Context(), &c.key.User, c.project.ID, id, upd)
+	if err != nil {
+		return err
+	}
+	if upd.Filters != nil {
+		if co, err = s.withCount(r, co); err != nil {
+			return err
+		}
+	}
+	writeJSON(w, http.StatusOK, newCohortJSON(co))
+	return nil
+}
+
+// withCount computes and stores a property cohort's size (static cohorts count their members).
+func (s *Server) withCount(r *http.Request, co *controlplane.Cohort) (*controlplane.Cohort, error) {
+	if co.IsStatic || co.Deleted {
+		return co, nil
+	}
+	p, err := s.cfg.Evaluator.Compile(r.Context(), co.ProjectID)
+	if err != nil {
+		return nil, err
+	}
+	n, err := s.cfg.Evaluator.CohortSize(r.Context(), p, co.ID)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.cfg.Cohorts.SetCount(r.Context(), co.ProjectID, co.ID, n); err != nil {
+		return nil, err
+	}
+	co.Count = &n
+	return co, nil
+}

@@ -1,0 +1,197 @@
+package postgres
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/flagedge/flagedge/controlplane"
+)
+
+// CohortService stores cohorts.
+type CohortService struct {
+	db *DB
+}
+
+var _ controlplane.CohortService = (*CohortService)(nil)
+
+// NewCohortService returns a CohortService on db.
+func NewCohortService(db *DB) *CohortService { return &CohortService{db: db} }
+
+var cohortSelect = `SELECT c.id, c.project_id, c.name, c.description, c.filters, c.is_static,
+	CASE WHEN c.is_static THEN (SELECT count(*)::int FROM cohort_people p WHERE p.cohort_id = c.id) ELSE c.count END,
+	c.deleted, c.created_at, ` + userSummaryJSON("u") + ` FROM cohorts c LEFT JOIN users u ON u.id = c.created_by`
+
+func scanCohort(row pgx.Row) (*controlplane.Cohort, error) {
+	var c controlplane.Cohort
+	var creator *userRow
+	err := row.Scan(&c.ID, &c.ProjectID, &c.Name, &c.Description, &c.Filters, &c.IsStatic, &c.Count, &c.Deleted, &c.CreatedAt, &creator)
+	c.CreatedBy = creator.user()
+	return &c, err
+}
+
+// FindCohorts returns a page of the project's non-deleted cohorts, newest first.
+func (s *CohortService) FindCohorts(ctx context.Context, projectID int64, limit, offset int) ([]*controlplane.Cohort, int, error) {
+	var total int
+	if err := s.db.Pool.QueryRow(ctx, `SELECT count(*) FROM cohorts WHERE project_id = $1 AND NOT deleted`, projectID).Scan(&total); err != nil {
+		return nil, 0, fmt.Errorf("count cohorts: %w", err)
+	}
+	rows, err := s.db.Pool.Query(ctx, cohortSelect+` WHERE c.project_id = $1 AND NOT c.deleted ORDER BY c.id DESC LIMIT $2 OFFSET $3`,
+		projectID, limit, offset)
+	if err != nil {
+		return nil, 0, fmt.Errorf("find cohorts: %w", err)
+	}
+	list, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (*controlplane.Cohort, error) { return scanCohort(r) })
+	if err != nil {
+		return nil, 0, fmt.Errorf("find cohorts: %w", err)
+	}
+	return list, total, nil
+}
+
+// FindCohortByID returns a cohort of the project, deleted or not.
+func (s *CohortService) FindCohortByID(ctx context.Context, projectID, id int64) (*controlplane.Cohort, error) {
+	c, err := scanCohort(s.db.Pool.QueryRow(ctx, cohortSelect+` WHERE c.project_id = $1 AND c.id = $2`, projectID, id))
+	if err != nil {
+		return nil, fmt.Errorf("find cohort: %w", notFoundIfNoRows(err))
+	}
+	return c, nil
+}
+
+// CreateCohort creates a cohort and re-streams the project's snapshot.
+func (s *CohortService) CreateCohort(ctx context.Context, actor *controlplane.User, projectID int64, upd controlplane.CohortUpdate) (*controlplane.Cohort, error) {
+	if err := upd.Validate(); err != nil {
+		return nil, err
+	}
+	if upd.Name == nil || *upd.Name == "" {
+		return nil, controlplane.FieldError("name", "required", "This field is required.")
+	}
+	c := &controlplane.Cohort{Filters: json.RawMessage(`{"properties": {"type": "AND", "values": []}}`)}
+	upd.Apply(c)
+	var id int64
+	err := s.db.inTx(ctx, func(tx pgx.Tx) error {
+		if err := tx.QueryRow(ctx, `INSERT INTO cohorts (project_id, name, description, filters, is_static, deleted, created_by)
+			VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING id`, projectID, c.Name, c.Description, c.Filters, c.IsStatic, c.Deleted, actor.ID).Scan(&id); err != nil {
+			return err
+		}
+		return bumpSnapshot(ctx, tx, projectID)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("create cohort: %w", err)
+	}
+	return s.FindCohortByID(ctx, projectID, id)
+}
+
+// UpdateCohort changes a cohort and re-streams the project's snapshot.
+func (s *CohortService) UpdateCohort(ctx context.Context, actor *controlplane.User, projectID, id int64, upd controlplane.CohortUpdate) (*controlplane.Cohort, error) {
+	if err := upd.Validate(); err != nil {
+		return nil, err
+	}
+	if upd.Name != nil && *upd.Name == "" {
+		return nil, controlplane.FieldError("name", "blank", "This field may not be blank.")
+	}
+	err := s.db.inTx(ctx, func(tx pgx.Tx) error {
+		c, err := scanCohort(tx.QueryRow(ctx, cohortSelect+` WHERE c.project_id = $1 AND c.id = $2 FOR UPDATE OF c`, projectID, id))
+		if err != nil {
+			return notFoundIfNoRows(err)
+		}
+		upd.Apply(c)
+		if _, err := tx.Exec(ctx, `UPDATE cohorts SET name = $3, description = $4, filters = $5, is_static = $6, deleted = $7,
+			count = CASE WHEN $8 THEN NULL ELSE count END, updated_at = now() WHERE project_id = $1 AND id = $2`,
+			projectID, id, c.Name, c.Description, c.Filters, c.IsStatic, c.Deleted, upd.Filters != nil); err != nil {
+			return err
+		}
+		return bumpSnapshot(ctx, tx, projectID)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("update cohort: %w", err)
+	}
+	return s.FindCohortByID(ctx, projectID, id)
+}
+
+// CreateStaticCohort creates a static cohort and fills it batch by batch in one transaction.
+func (s *CohortService) CreateStaticCohort(ctx context.Context, actor *controlplane.User, projectID int64, name string, persons func(yield func([]int64) error) error) (*controlplane.Cohort, error) {
+	var id int64
+	err := s.db.inTx(ctx, func(tx pgx.Tx) error {
+		if err := tx.QueryRow(ctx, `INSERT INTO cohorts (project_id, name, is_static, filters, created_by)
+			VALUES ($1, $2, true, '{}', $3) RETURNING id`, projectID, name, actor.ID).Scan(&id); err != nil {
+			return err
+		}
+		if err := persons(func(ids []int64) error {
+			_, err := tx.Exec(ctx, `INSERT INTO cohort_people (cohort_id, person_id) SELECT $1, unnest($2::bigint[]) ON CONFLICT DO NOTHING`, id, ids)
+			return err
+		}); err != nil {
+			return err
+		}
+		return bumpSnapshot(ctx, tx, projectID)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("create static cohort: %w", err)
+	}
+	return s.FindCohortByID(ctx, projectID, id)
+}
+
+// SetCount stores a property cohort's size.
+func (s *CohortService) SetCount(ctx context.Context, projectID, id int64, count int) error {
+	if _, err := s.db.Pool.Exec(ctx, `UPDATE cohorts SET count = $3 WHERE project_id = $1 AND id = $2`, projectID, id, count); err != nil {
+		return fmt.Errorf("set cohort count: %w", err)
+	}
+	return nil
+}
+
+// ScanPersons returns up to limit persons of the project with an id above afterID.
+func (s *PersonStore) ScanPersons(ctx context.Context, projectID, afterID int64, limit int) ([]controlplane.StoredPersonRow, error) {
+	rows, err := s.db.Pool.Query(ctx, `
+		SELECT p.id, (SELECT min(d.distinct_id) FROM person_distinct_ids d WHERE d.person_id = p.id), p.properties,
+			COALESCE((SELECT array_agg(cp.cohort_id) FROM cohort_people cp WHERE cp.person_id = p.id), '{}')
+		FROM persons p WHERE p.project_id = $1 AND p.id > $2 ORDER BY p.id LIMIT $3`, projectID, afterID, limit)
+	if err != nil {
+		return nil, fmt.Errorf("scan persons: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (controlplane.StoredPersonRow, error) {
+		var p controlplane.StoredPersonRow
+		var distinct *string
+		err := r.Scan(&p.ID, &distinct, &p.Properties, &p.StaticCohorts)
+		if distinct != nil {
+			p.DistinctID = *distinct
+		}
+		return p, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("scan persons: %w", err)
+	}
+	return out, nil
+}
+
+// ScanGroups returns up to limit groups of a type with a key above afterKey.
+func (s *PersonStore) ScanGroups(ctx context.Context, projectID int64, typeIndex int, afterKey string, limit int) ([]controlplane.StoredGroupRow, error) {
+	rows, err := s.db.Pool.Query(ctx, `SELECT group_key, properties FROM groups
+		WHERE project_id = $1 AND group_type_index = $2 AND group_key > $3 ORDER BY group_key LIMIT $4`, projectID, typeIndex, afterKey, limit)
+	if err != nil {
+		return nil, fmt.Errorf("scan groups: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (controlplane.StoredGroupRow, error) {
+		var g controlplane.StoredGroupRow
+		err := r.Scan(&g.Key, &g.Properties)
+		return g, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("scan groups: %w", err)
+	}
+	return out, nil
+}
+
+// EnsureUsageDashboard creates the flag's usage dashboard unless it has one.
+func (s *FlagService) EnsureUsageDashboard(ctx context.Context, actor *controlplane.User, projectID, flagID int64) (*controlplane.Flag, error) {
+	f, err := s.FindFlagByID(ctx, projectID, flagID)
+	if err != nil || f.UsageDashboard != nil {
+		return f, err
+	}
+	var dashboardID int64
+	if err := s.db.Pool.QueryRow(ctx, `INSERT INTO dashboards (project_id, name, created_by) VALUES ($1, $2, $3) RETURNING id`,
+		projectID, "Feature flag: "+f.Key+" usage", actor.ID).Scan(&dashboardID); err != nil {
+		return nil, fmt.Errorf("create usage dashboard: %w", err)
+	}
+	return s.UpdateFlag(ctx, actor, projectID, flagID, controlplane.FlagUpdate{UsageDashboard: &dashboardID})
+}
