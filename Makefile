@@ -22,8 +22,10 @@ test: deps
 	$(GO) vet $(PKGS)
 	$(GO) test -race -count=1 -timeout 20m $(PKGS)
 
-bench:
-	$(GO) test -run '^$$' -bench . -benchmem -count 3 ./shared/... ./edge/...
+# The standard benchmark suite against a local stack (throwaway PostgreSQL, control plane, one
+# edge), with the Go micro-benchmarks; the report goes to bench/results/.
+bench: deps build
+	@bash deploy/run-local.sh $(GO) run ./bench --suite --go-bench --duration 6s
 
 # Regenerates shared/syncpb from sync.proto (needs protoc, protoc-gen-go and protoc-gen-go-grpc;
 # see DEPS in the README).

@@ -3,6 +3,7 @@ module github.com/flagedge/flagedge
 go 1.26.8
 
 require (
+	github.com/HdrHistogram/hdrhistogram-go v1.4.0
 	github.com/dgraph-io/ristretto/v2 v2.4.2
 	github.com/fasthttp/router v1.5.4
 	github.com/google/go-cmp v0.7.0

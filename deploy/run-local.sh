@@ -2,7 +2,9 @@
 # Brings the whole local system up: a throwaway PostgreSQL (unless DATABASE_URL is set), the
 # control plane, an edge (with the GeoLite2 City database when it can be fetched), and a demo
 # organisation/project whose keys it prints. Ctrl-C stops it all and deletes the throwaway
-# database.
+# database. With arguments, it runs them as a command once the stack is up (with FLAGEDGE,
+# EDGE, PROJECT, KEY and TOKEN in its environment), then stops everything and exits with the
+# command's status: `make bench` runs the benchmark suite this way.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -46,7 +48,8 @@ pids+=($!)
 
 geoip=$(bash deploy/fetch-geoip.sh .run/geoip)
 mkdir -p .run/edge-data
-bin/edge --http-addr "$EDGE_ADDR" --control-plane "$GRPC_ADDR" --data-dir .run/edge-data ${geoip:+--geoip-db "$geoip"} &
+bin/edge --http-addr "$EDGE_ADDR" --control-plane "$GRPC_ADDR" --data-dir .run/edge-data ${geoip:+--geoip-db "$geoip"} \
+  ${FLAGEDGE_PPROF_ADDR:+--pprof-addr "$FLAGEDGE_PPROF_ADDR"} &
 pids+=($!)
 
 for url in "http://$HTTP_ADDR/_ready" "http://$EDGE_ADDR/_ready"; do
@@ -59,6 +62,10 @@ done
 project_id=$(sed -E 's/.*"project_id":([0-9]+).*/\1/' <<<"$keys")
 personal=$(sed -E 's/.*"personal_api_key":"([^"]+)".*/\1/' <<<"$keys")
 token=$(sed -E 's/.*"project_api_key":"([^"]+)".*/\1/' <<<"$keys")
+if [ $# -gt 0 ]; then
+  FLAGEDGE="http://$HTTP_ADDR" EDGE="http://$EDGE_ADDR" PROJECT="$project_id" KEY="$personal" TOKEN="$token" "$@"
+  exit $?
+fi
 cat <<MSG
 
 flagedge is running.

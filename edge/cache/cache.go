@@ -42,6 +42,9 @@ func New[V any](name string, maxEntries int64, ttl time.Duration, m *Metrics) (*
 		NumCounters: 10 * maxEntries, // ristretto's advice: ten counters per entry
 		MaxCost:     maxEntries,
 		BufferItems: 64,
+		// Every entry costs 1: without this ristretto adds its own per-item overhead (tens of
+		// bytes) to each cost, and a cache of 100,000 entries would hold under 2,000.
+		IgnoreInternalCost: true,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("cache %s: %w", name, err)

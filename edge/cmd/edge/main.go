@@ -11,6 +11,8 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
+	_ "net/http/pprof" // served only on --pprof-addr
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -55,6 +57,7 @@ type config struct {
 	EdgeID          string
 	LookupTimeout   time.Duration
 	SpoolFsync      string
+	PprofAddr       string
 	SpoolQuota      int64
 	LogLevel        string
 	ShutdownTimeout time.Duration
@@ -80,6 +83,7 @@ func parseConfig(args []string, stderr io.Writer) (*config, error) {
 	fs.DurationVar(&cfg.LookupTimeout, "lookup-timeout", decide.DefaultStoreConfig.Timeout, "longest wait for stored properties before answering the flags that need them as failed")
 	fs.StringVar(&cfg.SpoolFsync, "spool-fsync", envOr("FLAGEDGE_SPOOL_FSYNC", "10ms"), "when captured events are fsynced: always, never, or an interval such as 10ms (env FLAGEDGE_SPOOL_FSYNC)")
 	fs.Int64Var(&cfg.SpoolQuota, "spool-quota", 1<<30, "most bytes the capture spool may hold; beyond it capture answers 503")
+	fs.StringVar(&cfg.PprofAddr, "pprof-addr", envOr("FLAGEDGE_PPROF_ADDR", ""), "address for Go's pprof endpoints (off when empty; keep it on loopback) (env FLAGEDGE_PPROF_ADDR)")
 	fs.StringVar(&cfg.LogLevel, "log-level", envOr("FLAGEDGE_LOG_LEVEL", "info"), "debug, info, warn or error (env FLAGEDGE_LOG_LEVEL)")
 	// Decide requests take microseconds; 15 s drains any in-flight request and is bounded.
 	fs.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", 15*time.Second, "how long a graceful shutdown may take")
@@ -200,6 +204,23 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		return nil
 	})
 	g.Go(func() error { return srv.Serve(ln) })
+	if cfg.PprofAddr != "" {
+		pprofLn, err := net.Listen("tcp", cfg.PprofAddr)
+		if err != nil {
+			return err
+		}
+		pprofSrv := &http.Server{Handler: http.DefaultServeMux, ReadHeaderTimeout: 10 * time.Second}
+		g.Go(func() error {
+			if err := pprofSrv.Serve(pprofLn); !errors.Is(err, http.ErrServerClosed) {
+				return err
+			}
+			return nil
+		})
+		g.Go(func() error {
+			<-gctx.Done()
+			return pprofSrv.Close()
+		})
+	}
 	g.Go(func() error {
 		<-gctx.Done()
 		log.Info("shutting down: draining")

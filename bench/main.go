@@ -1,0 +1,137 @@
+// Command bench measures what a flagedge edge sustains: /decide and /flags latency and
+// throughput (closed loop at C connections, or open loop at a constant rate with latency
+// counted from each request's scheduled time), capture throughput, a browser-like mix, flag
+// propagation to every edge, and the edge's memory holding many projects. Every result is
+// also given as a ratio to a bare fasthttp server measured in the same run with the same
+// client. It drives loopback addresses only, and every load is bounded in time and count.
+//
+//	go run ./bench --control-plane http://127.0.0.1:8000 --edge http://127.0.0.1:8080 --personal-key phx_… --suite
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"runtime"
+	"strings"
+	"time"
+)
+
+type config struct {
+	controlPlane string
+	edges        []string
+	personalKey  string
+	suite        bool
+	scenario     string
+	duration     time.Duration
+	connections  int
+	rate         int
+	maxRequests  int64
+	users        int
+	overrides    float64
+	seed         uint64
+	baseline     bool
+	out          string
+	goBench      bool
+	rssProjects  int
+}
+
+func main() {
+	if err := runBench(os.Args[1:]); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}
+
+func envOr(env, def string) string {
+	if v := os.Getenv(env); v != "" {
+		return v
+	}
+	return def
+}
+
+func runBench(args []string) error {
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	var cfg config
+	var edges string
+	fs.StringVar(&cfg.controlPlane, "control-plane", envOr("FLAGEDGE", "http://127.0.0.1:8000"), "management API URL (env FLAGEDGE)")
+	fs.StringVar(&edges, "edge", envOr("EDGE", "http://127.0.0.1:8080"), "edge URLs, comma-separated; load goes to the first (env EDGE)")
+	fs.StringVar(&cfg.personalKey, "personal-key", os.Getenv("KEY"), "personal API key with scope * (env KEY)")
+	fs.BoolVar(&cfg.suite, "suite", false, "run the standard suite (what make bench runs)")
+	fs.StringVar(&cfg.scenario, "scenario", "decide", "decide, decide-repeat, flags, capture, mixed, propagation or rss")
+	fs.DurationVar(&cfg.duration, "duration", 10*time.Second, "how long each load runs")
+	fs.IntVar(&cfg.connections, "connections", 32, "concurrent connections (closed loop)")
+	fs.IntVar(&cfg.rate, "rate", 0, "requests per second for an open-loop run; 0 is closed loop")
+	fs.Int64Var(&cfg.maxRequests, "max-requests", 5_000_000, "most requests of one load")
+	fs.IntVar(&cfg.users, "users", 100_000, "distinct users the capture workload spreads over")
+	fs.Float64Var(&cfg.overrides, "overrides-share", 0.9, "share of decide requests carrying person properties")
+	fs.Uint64Var(&cfg.seed, "seed", 42, "workload seed: the same seed gives the same requests")
+	fs.BoolVar(&cfg.baseline, "baseline", true, "also measure a bare fasthttp server with the same client")
+	fs.StringVar(&cfg.out, "out", "bench/results/"+time.Now().UTC().Format("20060102-150405"), "where the report goes")
+	fs.BoolVar(&cfg.goBench, "go-bench", false, "also run the Go micro-benchmarks once and include them")
+	fs.IntVar(&cfg.rssProjects, "rss-projects", 1000, "projects (of 50 flags) the rss scenario creates")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	cfg.edges = strings.Split(edges, ",")
+	if cfg.personalKey == "" {
+		return errors.New("--personal-key (or KEY) is required: the bench creates its own project")
+	}
+	b, err := newBench(cfg)
+	if err != nil {
+		return err
+	}
+	if cfg.suite {
+		err = b.suite()
+	} else {
+		err = b.single(cfg.scenario)
+	}
+	if err != nil {
+		return err
+	}
+	if cfg.goBench {
+		b.report.GoBench = goBenchmarks()
+	}
+	if err := b.report.write(cfg.out); err != nil {
+		return err
+	}
+	fmt.Print("\n" + b.report.table())
+	fmt.Printf("\nreport: %s/report.md, report.json, latency.svg\n", cfg.out)
+	return nil
+}
+
+func machine() string {
+	host, _ := os.Hostname()
+	model := ""
+	if data, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for _, line := range strings.Split(string(data), "\n") {
+			if strings.HasPrefix(line, "model name") {
+				model = strings.TrimSpace(strings.SplitN(line, ":", 2)[1])
+				break
+			}
+		}
+	}
+	return fmt.Sprintf("%s, %d CPUs (%s), %s/%s", host, runtime.NumCPU(), model, runtime.GOOS, runtime.GOARCH)
+}
+
+// goBenchmarks runs the micro-benchmarks next to the code once, with -benchmem.
+func goBenchmarks() string {
+	cmd := exec.Command("go", "test", "-run", "^$", "-bench", ".", "-benchmem", "-count", "1",
+		"./shared/flags/", "./edge/httpapi/", "./edge/spool/", "./edge/capture/", "./controlplane/postgres/")
+	out, err := cmd.CombinedOutput()
+	var keep []string
+	for _, line := range strings.Split(string(out), "\n") {
+		if strings.HasPrefix(line, "Benchmark") || strings.HasPrefix(line, "FAIL") {
+			keep = append(keep, line)
+		}
+	}
+	if err != nil {
+		keep = append(keep, "error: "+err.Error())
+	}
+	return strings.Join(keep, "\n") + "\n"
+}
+
+var httpClient = &http.Client{Timeout: 30 * time.Second}
