@@ -106,7 +106,9 @@ func (r *report) svg() string {
 		q = math.Min(q, 99.99)
 		return pad + (w-2*pad)*math.Log10(1/(1-q/100))/4
 	}
-	yOf := func(us float64) float64 { return h - pad - (h-2*pad)*math.Log10(math.Max(us, 1))/math.Log10(maxLat*1.2) }
+	yOf := func(us float64) float64 {
+		return h - pad - (h-2*pad)*math.Log10(math.Max(us, 1))/math.Log10(maxLat*1.2)
+	}
 	fmt.Fprintf(&b, `<text x="%d" y="20" font-size="14">Latency by percentile (µs, log scale)</text>`, pad)
 	fmt.Fprintf(&b, `<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="black"/><line x1="%d" y1="%d" x2="%d" y2="%d" stroke="black"/>`,
 		pad, h-pad, w-pad, h-pad, pad, pad, pad, h-pad)

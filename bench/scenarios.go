@@ -40,7 +40,7 @@ func newBench(cfg config) (*bench, error) {
 		return nil, err
 	}
 	b := &bench{cfg: cfg, api: a, project: p, work: newWorkload(cfg.seed, p.token, edgeAddr, cfg.users, cfg.overrides),
-		edge: newClient(edgeAddr, max(cfg.connections, 64)),
+		edge:   newClient(edgeAddr, max(cfg.connections, 64)),
 		report: report{Machine: machine(), StartedAt: time.Now().UTC().Format(time.RFC3339), Seed: cfg.seed, Targets: map[string]string{}}}
 	if err := b.waitEdges(); err != nil {
 		return nil, err
