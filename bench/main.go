@@ -119,7 +119,7 @@ func machine() string {
 
 // goBenchmarks runs the micro-benchmarks next to the code once, with -benchmem.
 func goBenchmarks() string {
-	cmd := exec.Command("go", "test", "-run", "^$", "-bench", ".", "-benchmem", "-count", "1",
+	cmd := exec.Command("go", "test", "-run", "^$", "-bench", ".", "-benchmem", "-count", "1", "-benchtime", "500ms",
 		"./shared/flags/", "./edge/httpapi/", "./edge/spool/", "./edge/capture/", "./controlplane/postgres/")
 	out, err := cmd.CombinedOutput()
 	var keep []string

@@ -55,18 +55,19 @@ func (s *Server) handleDefinitions(ctx *fasthttp.RequestCtx) {
 	if project == nil {
 		return
 	}
-	i := 0
-	if ctx.QueryArgs().Has("send_cohorts") {
-		i = 1
+	body, etag, err := project.Definitions(ctx.QueryArgs().Has("send_cohorts"))
+	if err != nil {
+		s.cfg.Logger.Error("flag definitions", "project", project.ID, "err", err)
+		decide.WriteError(ctx, fasthttp.StatusInternalServerError, "server_error", "error", "A server error occurred.")
+		return
 	}
-	etag := project.ETags[i]
 	ctx.Response.Header.Set("ETag", etag)
 	ctx.Response.Header.Set("Cache-Control", "private, must-revalidate")
 	if match := ctx.Request.Header.Peek("If-None-Match"); len(match) > 0 && etagMatches(match, etag) {
 		ctx.SetStatusCode(fasthttp.StatusNotModified)
 		return
 	}
-	writeJSON(ctx, fasthttp.StatusOK, project.Definitions[i])
+	writeJSON(ctx, fasthttp.StatusOK, body)
 }
 
 // etagMatches reports whether an If-None-Match header names etag (weakly: W/ is ignored).

@@ -93,6 +93,7 @@ func (h *Holder) Apply(msg *syncpb.WatchResponse) error {
 	next := &view{byID: maps.Clone(old.byID), byToken: maps.Clone(old.byToken)}
 	var errs []error
 	var changed []*Project
+	var persist []*syncpb.ProjectSnapshot
 	for _, pb := range msg.Snapshots {
 		if cur, ok := next.byID[pb.ProjectId]; ok && cur.Version >= pb.Version {
 			continue
@@ -107,6 +108,7 @@ func (h *Holder) Apply(msg *syncpb.WatchResponse) error {
 		}
 		next.byID[p.ID], next.byToken[p.Token] = p, p
 		changed = append(changed, p)
+		persist = append(persist, pb)
 	}
 	for _, id := range msg.RemovedProjects {
 		if cur, ok := next.byID[id]; ok {
@@ -128,24 +130,24 @@ func (h *Holder) Apply(msg *syncpb.WatchResponse) error {
 	if msg.InitialSyncDone {
 		h.ready.Store(true)
 	}
-	errs = append(errs, h.persist(changed, msg.RemovedProjects)...)
+	errs = append(errs, h.persist(persist, msg.RemovedProjects)...)
 	return errors.Join(errs...)
 }
 
 // persist writes changed snapshots to disk atomically (temporary file, fsync, rename) and
 // deletes removed ones.
-func (h *Holder) persist(changed []*Project, removed []int64) []error {
+func (h *Holder) persist(changed []*syncpb.ProjectSnapshot, removed []int64) []error {
 	if h.dir == "" {
 		return nil
 	}
 	var errs []error
-	for _, p := range changed {
-		data, err := proto.Marshal(p.proto)
+	for _, pb := range changed {
+		data, err := proto.Marshal(pb)
 		if err == nil {
-			err = writeFileAtomic(filepath.Join(h.dir, p.fileName()), data)
+			err = writeFileAtomic(filepath.Join(h.dir, strconv.FormatInt(pb.ProjectId, 10)+".pb"), data)
 		}
 		if err != nil {
-			errs = append(errs, fmt.Errorf("persist project %d: %w", p.ID, err))
+			errs = append(errs, fmt.Errorf("persist project %d: %w", pb.ProjectId, err))
 		}
 	}
 	for _, id := range removed {

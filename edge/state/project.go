@@ -7,8 +7,8 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"fmt"
-	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/flagedge/flagedge/shared/flags"
@@ -25,15 +25,15 @@ type Project struct {
 	Snapshot *flags.Snapshot
 	// ContinuityFlags are the keys of active flags with experience continuity.
 	ContinuityFlags []string
-	// Definitions are the SDK flag definitions bodies, without ([0]) and with ([1]) cohorts,
-	// and ETags their entity tags.
-	Definitions [2][]byte
-	ETags       [2]string
 	// Payloads maps flag keys to their "true" payload (compact JSON), for remote config.
 	Payloads map[string][]byte
 	BuiltAt  time.Time
 
-	proto     *syncpb.ProjectSnapshot
+	// def is what the snapshot was compiled from; the SDK definitions bodies are built from
+	// it on first request (most edges never serve them, and they are the largest part).
+	def         flags.Project
+	definitions [2]definitions // without ([0]) and with ([1]) cohorts
+
 	secret    [sha256.Size]byte
 	readKeys  map[[sha256.Size]byte]bool // key hash → may read definitions
 	hasSecret bool
@@ -48,6 +48,27 @@ const (
 	AccessForbidden               // a valid key without the scope: 403
 	AccessAllowed
 )
+
+type definitions struct {
+	once sync.Once
+	body []byte
+	etag string
+	err  error
+}
+
+// Definitions returns the SDK flag definitions body (with cohorts sent as property groups when
+// sendCohorts) and its entity tag, built once per snapshot version.
+func (p *Project) Definitions(sendCohorts bool) (body []byte, etag string, err error) {
+	d := &p.definitions[0]
+	if sendCohorts {
+		d = &p.definitions[1]
+	}
+	d.once.Do(func() {
+		d.body, d.err = flags.DefinitionsBody(p.ID, p.def, sendCohorts)
+		d.etag = flags.ETag(d.body)
+	})
+	return d.body, d.etag, d.err
+}
 
 // DefinitionsAccess checks a bearer credential (a personal key phx_… or the project's secret
 // key phs_…) against the hashes the snapshot carries.
@@ -78,7 +99,7 @@ func (p *Project) SecretKeyMatches(bearer string) bool {
 // compileProject prepares a snapshot for serving.
 func compileProject(pb *syncpb.ProjectSnapshot) (*Project, error) {
 	def := flags.Project{GroupTypes: map[int]string{}}
-	p := &Project{ID: pb.ProjectId, Version: pb.Version, Name: pb.Name, Token: pb.ApiToken, proto: pb,
+	p := &Project{ID: pb.ProjectId, Version: pb.Version, Name: pb.Name, Token: pb.ApiToken,
 		BuiltAt: time.UnixMilli(pb.BuiltAtUnixMs), Payloads: map[string][]byte{}, readKeys: map[[sha256.Size]byte]bool{}}
 	for _, f := range pb.Flags {
 		def.Flags = append(def.Flags, flags.FlagDefinition{ID: f.Id, Key: f.Key, Name: f.Name, Active: f.Active,
@@ -97,14 +118,7 @@ func compileProject(pb *syncpb.ProjectSnapshot) (*Project, error) {
 	if err != nil {
 		return nil, fmt.Errorf("project %d version %d: %w", pb.ProjectId, pb.Version, err)
 	}
-	p.Snapshot = snap
-	for i, sendCohorts := range []bool{false, true} {
-		body, err := flags.DefinitionsBody(pb.ProjectId, def, sendCohorts)
-		if err != nil {
-			return nil, fmt.Errorf("project %d: definitions: %w", pb.ProjectId, err)
-		}
-		p.Definitions[i], p.ETags[i] = body, flags.ETag(body)
-	}
+	p.Snapshot, p.def = snap, def
 	for _, f := range pb.Flags {
 		parsed, err := flags.ParseFilters(f.Filters)
 		if err == nil {
@@ -129,5 +143,3 @@ func compileProject(pb *syncpb.ProjectSnapshot) (*Project, error) {
 	}
 	return p, nil
 }
-
-func (p *Project) fileName() string { return strconv.FormatInt(p.ID, 10) + ".pb" }

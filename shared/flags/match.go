@@ -147,7 +147,7 @@ func newMatcher(p Property) (*matcher, error) {
 		m.str = p.Value.(string)
 		m.lower = strings.ToLower(m.str)
 	case opRegex, opNotRegex:
-		m.re, _ = regexp.Compile(p.Value.(string))
+		m.re = compileRegex(p.Value.(string))
 	case opGT, opGTE, opLT, opLTE:
 		s, _ := stringForm(p.Value, &buf)
 		m.str = strings.Clone(s)
