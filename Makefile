@@ -25,7 +25,7 @@ test: deps
 # The standard benchmark suite against a local stack (throwaway PostgreSQL, control plane, one
 # edge), with the Go micro-benchmarks; the report goes to bench/results/.
 bench: deps build
-	@bash deploy/run-local.sh $(GO) run ./bench --suite --go-bench --duration 5s
+	@bash deploy/run-local.sh $(GO) run ./bench --suite --go-bench --duration 4s
 
 # Regenerates shared/syncpb from sync.proto (needs protoc, protoc-gen-go and protoc-gen-go-grpc;
 # see DEPS in the README).
