@@ -151,11 +151,7 @@ func (s *Server) handleMyFlags(w http.ResponseWriter, r *http.Request, c *call) 
 	if err != nil {
 		return err
 	}
-	ids := make([]int64, len(list))
-	for i, f := range list {
-		ids[i] = f.ID
-	}
-	editable, err := s.cfg.Roles.EditableFlags(r.Context(), &c.key.User, ids)
+	editable, err := s.editableFlags(r, c, list)
 	if err != nil {
 		return err
 	}

@@ -16,11 +16,7 @@ func (s *Server) handleListFlags(w http.ResponseWriter, r *http.Request, c *call
 	if err != nil {
 		return err
 	}
-	ids := make([]int64, len(list))
-	for i, f := range list {
-		ids[i] = f.ID
-	}
-	editable, err := s.cfg.Roles.EditableFlags(r.Context(), &c.key.User, ids)
+	editable, err := s.editableFlags(r, c, list)
 	if err != nil {
 		return err
 	}
@@ -75,6 +71,15 @@ func (s *Server) flagFromPath(r *http.Request, c *call) (*controlplane.Flag, err
 		return nil, controlplane.ErrNotFound
 	}
 	return s.cfg.Flags.FindFlagByID(r.Context(), c.project.ID, id)
+}
+
+// editableFlags reports which of the flags the caller may change.
+func (s *Server) editableFlags(r *http.Request, c *call, list []*controlplane.Flag) (map[int64]bool, error) {
+	ids := make([]int64, len(list))
+	for i, f := range list {
+		ids[i] = f.ID
+	}
+	return s.cfg.Roles.EditableFlags(r.Context(), &c.key.User, ids)
 }
 
 // flagJSON renders a flag with can_edit for the caller.

@@ -215,8 +215,7 @@ func (s *Server) handleListRoleAccess(w http.ResponseWriter, r *http.Request, c 
 	}
 	out := make([]roleAccessJSON, len(list))
 	for i, a := range list {
-		out[i] = roleAccessJSON{ID: a.ID, FeatureFlag: fj, Role: newRoleJSON(&a.Role), RoleID: a.Role.ID,
-			AddedAt: timeJSON(a.AddedAt), UpdatedAt: timeJSON(a.UpdatedAt)}
+		out[i] = newRoleAccessJSON(a, fj)
 	}
 	writeJSON(w, http.StatusOK, s.newPage(r, total, limit, offset, out))
 	return nil
@@ -227,9 +226,13 @@ func (s *Server) writeRoleAccess(w http.ResponseWriter, r *http.Request, c *call
 	if err != nil {
 		return err
 	}
-	writeJSON(w, status, roleAccessJSON{ID: a.ID, FeatureFlag: fj, Role: newRoleJSON(&a.Role), RoleID: a.Role.ID,
-		AddedAt: timeJSON(a.AddedAt), UpdatedAt: timeJSON(a.UpdatedAt)})
+	writeJSON(w, status, newRoleAccessJSON(a, fj))
 	return nil
+}
+
+func newRoleAccessJSON(a *controlplane.RoleAccess, flag flagJSON) roleAccessJSON {
+	return roleAccessJSON{ID: a.ID, FeatureFlag: flag, Role: newRoleJSON(&a.Role), RoleID: a.Role.ID,
+		AddedAt: timeJSON(a.AddedAt), UpdatedAt: timeJSON(a.UpdatedAt)}
 }
 
 func (s *Server) handleCreateRoleAccess(w http.ResponseWriter, r *http.Request, c *call) error {

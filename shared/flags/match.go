@@ -185,13 +185,9 @@ func (m *matcher) matchValue(v any, now time.Time) bool {
 	case opGT, opGTE, opLT, opLTE:
 		return m.compareOrdered(v)
 	}
-	s, ok := v.(string)
+	s, ok := text(v)
 	if !ok {
-		// Rare: a number or boolean compared as text. Its string form is allocated, since
-		// the regexp package may keep what it is given.
-		if s, ok = scalarString(v); !ok {
-			return m.op.whenMissing()
-		}
+		return m.op.whenMissing()
 	}
 	switch m.op {
 	case opIContains:
@@ -234,6 +230,15 @@ func (m *matcher) matchValue(v any, now time.Time) bool {
 		return ok && m.vrange.contains(pv)
 	}
 	return false
+}
+
+// text is v's string form: strings as they are, other scalars formatted (rare, so the
+// allocation is acceptable; the regexp package may keep what it is given).
+func text(v any) (string, bool) {
+	if s, ok := v.(string); ok {
+		return s, true
+	}
+	return scalarString(v)
 }
 
 // exact reports whether v equals the operand (or one of the operands): as booleans when the
@@ -282,11 +287,9 @@ func (m *matcher) compareOrdered(v any) bool {
 			c = 1
 		}
 	} else {
-		s, ok := v.(string)
+		s, ok := text(v)
 		if !ok {
-			if s, ok = scalarString(v); !ok {
-				return false
-			}
+			return false
 		}
 		c = strings.Compare(s, m.str)
 	}

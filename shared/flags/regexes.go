@@ -15,7 +15,7 @@ const maxInternedRegexes = 10_000
 // for concurrent use, costs kilobytes.
 var regexes struct {
 	sync.Map // pattern → *regexp.Regexp
-	n atomic.Int64
+	n        atomic.Int64
 }
 
 // compileRegex returns the compiled pattern, shared when possible; nil for an invalid one.
