@@ -87,11 +87,18 @@ type matcher struct {
 	num      float64 // gt…lte: the operand as a number
 	numOK    bool
 	re       *regexp.Regexp // nil for an invalid pattern: never matches
-	date     dateFilter
-	version  semver
-	vrange   semverRange
+	cohort   *cohort
 
-	cohort     *cohort
+	// *rareOperand holds the operands of date, semver and flag filters; nil for the others,
+	// which are most filters: it keeps a matcher small, and a snapshot holds many.
+	*rareOperand
+}
+
+// rareOperand is the part of a matcher that only some operators use.
+type rareOperand struct {
+	date       dateFilter
+	version    semver
+	vrange     semverRange
 	flagIndex  int // -1: an unknown flag or a cycle: never matches
 	expectBool bool
 	expectStr  string
@@ -110,6 +117,10 @@ func newMatcher(p Property) (*matcher, error) {
 	}
 	opName := defaultOperator(typ, p.Operator)
 	m := &matcher{op: opcodes[opName], negation: p.Negation, key: p.Key}
+	switch {
+	case typ == TypeFlag, m.op >= opDateBefore && m.op <= opDateExact, m.op >= opSemverEq && m.op <= opSemverRange:
+		m.rareOperand = &rareOperand{}
+	}
 	switch typ {
 	case TypePerson:
 		m.source = sourcePerson
