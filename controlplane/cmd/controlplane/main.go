@@ -24,8 +24,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/keepalive"
@@ -34,6 +32,7 @@ import (
 	"github.com/flagedge/flagedge/controlplane/httpapi"
 	"github.com/flagedge/flagedge/controlplane/postgres"
 	"github.com/flagedge/flagedge/controlplane/sync"
+	"github.com/flagedge/flagedge/internal/daemon"
 	"github.com/flagedge/flagedge/shared/syncpb"
 )
 
@@ -99,7 +98,7 @@ func newFlagSet(name string, stderr io.Writer) *flag.FlagSet {
 }
 
 func databaseFlag(fs *flag.FlagSet) *string {
-	return fs.String("database-url", envOr("DATABASE_URL", ""), "PostgreSQL connection URL, e.g. postgres://user@127.0.0.1:5432/flagedge (env DATABASE_URL)")
+	return fs.String("database-url", daemon.EnvOr("DATABASE_URL", ""), "PostgreSQL connection URL, e.g. postgres://user@127.0.0.1:5432/flagedge (env DATABASE_URL)")
 }
 
 func requireDatabase(url string) error {
@@ -240,11 +239,11 @@ func (c *serveConfig) validate() error {
 func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	fs := newFlagSet("serve", stderr)
 	cfg := serveConfig{}
-	fs.StringVar(&cfg.HTTPAddr, "http-addr", envOr("FLAGEDGE_HTTP_ADDR", "127.0.0.1:8000"), "address of the management API (env FLAGEDGE_HTTP_ADDR)")
-	fs.StringVar(&cfg.GRPCAddr, "grpc-addr", envOr("FLAGEDGE_GRPC_ADDR", "127.0.0.1:9000"), "address of the gRPC sync service that edges connect to (env FLAGEDGE_GRPC_ADDR)")
-	fs.StringVar(&cfg.DatabaseURL, "database-url", envOr("DATABASE_URL", ""), "PostgreSQL connection URL (env DATABASE_URL)")
-	fs.StringVar(&cfg.PublicURL, "public-url", envOr("FLAGEDGE_PUBLIC_URL", ""), "scheme and host of absolute URLs in responses; default: the request's Host (env FLAGEDGE_PUBLIC_URL)")
-	fs.StringVar(&cfg.LogLevel, "log-level", envOr("FLAGEDGE_LOG_LEVEL", "info"), "debug, info, warn or error (env FLAGEDGE_LOG_LEVEL)")
+	fs.StringVar(&cfg.HTTPAddr, "http-addr", daemon.EnvOr("FLAGEDGE_HTTP_ADDR", "127.0.0.1:8000"), "address of the management API (env FLAGEDGE_HTTP_ADDR)")
+	fs.StringVar(&cfg.GRPCAddr, "grpc-addr", daemon.EnvOr("FLAGEDGE_GRPC_ADDR", "127.0.0.1:9000"), "address of the gRPC sync service that edges connect to (env FLAGEDGE_GRPC_ADDR)")
+	fs.StringVar(&cfg.DatabaseURL, "database-url", daemon.EnvOr("DATABASE_URL", ""), "PostgreSQL connection URL (env DATABASE_URL)")
+	fs.StringVar(&cfg.PublicURL, "public-url", daemon.EnvOr("FLAGEDGE_PUBLIC_URL", ""), "scheme and host of absolute URLs in responses; default: the request's Host (env FLAGEDGE_PUBLIC_URL)")
+	fs.StringVar(&cfg.LogLevel, "log-level", daemon.EnvOr("FLAGEDGE_LOG_LEVEL", "info"), "debug, info, warn or error (env FLAGEDGE_LOG_LEVEL)")
 	// In-flight management requests are short; 15 s is ample and bounded for orchestrators.
 	fs.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", 15*time.Second, "how long a graceful shutdown may take")
 	if err := fs.Parse(args); err != nil {
@@ -253,11 +252,10 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	if err := cfg.validate(); err != nil {
 		return err
 	}
-	var level slog.Level
-	if err := level.UnmarshalText([]byte(cfg.LogLevel)); err != nil {
-		return fmt.Errorf("--log-level: %w", err)
+	logger, err := daemon.NewLogger(stderr, cfg.LogLevel)
+	if err != nil {
+		return err
 	}
-	logger := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: level}))
 
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -271,8 +269,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	defer db.Close()
 
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg := daemon.NewRegistry()
 	api := httpapi.New(httpapi.Config{
 		Auth:        postgres.NewAuthService(db),
 		Projects:    postgres.NewProjectService(db),
@@ -335,11 +332,4 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 		return err
 	})
 	return g.Wait()
-}
-
-func envOr(env, def string) string {
-	if v, ok := os.LookupEnv(env); ok {
-		return v
-	}
-	return def
 }

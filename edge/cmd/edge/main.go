@@ -19,8 +19,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/valyala/fasthttp"
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
@@ -35,6 +33,7 @@ import (
 	"github.com/flagedge/flagedge/edge/spool"
 	"github.com/flagedge/flagedge/edge/state"
 	"github.com/flagedge/flagedge/geoip"
+	"github.com/flagedge/flagedge/internal/daemon"
 	"github.com/flagedge/flagedge/shared/syncpb"
 )
 
@@ -63,28 +62,21 @@ type config struct {
 	ShutdownTimeout time.Duration
 }
 
-func envOr(env, def string) string {
-	if v, ok := os.LookupEnv(env); ok {
-		return v
-	}
-	return def
-}
-
 func parseConfig(args []string, stderr io.Writer) (*config, error) {
 	fs := flag.NewFlagSet("edge", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	host, _ := os.Hostname()
 	cfg := &config{}
-	fs.StringVar(&cfg.HTTPAddr, "http-addr", envOr("FLAGEDGE_EDGE_ADDR", "127.0.0.1:8080"), "address of the public HTTP endpoints (env FLAGEDGE_EDGE_ADDR)")
-	fs.StringVar(&cfg.ControlPlane, "control-plane", envOr("FLAGEDGE_CONTROL_PLANE", "127.0.0.1:9000"), "address of the control plane's gRPC sync service (env FLAGEDGE_CONTROL_PLANE)")
-	fs.StringVar(&cfg.DataDir, "data-dir", envOr("FLAGEDGE_DATA_DIR", "flagedge-edge-data"), "directory for the snapshot copy (env FLAGEDGE_DATA_DIR)")
-	fs.StringVar(&cfg.GeoIPDB, "geoip-db", envOr("FLAGEDGE_GEOIP_DB", ""), "MaxMind City database; without it no $geoip_* properties (env FLAGEDGE_GEOIP_DB)")
-	fs.StringVar(&cfg.EdgeID, "edge-id", envOr("FLAGEDGE_EDGE_ID", host), "name of this edge in the control plane's logs (env FLAGEDGE_EDGE_ID)")
+	fs.StringVar(&cfg.HTTPAddr, "http-addr", daemon.EnvOr("FLAGEDGE_EDGE_ADDR", "127.0.0.1:8080"), "address of the public HTTP endpoints (env FLAGEDGE_EDGE_ADDR)")
+	fs.StringVar(&cfg.ControlPlane, "control-plane", daemon.EnvOr("FLAGEDGE_CONTROL_PLANE", "127.0.0.1:9000"), "address of the control plane's gRPC sync service (env FLAGEDGE_CONTROL_PLANE)")
+	fs.StringVar(&cfg.DataDir, "data-dir", daemon.EnvOr("FLAGEDGE_DATA_DIR", "flagedge-edge-data"), "directory for the snapshot copy (env FLAGEDGE_DATA_DIR)")
+	fs.StringVar(&cfg.GeoIPDB, "geoip-db", daemon.EnvOr("FLAGEDGE_GEOIP_DB", ""), "MaxMind City database; without it no $geoip_* properties (env FLAGEDGE_GEOIP_DB)")
+	fs.StringVar(&cfg.EdgeID, "edge-id", daemon.EnvOr("FLAGEDGE_EDGE_ID", host), "name of this edge in the control plane's logs (env FLAGEDGE_EDGE_ID)")
 	fs.DurationVar(&cfg.LookupTimeout, "lookup-timeout", decide.DefaultStoreConfig.Timeout, "longest wait for stored properties before answering the flags that need them as failed")
-	fs.StringVar(&cfg.SpoolFsync, "spool-fsync", envOr("FLAGEDGE_SPOOL_FSYNC", "10ms"), "when captured events are fsynced: always, never, or an interval such as 10ms (env FLAGEDGE_SPOOL_FSYNC)")
+	fs.StringVar(&cfg.SpoolFsync, "spool-fsync", daemon.EnvOr("FLAGEDGE_SPOOL_FSYNC", "10ms"), "when captured events are fsynced: always, never, or an interval such as 10ms (env FLAGEDGE_SPOOL_FSYNC)")
 	fs.Int64Var(&cfg.SpoolQuota, "spool-quota", 1<<30, "most bytes the capture spool may hold; beyond it capture answers 503")
-	fs.StringVar(&cfg.PprofAddr, "pprof-addr", envOr("FLAGEDGE_PPROF_ADDR", ""), "address for Go's pprof endpoints (off when empty; keep it on loopback) (env FLAGEDGE_PPROF_ADDR)")
-	fs.StringVar(&cfg.LogLevel, "log-level", envOr("FLAGEDGE_LOG_LEVEL", "info"), "debug, info, warn or error (env FLAGEDGE_LOG_LEVEL)")
+	fs.StringVar(&cfg.PprofAddr, "pprof-addr", daemon.EnvOr("FLAGEDGE_PPROF_ADDR", ""), "address for Go's pprof endpoints (off when empty; keep it on loopback) (env FLAGEDGE_PPROF_ADDR)")
+	fs.StringVar(&cfg.LogLevel, "log-level", daemon.EnvOr("FLAGEDGE_LOG_LEVEL", "info"), "debug, info, warn or error (env FLAGEDGE_LOG_LEVEL)")
 	// Decide requests take microseconds; 15 s drains any in-flight request and is bounded.
 	fs.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", 15*time.Second, "how long a graceful shutdown may take")
 	if err := fs.Parse(args); err != nil {
@@ -112,16 +104,14 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	var level slog.Level
-	if err := level.UnmarshalText([]byte(cfg.LogLevel)); err != nil {
-		return fmt.Errorf("--log-level: %w", err)
+	log, err := daemon.NewLogger(stderr, cfg.LogLevel)
+	if err != nil {
+		return err
 	}
-	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: level}))
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg := daemon.NewRegistry()
 	cacheMetrics := cache.NewMetrics(reg)
 
 	holder := state.NewHolder(filepath.Join(cfg.DataDir, "snapshots"), log, reg)
