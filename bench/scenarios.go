@@ -24,7 +24,6 @@ type bench struct {
 	work    *workload
 	edge    *fasthttp.HostClient
 	report  report
-	base    *baseline
 	ceiling float64 // baseline requests per second
 }
 

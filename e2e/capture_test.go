@@ -224,6 +224,9 @@ func TestCaptureStampsAndErrors(t *testing.T) {
 		t.Errorf("timestamp %v is %v ago: the client's clock skew was not corrected", ts, skew)
 	}
 	code, out = call(t, "GET", fmt.Sprintf("http://%s/api/projects/%d/events/?event=private", s.httpAddr, s.projectID), s.personal, nil)
+	if code != 200 || out["count"] != 1.0 {
+		t.Fatalf("events named private: %d %v", code, out)
+	}
 	if p := out["results"].([]any)[0].(map[string]any)["properties"].(map[string]any); p["$ip"] != nil || p["$geoip_city_name"] != nil {
 		t.Errorf("$geoip_disable ignored: %v", p)
 	}

@@ -159,6 +159,9 @@ func TestFlagActions(t *testing.T) {
 		waitFor(t, "half-pro", func() bool { return hasKey(featureFlags(s.decide(e, map[string]any{"distinct_id": "x"})), "half-pro") })
 		// The brute force asks the edge about every stored person, by its first distinct id.
 		code, persons := call(t, "GET", api+"/persons/?limit=1000", s.personal, nil)
+		if code != 200 {
+			t.Fatalf("persons: %d %v", code, persons)
+		}
 		total := persons["count"].(float64)
 		brute, pros := 0, 0
 		for _, p := range persons["results"].([]any) {

@@ -314,8 +314,6 @@ func hasKey(m map[string]any, k string) bool {
 	return ok
 }
 
-func contains(s, sub string) bool { return strings.Contains(s, sub) }
-
 // openDB connects to a test database directly, for checks the API does not offer.
 func openDB(t *testing.T, url string) *pgxpool.Pool {
 	t.Helper()
