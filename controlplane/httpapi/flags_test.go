@@ -232,7 +232,6 @@ func TestFlagValidation(t *testing.T) {
 			person("gte", "10"), person("is_date_after", "-30d"), person("is_date_before", "2024-01-01"),
 			person("semver_gte", "v1.2.3-beta"), person("semver_wildcard", "1.2.*"), person("not_icontains", "x"),
 			variants(33.33, 33.33, 33.34),
-			map[string]any{"groups": []any{map[string]any{"properties": []any{map[string]any{"key": "id", "value": 3, "type": "cohort", "operator": "in"}}}}},
 			map[string]any{"groups": []any{}, "payloads": map[string]any{"true": `{"a": 1}`}},
 			map[string]any{"groups": []any{}, "payloads": map[string]any{"true": map[string]any{"a": 1}}},
 		} {
@@ -241,6 +240,28 @@ func TestFlagValidation(t *testing.T) {
 				t.Errorf("filters %v: %d %s", filters, r.status, r.raw)
 			}
 		}
+	})
+	t.Run("references", func(t *testing.T) {
+		cohort := e.do("POST", fmt.Sprintf("/api/projects/%d/cohorts/", e.project), e.key, map[string]any{"name": "c", "filters": map[string]any{
+			"properties": map[string]any{"type": "AND", "values": []any{map[string]any{"key": "plan", "value": "pro"}}}}})
+		if cohort.status != 201 {
+			t.Fatalf("cohort: %d %s", cohort.status, cohort.raw)
+		}
+		inCohort := func(id any) map[string]any {
+			return map[string]any{"groups": []any{map[string]any{"properties": []any{map[string]any{"key": "id", "value": id, "type": "cohort"}}}}}
+		}
+		dependsOn := func(key string) map[string]any {
+			return map[string]any{"groups": []any{map[string]any{"properties": []any{map[string]any{"key": key, "value": true, "type": "flag"}}}}}
+		}
+		if r := e.do("POST", e.flagsPath(""), e.key, map[string]any{"key": "in-cohort", "filters": inCohort(cohort.body["id"])}); r.status != 201 {
+			t.Errorf("existing cohort: %d %s", r.status, r.raw)
+		}
+		if r := e.do("POST", e.flagsPath(""), e.key, map[string]any{"key": "dependent", "filters": dependsOn("taken")}); r.status != 201 {
+			t.Errorf("existing flag: %d %s", r.status, r.raw)
+		}
+		wantError(t, e.do("POST", e.flagsPath(""), e.key, map[string]any{"key": "r1", "filters": inCohort(987654)}), 400, "validation_error", "invalid_input", "filters")
+		wantError(t, e.do("POST", e.flagsPath(""), e.key, map[string]any{"key": "r2", "filters": dependsOn("nope")}), 400, "validation_error", "invalid_input", "filters")
+		wantError(t, e.do("POST", e.flagsPath(""), e.key, map[string]any{"key": "self", "filters": dependsOn("self")}), 400, "validation_error", "invalid_input", "filters")
 	})
 	t.Run("malformed bodies", func(t *testing.T) {
 		wantError(t, e.do("POST", e.flagsPath(""), e.key, `{"key": `), 400, "validation_error", "invalid_payload", nil)

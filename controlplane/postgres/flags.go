@@ -4,11 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strconv"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/flagedge/flagedge/controlplane"
+	"github.com/flagedge/flagedge/shared/flags"
 )
 
 // FlagService stores feature flags and records their activity.
@@ -128,6 +130,9 @@ func (s *FlagService) CreateFlag(ctx context.Context, actor *controlplane.User, 
 	upd.Apply(f)
 	var created *controlplane.Flag
 	err := s.db.inTx(ctx, func(tx pgx.Tx) error {
+		if err := checkReferences(ctx, tx, projectID, f.Key, upd.Filters); err != nil {
+			return err
+		}
 		var id int64
 		err := tx.QueryRow(ctx, `INSERT INTO feature_flags (project_id, key, name, filters, deleted, active, created_by,
 			created_at, updated_at, last_modified_by, ensure_experience_continuity, rollback_conditions, performed_rollback,
@@ -173,6 +178,9 @@ func (s *FlagService) UpdateFlag(ctx context.Context, actor *controlplane.User, 
 		}
 		after := *before
 		upd.Apply(&after)
+		if err := checkReferences(ctx, tx, projectID, after.Key, upd.Filters); err != nil {
+			return err
+		}
 		changes := controlplane.FlagChanges(before, &after)
 		if len(changes) == 0 {
 			updated = before
@@ -208,6 +216,48 @@ func (s *FlagService) UpdateFlag(ctx context.Context, actor *controlplane.User, 
 		return nil, fmt.Errorf("update flag: %w", err)
 	}
 	return updated, nil
+}
+
+// checkReferences refuses filters that name a cohort or a flag the project does not have
+// (or the flag itself).
+func checkReferences(ctx context.Context, tx pgx.Tx, projectID int64, key string, filters json.RawMessage) error {
+	if filters == nil {
+		return nil
+	}
+	parsed, err := flags.ParseFilters(filters)
+	if err != nil {
+		return nil // Validate reported it
+	}
+	cohorts, flagRefs := parsed.References()
+	if len(cohorts) > 0 {
+		var found []int64
+		rows, err := tx.Query(ctx, `SELECT id FROM cohorts WHERE project_id = $1 AND id = ANY($2) AND NOT deleted`, projectID, cohorts)
+		if err != nil {
+			return err
+		}
+		if found, err = pgx.CollectRows(rows, pgx.RowTo[int64]); err != nil {
+			return err
+		}
+		for _, id := range cohorts {
+			if !slices.Contains(found, id) {
+				return controlplane.FieldError("filters", "invalid_input", fmt.Sprintf("Cohort %d does not exist in this project.", id))
+			}
+		}
+	}
+	for _, ref := range flagRefs {
+		if ref == key {
+			return controlplane.FieldError("filters", "invalid_input", "A flag cannot depend on itself.")
+		}
+		var exists bool
+		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM feature_flags WHERE project_id = $1 AND NOT deleted
+			AND (key = $2 OR id::text = $2))`, projectID, ref).Scan(&exists); err != nil {
+			return err
+		}
+		if !exists {
+			return controlplane.FieldError("filters", "invalid_input", fmt.Sprintf("Flag %q, which this flag depends on, does not exist.", ref))
+		}
+	}
+	return nil
 }
 
 // recordActivity appends an entry to the activity log.

@@ -350,3 +350,23 @@ func cohortID(v any) (int64, bool) {
 func (f *Filters) IsSimple() bool {
 	return len(f.Groups) == 1 && len(f.Groups[0].Properties) == 0 && f.AggregationGroupTypeIndex == nil
 }
+
+// References lists the cohorts and flags (by key or id, as written) that a definition's
+// filters refer to.
+func (f *Filters) References() (cohorts []int64, flagRefs []string) {
+	for _, set := range [][]Condition{f.Groups, f.SuperGroups, f.HoldoutGroups} {
+		for _, c := range set {
+			for _, p := range c.Properties {
+				switch p.Type {
+				case TypeCohort:
+					if id, ok := cohortID(p.Value); ok {
+						cohorts = append(cohorts, id)
+					}
+				case TypeFlag:
+					flagRefs = append(flagRefs, p.Key)
+				}
+			}
+		}
+	}
+	return cohorts, flagRefs
+}
