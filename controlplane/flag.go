@@ -38,21 +38,14 @@ type Flag struct {
 	HasEnrichedAnalytics       bool
 }
 
-// IsSimple reports whether the flag is a plain rollout to persons (one condition, no
-// properties).
-func (f *Flag) IsSimple() bool {
-	parsed, err := flags.ParseFilters(f.Filters)
-	return err == nil && parsed.IsSimple()
-}
-
-// SimpleRollout returns the rollout percentage of a simple flag, nil otherwise (and for a
-// simple flag that rolls out to everyone).
-func (f *Flag) SimpleRollout() *float64 {
+// Simple reports whether the flag is a plain rollout to persons (one condition, no
+// properties) and, if so, its rollout percentage (nil when it rolls out to everyone).
+func (f *Flag) Simple() (simple bool, rollout *float64) {
 	parsed, err := flags.ParseFilters(f.Filters)
 	if err != nil || !parsed.IsSimple() {
-		return nil
+		return false, nil
 	}
-	return parsed.Groups[0].RolloutPercentage
+	return true, parsed.Groups[0].RolloutPercentage
 }
 
 // FlagUpdate holds the writable fields of a flag; a nil field is left unchanged.
@@ -177,7 +170,11 @@ func FlagChanges(before, after *Flag) []Change {
 		add("filters", before.Filters, after.Filters)
 	}
 	if before.Deleted != after.Deleted {
-		changes = append(changes, Change{Type: "FeatureFlag", Action: map[bool]string{true: "deleted", false: "changed"}[after.Deleted], Field: "deleted", Before: before.Deleted, After: after.Deleted})
+		action := "changed"
+		if after.Deleted {
+			action = "deleted"
+		}
+		changes = append(changes, Change{Type: "FeatureFlag", Action: action, Field: "deleted", Before: before.Deleted, After: after.Deleted})
 	}
 	if before.Active != after.Active {
 		add("active", before.Active, after.Active)

@@ -62,11 +62,12 @@ type flagJSON struct {
 }
 
 func newFlagJSON(f *controlplane.Flag, canEdit bool) flagJSON {
+	simple, rollout := f.Simple()
 	return flagJSON{
 		ID: f.ID, Name: f.Name, Key: f.Key, Filters: f.Filters, Deleted: f.Deleted, Active: f.Active,
 		CreatedBy: newUserJSON(f.CreatedBy), CreatedAt: timeJSON(f.CreatedAt), UpdatedAt: timeJSON(f.UpdatedAt),
 		Version: f.Version, LastModifiedBy: newUserJSON(f.LastModifiedBy),
-		IsSimpleFlag: f.IsSimple(), RolloutPercentage: f.SimpleRollout(),
+		IsSimpleFlag: simple, RolloutPercentage: rollout,
 		EnsureExperienceContinuity: f.EnsureExperienceContinuity, ExperimentSet: []int64{},
 		RollbackConditions: f.RollbackConditions, PerformedRollback: f.PerformedRollback, CanEdit: canEdit,
 		Tags: nonNil(f.Tags), UsageDashboard: f.UsageDashboard, AnalyticsDashboards: nonNil(f.AnalyticsDashboards),

@@ -3,9 +3,7 @@ package state_test
 import (
 	"io"
 	"log/slog"
-	"os"
 	"runtime"
-	"runtime/pprof"
 	"testing"
 
 	"github.com/flagedge/flagedge/edge/state"
@@ -44,11 +42,6 @@ func TestMemoryOf1000Projects(t *testing.T) {
 	t.Logf("1,000 projects × 50 flags: %.1f MB of heap (%.1f KB per flag)", mb, mb*1000/50000)
 	if mb > 100 {
 		t.Errorf("%.1f MB of heap for 50,000 flags: over budget", mb)
-	}
-	if path := os.Getenv("HEAP_PROFILE"); path != "" {
-		f, _ := os.Create(path)
-		pprof.WriteHeapProfile(f)
-		f.Close()
 	}
 	runtime.KeepAlive(h)
 }

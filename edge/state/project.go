@@ -90,12 +90,6 @@ func (p *Project) DefinitionsAccess(bearer string) Access {
 	return AccessAllowed
 }
 
-// SecretKeyMatches reports whether bearer is the project's secret key.
-func (p *Project) SecretKeyMatches(bearer string) bool {
-	sum := sha256.Sum256([]byte(bearer))
-	return p.hasSecret && subtle.ConstantTimeCompare(sum[:], p.secret[:]) == 1
-}
-
 // compileProject prepares a snapshot for serving.
 func compileProject(pb *syncpb.ProjectSnapshot) (*Project, error) {
 	def := flags.Project{GroupTypes: map[int]string{}}

@@ -402,14 +402,6 @@ func (v *PropertyGroupValue) UnmarshalJSON(data []byte) error {
 	return dec.Decode(v.Property)
 }
 
-// MarshalJSON writes the group or the property.
-func (v PropertyGroupValue) MarshalJSON() ([]byte, error) {
-	if v.Group != nil {
-		return json.Marshal(v.Group)
-	}
-	return json.Marshal(v.Property)
-}
-
 // Len returns the number of flags in the snapshot.
 func (s *Snapshot) Len() int { return len(s.flags) }
 

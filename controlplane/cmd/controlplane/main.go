@@ -101,6 +101,14 @@ func databaseFlag(fs *flag.FlagSet) *string {
 	return fs.String("database-url", daemon.EnvOr("DATABASE_URL", ""), "PostgreSQL connection URL, e.g. postgres://user@127.0.0.1:5432/flagedge (env DATABASE_URL)")
 }
 
+// openDatabase connects to the database a command was given.
+func openDatabase(ctx context.Context, url string) (*postgres.DB, error) {
+	if err := requireDatabase(url); err != nil {
+		return nil, err
+	}
+	return postgres.Open(ctx, url)
+}
+
 func requireDatabase(url string) error {
 	if url == "" {
 		return errors.New("--database-url (or DATABASE_URL) is required")
@@ -134,7 +142,7 @@ func bootstrap(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err := postgres.Migrate(ctx, *dbURL); err != nil {
 		return err
 	}
-	db, err := postgres.Open(ctx, *dbURL)
+	db, err := openDatabase(ctx, *dbURL)
 	if err != nil {
 		return err
 	}
@@ -156,9 +164,6 @@ func createKey(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	if err := requireDatabase(*dbURL); err != nil {
-		return err
-	}
 	var projectIDs []int64
 	if *projects != "" {
 		for _, p := range strings.Split(*projects, ",") {
@@ -175,7 +180,7 @@ func createKey(ctx context.Context, args []string, stdout, stderr io.Writer) err
 			scopeList = append(scopeList, s)
 		}
 	}
-	db, err := postgres.Open(ctx, *dbURL)
+	db, err := openDatabase(ctx, *dbURL)
 	if err != nil {
 		return err
 	}
@@ -198,10 +203,7 @@ func createUser(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	if err := requireDatabase(*dbURL); err != nil {
-		return err
-	}
-	db, err := postgres.Open(ctx, *dbURL)
+	db, err := openDatabase(ctx, *dbURL)
 	if err != nil {
 		return err
 	}
@@ -270,24 +272,24 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	defer db.Close()
 
 	reg := daemon.NewRegistry()
+	flagStore, personStore, snapshotStore := postgres.NewFlagService(db), postgres.NewPersonStore(db), postgres.NewSnapshotStore(db)
 	api := httpapi.New(httpapi.Config{
 		Auth:        postgres.NewAuthService(db),
 		Projects:    postgres.NewProjectService(db),
-		Flags:       postgres.NewFlagService(db),
+		Flags:       flagStore,
 		Activity:    postgres.NewActivityService(db),
 		Capture:     postgres.NewCaptureReader(db),
 		Annotations: postgres.NewAnnotationService(db),
 		Roles:       postgres.NewRoleService(db),
 		Cohorts:     postgres.NewCohortService(db),
-		Dashboards:  postgres.NewFlagService(db),
-		Evaluator: &flageval.Evaluator{Snapshots: postgres.NewSnapshotStore(db), Persons: postgres.NewPersonStore(db),
-			Scanner: postgres.NewPersonStore(db)},
-		Ready:     db.Ping,
-		PublicURL: cfg.PublicURL,
-		Logger:    logger,
-		Registry:  reg,
+		Dashboards:  flagStore,
+		Evaluator:   &flageval.Evaluator{Snapshots: snapshotStore, Persons: personStore, Scanner: personStore},
+		Ready:       db.Ping,
+		PublicURL:   cfg.PublicURL,
+		Logger:      logger,
+		Registry:    reg,
 	})
-	syncServer := sync.NewServer(postgres.NewSnapshotStore(db), postgres.NewPersonStore(db), postgres.NewEventStore(db, logger), logger, reg)
+	syncServer := sync.NewServer(snapshotStore, personStore, postgres.NewEventStore(db, logger), logger, reg)
 	grpcServer := grpc.NewServer(
 		// Ingest calls carry up to a few MiB of events; allow a whole 20 MB capture batch.
 		grpc.MaxRecvMsgSize(64<<20),
