@@ -78,8 +78,8 @@ type GroupFilter struct {
 	Limit, Offset int
 }
 
-// CaptureReader reads what capture stored.
-type CaptureReader interface {
+// EventReader reads what ingestion stored: events, persons and groups.
+type EventReader interface {
 	FindEvents(ctx context.Context, f EventFilter) ([]*Event, int, error)
 	FindEventByUUID(ctx context.Context, projectID int64, uuid string) (*Event, error)
 	FindPersons(ctx context.Context, f PersonFilter) ([]*Person, int, error)

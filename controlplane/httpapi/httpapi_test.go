@@ -48,7 +48,7 @@ func newEnv(t *testing.T) *env {
 	}
 	api := httpapi.New(httpapi.Config{
 		Auth: postgres.NewAuthService(db), Projects: postgres.NewProjectService(db),
-		Flags: postgres.NewFlagService(db), Activity: postgres.NewActivityService(db), Capture: postgres.NewCaptureReader(db),
+		Flags: postgres.NewFlagService(db), Activity: postgres.NewActivityService(db), Events: postgres.NewEventReader(db),
 		Annotations: postgres.NewAnnotationService(db), Roles: postgres.NewRoleService(db),
 		Cohorts: postgres.NewCohortService(db), Dashboards: postgres.NewFlagService(db),
 		Evaluator: &flageval.Evaluator{Snapshots: postgres.NewSnapshotStore(db), Persons: postgres.NewPersonStore(db), Scanner: postgres.NewPersonStore(db)},

@@ -24,7 +24,7 @@ type Config struct {
 	Projects    controlplane.ProjectService
 	Flags       controlplane.FlagService
 	Activity    controlplane.ActivityService
-	Capture     controlplane.CaptureReader
+	Events      controlplane.EventReader
 	Annotations controlplane.AnnotationService
 	Roles       controlplane.RoleService
 	Cohorts     controlplane.CohortService

@@ -20,8 +20,9 @@ import (
 	"github.com/valyala/fastjson"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/flagedge/flagedge/edge/clientip"
 	"github.com/flagedge/flagedge/edge/decide"
-	"github.com/flagedge/flagedge/edge/geo"
+	"github.com/flagedge/flagedge/edge/geocache"
 	"github.com/flagedge/flagedge/edge/spool"
 	"github.com/flagedge/flagedge/edge/state"
 	"github.com/flagedge/flagedge/shared/event"
@@ -42,7 +43,7 @@ type PersonCache interface {
 type Handler struct {
 	state   *state.Holder
 	spool   *spool.Spool
-	geo     *geo.Locator
+	geo     *geocache.Locator
 	persons PersonCache // may be nil
 	log     *slog.Logger
 	now     func() time.Time
@@ -51,7 +52,7 @@ type Handler struct {
 }
 
 // NewHandler returns the capture handler.
-func NewHandler(h *state.Holder, sp *spool.Spool, locator *geo.Locator, persons PersonCache, log *slog.Logger, reg prometheus.Registerer) *Handler {
+func NewHandler(h *state.Holder, sp *spool.Spool, locator *geocache.Locator, persons PersonCache, log *slog.Logger, reg prometheus.Registerer) *Handler {
 	c := &Handler{state: h, spool: sp, geo: locator, persons: persons, log: log, now: time.Now,
 		events: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "flagedge_edge_capture_events_total",
 			Help: "Captured events by result: accepted, or the reason they were not ingested."}, []string{"result"})}
@@ -113,7 +114,7 @@ func (c *Handler) Serve(ctx *fasthttp.RequestCtx, engage bool) {
 			payload.SentAt = time.UnixMilli(ms)
 		}
 	}
-	clientIP := geo.ClientIP(ctx.Request.Header.Peek("X-Forwarded-For"), ctx.RemoteIP())
+	clientIP := clientip.FromRequest(ctx.Request.Header.Peek("X-Forwarded-For"), ctx.RemoteIP())
 	batch := &syncpb.EventBatch{ProjectId: project.ID, HistoricalMigration: payload.HistoricalMigration}
 	for i := range payload.Events {
 		e := &payload.Events[i]

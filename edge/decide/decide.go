@@ -17,7 +17,8 @@ import (
 	"github.com/valyala/fasthttp"
 	"github.com/valyala/fastjson"
 
-	"github.com/flagedge/flagedge/edge/geo"
+	"github.com/flagedge/flagedge/edge/clientip"
+	"github.com/flagedge/flagedge/edge/geocache"
 	"github.com/flagedge/flagedge/edge/state"
 	"github.com/flagedge/flagedge/shared/event"
 	"github.com/flagedge/flagedge/shared/flags"
@@ -33,7 +34,7 @@ const maxDistinctIDLength = 200
 type Handler struct {
 	state   *state.Holder
 	store   *Store
-	geo     *geo.Locator
+	geo     *geocache.Locator
 	log     *slog.Logger
 	pool    sync.Pool // *scratch
 	lookups *prometheus.CounterVec
@@ -51,7 +52,7 @@ type scratch struct {
 
 // NewHandler returns the decide handler. store and locator may be nil (no stored
 // properties, no GeoIP).
-func NewHandler(h *state.Holder, store *Store, locator *geo.Locator, log *slog.Logger, reg prometheus.Registerer) *Handler {
+func NewHandler(h *state.Holder, store *Store, locator *geocache.Locator, log *slog.Logger, reg prometheus.Registerer) *Handler {
 	d := &Handler{state: h, store: store, geo: locator, log: log,
 		lookups: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "flagedge_edge_property_lookups_total",
 			Help: "Stored-property look-ups made for /decide, by kind and result."}, []string{"kind", "result"})}
@@ -132,7 +133,7 @@ func (d *Handler) Serve(ctx *fasthttp.RequestCtx, ep Endpoint) {
 	if !in.disableFlags {
 		req := flags.Request{DistinctID: in.distinctID, PersonProperties: in.personProperties, GroupProperties: in.groupProperties}
 		if !in.geoipDisable {
-			req.GeoIP = d.geo.Lookup(geo.ClientIP(ctx.Request.Header.Peek("X-Forwarded-For"), ctx.RemoteIP()))
+			req.GeoIP = d.geo.Lookup(clientip.FromRequest(ctx.Request.Header.Peek("X-Forwarded-For"), ctx.RemoteIP()))
 		}
 		errored = d.gather(ctx, project, &req, in)
 		s.results = project.Snapshot.Evaluate(&req, s.results)

@@ -19,7 +19,7 @@ import (
 
 	"github.com/flagedge/flagedge/edge/cache"
 	"github.com/flagedge/flagedge/edge/decide"
-	"github.com/flagedge/flagedge/edge/geo"
+	"github.com/flagedge/flagedge/edge/geocache"
 	"github.com/flagedge/flagedge/edge/httpapi"
 	"github.com/flagedge/flagedge/edge/state"
 	"github.com/flagedge/flagedge/geoip"
@@ -81,7 +81,7 @@ func newEnv(t *testing.T, ready bool) *env {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { reader.Close() })
-	locator, err := geo.NewLocator(reader, 1000, cache.NewMetrics(nil))
+	locator, err := geocache.NewLocator(reader, 1000, cache.NewMetrics(nil))
 	if err != nil {
 		t.Fatal(err)
 	}

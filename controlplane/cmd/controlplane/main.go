@@ -31,7 +31,7 @@ import (
 	"github.com/flagedge/flagedge/controlplane/flageval"
 	"github.com/flagedge/flagedge/controlplane/httpapi"
 	"github.com/flagedge/flagedge/controlplane/postgres"
-	"github.com/flagedge/flagedge/controlplane/sync"
+	"github.com/flagedge/flagedge/controlplane/syncserver"
 	"github.com/flagedge/flagedge/internal/daemon"
 	"github.com/flagedge/flagedge/shared/syncpb"
 )
@@ -278,7 +278,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 		Projects:    postgres.NewProjectService(db),
 		Flags:       flagStore,
 		Activity:    postgres.NewActivityService(db),
-		Capture:     postgres.NewCaptureReader(db),
+		Events:      postgres.NewEventReader(db),
 		Annotations: postgres.NewAnnotationService(db),
 		Roles:       postgres.NewRoleService(db),
 		Cohorts:     postgres.NewCohortService(db),
@@ -289,7 +289,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 		Logger:      logger,
 		Registry:    reg,
 	})
-	syncServer := sync.NewServer(snapshotStore, personStore, postgres.NewEventStore(db, logger), logger, reg)
+	syncServer := syncserver.NewServer(snapshotStore, personStore, postgres.NewEventStore(db, logger), logger, reg)
 	grpcServer := grpc.NewServer(
 		// Ingest calls carry up to a few MiB of events; allow a whole 20 MB capture batch.
 		grpc.MaxRecvMsgSize(64<<20),

@@ -28,7 +28,7 @@ import (
 	"github.com/flagedge/flagedge/edge/cache"
 	"github.com/flagedge/flagedge/edge/capture"
 	"github.com/flagedge/flagedge/edge/decide"
-	"github.com/flagedge/flagedge/edge/geo"
+	"github.com/flagedge/flagedge/edge/geocache"
 	"github.com/flagedge/flagedge/edge/httpapi"
 	"github.com/flagedge/flagedge/edge/spool"
 	"github.com/flagedge/flagedge/edge/state"
@@ -128,14 +128,14 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	defer sp.Close()
 
-	var locator *geo.Locator
+	var locator *geocache.Locator
 	if cfg.GeoIPDB != "" {
 		reader, err := geoip.Open(cfg.GeoIPDB)
 		if err != nil {
 			return err
 		}
 		defer reader.Close()
-		if locator, err = geo.NewLocator(reader, 100_000, cacheMetrics); err != nil {
+		if locator, err = geocache.NewLocator(reader, 100_000, cacheMetrics); err != nil {
 			return err
 		}
 		defer locator.Close()

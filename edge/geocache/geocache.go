@@ -1,11 +1,9 @@
-// Package geo answers the edge's GeoIP questions: which address a request comes from, and
-// that address's $geoip_* properties, cached per address (a full database decode costs
+// Package geocache answers an address's $geoip_* properties at the edge through a
+// per-address cache in front of the GeoIP database (a full database decode costs
 // microseconds; a cache hit, nanoseconds).
-package geo
+package geocache
 
 import (
-	"bytes"
-	"net"
 	"net/netip"
 	"time"
 
@@ -56,22 +54,4 @@ func (l *Locator) Close() {
 	if l != nil {
 		l.cache.Close()
 	}
-}
-
-// ClientIP returns the address a request comes from: the first entry of X-Forwarded-For when
-// it holds one, else the socket's peer.
-func ClientIP(forwardedFor []byte, remote net.IP) netip.Addr {
-	if len(forwardedFor) > 0 {
-		first := forwardedFor
-		if i := bytes.IndexByte(first, ','); i >= 0 {
-			first = first[:i]
-		}
-		if addr, err := netip.ParseAddr(string(bytes.TrimSpace(first))); err == nil {
-			return addr
-		}
-	}
-	if addr, ok := netip.AddrFromSlice(remote); ok {
-		return addr.Unmap()
-	}
-	return netip.Addr{}
 }

@@ -68,7 +68,7 @@ func (s *Server) handleListEvents(w http.ResponseWriter, r *http.Request, c *cal
 	if f.Before, err = timeParam(r, "before"); err != nil {
 		return err
 	}
-	list, total, err := s.cfg.Capture.FindEvents(r.Context(), f)
+	list, total, err := s.cfg.Events.FindEvents(r.Context(), f)
 	if err != nil {
 		return err
 	}
@@ -81,7 +81,7 @@ func (s *Server) handleListEvents(w http.ResponseWriter, r *http.Request, c *cal
 }
 
 func (s *Server) handleGetEvent(w http.ResponseWriter, r *http.Request, c *call) error {
-	e, err := s.cfg.Capture.FindEventByUUID(r.Context(), c.project.ID, r.PathValue("id"))
+	e, err := s.cfg.Events.FindEventByUUID(r.Context(), c.project.ID, r.PathValue("id"))
 	if err != nil {
 		return err
 	}
@@ -94,7 +94,7 @@ func (s *Server) handleListPersons(w http.ResponseWriter, r *http.Request, c *ca
 	if err != nil {
 		return err
 	}
-	list, total, err := s.cfg.Capture.FindPersons(r.Context(), controlplane.PersonFilter{ProjectID: c.project.ID,
+	list, total, err := s.cfg.Events.FindPersons(r.Context(), controlplane.PersonFilter{ProjectID: c.project.ID,
 		DistinctID: r.URL.Query().Get("distinct_id"), Search: r.URL.Query().Get("search"), Limit: limit, Offset: offset})
 	if err != nil {
 		return err
@@ -112,7 +112,7 @@ func (s *Server) handleGetPerson(w http.ResponseWriter, r *http.Request, c *call
 	if err != nil {
 		return controlplane.ErrNotFound
 	}
-	p, err := s.cfg.Capture.FindPersonByID(r.Context(), c.project.ID, id)
+	p, err := s.cfg.Events.FindPersonByID(r.Context(), c.project.ID, id)
 	if err != nil {
 		return err
 	}
@@ -133,7 +133,7 @@ func (s *Server) handleListGroups(w http.ResponseWriter, r *http.Request, c *cal
 		}
 		f.TypeIndex = &i
 	}
-	list, total, err := s.cfg.Capture.FindGroups(r.Context(), f)
+	list, total, err := s.cfg.Events.FindGroups(r.Context(), f)
 	if err != nil {
 		return err
 	}

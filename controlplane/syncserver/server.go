@@ -1,6 +1,6 @@
-// Package sync is the control plane's gRPC sync service: it streams project snapshots to the
+// Package syncserver is the control plane's gRPC sync service: it streams project snapshots to the
 // edges, driven by Postgres LISTEN/NOTIFY, and answers their person and group look-ups.
-package sync
+package syncserver
 
 import (
 	"context"
@@ -8,7 +8,7 @@ import (
 	"log/slog"
 	"strconv"
 	"strings"
-	gosync "sync"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -33,11 +33,11 @@ type Server struct {
 	events    controlplane.EventStore
 	log       *slog.Logger
 
-	mu   gosync.Mutex // guards subs
+	mu   sync.Mutex // guards subs
 	subs map[*subscriber]struct{}
 
 	builds singleflight.Group
-	cache  gosync.Map // project id → *syncpb.ProjectSnapshot, the latest built
+	cache  sync.Map // project id → *syncpb.ProjectSnapshot, the latest built
 
 	streams  prometheus.Gauge
 	sent     prometheus.Counter
@@ -61,7 +61,7 @@ func NewServer(snapshots controlplane.SnapshotStore, persons controlplane.Person
 // subscriber is one Watch stream's queue of projects to look at. It coalesces: however many
 // changes arrive, it holds each project once, so it is bounded by the number of projects.
 type subscriber struct {
-	mu      gosync.Mutex    // guards pending and all
+	mu      sync.Mutex      // guards pending and all
 	pending map[int64]int64 // project id → the newest version announced
 	all     bool            // look at every project (after missed notifications)
 	wake    chan struct{}   // capacity 1

@@ -10,15 +10,15 @@ import (
 	"github.com/flagedge/flagedge/controlplane"
 )
 
-// CaptureReader reads events, persons and groups.
-type CaptureReader struct {
+// EventReader reads what ingestion stored: events, persons and groups (the read API).
+type EventReader struct {
 	db *DB
 }
 
-var _ controlplane.CaptureReader = (*CaptureReader)(nil)
+var _ controlplane.EventReader = (*EventReader)(nil)
 
-// NewCaptureReader returns a CaptureReader on db.
-func NewCaptureReader(db *DB) *CaptureReader { return &CaptureReader{db: db} }
+// NewEventReader returns an EventReader on db.
+func NewEventReader(db *DB) *EventReader { return &EventReader{db: db} }
 
 // conditions builds a WHERE clause from optional conditions: each "?" of a clause stands for
 // that clause's one argument.
@@ -48,7 +48,7 @@ func (c *conditions) page(limit, offset int) (string, []any) {
 }
 
 // FindEvents returns a page of a project's events, newest first, and the total.
-func (r *CaptureReader) FindEvents(ctx context.Context, f controlplane.EventFilter) ([]*controlplane.Event, int, error) {
+func (r *EventReader) FindEvents(ctx context.Context, f controlplane.EventFilter) ([]*controlplane.Event, int, error) {
 	var c conditions
 	c.add("project_id = ?", f.ProjectID)
 	if f.Event != "" {
@@ -87,7 +87,7 @@ func scanEvent(row pgx.CollectableRow) (*controlplane.Event, error) {
 }
 
 // FindEventByUUID returns one event.
-func (r *CaptureReader) FindEventByUUID(ctx context.Context, projectID int64, id string) (*controlplane.Event, error) {
+func (r *EventReader) FindEventByUUID(ctx context.Context, projectID int64, id string) (*controlplane.Event, error) {
 	rows, err := r.db.Pool.Query(ctx, `SELECT uuid::text, project_id, event, distinct_id, properties, timestamp, created_at
 		FROM events WHERE project_id = $1 AND uuid::text = $2`, projectID, strings.ToLower(id))
 	if err != nil {
@@ -110,7 +110,7 @@ func scanPerson(row pgx.CollectableRow) (*controlplane.Person, error) {
 }
 
 // FindPersons returns a page of a project's persons, newest first, and the total.
-func (r *CaptureReader) FindPersons(ctx context.Context, f controlplane.PersonFilter) ([]*controlplane.Person, int, error) {
+func (r *EventReader) FindPersons(ctx context.Context, f controlplane.PersonFilter) ([]*controlplane.Person, int, error) {
 	var c conditions
 	c.add("p.project_id = ?", f.ProjectID)
 	if f.DistinctID != "" {
@@ -137,7 +137,7 @@ func (r *CaptureReader) FindPersons(ctx context.Context, f controlplane.PersonFi
 }
 
 // FindPersonByID returns one person of the project.
-func (r *CaptureReader) FindPersonByID(ctx context.Context, projectID, id int64) (*controlplane.Person, error) {
+func (r *EventReader) FindPersonByID(ctx context.Context, projectID, id int64) (*controlplane.Person, error) {
 	rows, err := r.db.Pool.Query(ctx, personSelect+` WHERE p.project_id = $1 AND p.id = $2`, projectID, id)
 	if err != nil {
 		return nil, fmt.Errorf("find person: %w", err)
@@ -150,7 +150,7 @@ func (r *CaptureReader) FindPersonByID(ctx context.Context, projectID, id int64)
 }
 
 // FindGroups returns a page of a project's groups, newest first, and the total.
-func (r *CaptureReader) FindGroups(ctx context.Context, f controlplane.GroupFilter) ([]*controlplane.Group, int, error) {
+func (r *EventReader) FindGroups(ctx context.Context, f controlplane.GroupFilter) ([]*controlplane.Group, int, error) {
 	var c conditions
 	c.add("project_id = ?", f.ProjectID)
 	if f.TypeIndex != nil {
