@@ -239,7 +239,7 @@ func TestCaptureStampsAndErrors(t *testing.T) {
 		want    string
 	}{
 		{"unknown token", mustJSON(t, map[string]any{"api_key": "phc_nope", "event": "x", "distinct_id": "d"}), nil, 401, `"code":"invalid_api_key"`},
-		{"no token", mustJSON(t, map[string]any{"event": "x", "distinct_id": "d"}), nil, 401, `"code":"missing_api_key"`},
+		{"no token", mustJSON(t, map[string]any{"event": "x", "distinct_id": "d"}), nil, 401, `"code":"no_api_key"`},
 		{"malformed", []byte(`{"api_key": `), nil, 400, `"code":"invalid_payload"`},
 		{"not an event", []byte(`"hello"`), nil, 400, `"code":"invalid_payload"`},
 		{"mixed tokens", mustJSON(t, []any{map[string]any{"event": "x", "distinct_id": "d", "properties": map[string]any{"token": s.token}},

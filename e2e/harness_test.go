@@ -185,7 +185,7 @@ func newStack(t *testing.T) *stack {
 func (s *stack) startControlPlane() {
 	s.t.Helper()
 	s.cp = start(s.t, "controlplane", binaries.controlplane, "serve", "--database-url", s.dbURL,
-		"--http-addr", s.httpAddr, "--grpc-addr", s.grpcAddr, "--log-level", "info")
+		"--http-addr", s.httpAddr, "--grpc-addr", s.grpcAddr, "--log-level", "info", "--drain-delay", "0s")
 	addrs := s.cp.listening("control plane listening")
 	s.httpAddr, s.grpcAddr = addrs["http_addr"].(string), addrs["grpc_addr"].(string)
 	waitFor(s.t, "control plane ready", func() bool { return status("http://"+s.httpAddr+"/_ready") == 200 })
@@ -207,7 +207,7 @@ func (s *stack) startEdge(name, dataDir string, waitReady bool) *edge {
 	}
 	e := &edge{dataDir: dataDir}
 	e.process = start(s.t, name, binaries.edge, "--http-addr", "127.0.0.1:0", "--control-plane", s.grpcAddr,
-		"--data-dir", dataDir, "--geoip-db", s.geoipDB, "--edge-id", name, "--log-level", "info")
+		"--data-dir", dataDir, "--geoip-db", s.geoipDB, "--edge-id", name, "--log-level", "info", "--drain-delay", "0s")
 	e.addr = e.listening("edge listening")["http_addr"].(string)
 	e.url = "http://" + e.addr
 	if waitReady {

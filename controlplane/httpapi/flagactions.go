@@ -127,7 +127,7 @@ func (s *Server) writeDefinitions(w http.ResponseWriter, r *http.Request, projec
 	etag := flags.ETag(body)
 	w.Header().Set("ETag", etag)
 	w.Header().Set("Cache-Control", "private, must-revalidate")
-	if match := r.Header.Get("If-None-Match"); match != "" && strings.TrimPrefix(strings.TrimSpace(match), "W/") == strings.TrimPrefix(etag, "W/") {
+	if match := r.Header.Get("If-None-Match"); match != "" && flags.ETagMatches(match, etag) {
 		w.WriteHeader(http.StatusNotModified)
 		return nil
 	}

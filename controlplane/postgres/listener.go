@@ -4,32 +4,31 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/flagedge/flagedge/internal/backoff"
 )
 
 // Listen LISTENs on channel on a dedicated connection and calls onNotify with each payload,
 // until ctx ends. When the connection is lost it reconnects with jittered backoff and calls
 // onResync, since notifications sent meanwhile are lost. onResync is also called once the
 // first connection is up.
+//
+// The backoff is capped at one second: while the listener is down, edges are not told of
+// changes, so it must be back within about a second of the database.
 func Listen(ctx context.Context, url, channel string, log *slog.Logger, onNotify func(payload string), onResync func()) error {
-	backoff := 100 * time.Millisecond
+	retry := backoff.Backoff{Initial: 100 * time.Millisecond, Max: time.Second}
 	for {
-		err := listenOnce(ctx, url, channel, onNotify, onResync, func() { backoff = 100 * time.Millisecond })
+		err := listenOnce(ctx, url, channel, onNotify, onResync, retry.Reset)
 		if ctx.Err() != nil {
 			return nil
 		}
-		log.Warn("listen connection lost", "channel", channel, "err", err, "retry_in", backoff)
-		// Jitter spreads the reconnects of many replicas after a database restart.
-		sleep := backoff/2 + time.Duration(rand.Int64N(int64(backoff)))
-		select {
-		case <-ctx.Done():
+		log.Warn("listen connection lost", "channel", channel, "err", err)
+		if !retry.Wait(ctx, backoff.RealClock) {
 			return nil
-		case <-time.After(sleep):
 		}
-		backoff = min(backoff*2, 5*time.Second)
 	}
 }
 

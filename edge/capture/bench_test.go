@@ -66,9 +66,8 @@ func BenchmarkCaptureBatch100(b *testing.B) {
 		for pb.Next() {
 			ctx.Request.SetBody(bodies[i%len(bodies)])
 			ctx.Response.Reset()
-			h.Serve(&ctx, false)
-			if ctx.Response.StatusCode() != 200 {
-				b.Fatalf("%d %s", ctx.Response.StatusCode(), ctx.Response.Body())
+			if err := h.Serve(&ctx, false); err != nil || ctx.Response.StatusCode() != 200 {
+				b.Fatalf("%v: %d %s", err, ctx.Response.StatusCode(), ctx.Response.Body())
 			}
 			i++
 		}

@@ -21,7 +21,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/flagedge/flagedge/edge/clientip"
-	"github.com/flagedge/flagedge/edge/decide"
+	"github.com/flagedge/flagedge/edge/apierror"
 	"github.com/flagedge/flagedge/edge/geocache"
 	"github.com/flagedge/flagedge/edge/spool"
 	"github.com/flagedge/flagedge/edge/state"
@@ -62,52 +62,19 @@ func NewHandler(h *state.Holder, sp *spool.Spool, locator *geocache.Locator, per
 	return c
 }
 
-// Serve handles one capture request; engage marks /engage, whose events default to
-// $identify.
-func (c *Handler) Serve(ctx *fasthttp.RequestCtx, engage bool) {
+// Serve handles one capture request, or returns the *apierror.Error to answer; engage marks
+// /engage, whose events default to $identify. The request goes through one straight line:
+// decode, parse, find the project, stamp each event, append the batch to the spool, and only
+// then acknowledge.
+func (c *Handler) Serve(ctx *fasthttp.RequestCtx, engage bool) error {
 	now := c.now()
-	raw := ctx.PostBody()
-	if ctx.IsGet() || len(raw) == 0 {
-		if data := ctx.QueryArgs().Peek("data"); len(data) > 0 {
-			raw = data
-		}
-	}
-	if len(raw) > MaxBodyBytes {
-		decide.WriteError(ctx, fasthttp.StatusRequestEntityTooLarge, "invalid_request", "request_too_large", "The request body is over 20 MB.")
-		return
-	}
-	if len(bytes.TrimSpace(raw)) == 0 {
-		decide.WriteError(ctx, fasthttp.StatusBadRequest, "validation_error", "invalid_payload", "Malformed request data: no data found.")
-		return
-	}
-	body, err := event.Decode(event.Request{
-		Body:            raw,
-		Compression:     string(ctx.QueryArgs().Peek("compression")),
-		ContentType:     string(ctx.Request.Header.ContentType()),
-		ContentEncoding: string(ctx.Request.Header.ContentEncoding()),
-	}, MaxBodyBytes)
-	if errors.Is(err, event.ErrTooLarge) {
-		decide.WriteError(ctx, fasthttp.StatusRequestEntityTooLarge, "invalid_request", "request_too_large", "The request body is over 20 MB.")
-		return
-	}
+	payload, err := c.decode(ctx)
 	if err != nil {
-		decide.WriteError(ctx, fasthttp.StatusBadRequest, "validation_error", "invalid_payload", "Malformed request data: "+err.Error())
-		return
+		return err
 	}
-	parser := c.parsers.Get()
-	payload, err := event.ParseCapture(parser, body)
-	c.parsers.Put(parser)
-	if errors.Is(err, event.ErrEventTooLarge) {
-		decide.WriteError(ctx, fasthttp.StatusRequestEntityTooLarge, "invalid_request", "request_too_large", "An event is over 1 MB.")
-		return
-	}
+	project, err := c.project(ctx, payload)
 	if err != nil {
-		decide.WriteError(ctx, fasthttp.StatusBadRequest, "validation_error", "invalid_payload", "Malformed request data: "+err.Error())
-		return
-	}
-	project, ok := c.project(ctx, payload)
-	if !ok {
-		return
+		return err
 	}
 	if payload.SentAt.IsZero() {
 		if ms, err := strconv.ParseInt(string(ctx.QueryArgs().Peek("_")), 10, 64); err == nil && ms > 0 {
@@ -128,31 +95,75 @@ func (c *Handler) Serve(ctx *fasthttp.RequestCtx, engage bool) {
 		}
 	}
 	if len(batch.Events) > 0 {
-		record, err := proto.Marshal(batch)
-		if err == nil {
-			err = c.spool.Append(record)
-		}
-		switch {
-		case errors.Is(err, spool.ErrFull):
-			decide.WriteError(ctx, fasthttp.StatusServiceUnavailable, "server_error", "capture_unavailable",
-				"The edge cannot accept events right now; retry later.")
-			return
-		case err != nil:
-			c.log.Error("spool append failed", "err", err)
-			decide.WriteError(ctx, fasthttp.StatusServiceUnavailable, "server_error", "capture_unavailable",
-				"The edge cannot accept events right now; retry later.")
-			return
+		if err := c.append(batch); err != nil {
+			return err
 		}
 		c.updatePersons(project.ID, batch.Events)
 	}
 	ctx.SetStatusCode(fasthttp.StatusOK)
 	ctx.SetContentType("application/json")
 	ctx.SetBodyString(`{"status":1}`)
+	return nil
+}
+
+// decode reads the body (or GET ?data=) in any of the SDKs' encodings and parses its events.
+func (c *Handler) decode(ctx *fasthttp.RequestCtx) (*event.Payload, error) {
+	raw := ctx.PostBody()
+	if ctx.IsGet() || len(raw) == 0 {
+		if data := ctx.QueryArgs().Peek("data"); len(data) > 0 {
+			raw = data
+		}
+	}
+	if len(raw) > MaxBodyBytes {
+		return nil, errBodyTooLarge
+	}
+	if len(bytes.TrimSpace(raw)) == 0 {
+		return nil, apierror.Malformed("no data found.")
+	}
+	body, err := event.Decode(event.Request{
+		Body:            raw,
+		Compression:     string(ctx.QueryArgs().Peek("compression")),
+		ContentType:     string(ctx.Request.Header.ContentType()),
+		ContentEncoding: string(ctx.Request.Header.ContentEncoding()),
+	}, MaxBodyBytes)
+	if errors.Is(err, event.ErrTooLarge) {
+		return nil, errBodyTooLarge
+	}
+	if err != nil {
+		return nil, apierror.Malformed(err.Error())
+	}
+	parser := c.parsers.Get()
+	payload, err := event.ParseCapture(parser, body)
+	c.parsers.Put(parser)
+	if errors.Is(err, event.ErrEventTooLarge) {
+		return nil, apierror.TooLarge("An event is over 1 MB.")
+	}
+	if err != nil {
+		return nil, apierror.Malformed(err.Error())
+	}
+	return payload, nil
+}
+
+var errBodyTooLarge = apierror.TooLarge("The request body is over 20 MB.")
+
+// append makes the batch durable in the spool; a full spool is answered 503, which SDKs retry.
+func (c *Handler) append(batch *syncpb.EventBatch) error {
+	record, err := proto.Marshal(batch)
+	if err == nil {
+		err = c.spool.Append(record)
+	}
+	if err != nil && !errors.Is(err, spool.ErrFull) {
+		c.log.Error("spool append failed", "err", err)
+	}
+	if err != nil {
+		return apierror.CaptureUnavailable
+	}
+	return nil
 }
 
 // project resolves the request's project from its token, or from a personal API key and a
-// project_id; it answers the error itself when it cannot.
-func (c *Handler) project(ctx *fasthttp.RequestCtx, p *event.Payload) (*state.Project, bool) {
+// project_id.
+func (c *Handler) project(ctx *fasthttp.RequestCtx, p *event.Payload) (*state.Project, error) {
 	token := p.Token
 	for _, e := range p.Events {
 		switch {
@@ -160,50 +171,44 @@ func (c *Handler) project(ctx *fasthttp.RequestCtx, p *event.Payload) (*state.Pr
 		case token == "":
 			token = e.Token
 		case e.Token != token && p.Token == "":
-			decide.WriteError(ctx, fasthttp.StatusUnauthorized, "authentication_error", "invalid_api_key",
-				"Events of one request must carry the same project API key.")
-			return nil, false
+			return nil, apierror.MixedAPIKeys
 		}
 	}
 	if token == "" {
 		token = firstArg(ctx, "token", "api_key")
 	}
 	if token == "" {
-		decide.WriteError(ctx, fasthttp.StatusUnauthorized, "authentication_error", "missing_api_key",
-			"API key is required in the request body as api_key or token.")
-		return nil, false
+		return nil, apierror.NoAPIKey
 	}
 	if !c.state.Ready() {
-		decide.WriteError(ctx, fasthttp.StatusServiceUnavailable, "server_error", "fetch_team_fail", "Unable to fetch the project yet.")
-		return nil, false
+		return nil, apierror.NotReady
 	}
 	if strings.HasPrefix(token, "phx_") {
-		projectID := p.ProjectID
-		if projectID == "" {
-			projectID = firstArg(ctx, "project_id")
-		}
-		id, err := strconv.ParseInt(projectID, 10, 64)
-		project := c.state.ByID(id)
-		if err != nil || project == nil || project.DefinitionsAccess(token) == state.AccessUnknown {
-			WriteInvalidProject(ctx)
-			return nil, false
-		}
-		return project, true
+		return c.projectForPersonalKey(ctx, p, token)
 	}
 	project := c.state.ByToken(token)
 	if project == nil {
-		decide.WriteError(ctx, fasthttp.StatusUnauthorized, "authentication_error", "invalid_api_key",
-			"Project API key invalid. You can find your project API key in project settings.")
-		return nil, false
+		return nil, apierror.InvalidAPIKey
 	}
-	return project, true
+	return project, nil
 }
 
-// WriteInvalidProject answers the seed's 400 for events whose project cannot be determined.
-func WriteInvalidProject(ctx *fasthttp.RequestCtx) {
-	ctx.SetStatusCode(fasthttp.StatusBadRequest)
-	ctx.SetContentType("application/json")
-	ctx.SetBodyString(`{"type":"validation_error","code":"invalid_project","detail":"Invalid Project ID: the project for these events cannot be determined.","attr":"project_id"}`)
+// projectForPersonalKey resolves events sent with a personal API key: they must name their
+// project in project_id (body or query), and the key must be one of that project's.
+func (c *Handler) projectForPersonalKey(ctx *fasthttp.RequestCtx, p *event.Payload, key string) (*state.Project, error) {
+	projectID := p.ProjectID
+	if projectID == "" {
+		projectID = firstArg(ctx, "project_id")
+	}
+	id, err := strconv.ParseInt(projectID, 10, 64)
+	project := c.state.ByID(id)
+	if err != nil || project == nil {
+		return nil, apierror.InvalidProject
+	}
+	if project.DefinitionsAccess(key) == state.AccessUnknown {
+		return nil, apierror.InvalidPersonalAPIKey
+	}
+	return project, nil
 }
 
 func firstArg(ctx *fasthttp.RequestCtx, names ...string) string {

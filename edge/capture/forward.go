@@ -4,13 +4,13 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"math/rand/v2"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 
 	"github.com/flagedge/flagedge/edge/spool"
+	"github.com/flagedge/flagedge/internal/backoff"
 	"github.com/flagedge/flagedge/shared/syncpb"
 )
 
@@ -31,6 +31,11 @@ type Forwarder struct {
 	MaxBatchBytes int
 	// Timeout bounds one Ingest call; storing 4 MiB of events takes well under a second.
 	Timeout time.Duration
+	// Retry spaces attempts after a failure: from 100 ms to 5 s, so a control plane that comes
+	// back is fed within seconds without being hammered while it is down.
+	Retry backoff.Backoff
+	// Clock is what retries wait on.
+	Clock backoff.Clock
 
 	forwarded prometheus.Counter
 	failures  prometheus.Counter
@@ -40,6 +45,7 @@ type Forwarder struct {
 // NewForwarder returns a forwarder from sp to ingester.
 func NewForwarder(sp *spool.Spool, ingester Ingester, edgeID string, log *slog.Logger, reg prometheus.Registerer) *Forwarder {
 	f := &Forwarder{spool: sp, ingester: ingester, edgeID: edgeID, log: log, MaxBatchBytes: 4 << 20, Timeout: 30 * time.Second,
+		Retry: backoff.Backoff{Initial: 100 * time.Millisecond, Max: 5 * time.Second}, Clock: backoff.RealClock,
 		forwarded: prometheus.NewCounter(prometheus.CounterOpts{Name: "flagedge_edge_forwarded_records_total",
 			Help: "Spool records the control plane acknowledged."}),
 		failures: prometheus.NewCounter(prometheus.CounterOpts{Name: "flagedge_edge_forward_failures_total",
@@ -56,7 +62,6 @@ func NewForwarder(sp *spool.Spool, ingester Ingester, edgeID string, log *slog.L
 // Run forwards until ctx ends or the spool closes.
 func (f *Forwarder) Run(ctx context.Context) {
 	cursor := f.spool.Acked()
-	backoff := 100 * time.Millisecond
 	for {
 		records, next, err := f.spool.Read(ctx.Done(), cursor, f.MaxBatchBytes)
 		if err != nil {
@@ -77,15 +82,12 @@ func (f *Forwarder) Run(ctx context.Context) {
 				return
 			}
 			f.failures.Inc()
-			f.log.Warn("forwarding events failed; retrying", "err", err, "retry_in", backoff)
-			select {
-			case <-ctx.Done():
+			f.log.Warn("forwarding events failed; retrying", "err", err)
+			if !f.Retry.Wait(ctx, f.Clock) {
 				return
-			case <-time.After(backoff/2 + time.Duration(rand.Int64N(int64(backoff)))):
 			}
-			backoff = min(2*backoff, 5*time.Second)
 		}
-		backoff = 100 * time.Millisecond
+		f.Retry.Reset()
 		f.forwarded.Add(float64(len(records)))
 		if err := f.spool.Ack(next); err != nil {
 			f.log.Error("spool ack failed", "err", err)

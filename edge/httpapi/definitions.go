@@ -7,96 +7,73 @@ import (
 
 	"github.com/valyala/fasthttp"
 
-	"github.com/flagedge/flagedge/edge/decide"
+	"github.com/flagedge/flagedge/edge/apierror"
+	"github.com/flagedge/flagedge/edge/clientconfig"
 	"github.com/flagedge/flagedge/edge/state"
+	"github.com/flagedge/flagedge/shared/flags"
 )
 
 // projectForBearer resolves ?token= and checks the bearer credential may read the project's
-// flag definitions; it answers the error itself and returns nil when it may not.
-func (s *Server) projectForBearer(ctx *fasthttp.RequestCtx) *state.Project {
+// flag definitions.
+func (s *Server) projectForBearer(ctx *fasthttp.RequestCtx) (*state.Project, error) {
 	if !s.cfg.State.Ready() {
-		decide.WriteError(ctx, fasthttp.StatusServiceUnavailable, "server_error", "fetch_team_fail", "Unable to fetch the project's flags yet.")
-		return nil
+		return nil, apierror.NotReady
 	}
 	key := bearer(ctx)
 	if key == "" {
-		decide.WriteError(ctx, fasthttp.StatusUnauthorized, "authentication_error", "not_authenticated", "Authentication credentials were not provided.")
-		return nil
+		return nil, apierror.NotAuthenticated
 	}
 	token := string(ctx.QueryArgs().Peek("token"))
 	if token == "" {
-		decide.WriteError(ctx, fasthttp.StatusUnauthorized, "authentication_error", "no_api_key",
-			"No project API key provided: pass the project's token as ?token=.")
-		return nil
+		return nil, apierror.NoAPIKey
 	}
 	project := s.cfg.State.ByToken(token)
 	if project == nil {
-		decide.WriteError(ctx, fasthttp.StatusUnauthorized, "authentication_error", "invalid_api_key",
-			"Project API key invalid. You can find your project API key in project settings.")
-		return nil
+		return nil, apierror.InvalidAPIKey
 	}
 	switch project.DefinitionsAccess(key) {
 	case state.AccessUnknown:
-		decide.WriteError(ctx, fasthttp.StatusUnauthorized, "authentication_error", "invalid_personal_api_key",
-			"Personal API key found in request Authorization header is invalid.")
-		return nil
+		return nil, apierror.InvalidPersonalAPIKey
 	case state.AccessForbidden:
-		decide.WriteError(ctx, fasthttp.StatusForbidden, "authentication_error", "permission_denied",
-			"API key missing required scope 'feature_flag:read'")
-		return nil
+		return nil, apierror.MissingReadScope
 	}
-	return project
+	return project, nil
 }
 
 // handleDefinitions serves the flag definitions SDKs evaluate locally, with an ETag so that
 // pollers get a 304 while nothing changed.
-func (s *Server) handleDefinitions(ctx *fasthttp.RequestCtx) {
-	project := s.projectForBearer(ctx)
-	if project == nil {
-		return
+func (s *Server) handleDefinitions(ctx *fasthttp.RequestCtx) error {
+	project, err := s.projectForBearer(ctx)
+	if err != nil {
+		return err
 	}
 	body, etag, err := project.Definitions(ctx.QueryArgs().Has("send_cohorts"))
 	if err != nil {
-		s.cfg.Logger.Error("flag definitions", "project", project.ID, "err", err)
-		decide.WriteError(ctx, fasthttp.StatusInternalServerError, "server_error", "error", "A server error occurred.")
-		return
+		return err
 	}
 	ctx.Response.Header.Set("ETag", etag)
 	ctx.Response.Header.Set("Cache-Control", "private, must-revalidate")
-	if match := ctx.Request.Header.Peek("If-None-Match"); len(match) > 0 && etagMatches(match, etag) {
+	if match := ctx.Request.Header.Peek("If-None-Match"); len(match) > 0 && flags.ETagMatches(string(match), etag) {
 		ctx.SetStatusCode(fasthttp.StatusNotModified)
-		return
+		return nil
 	}
 	writeJSON(ctx, fasthttp.StatusOK, body)
-}
-
-// etagMatches reports whether an If-None-Match header names etag (weakly: W/ is ignored).
-func etagMatches(header []byte, etag string) bool {
-	want := bytes.TrimPrefix([]byte(etag), []byte("W/"))
-	for _, part := range bytes.Split(header, []byte(",")) {
-		part = bytes.TrimPrefix(bytes.TrimSpace(part), []byte("W/"))
-		if bytes.Equal(part, want) || bytes.Equal(part, []byte("*")) {
-			return true
-		}
-	}
-	return false
+	return nil
 }
 
 // handleRemoteConfig answers a flag's "true" payload as a JSON string, for remote config
 // flags; it takes the project's secret key (or a personal key that may read flags).
-func (s *Server) handleRemoteConfig(ctx *fasthttp.RequestCtx) {
-	project := s.projectForBearer(ctx)
-	if project == nil {
-		return
+func (s *Server) handleRemoteConfig(ctx *fasthttp.RequestCtx) error {
+	project, err := s.projectForBearer(ctx)
+	if err != nil {
+		return err
 	}
 	if p, _ := ctx.UserValue("project").(string); p != "@current" && p != strconv.FormatInt(project.ID, 10) {
-		decide.WriteError(ctx, fasthttp.StatusNotFound, "invalid_request", "not_found", "Not found.")
-		return
+		return apierror.NotFound
 	}
 	key, _ := ctx.UserValue("key").(string)
 	if project.Snapshot.Lookup(key) < 0 {
-		decide.WriteError(ctx, fasthttp.StatusNotFound, "invalid_request", "not_found", "Not found.")
-		return
+		return apierror.NotFound
 	}
 	payload, ok := project.Payloads[key]
 	switch {
@@ -113,48 +90,42 @@ func (s *Server) handleRemoteConfig(ctx *fasthttp.RequestCtx) {
 		quoted, _ := json.Marshal(compact.String())
 		writeJSON(ctx, fasthttp.StatusOK, quoted)
 	}
+	return nil
 }
 
-// remoteConfig is what posthog-js loads before anything else.
-func remoteConfig(token string) []byte {
-	body, _ := json.Marshal(map[string]any{
-		"token": token, "supportedCompression": []string{"gzip-js", "base64"},
-		"config": map[string]any{"enable_collect_everything": true}, "editorParams": map[string]any{},
-		"isAuthenticated": false, "sessionRecording": false, "capturePerformance": false,
-		"autocapture_opt_out": false, "siteApps": []any{}, "surveys": false, "heatmaps": false,
-		"defaultIdentifiedOnly": true, "hasFeatureFlags": true,
-	})
-	return body
-}
-
-func (s *Server) arrayProject(ctx *fasthttp.RequestCtx) *state.Project {
+func (s *Server) arrayProject(ctx *fasthttp.RequestCtx) (*state.Project, error) {
 	token, _ := ctx.UserValue("token").(string)
-	p := s.cfg.State.ByToken(token)
-	if p == nil {
-		decide.WriteError(ctx, fasthttp.StatusNotFound, "invalid_request", "not_found", "Not found.")
+	if p := s.cfg.State.ByToken(token); p != nil {
+		return p, nil
 	}
-	return p
+	return nil, apierror.NotFound
 }
 
-func (s *Server) handleArrayConfig(ctx *fasthttp.RequestCtx) {
-	if p := s.arrayProject(ctx); p != nil {
-		writeJSON(ctx, fasthttp.StatusOK, remoteConfig(p.Token))
+// handleArrayConfig serves the remote config posthog-js loads before anything else.
+func (s *Server) handleArrayConfig(ctx *fasthttp.RequestCtx) error {
+	p, err := s.arrayProject(ctx)
+	if err != nil {
+		return err
 	}
+	writeJSON(ctx, fasthttp.StatusOK, clientconfig.Remote(p.Token))
+	return nil
 }
 
-func (s *Server) handleArrayConfigJS(ctx *fasthttp.RequestCtx) {
-	p := s.arrayProject(ctx)
-	if p == nil {
-		return
+// handleArrayConfigJS serves the remote config as a script that records it for posthog-js.
+func (s *Server) handleArrayConfigJS(ctx *fasthttp.RequestCtx) error {
+	p, err := s.arrayProject(ctx)
+	if err != nil {
+		return err
 	}
 	token, _ := json.Marshal(p.Token)
 	var b bytes.Buffer
 	b.WriteString("(function() {\n  window._POSTHOG_REMOTE_CONFIG = window._POSTHOG_REMOTE_CONFIG || {};\n  window._POSTHOG_REMOTE_CONFIG[")
 	b.Write(token)
 	b.WriteString("] = {\n    config: ")
-	b.Write(remoteConfig(p.Token))
+	b.Write(clientconfig.Remote(p.Token))
 	b.WriteString(",\n    siteApps: []\n  };\n})();\n")
 	ctx.SetStatusCode(fasthttp.StatusOK)
 	ctx.SetContentType("application/javascript")
 	ctx.SetBody(b.Bytes())
+	return nil
 }

@@ -86,7 +86,7 @@ func newEnv(t *testing.T, ready bool) *env {
 		t.Fatal(err)
 	}
 	t.Cleanup(locator.Close)
-	api := httpapi.New(httpapi.Config{State: holder, Decide: decide.NewHandler(holder, nil, locator, log, nil), Logger: log})
+	api := httpapi.New(httpapi.Config{State: holder, Decide: decide.NewHandler(holder, nil, locator, log), Logger: log})
 	return &env{t: t, holder: holder, handler: api.Handler()}
 }
 
@@ -155,7 +155,7 @@ func TestDecideVersions(t *testing.T) {
 	}
 	for k, want := range map[string]any{"errorComputingFlags": false, "errorsWhileComputingFlags": false, "isAuthenticated": false,
 		"config": map[string]any{"enable_collect_everything": true}, "editorParams": map[string]any{},
-		"supportedCompression": []any{"gzip", "gzip-js", "lz64"}, "siteApps": []any{}, "sessionRecording": false} {
+		"supportedCompression": []any{"gzip", "gzip-js"}, "siteApps": []any{}, "sessionRecording": false} {
 		if diff := cmp.Diff(want, v3.json[k]); diff != "" {
 			t.Errorf("v3 %s (-want +got):\n%s", k, diff)
 		}
@@ -393,7 +393,7 @@ func TestBrowserEndpoints(t *testing.T) {
 		t.Errorf("CORS on POST: %s", r.header.String())
 	}
 	cfg := e.call("GET", "/array/"+token+"/config", nil)
-	if cfg.status != 200 || cfg.json["token"] != token || cmp.Diff([]any{"gzip-js", "base64"}, cfg.json["supportedCompression"]) != "" {
+	if cfg.status != 200 || cfg.json["token"] != token || cmp.Diff([]any{"gzip", "gzip-js"}, cfg.json["supportedCompression"]) != "" {
 		t.Errorf("config: %d %s", cfg.status, cfg.body)
 	}
 	js := e.call("GET", "/array/"+token+"/config.js", nil)

@@ -16,6 +16,7 @@ import (
 	"github.com/valyala/fasthttp"
 	"github.com/valyala/fasthttp/fasthttpadaptor"
 
+	"github.com/flagedge/flagedge/edge/apierror"
 	"github.com/flagedge/flagedge/edge/capture"
 	"github.com/flagedge/flagedge/edge/decide"
 	"github.com/flagedge/flagedge/edge/state"
@@ -55,21 +56,17 @@ func New(cfg Config) *Server {
 	s.router.RedirectTrailingSlash = false
 	s.router.HandleOPTIONS = true
 	s.router.GlobalOPTIONS = preflight
-	s.router.NotFound = func(ctx *fasthttp.RequestCtx) {
-		decide.WriteError(ctx, fasthttp.StatusNotFound, "invalid_request", "not_found", "Not found.")
-	}
-	s.router.MethodNotAllowed = func(ctx *fasthttp.RequestCtx) {
-		decide.WriteError(ctx, fasthttp.StatusMethodNotAllowed, "invalid_request", "method_not_allowed", "Method not allowed.")
-	}
+	s.router.NotFound = func(ctx *fasthttp.RequestCtx) { s.writeError(ctx, apierror.NotFound) }
+	s.router.MethodNotAllowed = func(ctx *fasthttp.RequestCtx) { s.writeError(ctx, apierror.MethodNotAllowed) }
 
 	// Paths are registered without a trailing slash; Handler drops it from requests.
-	s.handle([]string{"GET", "POST"}, "decide", []string{"/decide"}, func(ctx *fasthttp.RequestCtx) { cfg.Decide.Serve(ctx, decide.Decide) })
-	s.handle([]string{"GET", "POST"}, "flags", []string{"/flags"}, func(ctx *fasthttp.RequestCtx) { cfg.Decide.Serve(ctx, decide.Flags) })
+	s.handle([]string{"GET", "POST"}, "decide", []string{"/decide"}, func(ctx *fasthttp.RequestCtx) error { return cfg.Decide.Serve(ctx, decide.Decide) })
+	s.handle([]string{"GET", "POST"}, "flags", []string{"/flags"}, func(ctx *fasthttp.RequestCtx) error { return cfg.Decide.Serve(ctx, decide.Flags) })
 	s.handle([]string{"GET"}, "definitions", []string{"/flags/definitions", "/api/feature_flag/local_evaluation"}, s.handleDefinitions)
 	s.handle([]string{"GET"}, "remote_config", []string{"/api/projects/{project}/feature_flags/{key}/remote_config"}, s.handleRemoteConfig)
 	s.handle([]string{"GET", "POST"}, "capture", []string{"/capture", "/batch", "/e", "/i/v0/e", "/track"},
-		func(ctx *fasthttp.RequestCtx) { cfg.Capture.Serve(ctx, false) })
-	s.handle([]string{"GET", "POST"}, "engage", []string{"/engage"}, func(ctx *fasthttp.RequestCtx) { cfg.Capture.Serve(ctx, true) })
+		func(ctx *fasthttp.RequestCtx) error { return cfg.Capture.Serve(ctx, false) })
+	s.handle([]string{"GET", "POST"}, "engage", []string{"/engage"}, func(ctx *fasthttp.RequestCtx) error { return cfg.Capture.Serve(ctx, true) })
 	s.handle([]string{"GET"}, "array_config", []string{"/array/{token}/config"}, s.handleArrayConfig)
 	s.handle([]string{"GET"}, "array_config_js", []string{"/array/{token}/config.js"}, s.handleArrayConfigJS)
 
@@ -95,14 +92,16 @@ func (s *Server) Handler() fasthttp.RequestHandler {
 func (s *Server) Drain() { s.draining.Store(true) }
 
 // handle registers h for methods on paths, with CORS headers, a request count and a latency
-// histogram under the route's name.
-func (s *Server) handle(methods []string, route string, paths []string, h fasthttp.RequestHandler) {
+// histogram under the route's name; the error h returns is written here, in the API's shape.
+func (s *Server) handle(methods []string, route string, paths []string, h func(*fasthttp.RequestCtx) error) {
 	latency := s.latency.WithLabelValues(route)
 	var counters [600]atomic.Pointer[prometheus.Counter]
 	wrapped := func(ctx *fasthttp.RequestCtx) {
 		start := time.Now()
 		setCORS(ctx)
-		h(ctx)
+		if err := h(ctx); err != nil {
+			s.writeError(ctx, err)
+		}
 		latency.Observe(time.Since(start).Seconds())
 		code := ctx.Response.StatusCode()
 		if code < 0 || code >= len(counters) {

@@ -5,34 +5,32 @@ import (
 	"errors"
 	"io"
 	"log/slog"
-	"math/rand/v2"
 	"time"
 
+	"github.com/flagedge/flagedge/internal/backoff"
 	"github.com/flagedge/flagedge/shared/syncpb"
 )
 
 // Watch keeps the holder current: it opens a Watch stream, says which versions it holds,
-// applies what arrives, and on any failure reconnects with jittered exponential backoff
-// (100 ms doubling to 5 s), resuming from the versions it holds. It returns when ctx ends.
+// applies what arrives, and on any failure reconnects with jittered backoff, resuming from the
+// versions it holds. It returns when ctx ends.
+//
+// The backoff is capped at one second: an edge must be current again within about a second of
+// the control plane coming back, and one Watch call a second per edge is cheap for it.
 func Watch(ctx context.Context, client syncpb.SyncClient, h *Holder, edgeID string, log *slog.Logger) {
-	backoff := 100 * time.Millisecond
+	retry := backoff.Backoff{Initial: 50 * time.Millisecond, Max: time.Second}
 	for ctx.Err() == nil {
 		received, err := watchOnce(ctx, client, h, edgeID)
 		if ctx.Err() != nil {
 			return
 		}
 		if received {
-			backoff = 100 * time.Millisecond
+			retry.Reset()
 		}
-		log.Warn("snapshot stream ended; reconnecting", "err", err, "retry_in", backoff)
-		// Jitter keeps many edges from reconnecting in step after a control-plane restart.
-		sleep := backoff/2 + time.Duration(rand.Int64N(int64(backoff)))
-		select {
-		case <-ctx.Done():
+		log.Warn("snapshot stream ended; reconnecting", "err", err)
+		if !retry.Wait(ctx, backoff.RealClock) {
 			return
-		case <-time.After(sleep):
 		}
-		backoff = min(2*backoff, 5*time.Second)
 	}
 }
 

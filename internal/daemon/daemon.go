@@ -1,34 +1,32 @@
-// Package daemon holds the process set-up both binaries share: flag defaults from the
-// environment, the JSON logger, and the Prometheus registry with Go and process metrics.
+// Package daemon holds the process set-up both binaries share: flags that each have an
+// environment variable, the JSON logger, and the Prometheus registry with Go and process
+// metrics.
 package daemon
 
 import (
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 )
 
-// EnvOr returns the environment variable env when it is set, else def: the default of a flag
-// that the environment may override.
-func EnvOr(env, def string) string {
-	if v, ok := os.LookupEnv(env); ok {
-		return v
-	}
-	return def
-}
-
 // NewLogger returns a logger writing JSON lines to w at the named level (debug, info, warn,
-// error).
+// error). Durations are written as Go writes them ("1.5s"), not as nanoseconds.
 func NewLogger(w io.Writer, level string) (*slog.Logger, error) {
 	var l slog.Level
 	if err := l.UnmarshalText([]byte(level)); err != nil {
 		return nil, fmt.Errorf("--log-level: %w", err)
 	}
-	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: l})), nil
+	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: l, ReplaceAttr: durationsAsText})), nil
+}
+
+func durationsAsText(_ []string, a slog.Attr) slog.Attr {
+	if a.Value.Kind() == slog.KindDuration {
+		a.Value = slog.StringValue(a.Value.Duration().String())
+	}
+	return a
 }
 
 // NewRegistry returns a metrics registry with the Go runtime and process collectors.

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"sort"
 	"strconv"
+	"strings"
 )
 
 // DefinitionsBody builds the flag definitions document that SDKs download for local
@@ -104,6 +105,20 @@ func DefinitionsBody(projectID int64, p Project, sendCohorts bool) ([]byte, erro
 func ETag(body []byte) string {
 	sum := sha256.Sum256(body)
 	return `W/"` + hex.EncodeToString(sum[:8]) + `"`
+}
+
+// ETagMatches reports whether an If-None-Match header value names etag. Comparison is weak,
+// as for GET: the W/ prefix is ignored on both sides, a list matches when any member does, and
+// "*" matches anything. Both programs serve flag definitions and answer 304 by this rule.
+func ETagMatches(ifNoneMatch, etag string) bool {
+	want := strings.TrimPrefix(etag, "W/")
+	for part := range strings.SplitSeq(ifNoneMatch, ",") {
+		part = strings.TrimPrefix(strings.TrimSpace(part), "W/")
+		if part == want || part == "*" {
+			return true
+		}
+	}
+	return false
 }
 
 func decodeObject(raw json.RawMessage) (map[string]any, error) {

@@ -5,6 +5,7 @@
 //	controlplane migrate    apply pending migrations and exit
 //	controlplane bootstrap  create an organisation, admin, project and key; print them as JSON
 //	controlplane keys create  issue a personal API key and print it
+//	controlplane users create add a user to an organisation and print it
 package main
 
 import (
@@ -21,9 +22,11 @@ import (
 	"os/signal"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/keepalive"
@@ -98,7 +101,8 @@ func newFlagSet(name string, stderr io.Writer) *flag.FlagSet {
 }
 
 func databaseFlag(fs *flag.FlagSet) *string {
-	return fs.String("database-url", daemon.EnvOr("DATABASE_URL", ""), "PostgreSQL connection URL, e.g. postgres://user@127.0.0.1:5432/flagedge (env DATABASE_URL)")
+	url, _ := os.LookupEnv("DATABASE_URL")
+	return fs.String("database-url", url, "PostgreSQL connection URL, e.g. postgres://user@127.0.0.1:5432/flagedge (env DATABASE_URL)")
 }
 
 // openDatabase connects to the database a command was given.
@@ -215,14 +219,35 @@ func createUser(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	return json.NewEncoder(stdout).Encode(map[string]any{"id": u.ID, "uuid": u.UUID, "email": u.Email, "org_role": u.OrgRole})
 }
 
-// serveConfig is the configuration of `controlplane serve`.
+// serveConfig is the configuration of `controlplane serve`; every field has a flag and an
+// environment variable.
 type serveConfig struct {
 	HTTPAddr        string
 	GRPCAddr        string
 	DatabaseURL     string
 	PublicURL       string
 	LogLevel        string
+	DrainDelay      time.Duration
 	ShutdownTimeout time.Duration
+}
+
+func parseServeConfig(args []string, stderr io.Writer) (*serveConfig, error) {
+	fs := daemon.NewFlags("serve", stderr)
+	cfg := &serveConfig{}
+	fs.String(&cfg.HTTPAddr, "http-addr", "FLAGEDGE_HTTP_ADDR", "127.0.0.1:8000", "address of the management API")
+	fs.String(&cfg.GRPCAddr, "grpc-addr", "FLAGEDGE_GRPC_ADDR", "127.0.0.1:9000", "address of the gRPC sync service that edges connect to")
+	fs.String(&cfg.DatabaseURL, "database-url", "DATABASE_URL", "", "PostgreSQL connection URL")
+	fs.String(&cfg.PublicURL, "public-url", "FLAGEDGE_PUBLIC_URL", "", "scheme and host of absolute URLs in responses; default: the request's Host")
+	fs.String(&cfg.LogLevel, "log-level", "FLAGEDGE_LOG_LEVEL", "info", "debug, info, warn or error")
+	// Load balancers probe every few seconds; 5 s of 503 on /_ready lets them stop sending
+	// before the listeners close.
+	fs.Duration(&cfg.DrainDelay, "drain-delay", "FLAGEDGE_DRAIN_DELAY", 5*time.Second, "after SIGTERM, how long /_ready answers 503 while requests are still served")
+	// In-flight management requests are short; 15 s is ample and bounded for orchestrators.
+	fs.Duration(&cfg.ShutdownTimeout, "shutdown-timeout", "FLAGEDGE_SHUTDOWN_TIMEOUT", 15*time.Second, "how long finishing in-flight requests may take")
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	return cfg, cfg.validate()
 }
 
 func (c *serveConfig) validate() error {
@@ -235,30 +260,24 @@ func (c *serveConfig) validate() error {
 	if _, _, err := net.SplitHostPort(c.GRPCAddr); err != nil {
 		return fmt.Errorf("--grpc-addr: %w", err)
 	}
+	if c.DrainDelay < 0 {
+		return errors.New("--drain-delay must not be negative")
+	}
 	return nil
 }
 
+// errDraining makes /_ready answer 503 while the server shuts down.
+var errDraining = errors.New("draining: shutting down")
+
 func serve(ctx context.Context, args []string, stderr io.Writer) error {
-	fs := newFlagSet("serve", stderr)
-	cfg := serveConfig{}
-	fs.StringVar(&cfg.HTTPAddr, "http-addr", daemon.EnvOr("FLAGEDGE_HTTP_ADDR", "127.0.0.1:8000"), "address of the management API (env FLAGEDGE_HTTP_ADDR)")
-	fs.StringVar(&cfg.GRPCAddr, "grpc-addr", daemon.EnvOr("FLAGEDGE_GRPC_ADDR", "127.0.0.1:9000"), "address of the gRPC sync service that edges connect to (env FLAGEDGE_GRPC_ADDR)")
-	fs.StringVar(&cfg.DatabaseURL, "database-url", daemon.EnvOr("DATABASE_URL", ""), "PostgreSQL connection URL (env DATABASE_URL)")
-	fs.StringVar(&cfg.PublicURL, "public-url", daemon.EnvOr("FLAGEDGE_PUBLIC_URL", ""), "scheme and host of absolute URLs in responses; default: the request's Host (env FLAGEDGE_PUBLIC_URL)")
-	fs.StringVar(&cfg.LogLevel, "log-level", daemon.EnvOr("FLAGEDGE_LOG_LEVEL", "info"), "debug, info, warn or error (env FLAGEDGE_LOG_LEVEL)")
-	// In-flight management requests are short; 15 s is ample and bounded for orchestrators.
-	fs.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", 15*time.Second, "how long a graceful shutdown may take")
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	if err := cfg.validate(); err != nil {
+	cfg, err := parseServeConfig(args, stderr)
+	if err != nil {
 		return err
 	}
 	logger, err := daemon.NewLogger(stderr, cfg.LogLevel)
 	if err != nil {
 		return err
 	}
-
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
@@ -272,32 +291,16 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	defer db.Close()
 
 	reg := daemon.NewRegistry()
-	flagStore, personStore, snapshotStore := postgres.NewFlagService(db), postgres.NewPersonStore(db), postgres.NewSnapshotStore(db)
-	api := httpapi.New(httpapi.Config{
-		Auth:        postgres.NewAuthService(db),
-		Projects:    postgres.NewProjectService(db),
-		Flags:       flagStore,
-		Activity:    postgres.NewActivityService(db),
-		Events:      postgres.NewEventReader(db),
-		Annotations: postgres.NewAnnotationService(db),
-		Roles:       postgres.NewRoleService(db),
-		Cohorts:     postgres.NewCohortService(db),
-		Dashboards:  flagStore,
-		Evaluator:   &flageval.Evaluator{Snapshots: snapshotStore, Persons: personStore, Scanner: personStore},
-		Ready:       db.Ping,
-		PublicURL:   cfg.PublicURL,
-		Logger:      logger,
-		Registry:    reg,
-	})
-	syncServer := syncserver.NewServer(snapshotStore, personStore, postgres.NewEventStore(db, logger), logger, reg)
-	grpcServer := grpc.NewServer(
-		// Ingest calls carry up to a few MiB of events; allow a whole 20 MB capture batch.
-		grpc.MaxRecvMsgSize(64<<20),
-		// Edges keep one Watch stream open for good: keepalives find dead peers behind NATs.
-		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
-		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
-	)
-	syncpb.RegisterSyncServer(grpcServer, syncServer)
+	var draining atomic.Bool
+	ready := func(ctx context.Context) error {
+		if draining.Load() {
+			return errDraining
+		}
+		return db.Ping(ctx)
+	}
+	api := newAPI(db, cfg, ready, logger, reg)
+	syncServer := syncserver.NewServer(postgres.NewSnapshotStore(db), postgres.NewPersonStore(db), postgres.NewEventStore(db, logger), logger, reg)
+	grpcServer := newGRPCServer(syncServer)
 
 	// Bind both listeners before serving, so that "address in use" fails at start.
 	httpLn, err := net.Listen("tcp", cfg.HTTPAddr)
@@ -325,7 +328,11 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	g.Go(func() error { return grpcServer.Serve(grpcLn) })
 	g.Go(func() error {
 		<-gctx.Done()
-		logger.Info("shutting down")
+		logger.Info("shutting down: draining", "drain_delay", cfg.DrainDelay)
+		draining.Store(true)
+		if ctx.Err() != nil { // a signal, not a failed server: give load balancers time
+			time.Sleep(cfg.DrainDelay)
+		}
 		shutdownCtx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
 		defer cancel()
 		// Watch streams never end by themselves: stop them once HTTP has drained.
@@ -334,4 +341,38 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 		return err
 	})
 	return g.Wait()
+}
+
+// newAPI builds the management API over the database's services.
+func newAPI(db *postgres.DB, cfg *serveConfig, ready func(context.Context) error, logger *slog.Logger, reg *prometheus.Registry) *httpapi.Server {
+	flagStore, personStore := postgres.NewFlagService(db), postgres.NewPersonStore(db)
+	return httpapi.New(httpapi.Config{
+		Auth:        postgres.NewAuthService(db),
+		Projects:    postgres.NewProjectService(db),
+		Flags:       flagStore,
+		Activity:    postgres.NewActivityService(db),
+		Events:      postgres.NewEventReader(db),
+		Annotations: postgres.NewAnnotationService(db),
+		Roles:       postgres.NewRoleService(db),
+		Cohorts:     postgres.NewCohortService(db),
+		Dashboards:  flagStore,
+		Evaluator:   &flageval.Evaluator{Snapshots: postgres.NewSnapshotStore(db), Persons: personStore, Scanner: personStore},
+		Ready:       ready,
+		PublicURL:   cfg.PublicURL,
+		Logger:      logger,
+		Registry:    reg,
+	})
+}
+
+// newGRPCServer returns the gRPC server of the sync service.
+func newGRPCServer(sync syncpb.SyncServer) *grpc.Server {
+	srv := grpc.NewServer(
+		// Ingest calls carry up to a few MiB of events; allow a whole 20 MB capture batch.
+		grpc.MaxRecvMsgSize(64<<20),
+		// Edges keep one Watch stream open for good: keepalives find dead peers behind NATs.
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
+	)
+	syncpb.RegisterSyncServer(srv, sync)
+	return srv
 }

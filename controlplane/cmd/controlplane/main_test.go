@@ -4,10 +4,13 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
+	"flag"
 	"fmt"
 	"net"
 	"net/http"
 	"os"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -127,4 +130,28 @@ func freeAddr(t *testing.T) string {
 	}
 	defer ln.Close()
 	return ln.Addr().String()
+}
+
+// TestServeFlagsHaveEnvironmentVariables reads serve --help: each flag's usage must name its
+// variable.
+func TestServeFlagsHaveEnvironmentVariables(t *testing.T) {
+	var out bytes.Buffer
+	if _, err := parseServeConfig([]string{"--help"}, &out); !errors.Is(err, flag.ErrHelp) {
+		t.Fatalf("--help: %v", err)
+	}
+	help := out.String()
+	entries := regexp.MustCompile(`(?m)^  -`).Split(help, -1)[1:]
+	if len(entries) < 5 {
+		t.Fatalf("found %d flags in help:\n%s", len(entries), help)
+	}
+	for _, e := range entries {
+		if !regexp.MustCompile(`\(env [A-Z_]+\)`).MatchString(e) {
+			t.Errorf("flag names no environment variable: %q", e)
+		}
+	}
+	for _, env := range []string{"FLAGEDGE_DRAIN_DELAY", "FLAGEDGE_SHUTDOWN_TIMEOUT", "DATABASE_URL"} {
+		if !strings.Contains(help, "(env "+env+")") {
+			t.Errorf("help does not name %s", env)
+		}
+	}
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/valyala/fasthttp"
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/keepalive"
 
@@ -30,6 +31,7 @@ import (
 	"github.com/flagedge/flagedge/edge/decide"
 	"github.com/flagedge/flagedge/edge/geocache"
 	"github.com/flagedge/flagedge/edge/httpapi"
+	"github.com/flagedge/flagedge/edge/persons"
 	"github.com/flagedge/flagedge/edge/spool"
 	"github.com/flagedge/flagedge/edge/state"
 	"github.com/flagedge/flagedge/geoip"
@@ -59,44 +61,66 @@ type config struct {
 	PprofAddr       string
 	SpoolQuota      int64
 	LogLevel        string
+	DrainDelay      time.Duration
 	ShutdownTimeout time.Duration
 }
 
 func parseConfig(args []string, stderr io.Writer) (*config, error) {
-	fs := flag.NewFlagSet("edge", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := daemon.NewFlags("edge", stderr)
 	host, _ := os.Hostname()
 	cfg := &config{}
-	fs.StringVar(&cfg.HTTPAddr, "http-addr", daemon.EnvOr("FLAGEDGE_EDGE_ADDR", "127.0.0.1:8080"), "address of the public HTTP endpoints (env FLAGEDGE_EDGE_ADDR)")
-	fs.StringVar(&cfg.ControlPlane, "control-plane", daemon.EnvOr("FLAGEDGE_CONTROL_PLANE", "127.0.0.1:9000"), "address of the control plane's gRPC sync service (env FLAGEDGE_CONTROL_PLANE)")
-	fs.StringVar(&cfg.DataDir, "data-dir", daemon.EnvOr("FLAGEDGE_DATA_DIR", "flagedge-edge-data"), "directory for the snapshot copy (env FLAGEDGE_DATA_DIR)")
-	fs.StringVar(&cfg.GeoIPDB, "geoip-db", daemon.EnvOr("FLAGEDGE_GEOIP_DB", ""), "MaxMind City database; without it no $geoip_* properties (env FLAGEDGE_GEOIP_DB)")
-	fs.StringVar(&cfg.EdgeID, "edge-id", daemon.EnvOr("FLAGEDGE_EDGE_ID", host), "name of this edge in the control plane's logs (env FLAGEDGE_EDGE_ID)")
-	fs.DurationVar(&cfg.LookupTimeout, "lookup-timeout", decide.DefaultStoreConfig.Timeout, "longest wait for stored properties before answering the flags that need them as failed")
-	fs.StringVar(&cfg.SpoolFsync, "spool-fsync", daemon.EnvOr("FLAGEDGE_SPOOL_FSYNC", "10ms"), "when captured events are fsynced: always, never, or an interval such as 10ms (env FLAGEDGE_SPOOL_FSYNC)")
-	fs.Int64Var(&cfg.SpoolQuota, "spool-quota", 1<<30, "most bytes the capture spool may hold; beyond it capture answers 503")
-	fs.StringVar(&cfg.PprofAddr, "pprof-addr", daemon.EnvOr("FLAGEDGE_PPROF_ADDR", ""), "address for Go's pprof endpoints (off when empty; keep it on loopback) (env FLAGEDGE_PPROF_ADDR)")
-	fs.StringVar(&cfg.LogLevel, "log-level", daemon.EnvOr("FLAGEDGE_LOG_LEVEL", "info"), "debug, info, warn or error (env FLAGEDGE_LOG_LEVEL)")
+	fs.String(&cfg.HTTPAddr, "http-addr", "FLAGEDGE_EDGE_ADDR", "127.0.0.1:8080", "address of the public HTTP endpoints")
+	fs.String(&cfg.ControlPlane, "control-plane", "FLAGEDGE_CONTROL_PLANE", "127.0.0.1:9000", "address of the control plane's gRPC sync service")
+	fs.String(&cfg.DataDir, "data-dir", "FLAGEDGE_DATA_DIR", "flagedge-edge-data", "directory for the snapshot copy and the capture spool")
+	fs.String(&cfg.GeoIPDB, "geoip-db", "FLAGEDGE_GEOIP_DB", "", "MaxMind City database; without it no $geoip_* properties")
+	fs.String(&cfg.EdgeID, "edge-id", "FLAGEDGE_EDGE_ID", host, "name of this edge in the control plane's logs")
+	fs.Duration(&cfg.LookupTimeout, "lookup-timeout", "FLAGEDGE_LOOKUP_TIMEOUT", persons.DefaultConfig.Timeout, "longest wait for stored properties before answering the flags that need them as failed")
+	fs.String(&cfg.SpoolFsync, "spool-fsync", "FLAGEDGE_SPOOL_FSYNC", "10ms", "when captured events are fsynced: always, never, or an interval such as 10ms")
+	fs.Int64(&cfg.SpoolQuota, "spool-quota", "FLAGEDGE_SPOOL_QUOTA", 1<<30, "most bytes the capture spool may hold; beyond it capture answers 503")
+	fs.String(&cfg.PprofAddr, "pprof-addr", "FLAGEDGE_PPROF_ADDR", "", "address for Go's pprof endpoints (off when empty; keep it on loopback)")
+	fs.String(&cfg.LogLevel, "log-level", "FLAGEDGE_LOG_LEVEL", "info", "debug, info, warn or error")
+	// Load balancers probe every few seconds; 5 s of 503 on /_ready lets them stop sending
+	// before the listener closes.
+	fs.Duration(&cfg.DrainDelay, "drain-delay", "FLAGEDGE_DRAIN_DELAY", 5*time.Second, "after SIGTERM, how long /_ready answers 503 while requests are still served")
 	// Decide requests take microseconds; 15 s drains any in-flight request and is bounded.
-	fs.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", 15*time.Second, "how long a graceful shutdown may take")
+	fs.Duration(&cfg.ShutdownTimeout, "shutdown-timeout", "FLAGEDGE_SHUTDOWN_TIMEOUT", 15*time.Second, "how long finishing in-flight requests may take")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
+	return cfg, cfg.validate()
+}
+
+func (cfg *config) validate() error {
 	for name, addr := range map[string]string{"--http-addr": cfg.HTTPAddr, "--control-plane": cfg.ControlPlane} {
 		if _, _, err := net.SplitHostPort(addr); err != nil {
-			return nil, fmt.Errorf("%s: %w", name, err)
+			return fmt.Errorf("%s: %w", name, err)
 		}
 	}
 	if cfg.LookupTimeout <= 0 {
-		return nil, errors.New("--lookup-timeout must be positive")
+		return errors.New("--lookup-timeout must be positive")
+	}
+	if cfg.DrainDelay < 0 {
+		return errors.New("--drain-delay must not be negative")
 	}
 	if cfg.DataDir == "" {
-		return nil, errors.New("--data-dir is required: it holds the snapshot copy and the capture spool")
+		return errors.New("--data-dir is required: it holds the snapshot copy and the capture spool")
 	}
 	if _, _, err := spool.ParseSyncPolicy(cfg.SpoolFsync); err != nil {
-		return nil, fmt.Errorf("--spool-fsync: %w", err)
+		return fmt.Errorf("--spool-fsync: %w", err)
 	}
-	return cfg, nil
+	return nil
+}
+
+// edge is the assembled program: what run serves and, in order, shuts down.
+type edge struct {
+	cfg       *config
+	log       *slog.Logger
+	holder    *state.Holder
+	spool     *spool.Spool
+	client    syncpb.SyncClient
+	api       *httpapi.Server
+	forwarder *capture.Forwarder
+	closers   []func() // in the order they are to run
 }
 
 func run(ctx context.Context, args []string, stderr io.Writer) error {
@@ -111,119 +135,175 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
+	e, err := assemble(cfg, log)
+	defer func() {
+		for i := len(e.closers) - 1; i >= 0; i-- {
+			e.closers[i]()
+		}
+	}()
+	if err != nil {
+		return err
+	}
+	return e.serve(ctx)
+}
+
+// assemble opens the edge's state (snapshots, spool, GeoIP, the control-plane client) and
+// builds its handlers. What it opened is released by e.closers, also on error.
+func assemble(cfg *config, log *slog.Logger) (e *edge, err error) {
+	e = &edge{cfg: cfg, log: log}
 	reg := daemon.NewRegistry()
 	cacheMetrics := cache.NewMetrics(reg)
 
-	holder := state.NewHolder(filepath.Join(cfg.DataDir, "snapshots"), log, reg)
-	n, err := holder.Load()
+	e.holder = state.NewHolder(filepath.Join(cfg.DataDir, "snapshots"), log, reg)
+	n, err := e.holder.Load()
 	if err != nil {
 		log.Error("some snapshots on disk could not be loaded", "err", err)
 	}
 	log.Info("loaded snapshots from disk", "projects", n, "dir", cfg.DataDir)
 	policy, interval, _ := spool.ParseSyncPolicy(cfg.SpoolFsync)
-	sp, err := spool.Open(spool.Options{Dir: filepath.Join(cfg.DataDir, "spool"), QuotaBytes: cfg.SpoolQuota,
-		Sync: policy, SyncInterval: interval, Registry: reg})
+	if e.spool, err = spool.Open(spool.Options{Dir: filepath.Join(cfg.DataDir, "spool"), QuotaBytes: cfg.SpoolQuota,
+		Sync: policy, SyncInterval: interval, Registry: reg}); err != nil {
+		return e, err
+	}
+	e.closers = append(e.closers, func() { e.spool.Close() })
+
+	locator, err := openGeoIP(cfg.GeoIPDB, cacheMetrics, e)
 	if err != nil {
-		return err
+		return e, err
 	}
-	defer sp.Close()
-
-	var locator *geocache.Locator
-	if cfg.GeoIPDB != "" {
-		reader, err := geoip.Open(cfg.GeoIPDB)
-		if err != nil {
-			return err
-		}
-		defer reader.Close()
-		if locator, err = geocache.NewLocator(reader, 100_000, cacheMetrics); err != nil {
-			return err
-		}
-		defer locator.Close()
-	}
-
-	conn, err := grpc.NewClient(cfg.ControlPlane,
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		// The Watch stream lives for good: keepalives notice a dead control plane quickly.
-		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 15 * time.Second, Timeout: 5 * time.Second, PermitWithoutStream: true}),
-	)
+	conn, err := dialControlPlane(cfg.ControlPlane)
 	if err != nil {
-		return fmt.Errorf("control plane client: %w", err)
+		return e, err
 	}
-	defer conn.Close()
-	client := syncpb.NewSyncClient(conn)
+	e.closers = append(e.closers, func() { conn.Close() })
+	e.client = syncpb.NewSyncClient(conn)
 
-	storeCfg := decide.DefaultStoreConfig
+	storeCfg := persons.DefaultConfig
 	storeCfg.Timeout = cfg.LookupTimeout
-	store, err := decide.NewStore(client, storeCfg, cacheMetrics)
+	store, err := persons.NewStore(e.client, storeCfg, cacheMetrics, reg)
 	if err != nil {
-		return err
+		return e, err
 	}
-	defer store.Close()
+	e.closers = append(e.closers, store.Close)
 
-	api := httpapi.New(httpapi.Config{
-		State:    holder,
-		Decide:   decide.NewHandler(holder, store, locator, log, reg),
-		Capture:  capture.NewHandler(holder, sp, locator, store, log, reg),
+	e.api = httpapi.New(httpapi.Config{
+		State:    e.holder,
+		Decide:   decide.NewHandler(e.holder, store, locator, log),
+		Capture:  capture.NewHandler(e.holder, e.spool, locator, store, log, reg),
 		Logger:   log,
 		Registry: reg,
 	})
-	forwarder := capture.NewForwarder(sp, client, cfg.EdgeID, log, reg)
+	e.forwarder = capture.NewForwarder(e.spool, e.client, cfg.EdgeID, log, reg)
+	return e, nil
+}
+
+// openGeoIP opens the GeoIP database behind its cache; without a path, the edge knows no
+// locations.
+func openGeoIP(path string, m *cache.Metrics, e *edge) (*geocache.Locator, error) {
+	if path == "" {
+		return nil, nil
+	}
+	reader, err := geoip.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	e.closers = append(e.closers, func() { reader.Close() })
+	locator, err := geocache.NewLocator(reader, 100_000, m)
+	if err != nil {
+		return nil, err
+	}
+	e.closers = append(e.closers, locator.Close)
+	return locator, nil
+}
+
+// dialControlPlane returns the client connection to the control plane's sync service.
+func dialControlPlane(addr string) (*grpc.ClientConn, error) {
+	conn, err := grpc.NewClient(addr,
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		// The Watch stream lives for good: keepalives notice a dead control plane quickly.
+		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 15 * time.Second, Timeout: 5 * time.Second, PermitWithoutStream: true}),
+		// gRPC's default reconnect backoff grows to two minutes: after an outage the edge would
+		// fail look-ups long after the control plane is back. Reconnect within a second.
+		grpc.WithConnectParams(grpc.ConnectParams{Backoff: backoff.Config{BaseDelay: 100 * time.Millisecond,
+			Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second}, MinConnectTimeout: 5 * time.Second}),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("control plane client: %w", err)
+	}
+	return conn, nil
+}
+
+// serve runs the edge until ctx ends, then shuts down in order: /_ready answers 503 for the
+// drain delay while requests are still served, the listener closes and in-flight requests
+// finish, the spool is made durable, and last the watch and the forwarder stop.
+func (e *edge) serve(ctx context.Context) error {
 	srv := &fasthttp.Server{
-		Handler: api.Handler(), Name: "flagedge-edge",
+		Handler: e.api.Handler(), Name: "flagedge-edge",
 		// Bounds on slow or idle clients; batch capture bodies may be up to 20 MB.
 		ReadTimeout: 30 * time.Second, WriteTimeout: 30 * time.Second, IdleTimeout: 90 * time.Second,
 		MaxRequestBodySize: 21 << 20, NoDefaultServerHeader: true,
-		Logger: slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+		Logger: slog.NewLogLogger(e.log.Handler(), slog.LevelWarn),
 	}
-	ln, err := net.Listen("tcp", cfg.HTTPAddr)
+	ln, err := net.Listen("tcp", e.cfg.HTTPAddr)
 	if err != nil {
 		return err
 	}
-	log.Info("edge listening", "http_addr", ln.Addr().String(), "control_plane", cfg.ControlPlane, "edge_id", cfg.EdgeID)
+	e.log.Info("edge listening", "http_addr", ln.Addr().String(), "control_plane", e.cfg.ControlPlane, "edge_id", e.cfg.EdgeID)
 
 	// The watch and the forwarder outlive the HTTP server during shutdown: they stop last.
 	background, stopBackground := context.WithCancel(context.Background())
 	defer stopBackground()
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error {
-		state.Watch(background, client, holder, cfg.EdgeID, log)
+		state.Watch(background, e.client, e.holder, e.cfg.EdgeID, e.log)
 		return nil
 	})
 	g.Go(func() error {
-		forwarder.Run(background)
+		e.forwarder.Run(background)
 		return nil
 	})
 	g.Go(func() error { return srv.Serve(ln) })
-	if cfg.PprofAddr != "" {
-		pprofLn, err := net.Listen("tcp", cfg.PprofAddr)
-		if err != nil {
+	if e.cfg.PprofAddr != "" {
+		if err := servePprof(gctx, g, e.cfg.PprofAddr); err != nil {
 			return err
 		}
-		pprofSrv := &http.Server{Handler: http.DefaultServeMux, ReadHeaderTimeout: 10 * time.Second}
-		g.Go(func() error {
-			if err := pprofSrv.Serve(pprofLn); !errors.Is(err, http.ErrServerClosed) {
-				return err
-			}
-			return nil
-		})
-		g.Go(func() error {
-			<-gctx.Done()
-			return pprofSrv.Close()
-		})
 	}
 	g.Go(func() error {
 		<-gctx.Done()
-		log.Info("shutting down: draining")
-		api.Drain()
-		shutdownCtx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
+		e.log.Info("shutting down: draining", "drain_delay", e.cfg.DrainDelay)
+		e.api.Drain()
+		if ctx.Err() != nil { // a signal, not a failed server: give load balancers time
+			time.Sleep(e.cfg.DrainDelay)
+		}
+		shutdownCtx, cancel := context.WithTimeout(context.Background(), e.cfg.ShutdownTimeout)
 		defer cancel()
 		err := srv.ShutdownWithContext(shutdownCtx)
 		// Every acknowledged event is in the spool; make it durable before exiting.
-		if cerr := sp.Close(); cerr != nil {
+		if cerr := e.spool.Close(); cerr != nil {
 			err = errors.Join(err, cerr)
 		}
 		stopBackground()
 		return err
 	})
 	return g.Wait()
+}
+
+// servePprof serves Go's profiling endpoints on addr until ctx ends.
+func servePprof(ctx context.Context, g *errgroup.Group, addr string) error {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{Handler: http.DefaultServeMux, ReadHeaderTimeout: 10 * time.Second}
+	g.Go(func() error {
+		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+			return err
+		}
+		return nil
+	})
+	g.Go(func() error {
+		<-ctx.Done()
+		return srv.Close()
+	})
+	return nil
 }

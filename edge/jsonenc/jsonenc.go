@@ -1,4 +1,6 @@
-package decide
+// Package jsonenc appends JSON values to byte slices without reflection or allocation: the
+// edge builds its hot answers (/decide, /flags, errors) by hand with it.
+package jsonenc
 
 import (
 	"strconv"
@@ -7,8 +9,9 @@ import (
 
 const hexDigits = "0123456789abcdef"
 
-// appendString appends s as a JSON string.
-func appendString(b []byte, s string) []byte {
+// AppendString appends s as a JSON string. Invalid UTF-8 becomes U+FFFD, and U+2028/U+2029
+// are escaped so the output is also valid JavaScript (it is served inside config.js).
+func AppendString(b []byte, s string) []byte {
 	b = append(b, '"')
 	start := 0
 	for i := 0; i < len(s); {
@@ -56,17 +59,19 @@ func appendString(b []byte, s string) []byte {
 	return append(b, '"')
 }
 
-func appendBool(b []byte, v bool) []byte {
+// AppendBool appends true or false.
+func AppendBool(b []byte, v bool) []byte {
 	if v {
 		return append(b, "true"...)
 	}
 	return append(b, "false"...)
 }
 
-func appendInt(b []byte, n int64) []byte { return strconv.AppendInt(b, n, 10) }
+// AppendInt appends n in decimal.
+func AppendInt(b []byte, n int64) []byte { return strconv.AppendInt(b, n, 10) }
 
-// appendUUID appends a random version 4 UUID as a JSON string.
-func appendUUID(b []byte, hi, lo uint64) []byte {
+// AppendUUID appends the version 4 UUID made of the random bits hi and lo as a JSON string.
+func AppendUUID(b []byte, hi, lo uint64) []byte {
 	var raw [16]byte
 	for i := range 8 {
 		raw[i] = byte(hi >> (56 - 8*i))

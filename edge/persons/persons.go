@@ -1,4 +1,8 @@
-package decide
+// Package persons is the edge's view of stored person and group properties: look-ups at the
+// control plane behind caches (one request per key at a time, a timeout, a time to live,
+// shorter for "not found"), and the overlay of properties this edge captured and the control
+// plane may not have stored yet.
+package persons
 
 import (
 	"context"
@@ -8,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sync/singleflight"
 	"google.golang.org/grpc"
 
@@ -45,8 +50,8 @@ type group struct {
 	properties flags.Properties // nil when the group does not exist
 }
 
-// StoreConfig tunes the property store.
-type StoreConfig struct {
+// Config tunes the store.
+type Config struct {
 	// Timeout bounds one look-up: a flag that needs stored properties is better answered
 	// as failed than late. 300 ms leaves a request well under a second.
 	Timeout time.Duration
@@ -56,18 +61,19 @@ type StoreConfig struct {
 	MaxEntries       int64
 }
 
-// DefaultStoreConfig is the store's configuration unless told otherwise.
-var DefaultStoreConfig = StoreConfig{Timeout: 300 * time.Millisecond, TTL: time.Minute, NegativeTTL: 10 * time.Second, MaxEntries: 200_000}
+// DefaultConfig is the store's configuration unless told otherwise.
+var DefaultConfig = Config{Timeout: 300 * time.Millisecond, TTL: time.Minute, NegativeTTL: 10 * time.Second, MaxEntries: 200_000}
 
 // Store answers stored person and group properties from a cache, asking the control plane
 // on a miss, once for concurrent requests of the same key.
 type Store struct {
 	lookup   Lookup
-	cfg      StoreConfig
+	cfg      Config
 	persons  *cache.Cache[*Person]
 	groups   *cache.Cache[*group]
 	overlays *cache.Cache[*overlay]
 	flight   singleflight.Group
+	calls    *prometheus.HistogramVec // control-plane calls by kind and result
 }
 
 // overlay is what this edge captured about a person's properties and the control plane may
@@ -84,8 +90,8 @@ type overlay struct {
 // forwarder retrying through a short outage.
 const overlayTTL = 2 * time.Minute
 
-// NewStore returns a store over lookup.
-func NewStore(lookup Lookup, cfg StoreConfig, m *cache.Metrics) (*Store, error) {
+// NewStore returns a store over lookup. reg may be nil.
+func NewStore(lookup Lookup, cfg Config, m *cache.Metrics, reg prometheus.Registerer) (*Store, error) {
 	persons, err := cache.New[*Person]("persons", cfg.MaxEntries, cfg.TTL, m)
 	if err != nil {
 		return nil, err
@@ -98,7 +104,22 @@ func NewStore(lookup Lookup, cfg StoreConfig, m *cache.Metrics) (*Store, error) 
 	if err != nil {
 		return nil, err
 	}
-	return &Store{lookup: lookup, cfg: cfg, persons: persons, groups: groups, overlays: overlays}, nil
+	calls := prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "flagedge_edge_lookup_duration_seconds",
+		Help:    "Look-ups of stored properties at the control plane, by kind (person, groups, hash_key_overrides) and result (ok, error).",
+		Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1}}, []string{"kind", "result"})
+	if reg != nil {
+		reg.MustRegister(calls)
+	}
+	return &Store{lookup: lookup, cfg: cfg, persons: persons, groups: groups, overlays: overlays, calls: calls}, nil
+}
+
+// observe records one control-plane call that started at start.
+func (s *Store) observe(kind string, start time.Time, err error) {
+	result := "ok"
+	if err != nil {
+		result = "error"
+	}
+	s.calls.WithLabelValues(kind, result).Observe(time.Since(start).Seconds())
 }
 
 // Close releases the caches.
@@ -120,7 +141,9 @@ func (s *Store) Person(ctx context.Context, projectID, version int64, membership
 	v, err, _ := s.flight.Do("p"+strconv.FormatInt(projectID, 10)+":"+strconv.FormatInt(version, 10)+":"+distinctID, func() (any, error) {
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.Timeout)
 		defer cancel()
+		start := time.Now()
 		resp, err := s.lookup.LookupPerson(ctx, &syncpb.LookupPersonRequest{ProjectId: projectID, DistinctId: distinctID})
+		s.observe("person", start, err)
 		if err != nil {
 			return nil, err
 		}
@@ -215,8 +238,10 @@ func (ov *overlay) apply(p *Person) *Person {
 func (s *Store) SetHashKeyOverrides(ctx context.Context, projectID int64, distinctID, hashKey string, flagKeys []string) (map[string]string, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
 	defer cancel()
+	start := time.Now()
 	resp, err := s.lookup.SetHashKeyOverrides(ctx, &syncpb.SetHashKeyOverridesRequest{
 		ProjectId: projectID, DistinctId: distinctID, HashKey: hashKey, FlagKeys: flagKeys})
+	s.observe("hash_key_overrides", start, err)
 	if err != nil {
 		return nil, err
 	}
@@ -257,7 +282,9 @@ func (s *Store) Groups(ctx context.Context, projectID int64, refs []GroupRef) (m
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
 	defer cancel()
+	start := time.Now()
 	resp, err := s.lookup.LookupGroups(ctx, req)
+	s.observe("groups", start, err)
 	if err != nil {
 		return nil, err
 	}

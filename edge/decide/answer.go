@@ -1,0 +1,162 @@
+package decide
+
+import (
+	"math/rand/v2"
+	"time"
+
+	"github.com/flagedge/flagedge/edge/clientconfig"
+	"github.com/flagedge/flagedge/edge/jsonenc"
+	"github.com/flagedge/flagedge/shared/flags"
+)
+
+func wanted(key string, only []string) bool {
+	if len(only) == 0 {
+		return true
+	}
+	for _, k := range only {
+		if k == key {
+			return true
+		}
+	}
+	return false
+}
+
+// appendDecide writes the /decide answer of versions 1 to 3.
+func appendDecide(b []byte, results []flags.Result, only []string, errored bool, version int) []byte {
+	b = append(b, '{')
+	b = append(b, clientconfig.Members...)
+	b = append(b, `,"errorComputingFlags":`...)
+	b = jsonenc.AppendBool(b, errored)
+	b = append(b, `,"errorsWhileComputingFlags":`...)
+	b = jsonenc.AppendBool(b, errored)
+	b = append(b, `,"featureFlags":`...)
+	switch {
+	case version <= 1:
+		b = append(b, '[')
+		n := 0
+		for i := range results {
+			r := &results[i]
+			if r.Enabled && wanted(r.Key, only) {
+				if n > 0 {
+					b = append(b, ',')
+				}
+				b = jsonenc.AppendString(b, r.Key)
+				n++
+			}
+		}
+		b = append(b, ']')
+	default:
+		b = append(b, '{')
+		n := 0
+		for i := range results {
+			r := &results[i]
+			if !r.Active || r.Failed || !wanted(r.Key, only) || (version == 2 && !r.Enabled) {
+				continue
+			}
+			if n > 0 {
+				b = append(b, ',')
+			}
+			b = jsonenc.AppendString(b, r.Key)
+			b = append(b, ':')
+			b = appendValue(b, r)
+			n++
+		}
+		b = append(b, '}')
+	}
+	if version >= 3 {
+		b = append(b, `,"featureFlagPayloads":{`...)
+		n := 0
+		for i := range results {
+			r := &results[i]
+			if !r.Enabled || r.Payload == nil || !wanted(r.Key, only) {
+				continue
+			}
+			if n > 0 {
+				b = append(b, ',')
+			}
+			b = jsonenc.AppendString(b, r.Key)
+			b = append(b, ':')
+			b = append(b, r.Payload...)
+			n++
+		}
+		b = append(b, '}')
+	}
+	return append(b, '}')
+}
+
+func appendValue(b []byte, r *flags.Result) []byte {
+	switch {
+	case !r.Enabled:
+		return append(b, "false"...)
+	case r.Variant != "":
+		return jsonenc.AppendString(b, r.Variant)
+	}
+	return append(b, "true"...)
+}
+
+// appendFlagsV2 writes the flags v2 answer, with the client configuration when config is set.
+func appendFlagsV2(b []byte, results []flags.Result, only []string, errored, config bool) []byte {
+	b = append(b, '{')
+	if config {
+		b = append(b, clientconfig.Members...)
+		b = append(b, ',')
+	}
+	b = append(b, `"flags":{`...)
+	n := 0
+	for i := range results {
+		r := &results[i]
+		if !r.Active || !wanted(r.Key, only) {
+			continue
+		}
+		if n > 0 {
+			b = append(b, ',')
+		}
+		n++
+		b = jsonenc.AppendString(b, r.Key)
+		b = append(b, `:{"key":`...)
+		b = jsonenc.AppendString(b, r.Key)
+		b = append(b, `,"enabled":`...)
+		b = jsonenc.AppendBool(b, r.Enabled)
+		b = append(b, `,"variant":`...)
+		if r.Variant != "" {
+			b = jsonenc.AppendString(b, r.Variant)
+		} else {
+			b = append(b, "null"...)
+		}
+		b = append(b, `,"reason":{"code":`...)
+		b = jsonenc.AppendString(b, r.Reason.String())
+		b = append(b, `,"condition_index":`...)
+		if r.ConditionIndex >= 0 {
+			b = jsonenc.AppendInt(b, int64(r.ConditionIndex))
+		} else {
+			b = append(b, "null"...)
+		}
+		b = append(b, `,"description":`...)
+		b = jsonenc.AppendString(b, r.Reason.Description(r.ConditionIndex))
+		b = append(b, `},"metadata":{"id":`...)
+		b = jsonenc.AppendInt(b, r.ID)
+		b = append(b, `,"version":`...)
+		b = jsonenc.AppendInt(b, int64(r.Version))
+		b = append(b, `,"description":null,"payload":`...)
+		switch {
+		case r.Payload == nil || !r.Enabled:
+			b = append(b, "null"...)
+		case r.Payload[0] == '"':
+			b = append(b, r.Payload...)
+		default:
+			b = jsonenc.AppendString(b, string(r.Payload))
+		}
+		b = append(b, '}')
+		if r.Failed {
+			b = append(b, `,"failed":true`...)
+		}
+		b = append(b, '}')
+	}
+	b = append(b, `},"errorsWhileComputingFlags":`...)
+	b = jsonenc.AppendBool(b, errored)
+	b = append(b, `,"requestId":`...)
+	b = jsonenc.AppendUUID(b, rand.Uint64(), rand.Uint64())
+	b = append(b, `,"evaluatedAt":`...)
+	b = jsonenc.AppendInt(b, time.Now().UnixMilli())
+	return append(b, '}')
+}

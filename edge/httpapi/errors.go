@@ -1,0 +1,36 @@
+package httpapi
+
+import (
+	"errors"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/flagedge/flagedge/edge/apierror"
+	"github.com/flagedge/flagedge/edge/jsonenc"
+)
+
+// writeError answers with the API's error body for err: an *apierror.Error as it says, any
+// other error as a 500 whose cause goes to the log, never to the caller.
+func (s *Server) writeError(ctx *fasthttp.RequestCtx, err error) {
+	var e *apierror.Error
+	if !errors.As(err, &e) {
+		s.cfg.Logger.Error("internal error", "path", string(ctx.Path()), "err", err)
+		e = apierror.Internal
+	}
+	b := make([]byte, 0, 128+len(e.Detail))
+	b = append(b, `{"type":`...)
+	b = jsonenc.AppendString(b, e.Type)
+	b = append(b, `,"code":`...)
+	b = jsonenc.AppendString(b, e.Code)
+	b = append(b, `,"detail":`...)
+	b = jsonenc.AppendString(b, e.Detail)
+	b = append(b, `,"attr":`...)
+	if e.Attr != "" {
+		b = jsonenc.AppendString(b, e.Attr)
+	} else {
+		b = append(b, "null"...)
+	}
+	b = append(b, '}')
+	ctx.Response.ResetBody()
+	writeJSON(ctx, e.Status, b)
+}
