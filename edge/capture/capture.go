@@ -20,8 +20,8 @@ import (
 	"github.com/valyala/fastjson"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/flagedge/flagedge/edge/clientip"
 	"github.com/flagedge/flagedge/edge/apierror"
+	"github.com/flagedge/flagedge/edge/clientip"
 	"github.com/flagedge/flagedge/edge/geocache"
 	"github.com/flagedge/flagedge/edge/spool"
 	"github.com/flagedge/flagedge/edge/state"
