@@ -27,9 +27,6 @@ import (
 // MaxBodyBytes bounds a decoded /decide body; requests carry one user's properties.
 const MaxBodyBytes = 1 << 20
 
-// maxDistinctIDLength is where distinct ids are cut, as PostHog does.
-const maxDistinctIDLength = 200
-
 // Handler serves /decide and /flags.
 type Handler struct {
 	state   *state.Holder

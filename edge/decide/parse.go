@@ -7,6 +7,7 @@ import (
 
 	"github.com/valyala/fastjson"
 
+	"github.com/flagedge/flagedge/shared/event"
 	"github.com/flagedge/flagedge/shared/flags"
 )
 
@@ -114,26 +115,18 @@ func stringOf(v *fastjson.Value) string {
 	return bytesString(v.GetStringBytes())
 }
 
-// idOf reads a distinct id sent as a string or a number, cut to 200 characters.
+// idOf reads a distinct id sent as a string or a number, cut to 200 characters, with NUL and
+// invalid UTF-8 replaced, as capture stores it: the id is sent to the control plane and
+// looked up in PostgreSQL, which take neither.
 func idOf(v *fastjson.Value) string {
-	var s string
-	switch v.Type() {
-	case fastjson.TypeString:
-		s = bytesString(v.GetStringBytes())
-	case fastjson.TypeNumber:
-		s = string(v.MarshalTo(nil))
-	}
-	if len(s) > maxDistinctIDLength {
-		s = s[:maxDistinctIDLength]
-	}
-	return s
+	return event.CleanString(scalarOf(v), event.MaxIDRunes)
 }
 
-// scalarOf is the string form of a group key sent as a string or a number.
+// scalarOf is the string form of a string or a number, with NUL and invalid UTF-8 replaced.
 func scalarOf(v *fastjson.Value) string {
 	switch v.Type() {
 	case fastjson.TypeString:
-		return bytesString(v.GetStringBytes())
+		return event.CleanString(bytesString(v.GetStringBytes()), 0)
 	case fastjson.TypeNumber:
 		return string(v.MarshalTo(nil))
 	}

@@ -46,9 +46,11 @@ const MaxEventBytes = 1 << 20
 // ErrEventTooLarge reports an event over MaxEventBytes.
 var ErrEventTooLarge = errors.New("event too large")
 
-// ParseCapture reads a decoded capture body with parser p.
+// ParseCapture reads a decoded capture body with parser p. What PostgreSQL could not store is
+// made storable first (CleanJSON), and names and ids are cut to MaxIDRunes characters, so that
+// every event it returns can be stored.
 func ParseCapture(p *fastjson.Parser, body []byte) (*Payload, error) {
-	v, err := p.ParseBytes(body)
+	v, err := p.ParseBytes(CleanJSON(body))
 	if err != nil {
 		return nil, invalid("%v", err)
 	}
@@ -108,7 +110,7 @@ func (p *Payload) addEvent(v *fastjson.Value) error {
 	}
 	e := Event{Size: len(raw), Offset: -1, Properties: []byte("{}")}
 	e.Token = firstString(v, "api_key", "token", "$token")
-	e.Name = firstString(v, "event")
+	e.Name = CleanString(firstString(v, "event"), MaxIDRunes)
 	e.UUID = firstString(v, "uuid")
 	props := v.Get("properties")
 	if props != nil && props.Type() == fastjson.TypeObject {
@@ -124,9 +126,7 @@ func (p *Payload) addEvent(v *fastjson.Value) error {
 	if e.DistinctID == "" && props != nil {
 		e.DistinctID = scalar(props.Get("distinct_id"))
 	}
-	if len(e.DistinctID) > 200 {
-		e.DistinctID = e.DistinctID[:200]
-	}
+	e.DistinctID = CleanString(e.DistinctID, MaxIDRunes)
 	if ts := v.Get("timestamp"); ts != nil {
 		e.Timestamp = parseTime(ts)
 	}
@@ -195,7 +195,7 @@ func parseTime(v *fastjson.Value) time.Time {
 // EventTime is when an event happened, by the server's clock (API.md 6): a client timestamp
 // is corrected by the client's clock skew when the request said when it was sent; an offset
 // counts back from the receive time; without either the receive time is used, and so it is
-// for a time more than 23 hours ahead.
+// for a time more than 23 hours ahead or outside the years 1 to 9999.
 func EventTime(e *Event, sentAt, now time.Time) time.Time {
 	var t time.Time
 	switch {
@@ -208,8 +208,8 @@ func EventTime(e *Event, sentAt, now time.Time) time.Time {
 	default:
 		return now
 	}
-	if t.After(now.Add(23 * time.Hour)) {
-		return now
+	if t.After(now.Add(23*time.Hour)) || t.Year() < 1 || t.Year() > 9999 {
+		return now // PostgreSQL (and JavaScript) cannot hold years outside 1 to 9999 either
 	}
 	return t
 }

@@ -1,0 +1,177 @@
+package event
+
+import (
+	"bytes"
+	"errors"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+)
+
+// What an event may hold is bounded by what PostgreSQL can store: text with no NUL and only
+// valid UTF-8, and numbers within a double's range (jsonb refuses \u0000, lone surrogates and
+// invalid bytes outright). An acknowledged event must be storable, so capture makes it so
+// before acknowledging, as PostHog's ingestion does: such characters become U+FFFD.
+
+// MaxIDRunes is the longest distinct id, event name, alias or group key or type kept, in
+// characters; longer ones are cut at a character boundary (PostHog cuts distinct ids at 200).
+const MaxIDRunes = 200
+
+// replacement is U+FFFD, the Unicode replacement character, as a JSON escape.
+const replacement = `\ufffd`
+
+// CleanJSON returns body with what PostgreSQL's jsonb cannot hold made storable: invalid UTF-8
+// bytes, \u0000 escapes and unpaired surrogate escapes become U+FFFD, and a number outside a
+// double's range (1e999) becomes a string of its text, so the value is kept as sent. It
+// returns body itself, without copying, when there is nothing to change — the common case.
+// body need not be valid JSON: what is not JSON is left for the parser to refuse.
+func CleanJSON(body []byte) []byte {
+	var out []byte // nil until the first change
+	keep := 0      // body[keep:i] is not yet copied to out
+	change := func(i int, with string, skip int) {
+		if out == nil {
+			out = make([]byte, 0, len(body)+16)
+		}
+		out = append(out, body[keep:i]...)
+		out = append(out, with...)
+		keep = i + skip
+	}
+	inString := false
+	for i := 0; i < len(body); {
+		c := body[i]
+		if c >= utf8.RuneSelf {
+			r, size := utf8.DecodeRune(body[i:])
+			if r == utf8.RuneError && size == 1 {
+				change(i, "\uFFFD", 1)
+			}
+			i += size
+			continue
+		}
+		switch {
+		case inString && c == '"':
+			inString = false
+		case inString && c == '\\':
+			if skip, bad := badEscape(body[i:]); bad {
+				change(i, replacement, skip)
+				i += skip
+			} else {
+				i += skip
+			}
+			continue
+		case c == '"':
+			inString = true
+		case !inString && (c == '-' || c >= '0' && c <= '9'):
+			j := i + 1
+			for j < len(body) && isNumberByte(body[j]) {
+				j++
+			}
+			if outOfRange(body[i:j]) {
+				change(i, `"`+string(body[i:j])+`"`, j-i)
+			}
+			i = j
+			continue
+		}
+		i++
+	}
+	if out == nil {
+		return body
+	}
+	return append(out, body[keep:]...)
+}
+
+// badEscape looks at the escape that b starts with (b[0] is a backslash). It returns how many
+// bytes the escape takes, and whether it is one jsonb refuses: \u0000, or a surrogate escape
+// that is not a high surrogate followed by a low one.
+func badEscape(b []byte) (size int, bad bool) {
+	if len(b) < 2 {
+		return len(b), false
+	}
+	if b[1] != 'u' {
+		return 2, false
+	}
+	code, ok := hex4(b[2:])
+	if !ok {
+		return 2, false // malformed: the parser refuses it
+	}
+	switch {
+	case code == 0:
+		return 6, true
+	case code >= 0xD800 && code < 0xDC00:
+		if len(b) >= 12 && b[6] == '\\' && b[7] == 'u' {
+			if low, ok := hex4(b[8:]); ok && low >= 0xDC00 && low < 0xE000 {
+				return 12, false
+			}
+		}
+		return 6, true
+	case code >= 0xDC00 && code < 0xE000:
+		return 6, true
+	}
+	return 6, false
+}
+
+func hex4(b []byte) (rune, bool) {
+	if len(b) < 4 {
+		return 0, false
+	}
+	var r rune
+	for _, c := range b[:4] {
+		switch {
+		case c >= '0' && c <= '9':
+			r = r<<4 | rune(c-'0')
+		case c >= 'a' && c <= 'f':
+			r = r<<4 | rune(c-'a'+10)
+		case c >= 'A' && c <= 'F':
+			r = r<<4 | rune(c-'A'+10)
+		default:
+			return 0, false
+		}
+	}
+	return r, true
+}
+
+func isNumberByte(c byte) bool {
+	return c >= '0' && c <= '9' || c == '.' || c == 'e' || c == 'E' || c == '+' || c == '-'
+}
+
+// outOfRange reports whether a JSON number token is outside a double's range: it overflows,
+// or it is a non-zero value too small to represent. Only tokens with an exponent or hundreds
+// of digits can be; the rest are not parsed.
+func outOfRange(tok []byte) bool {
+	if len(tok) < 300 && !bytes.ContainsAny(tok, "eE") {
+		return false
+	}
+	f, err := strconv.ParseFloat(string(tok), 64)
+	if errors.Is(err, strconv.ErrRange) {
+		return true
+	}
+	if f != 0 || err != nil {
+		return false
+	}
+	mantissa := tok
+	if e := bytes.IndexAny(tok, "eE"); e >= 0 {
+		mantissa = tok[:e]
+	}
+	return bytes.ContainsAny(mantissa, "123456789") // underflowed to zero
+}
+
+// CleanString returns s fit to store: NUL and invalid UTF-8 become U+FFFD, and when maxRunes
+// is positive it is cut to that many characters. It returns s itself when nothing changes.
+func CleanString(s string, maxRunes int) string {
+	if (maxRunes <= 0 || len(s) <= maxRunes) && utf8.ValidString(s) && strings.IndexByte(s, 0) < 0 {
+		return s
+	}
+	var b strings.Builder
+	b.Grow(min(len(s), 4*max(maxRunes, 1)))
+	n := 0
+	for _, r := range s { // ranging yields U+FFFD for each invalid byte
+		if maxRunes > 0 && n == maxRunes {
+			break
+		}
+		if r == 0 {
+			r = utf8.RuneError
+		}
+		b.WriteRune(r)
+		n++
+	}
+	return b.String()
+}
