@@ -193,7 +193,12 @@ func assemble(cfg *config, log *slog.Logger) (e *edge, err error) {
 		Logger:   log,
 		Registry: reg,
 	})
-	e.forwarder = capture.NewForwarder(e.spool, e.client, cfg.EdgeID, log, reg)
+	deadLetters, err := capture.OpenDeadLetters(filepath.Join(cfg.DataDir, "dead-letters.jsonl"))
+	if err != nil {
+		return e, err
+	}
+	e.closers = append(e.closers, func() { deadLetters.Close() })
+	e.forwarder = capture.NewForwarder(e.spool, e.client, deadLetters, cfg.EdgeID, log, reg)
 	return e, nil
 }
 

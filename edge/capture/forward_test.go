@@ -1,0 +1,185 @@
+package capture_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/flagedge/flagedge/edge/capture"
+	"github.com/flagedge/flagedge/edge/spool"
+	"github.com/flagedge/flagedge/shared/syncpb"
+)
+
+// ingestServer stores what it is sent over real gRPC, refusing for good any request with an
+// event named "poison" (as the control plane refuses what it cannot decode), and failing the
+// first unavailable calls as an unreachable database would.
+type ingestServer struct {
+	syncpb.UnimplementedSyncServer
+	mu          sync.Mutex // guards the fields below
+	stored      []string
+	unavailable int
+	calls       int
+}
+
+func (s *ingestServer) Ingest(_ context.Context, req *syncpb.IngestRequest) (*syncpb.IngestResponse, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.calls++
+	if s.unavailable > 0 {
+		s.unavailable--
+		return nil, status.Error(codes.Unavailable, "database unreachable")
+	}
+	var names []string
+	for _, raw := range req.Batches {
+		var b syncpb.EventBatch
+		if err := proto.Unmarshal(raw, &b); err != nil {
+			return nil, status.Error(codes.InvalidArgument, "undecodable")
+		}
+		for _, e := range b.Events {
+			if e.Event == "poison" {
+				return nil, status.Error(codes.InvalidArgument, "cannot store this")
+			}
+			names = append(names, e.Event)
+		}
+	}
+	s.stored = append(s.stored, names...)
+	return &syncpb.IngestResponse{Stored: int64(len(names))}, nil
+}
+
+// instantClock fires every wait at once and counts them.
+type instantClock struct{ waits int }
+
+func (c *instantClock) After(time.Duration) <-chan time.Time {
+	c.waits++
+	ch := make(chan time.Time, 1)
+	ch <- time.Time{}
+	return ch
+}
+
+func startIngest(t *testing.T, srv *ingestServer) syncpb.SyncClient {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := grpc.NewServer()
+	syncpb.RegisterSyncServer(g, srv)
+	go g.Serve(ln)
+	t.Cleanup(g.Stop)
+	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return syncpb.NewSyncClient(conn)
+}
+
+// forward spools one record per name, runs a forwarder until the spool is drained, and
+// returns the dead-letter file's path.
+func forward(t *testing.T, client syncpb.SyncClient, clock *instantClock, names ...string) string {
+	t.Helper()
+	dir := t.TempDir()
+	sp, err := spool.Open(spool.Options{Dir: filepath.Join(dir, "spool")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sp.Close()
+	for _, n := range names {
+		rec, _ := proto.Marshal(&syncpb.EventBatch{ProjectId: 1, Events: []*syncpb.CapturedEvent{{Event: n, DistinctId: "d"}}})
+		if err := sp.Append(rec); err != nil {
+			t.Fatal(err)
+		}
+	}
+	path := filepath.Join(dir, "dead-letters.jsonl")
+	dl, err := capture.OpenDeadLetters(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dl.Close()
+	f := capture.NewForwarder(sp, client, dl, "edge-1", slog.New(slog.NewTextHandler(io.Discard, nil)), nil)
+	f.Clock = clock
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { f.Run(ctx); close(done) }()
+	deadline := time.Now().Add(10 * time.Second)
+	for sp.Pending() > 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("spool not drained: %d bytes pending", sp.Pending())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	cancel()
+	<-done
+	return path
+}
+
+func deadLetterNames(t *testing.T, path string) []string {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var names []string
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		var line struct {
+			Error  string `json:"error"`
+			Record []byte `json:"record"`
+		}
+		if err := json.Unmarshal(sc.Bytes(), &line); err != nil {
+			t.Fatal(err)
+		}
+		var b syncpb.EventBatch
+		if err := proto.Unmarshal(line.Record, &b); err != nil || line.Error == "" {
+			t.Fatalf("dead letter %s: %v", sc.Bytes(), err)
+		}
+		names = append(names, b.Events[0].Event)
+	}
+	return names
+}
+
+// TestPermanentRefusalIsDeadLetteredAndTheQueueMovesOn: a record the control plane refuses for
+// good no longer blocks the records after it.
+func TestPermanentRefusalIsDeadLetteredAndTheQueueMovesOn(t *testing.T) {
+	srv := &ingestServer{}
+	path := forward(t, startIngest(t, srv), &instantClock{}, "a", "b", "poison", "c", "d")
+	srv.mu.Lock()
+	defer srv.mu.Unlock()
+	if len(srv.stored) != 4 {
+		t.Errorf("stored %v, want a b c d", srv.stored)
+	}
+	if got := deadLetterNames(t, path); len(got) != 1 || got[0] != "poison" {
+		t.Errorf("dead letters %v, want [poison]", got)
+	}
+}
+
+// TestTransientFailuresAreRetried: an unreachable database delays delivery but loses nothing
+// and dead-letters nothing.
+func TestTransientFailuresAreRetried(t *testing.T) {
+	srv := &ingestServer{unavailable: 3}
+	clock := &instantClock{}
+	path := forward(t, startIngest(t, srv), clock, "a", "b")
+	srv.mu.Lock()
+	defer srv.mu.Unlock()
+	if len(srv.stored) != 2 || clock.waits != 3 {
+		t.Errorf("stored %v after %d waits, want a b after 3", srv.stored, clock.waits)
+	}
+	if got := deadLetterNames(t, path); len(got) != 0 {
+		t.Errorf("dead letters %v, want none", got)
+	}
+}
