@@ -54,6 +54,8 @@ var (
 	NotFound = &Error{http.StatusNotFound, "invalid_request", "not_found", "Not found.", ""}
 	// MethodNotAllowed: the path exists, the method does not.
 	MethodNotAllowed = &Error{http.StatusMethodNotAllowed, "invalid_request", "method_not_allowed", "Method not allowed.", ""}
+	// RequestTimeout: the client did not send its request in time.
+	RequestTimeout = &Error{http.StatusRequestTimeout, "invalid_request", "request_timeout", "The request was not received in time.", ""}
 	// Internal: a bug or a failure of the edge itself; the cause is in the log.
 	Internal = &Error{http.StatusInternalServerError, "server_error", "error", "A server error occurred.", ""}
 )

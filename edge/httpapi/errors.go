@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"errors"
+	"net"
 
 	"github.com/valyala/fasthttp"
 
@@ -33,4 +34,24 @@ func (s *Server) writeError(ctx *fasthttp.RequestCtx, err error) {
 	b = append(b, '}')
 	ctx.Response.ResetBody()
 	writeJSON(ctx, e.Status, b)
+}
+
+// errBodyTooLarge answers bodies over the server's limit, refused before they are read.
+var errBodyTooLarge = apierror.TooLarge("The request body is over 20 MB.")
+
+// ServeError answers a request fasthttp could not read (it is the server's ErrorHandler): an
+// oversized body gets 413 and anything else malformed 400, in the API's error shape and with
+// CORS headers, so that browsers and SDKs see the same errors as from handlers. fasthttp
+// closes the connection afterwards.
+func (s *Server) ServeError(ctx *fasthttp.RequestCtx, err error) {
+	setCORS(ctx)
+	var netErr net.Error
+	switch {
+	case errors.Is(err, fasthttp.ErrBodyTooLarge):
+		s.writeError(ctx, errBodyTooLarge)
+	case errors.As(err, &netErr) && netErr.Timeout():
+		s.writeError(ctx, apierror.RequestTimeout)
+	default:
+		s.writeError(ctx, apierror.Malformed("the request could not be read."))
+	}
 }

@@ -1,11 +1,13 @@
 package httpapi_test
 
 import (
+	"bufio"
 	"bytes"
 	"compress/gzip"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -13,6 +15,7 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/valyala/fasthttp"
@@ -404,5 +407,38 @@ func TestBrowserEndpoints(t *testing.T) {
 	wantError(t, e.call("GET", "/array/phc_unknown/config", nil), 404, "not_found")
 	if m := e.call("GET", "/metrics", nil); m.status != 200 || !strings.Contains(string(m.body), `flagedge_edge_http_requests_total{code="200",route="decide"}`) {
 		t.Errorf("metrics: %s", m.body)
+	}
+}
+
+// TestOversizedBodyIs413 sends only the headers of a request whose body is over the limit to a
+// real server: it answers 413 in the API's shape at once, without waiting for (or reading)
+// the body.
+func TestOversizedBodyIs413(t *testing.T) {
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	holder := state.NewHolder("", log, nil)
+	api := httpapi.New(httpapi.Config{State: holder, Decide: decide.NewHandler(holder, nil, nil, log), Logger: log})
+	srv := &fasthttp.Server{Handler: api.Handler(), ErrorHandler: api.ServeError, MaxRequestBodySize: httpapi.MaxBodyBytes}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Shutdown() })
+	for _, path := range []string{"/batch/", "/decide/?v=3"} {
+		conn, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		conn.SetDeadline(time.Now().Add(5 * time.Second))
+		fmt.Fprintf(conn, "POST %s HTTP/1.1\r\nHost: x\r\nOrigin: https://app.example\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n", path, httpapi.MaxBodyBytes+1)
+		var resp fasthttp.Response
+		if err := resp.Read(bufio.NewReader(conn)); err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+		conn.Close()
+		if resp.StatusCode() != 413 || !strings.Contains(string(resp.Body()), `"code":"request_too_large"`) ||
+			string(resp.Header.Peek("Access-Control-Allow-Origin")) != "https://app.example" {
+			t.Errorf("%s: %d %s %s", path, resp.StatusCode(), resp.Header.Peek("Access-Control-Allow-Origin"), resp.Body())
+		}
 	}
 }

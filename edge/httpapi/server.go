@@ -22,6 +22,10 @@ import (
 	"github.com/flagedge/flagedge/edge/state"
 )
 
+// MaxBodyBytes is the largest request body the edge reads: capture batches may be 20 MB, and
+// a little more covers their form or base64 encodings. Larger ones get 413 unread.
+const MaxBodyBytes = 21 << 20
+
 // Config holds what the edge's HTTP surface serves from.
 type Config struct {
 	State    *state.Holder

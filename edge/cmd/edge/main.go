@@ -243,10 +243,10 @@ func dialControlPlane(addr string) (*grpc.ClientConn, error) {
 // finish, the spool is made durable, and last the watch and the forwarder stop.
 func (e *edge) serve(ctx context.Context) error {
 	srv := &fasthttp.Server{
-		Handler: e.api.Handler(), Name: "flagedge-edge",
+		Handler: e.api.Handler(), ErrorHandler: e.api.ServeError, Name: "flagedge-edge",
 		// Bounds on slow or idle clients; batch capture bodies may be up to 20 MB.
 		ReadTimeout: 30 * time.Second, WriteTimeout: 30 * time.Second, IdleTimeout: 90 * time.Second,
-		MaxRequestBodySize: 21 << 20, NoDefaultServerHeader: true,
+		MaxRequestBodySize: httpapi.MaxBodyBytes, NoDefaultServerHeader: true,
 		Logger: slog.NewLogLogger(e.log.Handler(), slog.LevelWarn),
 	}
 	ln, err := net.Listen("tcp", e.cfg.HTTPAddr)
