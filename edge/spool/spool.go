@@ -54,8 +54,11 @@ func ParseSyncPolicy(s string) (SyncPolicy, time.Duration, error) {
 
 // Options configure a spool.
 type Options struct {
-	Dir          string
-	SegmentBytes int64 // a segment is sealed once it holds this much; default 16 MiB
+	Dir string
+	// SegmentBytes: a segment is sealed once it holds this much; default 16 MiB, and at most
+	// a quarter of the quota, so that a drained spool always has room (only the active
+	// segment is left, and it is deleted once acknowledged when room is needed).
+	SegmentBytes int64
 	QuotaBytes   int64 // the most the spool may hold on disk; default 1 GiB
 	Sync         SyncPolicy
 	SyncInterval time.Duration // for SyncInterval; default 10 ms
@@ -95,22 +98,27 @@ type segment struct {
 	size int64
 }
 
-// Spool is safe for concurrent appends and one reader.
+// Spool is safe for concurrent appends and one reader. Appends take mu only for their own
+// write; the reader's file reads and the acknowledgement's file writes and deletions happen
+// outside it, so a forwarder draining a backlog does not delay capture.
 type Spool struct {
 	opts Options
 
-	mu         sync.Mutex // guards the fields below
-	cond       *sync.Cond // signals sync progress to SyncAlways appenders
-	active     *os.File
-	segments   []segment // on disk, oldest first; the last is the active one
-	total      int64     // bytes on disk
-	appended   uint64    // records appended
-	synced     uint64    // records known durable
-	closed     bool
-	acked      Cursor
-	syncErr    error
-	readFile   *os.File // the reader's open segment
+	readMu     sync.Mutex // guards readFile and readFileID: the reader's open segment
+	readFile   *os.File
 	readFileID uint64
+	ackMu      sync.Mutex // serialises Ack, which writes the cursor file outside mu
+
+	mu       sync.Mutex // guards the fields below
+	cond     *sync.Cond // signals sync progress to SyncAlways appenders
+	active   *os.File
+	segments []segment // on disk, oldest first; the last is the active one
+	total    int64     // bytes on disk
+	appended uint64    // records appended
+	synced   uint64    // records known durable
+	closed   bool
+	acked    Cursor
+	syncErr  error
 
 	wake     chan struct{} // new data for the reader; capacity 1
 	syncWake chan struct{} // new data for the syncer (SyncAlways); capacity 1
@@ -138,6 +146,7 @@ func Open(opts Options) (*Spool, error) {
 	if opts.QuotaBytes <= 0 {
 		opts.QuotaBytes = 1 << 30
 	}
+	opts.SegmentBytes = max(min(opts.SegmentBytes, opts.QuotaBytes/4), 1)
 	if opts.SyncInterval <= 0 {
 		opts.SyncInterval = 10 * time.Millisecond
 	}
@@ -234,6 +243,13 @@ func (s *Spool) recover() error {
 			}
 			last.size = valid
 		}
+	}
+	// A segment acknowledged to its end (the active one when the edge stopped) is not needed.
+	if len(s.segments) > 0 && s.segments[0].id == s.acked.Segment && s.acked.Offset >= s.segments[0].size {
+		if err := os.Remove(s.path(s.segments[0].id)); err != nil {
+			return err
+		}
+		s.segments = s.segments[1:]
 	}
 	for _, seg := range s.segments {
 		s.total += seg.size
@@ -334,6 +350,11 @@ func (s *Spool) Append(record []byte) error {
 		return fmt.Errorf("spool: %w", s.syncErr)
 	}
 	if s.total+int64(len(frame)) > s.opts.QuotaBytes {
+		if err := s.reclaimLocked(); err != nil {
+			return fmt.Errorf("spool rotate: %w", err)
+		}
+	}
+	if s.total+int64(len(frame)) > s.opts.QuotaBytes {
 		s.metrics.full.Inc()
 		return ErrFull
 	}
@@ -364,6 +385,25 @@ func (s *Spool) Append(record []byte) error {
 			return ErrClosed
 		}
 	}
+	return nil
+}
+
+// reclaimLocked makes room when the active segment is acknowledged to its end (the forwarder
+// has caught up): it starts a new segment and deletes the old one. Without it, the forwarded
+// part of the active segment would count against the quota until the segment filled up.
+func (s *Spool) reclaimLocked() error {
+	last := s.segments[len(s.segments)-1]
+	if last.size == 0 || s.acked.Segment != last.id || s.acked.Offset < last.size {
+		return nil
+	}
+	if err := s.rotateLocked(); err != nil {
+		return err
+	}
+	if err := os.Remove(s.path(last.id)); err != nil {
+		return err
+	}
+	s.segments = slices.DeleteFunc(s.segments, func(seg segment) bool { return seg.id == last.id })
+	s.total -= last.size
 	return nil
 }
 
@@ -442,10 +482,13 @@ func (s *Spool) Close() error {
 		errs = append(errs, s.active.Sync())
 	}
 	errs = append(errs, s.active.Close())
+	signal(s.wake)
+	s.readMu.Lock()
 	if s.readFile != nil {
 		errs = append(errs, s.readFile.Close())
+		s.readFile = nil
 	}
-	signal(s.wake)
+	s.readMu.Unlock()
 	return errors.Join(errs...)
 }
 
@@ -499,15 +542,18 @@ func (s *Spool) Read(done <-chan struct{}, from Cursor, maxBytes int) (records [
 }
 
 func (s *Spool) readAvailable(from Cursor, maxBytes int) ([][]byte, Cursor, error) {
+	// What lies below a segment's known size never changes: read it without holding mu.
 	s.mu.Lock()
-	defer s.mu.Unlock()
+	segments := slices.Clone(s.segments)
+	s.mu.Unlock()
+	s.readMu.Lock()
+	defer s.readMu.Unlock()
 	if from.Segment == 0 {
-		from = Cursor{Segment: s.segments[0].id}
+		from = Cursor{Segment: segments[0].id}
 	}
 	var records [][]byte
 	size := 0
-	for i := 0; i < len(s.segments); i++ {
-		seg := s.segments[i]
+	for _, seg := range segments {
 		if seg.id < from.Segment {
 			continue
 		}
@@ -515,7 +561,7 @@ func (s *Spool) readAvailable(from Cursor, maxBytes int) ([][]byte, Cursor, erro
 			from = Cursor{Segment: seg.id}
 		}
 		for from.Offset < seg.size {
-			rec, n, err := s.readRecordLocked(seg.id, from.Offset, seg.size)
+			rec, n, err := s.readRecord(seg.id, from.Offset, seg.size)
 			if err != nil {
 				if errors.Is(err, ErrCorrupt) {
 					s.metrics.corrupts.Inc()
@@ -535,8 +581,8 @@ func (s *Spool) readAvailable(from Cursor, maxBytes int) ([][]byte, Cursor, erro
 	return records, from, nil
 }
 
-// readRecordLocked reads the record at off of segment id (whose size is known).
-func (s *Spool) readRecordLocked(id uint64, off, size int64) ([]byte, int64, error) {
+// readRecord reads the record at off of segment id (whose size is known); readMu is held.
+func (s *Spool) readRecord(id uint64, off, size int64) ([]byte, int64, error) {
 	if s.readFile == nil || s.readFileID != id {
 		if s.readFile != nil {
 			s.readFile.Close()
@@ -569,14 +615,30 @@ func (s *Spool) readRecordLocked(id uint64, off, size int64) ([]byte, int64, err
 }
 
 // Ack records that everything before c is delivered: the cursor is saved, and segments that
-// lie wholly before it are deleted (the active segment never is).
+// lie wholly before it are deleted (the active segment never is). The file work is done
+// outside mu.
 func (s *Spool) Ack(c Cursor) error {
+	s.ackMu.Lock()
+	defer s.ackMu.Unlock()
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	if !s.acked.before(c) {
+		s.mu.Unlock()
 		return nil
 	}
 	s.acked = c
+	var done []segment
+	keep := s.segments[:0]
+	for i, seg := range s.segments {
+		if (seg.id < c.Segment || (seg.id == c.Segment && c.Offset >= seg.size)) && i < len(s.segments)-1 {
+			done = append(done, seg)
+			s.total -= seg.size
+			continue
+		}
+		keep = append(keep, seg)
+	}
+	s.segments = keep
+	s.mu.Unlock()
+
 	tmp := filepath.Join(s.opts.Dir, cursorFile+".tmp")
 	if err := os.WriteFile(tmp, []byte(fmt.Sprintf("%d %d\n", c.Segment, c.Offset)), 0o644); err != nil {
 		return err
@@ -584,25 +646,17 @@ func (s *Spool) Ack(c Cursor) error {
 	if err := os.Rename(tmp, filepath.Join(s.opts.Dir, cursorFile)); err != nil {
 		return err
 	}
-	keep := s.segments[:0]
 	var errs []error
-	for i, seg := range s.segments {
-		done := seg.id < c.Segment || (seg.id == c.Segment && c.Offset >= seg.size)
-		if done && i < len(s.segments)-1 {
-			if s.readFile != nil && s.readFileID == seg.id {
-				s.readFile.Close()
-				s.readFile = nil
-			}
-			if err := os.Remove(s.path(seg.id)); err != nil {
-				errs = append(errs, err)
-				keep = append(keep, seg)
-				continue
-			}
-			s.total -= seg.size
-			continue
+	s.readMu.Lock()
+	for _, seg := range done {
+		if s.readFile != nil && s.readFileID == seg.id {
+			s.readFile.Close()
+			s.readFile = nil
 		}
-		keep = append(keep, seg)
+		if err := os.Remove(s.path(seg.id)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			errs = append(errs, err)
+		}
 	}
-	s.segments = keep
+	s.readMu.Unlock()
 	return errors.Join(errs...)
 }
