@@ -160,6 +160,15 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		route = "unmatched"
 		h = routingErrorHandler{s.mux}
 	}
+	if route != "unmatched" {
+		// Refuse what no handler can use before authenticating: a body announced over the
+		// limit (without reading it) and query or path values that are not storable text.
+		if r.ContentLength > maxBodyBytes {
+			h = errorHandler{s, errTooLarge}
+		} else if err := checkRequest(r, route); err != nil {
+			h = errorHandler{s, err}
+		}
+	}
 	defer func() {
 		if v := recover(); v != nil {
 			s.cfg.Logger.Error("panic in handler", "route", route, "panic", v)
@@ -172,6 +181,16 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.metrics.duration.WithLabelValues(route).Observe(time.Since(start).Seconds())
 	}()
 	h.ServeHTTP(sw, r)
+}
+
+// errorHandler answers every request with one error.
+type errorHandler struct {
+	s   *Server
+	err error
+}
+
+func (h errorHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	writeError(w, h.s.cfg.Logger, r, h.err)
 }
 
 type requestPathKey struct{}
