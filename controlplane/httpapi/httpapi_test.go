@@ -28,6 +28,7 @@ func TestMain(m *testing.M) { os.Exit(pgtest.Main(m, postgres.Migrate)) }
 type env struct {
 	t       *testing.T
 	db      *postgres.DB
+	api     *httpapi.Server
 	srv     *httptest.Server
 	key     string // the admin's personal key, scope *
 	project int64
@@ -56,7 +57,7 @@ func newEnv(t *testing.T) *env {
 	})
 	srv := httptest.NewServer(api)
 	t.Cleanup(srv.Close)
-	return &env{t: t, db: db, srv: srv, key: res.PersonalAPIKey, project: res.ProjectID, token: res.ProjectAPIKey}
+	return &env{t: t, db: db, api: api, srv: srv, key: res.PersonalAPIKey, project: res.ProjectID, token: res.ProjectAPIKey}
 }
 
 // response is a decoded answer.
