@@ -22,7 +22,18 @@ var hostileStrings = []string{
 	"9223372036854775808", "-9223372036854775809", "99999999999999999999999", "NaN", "Infinity",
 	"2024-05-01T12:00:00Z", "2024-13-45", "0000-00-00", "-10000-01-01T00:00:00Z", "99999-12-31", "1970-01-01",
 	"00000000-0000-0000-0000-000000000000", "not-a-uuid", "phx_", "phc_x", strings.Repeat("x", 5000),
-	strings.Repeat("é", 3000), "😀", "\u2028", "<script>", "{}", "[]", `{"a":"\u0000"}`, `{"a":1e999}`,
+	strings.Repeat("é", 3000), incompressible(5000), "😀", "\u2028", "<script>", "{}", "[]", `{"a":"\u0000"}`, `{"a":1e999}`,
+}
+
+// incompressible is n letters that PostgreSQL cannot compress under its index row limit, as
+// a repeated letter would be.
+func incompressible(n int) string {
+	rng := rand.New(rand.NewPCG(7, 7))
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = byte('a' + rng.IntN(26))
+	}
+	return string(b)
 }
 
 // hostileJSON are JSON values (as text) that decoders and stores have mishandled.
@@ -32,7 +43,7 @@ var hostileJSON = []string{
 	`"a\u0000b"`, `"\ud800"`, `"\udc00x"`, `"\ud83d\ude00"`, "\"\xff\"", `[]`, `{}`, `[null]`, `[1,"a",{}]`,
 	`{"\u0000":1}`, `{"a":{"b":{"c":"\u0000"}}}`, `[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[1]]]]]]]]]]]]]]]]]]]]]]]]]]]]]`,
 	`"2024-05-01T12:00:00Z"`, `"-10000-01-01"`, `"9999-12-31T23:59:59.999999Z"`, `"%"`, `"_"`, `"\\"`,
-	`"` + strings.Repeat("y", 5000) + `"`,
+	`"` + strings.Repeat("y", 5000) + `"`, `"` + incompressible(6000) + `"`,
 }
 
 var bodyFields = []string{

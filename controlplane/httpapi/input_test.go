@@ -202,3 +202,22 @@ func TestOversizedBody(t *testing.T) {
 		t.Errorf("a body under the limit: %d %.200s", r.status, r.raw)
 	}
 }
+
+// TestValuesTooLongForAnIndex checks that names PostgreSQL indexes are bounded before they
+// reach it (a 5,000-letter role name used to answer 500: index row too large).
+func TestValuesTooLongForAnIndex(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	role := e.mustRole("Short", 37)
+	long := incompressible(5000)
+	for _, tc := range []struct{ method, path, attr string }{
+		{"POST", rolesPath, "name"},
+		{"PATCH", rolesPath + role + "/", "name"},
+		{"POST", e.flagsPath("/"), "key"},
+	} {
+		t.Run(tc.method+" "+tc.path, func(t *testing.T) {
+			body := map[string]any{tc.attr: long}
+			wantError(t, e.do(tc.method, tc.path, e.key, body), 400, "validation_error", "max_length", tc.attr)
+		})
+	}
+}
