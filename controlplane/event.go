@@ -15,6 +15,13 @@ type Event struct {
 	Properties json.RawMessage
 	Timestamp  time.Time
 	ReceivedAt time.Time
+	// Raw is the event as its transport encoded it (the sync protocol's CapturedEvent), or
+	// nil when it did not come over the wire. It is what the dead-letter table keeps of an
+	// event that cannot be stored, byte for byte.
+	Raw []byte
+	// Undecodable, when set, says why the transport could not decode the event: only Raw is
+	// meaningful, and the event is dead-lettered as it is.
+	Undecodable string
 }
 
 // EventBatch is the events of one project that arrived together.
@@ -22,17 +29,34 @@ type EventBatch struct {
 	ProjectID           int64
 	Events              []Event
 	HistoricalMigration bool
+	// EdgeID names the edge that forwarded the batch, recorded with its dead letters.
+	EdgeID string
 }
 
 // IngestResult counts what an ingestion stored.
 type IngestResult struct {
 	Stored, Duplicates int
+	// DeadLetters are the events refused for their content in this call and written to the
+	// dead-letter table instead (not those already dead-lettered by an earlier delivery).
+	DeadLetters []DeadLetter
+}
+
+// DeadLetter is an event that could not be stored because of what it contains.
+type DeadLetter struct {
+	ProjectID int64
+	UUID      string
+	// Code is PostgreSQL's SQLSTATE for the refusal, or "undecodable".
+	Code   string
+	Reason string
 }
 
 // EventStore stores captured events and applies them to persons and groups.
 type EventStore interface {
 	// Ingest stores the events (each uuid once per project) in one transaction and applies
-	// the newly stored ones to persons and groups in order.
+	// the newly stored ones to persons and groups in order. An event refused for its
+	// content (PostgreSQL cannot hold it) does not hold up the others: it is dead-lettered
+	// and reported in the result, and the call succeeds. An error means nothing was stored
+	// and the same batches may be sent again (the database was unavailable, say).
 	Ingest(ctx context.Context, batches []EventBatch) (IngestResult, error)
 }
 

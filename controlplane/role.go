@@ -2,7 +2,9 @@ package controlplane
 
 import (
 	"context"
+	"fmt"
 	"time"
+	"unicode/utf8"
 )
 
 // Feature flag access levels of a role.
@@ -24,6 +26,10 @@ type Role struct {
 	FlagIDs     []int64
 }
 
+// MaxRoleNameLength bounds a role's name, as PostHog does; the name is unique per
+// organisation, and PostgreSQL cannot index a much longer one.
+const MaxRoleNameLength = 200
+
 // RoleUpdate holds a role's writable fields.
 type RoleUpdate struct {
 	Name                    *string
@@ -37,6 +43,9 @@ func (u *RoleUpdate) Validate(creating bool) error {
 	}
 	if u.Name != nil && *u.Name == "" {
 		return FieldError("name", "blank", "This field may not be blank.")
+	}
+	if u.Name != nil && utf8.RuneCountInString(*u.Name) > MaxRoleNameLength {
+		return FieldError("name", "max_length", fmt.Sprintf("Ensure this field has no more than %d characters.", MaxRoleNameLength))
 	}
 	if l := u.FeatureFlagsAccessLevel; l != nil && *l != AccessLevelView && *l != AccessLevelEdit {
 		return FieldError("feature_flags_access_level", "invalid_choice", "Use 21 (can view) or 37 (can edit).")

@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"fmt"
 	"net/http"
 	"strconv"
 
@@ -47,6 +48,9 @@ func (s *Server) writeActivity(w http.ResponseWriter, r *http.Request, c *call, 
 		return err
 	}
 	pageNum = max(pageNum, 1)
+	if pageNum-1 > maxOffset/limit {
+		return controlplane.FieldError("page", "invalid_input", fmt.Sprintf("Ensure this value is less than or equal to %d.", maxOffset/limit+1))
+	}
 	list, total, err := s.cfg.Activity.FindActivity(r.Context(), controlplane.ActivityFilter{
 		ProjectID: c.project.ID, Scope: "FeatureFlag", ItemID: itemID, Limit: limit, Offset: (pageNum - 1) * limit,
 	})

@@ -46,6 +46,9 @@ func decodeObject(w http.ResponseWriter, r *http.Request) (fields, error) {
 	if f == nil { // the body was JSON null
 		return nil, controlplane.Errorf(controlplane.Malformed, "invalid_payload", "Malformed request data: expected a JSON object, got null.")
 	}
+	if attr, problem, ok := jsonTextProblem(body); !ok {
+		return nil, controlplane.FieldError(attr, "invalid_input", problem)
+	}
 	return f, nil
 }
 

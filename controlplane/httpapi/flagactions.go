@@ -22,6 +22,9 @@ func groupsParam(r *http.Request) (map[string]string, error) {
 	if err := json.Unmarshal([]byte(raw), &in); err != nil {
 		return nil, controlplane.FieldError("groups", "invalid_input", "groups must be a JSON object of group type to group key.")
 	}
+	if _, problem, ok := jsonTextProblem([]byte(raw)); !ok {
+		return nil, controlplane.FieldError("groups", "invalid_input", problem)
+	}
 	out := make(map[string]string, len(in))
 	for k, v := range in {
 		out[k] = fmt.Sprint(v)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -21,13 +22,20 @@ import (
 	"github.com/flagedge/flagedge/internal/pgtest"
 )
 
-func TestMain(m *testing.M) { os.Exit(pgtest.Main(m, postgres.Migrate)) }
+func TestMain(m *testing.M) {
+	flag.Parse()
+	if f := flag.Lookup("test.fuzzworker"); f != nil && f.Value.String() == "true" {
+		os.Exit(m.Run()) // a fuzz worker runs only fuzz targets, which need no database
+	}
+	os.Exit(pgtest.Main(m, postgres.Migrate))
+}
 
 // env is a control plane API on a real database and a real HTTP server on 127.0.0.1, with
 // a bootstrapped admin (key, project).
 type env struct {
 	t       *testing.T
 	db      *postgres.DB
+	api     *httpapi.Server
 	srv     *httptest.Server
 	key     string // the admin's personal key, scope *
 	project int64
@@ -56,7 +64,7 @@ func newEnv(t *testing.T) *env {
 	})
 	srv := httptest.NewServer(api)
 	t.Cleanup(srv.Close)
-	return &env{t: t, db: db, srv: srv, key: res.PersonalAPIKey, project: res.ProjectID, token: res.ProjectAPIKey}
+	return &env{t: t, db: db, api: api, srv: srv, key: res.PersonalAPIKey, project: res.ProjectID, token: res.ProjectAPIKey}
 }
 
 // response is a decoded answer.

@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"fmt"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -14,6 +15,12 @@ const (
 	defaultLimit = 100
 	maxLimit     = 1000
 )
+
+// maxOffset bounds how far a list may be paged: an offset (or page × limit) beyond it is a
+// 400 invalid_input rather than clamped, because a clamped offset would answer a different
+// page than the one asked for. Offsets near the integer limit used to overflow (a negative
+// offset in next, an OFFSET PostgreSQL refuses); a billion rows is far beyond any list here.
+const maxOffset = 1_000_000_000
 
 // page is the paginated list envelope.
 type page struct {
@@ -36,6 +43,9 @@ func pageParams(r *http.Request) (limit, offset int, err error) {
 	}
 	limit = min(limit, maxLimit)
 	offset, err = intParam(q, "offset", 0)
+	if err == nil && offset > maxOffset {
+		err = controlplane.FieldError("offset", "invalid_input", fmt.Sprintf("Ensure this value is less than or equal to %d.", maxOffset))
+	}
 	return limit, offset, err
 }
 

@@ -7,6 +7,7 @@ import (
 	"context"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -41,9 +42,10 @@ type Config struct {
 
 // Server is the management API's HTTP handler.
 type Server struct {
-	cfg     Config
-	mux     *http.ServeMux
-	metrics *metrics
+	cfg       Config
+	mux       *http.ServeMux
+	routeList []Route // every route registered, for Routes
+	metrics   *metrics
 }
 
 type metrics struct {
@@ -75,71 +77,129 @@ func New(cfg Config) *Server {
 }
 
 func (s *Server) routes() {
-	s.mux.HandleFunc("GET /_health", func(w http.ResponseWriter, r *http.Request) {
+	s.publicRoute("GET", "/_health", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
-	})
-	s.mux.HandleFunc("GET /_ready", s.handleReady)
-	s.mux.Handle("GET /metrics", promhttp.HandlerFor(s.cfg.Registry, promhttp.HandlerOpts{}))
+	}))
+	s.publicRoute("GET", "/_ready", http.HandlerFunc(s.handleReady))
+	s.publicRoute("GET", "/metrics", promhttp.HandlerFor(s.cfg.Registry, promhttp.HandlerOpts{}))
 
-	s.mux.HandleFunc("GET /api/projects", s.withKey(controlplane.ScopeProjectRead, s.handleListProjects))
-	s.mux.HandleFunc("POST /api/projects", s.withKey(controlplane.ScopeProjectWrite, s.handleCreateProject))
-	s.mux.HandleFunc("GET /api/projects/{project_id}", s.withProject(controlplane.ScopeProjectRead, s.handleGetProject))
-	s.mux.HandleFunc("PATCH /api/projects/{project_id}", s.withProject(controlplane.ScopeProjectWrite, s.handlePatchProject))
+	s.keyRoute("GET", "/api/projects", controlplane.ScopeProjectRead, s.handleListProjects)
+	s.keyRoute("POST", "/api/projects", controlplane.ScopeProjectWrite, s.handleCreateProject)
+	s.projectRoute("GET", "/api/projects/{project_id}", controlplane.ScopeProjectRead, s.handleGetProject)
+	s.projectRoute("PATCH", "/api/projects/{project_id}", controlplane.ScopeProjectWrite, s.handlePatchProject)
 
 	const flags = "/api/projects/{project_id}/feature_flags"
-	s.mux.HandleFunc("GET "+flags, s.withProject(controlplane.ScopeFlagRead, s.handleListFlags))
-	s.mux.HandleFunc("POST "+flags, s.withProject(controlplane.ScopeFlagWrite, s.handleCreateFlag))
-	s.mux.HandleFunc("GET "+flags+"/{id}", s.withProject(controlplane.ScopeFlagRead, s.handleGetFlag))
-	s.mux.HandleFunc("PATCH "+flags+"/{id}", s.withProject(controlplane.ScopeFlagWrite, s.handlePatchFlag))
-	s.mux.HandleFunc("DELETE "+flags+"/{id}", handleHardDelete)
-	s.mux.HandleFunc("GET "+flags+"/{id}/activity", s.withProject(controlplane.ScopeActivityLogRead, s.handleFlagActivity))
-	s.mux.HandleFunc("GET "+flags+"/activity", s.withProject(controlplane.ScopeActivityLogRead, s.handleAllFlagActivity))
+	s.projectRoute("GET", flags, controlplane.ScopeFlagRead, s.handleListFlags)
+	s.projectRoute("POST", flags, controlplane.ScopeFlagWrite, s.handleCreateFlag)
+	s.projectRoute("GET", flags+"/{id}", controlplane.ScopeFlagRead, s.handleGetFlag)
+	s.projectRoute("PATCH", flags+"/{id}", controlplane.ScopeFlagWrite, s.handlePatchFlag)
+	s.publicRoute("DELETE", flags+"/{id}", http.HandlerFunc(handleHardDelete))
+	s.projectRoute("GET", flags+"/{id}/activity", controlplane.ScopeActivityLogRead, s.handleFlagActivity)
+	s.projectRoute("GET", flags+"/activity", controlplane.ScopeActivityLogRead, s.handleAllFlagActivity)
 
-	s.mux.HandleFunc("GET "+flags+"/evaluation_reasons", s.withProject(controlplane.ScopeFlagRead, s.handleEvaluationReasons))
-	s.mux.HandleFunc("GET "+flags+"/local_evaluation", s.withProject(controlplane.ScopeFlagRead, s.handleLocalEvaluation))
-	s.mux.HandleFunc("GET "+flags+"/my_flags", s.withProject(controlplane.ScopeFlagRead, s.handleMyFlags))
-	s.mux.HandleFunc("POST "+flags+"/user_blast_radius", s.withProject(controlplane.ScopeFlagWrite, s.handleBlastRadius))
-	s.mux.HandleFunc("POST "+flags+"/{id}/create_static_cohort_for_flag", s.withProject(controlplane.ScopeFlagWrite, s.handleStaticCohortForFlag))
-	s.mux.HandleFunc("POST "+flags+"/{id}/dashboard", s.withProject(controlplane.ScopeFlagWrite, s.handleDashboard))
-	s.mux.HandleFunc("POST "+flags+"/{id}/enrich_usage_dashboard", s.withProject(controlplane.ScopeFlagWrite, s.handleEnrichUsageDashboard))
+	s.projectRoute("GET", flags+"/evaluation_reasons", controlplane.ScopeFlagRead, s.handleEvaluationReasons)
+	s.projectRoute("GET", flags+"/local_evaluation", controlplane.ScopeFlagRead, s.handleLocalEvaluation)
+	s.projectRoute("GET", flags+"/my_flags", controlplane.ScopeFlagRead, s.handleMyFlags)
+	s.projectRoute("POST", flags+"/user_blast_radius", controlplane.ScopeFlagWrite, s.handleBlastRadius)
+	s.projectRoute("POST", flags+"/{id}/create_static_cohort_for_flag", controlplane.ScopeFlagWrite, s.handleStaticCohortForFlag)
+	s.projectRoute("POST", flags+"/{id}/dashboard", controlplane.ScopeFlagWrite, s.handleDashboard)
+	s.projectRoute("POST", flags+"/{id}/enrich_usage_dashboard", controlplane.ScopeFlagWrite, s.handleEnrichUsageDashboard)
 
-	s.mux.HandleFunc("GET /flags/definitions", s.handleSDKDefinitions)
-	s.mux.HandleFunc("GET /api/feature_flag/local_evaluation", s.handleSDKDefinitions)
+	s.tokenRoute("GET", "/flags/definitions", controlplane.ScopeFlagRead, s.handleSDKDefinitions)
+	s.tokenRoute("GET", "/api/feature_flag/local_evaluation", controlplane.ScopeFlagRead, s.handleSDKDefinitions)
 
 	const cohorts = "/api/projects/{project_id}/cohorts"
-	s.mux.HandleFunc("GET "+cohorts, s.withProject(controlplane.ScopeCohortRead, s.handleListCohorts))
-	s.mux.HandleFunc("POST "+cohorts, s.withProject(controlplane.ScopeCohortWrite, s.handleCreateCohort))
-	s.mux.HandleFunc("GET "+cohorts+"/{id}", s.withProject(controlplane.ScopeCohortRead, s.handleGetCohort))
-	s.mux.HandleFunc("PATCH "+cohorts+"/{id}", s.withProject(controlplane.ScopeCohortWrite, s.handlePatchCohort))
+	s.projectRoute("GET", cohorts, controlplane.ScopeCohortRead, s.handleListCohorts)
+	s.projectRoute("POST", cohorts, controlplane.ScopeCohortWrite, s.handleCreateCohort)
+	s.projectRoute("GET", cohorts+"/{id}", controlplane.ScopeCohortRead, s.handleGetCohort)
+	s.projectRoute("PATCH", cohorts+"/{id}", controlplane.ScopeCohortWrite, s.handlePatchCohort)
 
-	s.mux.HandleFunc("GET "+flags+"/{id}/role_access", s.withProject(controlplane.ScopeFlagRead, s.handleListRoleAccess))
-	s.mux.HandleFunc("POST "+flags+"/{id}/role_access", s.withProject(controlplane.ScopeFlagWrite, s.handleCreateRoleAccess))
-	s.mux.HandleFunc("GET "+flags+"/{id}/role_access/{access_id}", s.withProject(controlplane.ScopeFlagRead, s.handleGetRoleAccess))
-	s.mux.HandleFunc("DELETE "+flags+"/{id}/role_access/{access_id}", s.withProject(controlplane.ScopeFlagWrite, s.handleDeleteRoleAccess))
+	s.projectRoute("GET", flags+"/{id}/role_access", controlplane.ScopeFlagRead, s.handleListRoleAccess)
+	s.projectRoute("POST", flags+"/{id}/role_access", controlplane.ScopeFlagWrite, s.handleCreateRoleAccess)
+	s.projectRoute("GET", flags+"/{id}/role_access/{access_id}", controlplane.ScopeFlagRead, s.handleGetRoleAccess)
+	s.projectRoute("DELETE", flags+"/{id}/role_access/{access_id}", controlplane.ScopeFlagWrite, s.handleDeleteRoleAccess)
 
 	const annotations = "/api/projects/{project_id}/annotations"
-	s.mux.HandleFunc("GET "+annotations, s.withProject(controlplane.ScopeAnnotationRead, s.handleListAnnotations))
-	s.mux.HandleFunc("POST "+annotations, s.withProject(controlplane.ScopeAnnotationWrite, s.handleCreateAnnotation))
-	s.mux.HandleFunc("GET "+annotations+"/{id}", s.withProject(controlplane.ScopeAnnotationRead, s.handleGetAnnotation))
-	s.mux.HandleFunc("PATCH "+annotations+"/{id}", s.withProject(controlplane.ScopeAnnotationWrite, s.handlePatchAnnotation))
-	s.mux.HandleFunc("DELETE "+annotations+"/{id}", handleHardDelete)
+	s.projectRoute("GET", annotations, controlplane.ScopeAnnotationRead, s.handleListAnnotations)
+	s.projectRoute("POST", annotations, controlplane.ScopeAnnotationWrite, s.handleCreateAnnotation)
+	s.projectRoute("GET", annotations+"/{id}", controlplane.ScopeAnnotationRead, s.handleGetAnnotation)
+	s.projectRoute("PATCH", annotations+"/{id}", controlplane.ScopeAnnotationWrite, s.handlePatchAnnotation)
+	s.publicRoute("DELETE", annotations+"/{id}", http.HandlerFunc(handleHardDelete))
 
 	const roles = "/api/organizations/{org}/roles"
-	s.mux.HandleFunc("GET "+roles, s.withOrg(controlplane.ScopeRoleRead, s.handleListRoles))
-	s.mux.HandleFunc("POST "+roles, s.withOrg(controlplane.ScopeRoleWrite, s.handleCreateRole))
-	s.mux.HandleFunc("GET "+roles+"/{role}", s.withOrg(controlplane.ScopeRoleRead, s.handleGetRole))
-	s.mux.HandleFunc("PATCH "+roles+"/{role}", s.withOrg(controlplane.ScopeRoleWrite, s.handlePatchRole))
-	s.mux.HandleFunc("DELETE "+roles+"/{role}", s.withOrg(controlplane.ScopeRoleWrite, s.handleDeleteRole))
-	s.mux.HandleFunc("GET "+roles+"/{role}/role_memberships", s.withOrg(controlplane.ScopeRoleRead, s.handleListMemberships))
-	s.mux.HandleFunc("POST "+roles+"/{role}/role_memberships", s.withOrg(controlplane.ScopeRoleWrite, s.handleAddMembership))
-	s.mux.HandleFunc("DELETE "+roles+"/{role}/role_memberships/{id}", s.withOrg(controlplane.ScopeRoleWrite, s.handleRemoveMembership))
+	s.orgRoute("GET", roles, controlplane.ScopeRoleRead, s.handleListRoles)
+	s.orgRoute("POST", roles, controlplane.ScopeRoleWrite, s.handleCreateRole)
+	s.orgRoute("GET", roles+"/{role}", controlplane.ScopeRoleRead, s.handleGetRole)
+	s.orgRoute("PATCH", roles+"/{role}", controlplane.ScopeRoleWrite, s.handlePatchRole)
+	s.orgRoute("DELETE", roles+"/{role}", controlplane.ScopeRoleWrite, s.handleDeleteRole)
+	s.orgRoute("GET", roles+"/{role}/role_memberships", controlplane.ScopeRoleRead, s.handleListMemberships)
+	s.orgRoute("POST", roles+"/{role}/role_memberships", controlplane.ScopeRoleWrite, s.handleAddMembership)
+	s.orgRoute("DELETE", roles+"/{role}/role_memberships/{id}", controlplane.ScopeRoleWrite, s.handleRemoveMembership)
 
 	const project = "/api/projects/{project_id}"
-	s.mux.HandleFunc("GET "+project+"/events", s.withProject(controlplane.ScopeEventRead, s.handleListEvents))
-	s.mux.HandleFunc("GET "+project+"/events/{id}", s.withProject(controlplane.ScopeEventRead, s.handleGetEvent))
-	s.mux.HandleFunc("GET "+project+"/persons", s.withProject(controlplane.ScopePersonRead, s.handleListPersons))
-	s.mux.HandleFunc("GET "+project+"/persons/{id}", s.withProject(controlplane.ScopePersonRead, s.handleGetPerson))
-	s.mux.HandleFunc("GET "+project+"/groups", s.withProject(controlplane.ScopePersonRead, s.handleListGroups))
+	s.projectRoute("GET", project+"/events", controlplane.ScopeEventRead, s.handleListEvents)
+	s.projectRoute("GET", project+"/events/{id}", controlplane.ScopeEventRead, s.handleGetEvent)
+	s.projectRoute("GET", project+"/persons", controlplane.ScopePersonRead, s.handleListPersons)
+	s.projectRoute("GET", project+"/persons/{id}", controlplane.ScopePersonRead, s.handleGetPerson)
+	s.projectRoute("GET", project+"/groups", controlplane.ScopePersonRead, s.handleListGroups)
+}
+
+// Access says how a route authenticates its caller.
+type Access string
+
+// The kinds of access of the routes.
+const (
+	// AccessPublic routes need no credentials.
+	AccessPublic Access = "public"
+	// AccessKey routes need a personal key with the route's scope.
+	AccessKey Access = "key"
+	// AccessProject routes need a personal key with the scope that reaches the path's project.
+	AccessProject Access = "project"
+	// AccessOrganization routes need a personal key with the scope of the path's organisation
+	// (and an organisation admin to write).
+	AccessOrganization Access = "organization"
+	// AccessToken routes name their project by ?token= and take a personal key with the scope
+	// that reaches it, or the project's secret key.
+	AccessToken Access = "token"
+)
+
+// Route is one registered route, as Routes lists them.
+type Route struct {
+	Method string
+	// Pattern is the path with its wildcards, as registered ("/api/projects/{project_id}").
+	Pattern string
+	Access  Access
+	// Scope is the scope a personal key needs; empty for public routes.
+	Scope controlplane.Scope
+}
+
+// Routes lists every route the server serves, in registration order. Tests walk it so that
+// a route added without its authorisation being tested fails them.
+func (s *Server) Routes() []Route { return slices.Clone(s.routeList) }
+
+func (s *Server) register(rt Route, h http.Handler) {
+	s.routeList = append(s.routeList, rt)
+	s.mux.Handle(rt.Method+" "+rt.Pattern, h)
+}
+
+func (s *Server) publicRoute(method, pattern string, h http.Handler) {
+	s.register(Route{Method: method, Pattern: pattern, Access: AccessPublic}, h)
+}
+
+func (s *Server) tokenRoute(method, pattern string, scope controlplane.Scope, h http.HandlerFunc) {
+	s.register(Route{Method: method, Pattern: pattern, Access: AccessToken, Scope: scope}, h)
+}
+
+func (s *Server) keyRoute(method, pattern string, scope controlplane.Scope, h keyHandler) {
+	s.register(Route{Method: method, Pattern: pattern, Access: AccessKey, Scope: scope}, s.withKey(scope, h))
+}
+
+func (s *Server) projectRoute(method, pattern string, scope controlplane.Scope, h projectHandler) {
+	s.register(Route{Method: method, Pattern: pattern, Access: AccessProject, Scope: scope}, s.withProject(scope, h))
+}
+
+func (s *Server) orgRoute(method, pattern string, scope controlplane.Scope, h keyHandler) {
+	s.register(Route{Method: method, Pattern: pattern, Access: AccessOrganization, Scope: scope}, s.withOrg(scope, h))
 }
 
 // ServeHTTP routes a request: a trailing slash is ignored, unknown routes and methods get the
@@ -160,6 +220,15 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		route = "unmatched"
 		h = routingErrorHandler{s.mux}
 	}
+	if route != "unmatched" {
+		// Refuse what no handler can use before authenticating: a body announced over the
+		// limit (without reading it) and query or path values that are not storable text.
+		if r.ContentLength > maxBodyBytes {
+			h = errorHandler{s, errTooLarge}
+		} else if err := checkRequest(r, route); err != nil {
+			h = errorHandler{s, err}
+		}
+	}
 	defer func() {
 		if v := recover(); v != nil {
 			s.cfg.Logger.Error("panic in handler", "route", route, "panic", v)
@@ -172,6 +241,16 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.metrics.duration.WithLabelValues(route).Observe(time.Since(start).Seconds())
 	}()
 	h.ServeHTTP(sw, r)
+}
+
+// errorHandler answers every request with one error.
+type errorHandler struct {
+	s   *Server
+	err error
+}
+
+func (h errorHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	writeError(w, h.s.cfg.Logger, r, h.err)
 }
 
 type requestPathKey struct{}

@@ -42,7 +42,7 @@ func (s *AnnotationService) FindAnnotations(ctx context.Context, f controlplane.
 	c.add("a.deleted = ?", f.Deleted)
 	c.addPair(visible, f.ProjectID, f.OrganizationID)
 	if f.Search != "" {
-		c.add("a.content ILIKE '%' || ? || '%'", f.Search)
+		c.add("a.content ILIKE ?", containsPattern(f.Search))
 	}
 	if f.Scope != "" {
 		c.add("a.scope = ?", f.Scope)

@@ -40,6 +40,13 @@ func (c *conditions) addPair(clause string, a, b any) {
 	c.clauses = append(c.clauses, strings.Replace(clause, "?", fmt.Sprintf("$%d", len(c.args)), 1))
 }
 
+// likeEscaper escapes LIKE's wildcards and its escape character (a backslash, LIKE's
+// default), so that searched text matches literally.
+var likeEscaper = strings.NewReplacer(`\`, `\\`, `%`, `\%`, `_`, `\_`)
+
+// containsPattern is the LIKE pattern matching values that contain s literally.
+func containsPattern(s string) string { return "%" + likeEscaper.Replace(s) + "%" }
+
 func (c *conditions) where() string { return " WHERE " + strings.Join(c.clauses, " AND ") }
 
 func (c *conditions) page(limit, offset int) (string, []any) {
@@ -117,8 +124,8 @@ func (r *EventReader) FindPersons(ctx context.Context, f controlplane.PersonFilt
 		c.add("EXISTS (SELECT 1 FROM person_distinct_ids d WHERE d.person_id = p.id AND d.distinct_id = ?)", f.DistinctID)
 	}
 	if f.Search != "" {
-		c.add(`(p.properties::text ILIKE '%' || ? || '%' OR EXISTS (SELECT 1 FROM person_distinct_ids d
-			WHERE d.person_id = p.id AND d.distinct_id ILIKE '%' || ? || '%'))`, f.Search)
+		c.add(`(p.properties::text ILIKE ? OR EXISTS (SELECT 1 FROM person_distinct_ids d
+			WHERE d.person_id = p.id AND d.distinct_id ILIKE ?))`, containsPattern(f.Search))
 	}
 	var total int
 	if err := r.db.Pool.QueryRow(ctx, `SELECT count(*) FROM persons p`+c.where(), c.args...).Scan(&total); err != nil {
@@ -157,7 +164,7 @@ func (r *EventReader) FindGroups(ctx context.Context, f controlplane.GroupFilter
 		c.add("group_type_index = ?", *f.TypeIndex)
 	}
 	if f.Search != "" {
-		c.add("(group_key ILIKE '%' || ? || '%' OR properties::text ILIKE '%' || ? || '%')", f.Search)
+		c.add("(group_key ILIKE ? OR properties::text ILIKE ?)", containsPattern(f.Search))
 	}
 	var total int
 	if err := r.db.Pool.QueryRow(ctx, `SELECT count(*) FROM groups`+c.where(), c.args...).Scan(&total); err != nil {

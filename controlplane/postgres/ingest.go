@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -28,25 +29,88 @@ func NewEventStore(db *DB, log *slog.Logger) *EventStore { return &EventStore{db
 // ingestion of one project (across control-plane replicas), so person merges never race.
 const ingestLockClass = 7200001
 
-// Ingest stores the batches in one transaction.
+// Ingest stores the batches in one transaction. The whole call is tried at once first
+// (COPY into a temporary table, one INSERT, persons in bulk): the fast path, taken by every
+// batch PostgreSQL accepts. When PostgreSQL refuses an event for its content (see
+// isDataError), that transaction is rolled back and the call is stored again in a new one
+// that bisects each project's events under savepoints down to the events refused on their
+// own, which go to the dead-letter table; everything else is stored, in order, each uuid
+// once. Any other error (connection, timeout, deadlock) fails the call, storing nothing.
 func (s *EventStore) Ingest(ctx context.Context, batches []controlplane.EventBatch) (controlplane.IngestResult, error) {
-	byProject := map[int64][]controlplane.Event{}
+	byProject := map[int64]*projectEvents{}
+	var undecodable []sourcedEvent
 	for _, b := range batches {
-		byProject[b.ProjectID] = append(byProject[b.ProjectID], b.Events...)
+		p := byProject[b.ProjectID]
+		if p == nil {
+			p = &projectEvents{}
+			byProject[b.ProjectID] = p
+		}
+		for _, e := range b.Events {
+			if e.Undecodable != "" {
+				undecodable = append(undecodable, sourcedEvent{b.ProjectID, e, b.EdgeID})
+				continue
+			}
+			p.events = append(p.events, e)
+			p.edges = append(p.edges, b.EdgeID)
+		}
 	}
 	projects := make([]int64, 0, len(byProject))
-	for id := range byProject {
-		projects = append(projects, id)
+	for id, p := range byProject {
+		if len(p.events) > 0 {
+			projects = append(projects, id)
+		}
 	}
 	slices.Sort(projects) // lock in a fixed order: no deadlock between concurrent batches
+	res, err := s.ingest(ctx, projects, byProject, undecodable, false)
+	if err != nil && isDataError(err) {
+		s.log.Warn("ingest: an event was refused for its content; storing the batch event by event", "err", err)
+		res, err = s.ingest(ctx, projects, byProject, undecodable, true)
+	}
+	if err != nil {
+		return controlplane.IngestResult{}, fmt.Errorf("ingest: %w", err)
+	}
+	return res, nil
+}
+
+// projectEvents are one project's events of an Ingest call, with the edge each came from.
+type projectEvents struct {
+	events []controlplane.Event
+	edges  []string
+}
+
+// sourcedEvent is an event with its project and edge, as the dead-letter table records it.
+type sourcedEvent struct {
+	projectID int64
+	event     controlplane.Event
+	edgeID    string
+}
+
+// ingest stores the projects' events in one transaction: all at once, or, when careful,
+// bisecting on data errors and dead-lettering the events refused alone.
+func (s *EventStore) ingest(ctx context.Context, projects []int64, byProject map[int64]*projectEvents, undecodable []sourcedEvent, careful bool) (controlplane.IngestResult, error) {
 	var res controlplane.IngestResult
 	err := s.db.inTx(ctx, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `CREATE TEMP TABLE IF NOT EXISTS ingest_events (project_id bigint, uuid uuid, event text,
 			distinct_id text, properties jsonb, timestamp timestamptz, created_at timestamptz) ON COMMIT DELETE ROWS`); err != nil {
 			return err
 		}
+		for _, u := range undecodable {
+			if err := s.deadLetter(ctx, tx, u, "undecodable", u.event.Undecodable, &res); err != nil {
+				return err
+			}
+		}
 		for _, projectID := range projects {
-			stored, dups, err := s.ingestProject(ctx, tx, projectID, byProject[projectID])
+			if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1, $2::int)`, ingestLockClass, projectID); err != nil {
+				return err
+			}
+			p := byProject[projectID]
+			if careful {
+				if err := s.storeOrSplit(ctx, tx, projectID, p.events, p.edges, &res); err != nil {
+					return fmt.Errorf("project %d: %w", projectID, err)
+				}
+				continue
+			}
+			stored, dups, err := s.ingestEvents(ctx, tx, projectID, p.events)
 			if err != nil {
 				return fmt.Errorf("project %d: %w", projectID, err)
 			}
@@ -56,14 +120,54 @@ func (s *EventStore) Ingest(ctx context.Context, batches []controlplane.EventBat
 		return nil
 	})
 	if err != nil {
-		return controlplane.IngestResult{}, fmt.Errorf("ingest: %w", err)
+		return controlplane.IngestResult{}, err
 	}
 	return res, nil
 }
 
-func (s *EventStore) ingestProject(ctx context.Context, tx pgx.Tx, projectID int64, events []controlplane.Event) (int, int, error) {
-	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1, $2::int)`, ingestLockClass, projectID); err != nil {
-		return 0, 0, err
+// storeOrSplit stores events under a savepoint; when PostgreSQL refuses them for their
+// content it rolls back to the savepoint and stores each half the same way, in order, so
+// that a single event refused alone is dead-lettered and every other event is stored.
+// With k bad events among n this costs O(k log n) attempts; recursion depth is log2 n.
+func (s *EventStore) storeOrSplit(ctx context.Context, tx pgx.Tx, projectID int64, events []controlplane.Event, edges []string, res *controlplane.IngestResult) error {
+	sp, err := tx.Begin(ctx) // a savepoint
+	if err != nil {
+		return err
+	}
+	stored, dups, err := s.ingestEvents(ctx, sp, projectID, events)
+	if err == nil {
+		if err := sp.Commit(ctx); err != nil { // RELEASE SAVEPOINT
+			return err
+		}
+		res.Stored += stored
+		res.Duplicates += dups
+		return nil
+	}
+	if rbErr := sp.Rollback(ctx); rbErr != nil { // ROLLBACK TO SAVEPOINT
+		return errors.Join(err, rbErr)
+	}
+	if !isDataError(err) {
+		return err
+	}
+	if len(events) == 1 {
+		code, reason := describeDataError(err)
+		return s.deadLetter(ctx, tx, sourcedEvent{projectID, events[0], edges[0]}, code, reason, res)
+	}
+	mid := len(events) / 2
+	if err := s.storeOrSplit(ctx, tx, projectID, events[:mid], edges[:mid], res); err != nil {
+		return err
+	}
+	return s.storeOrSplit(ctx, tx, projectID, events[mid:], edges[mid:], res)
+}
+
+// ingestEvents stores one project's events (the caller holds the project's ingest lock):
+// COPY into the temporary table, one INSERT skipping uuids already stored, then persons
+// and groups for the newly stored ones.
+func (s *EventStore) ingestEvents(ctx context.Context, tx pgx.Tx, projectID int64, events []controlplane.Event) (int, int, error) {
+	for i := range events {
+		if err := checkEncodable(&events[i]); err != nil {
+			return 0, 0, err
+		}
 	}
 	if _, err := tx.Exec(ctx, `TRUNCATE ingest_events`); err != nil {
 		return 0, 0, err

@@ -15,7 +15,6 @@ import (
 	"golang.org/x/sync/singleflight"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/flagedge/flagedge/controlplane"
 	"github.com/flagedge/flagedge/shared/syncpb"
@@ -39,9 +38,10 @@ type Server struct {
 	builds singleflight.Group
 	cache  sync.Map // project id → *syncpb.ProjectSnapshot, the latest built
 
-	streams  prometheus.Gauge
-	sent     prometheus.Counter
-	ingested *prometheus.CounterVec
+	streams      prometheus.Gauge
+	sent         prometheus.Counter
+	ingested     *prometheus.CounterVec
+	deadLettered *prometheus.CounterVec
 }
 
 // NewServer returns a sync server. Call Notify for each change and Resync after missed ones.
@@ -51,9 +51,11 @@ func NewServer(snapshots controlplane.SnapshotStore, persons controlplane.Person
 			Help: "Events received from edges, by result: stored or duplicate."}, []string{"result"}),
 		streams: prometheus.NewGauge(prometheus.GaugeOpts{Name: "flagedge_controlplane_watch_streams", Help: "Edges watching snapshots."}),
 		sent:    prometheus.NewCounter(prometheus.CounterOpts{Name: "flagedge_controlplane_snapshots_sent_total", Help: "Project snapshots sent to edges."}),
+		deadLettered: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "flagedge_controlplane_dead_lettered_events_total",
+			Help: "Events refused for their content and written to the dead-letter table, by SQLSTATE (or \"undecodable\")."}, []string{"sqlstate"}),
 	}
 	if reg != nil {
-		reg.MustRegister(s.streams, s.sent, s.ingested)
+		reg.MustRegister(s.streams, s.sent, s.ingested, s.deadLettered)
 	}
 	return s
 }
@@ -227,13 +229,23 @@ func (s *Server) send(ctx context.Context, stream syncpb.Sync_WatchServer, sent,
 	return flush(true)
 }
 
+// snapshotBuildTimeout bounds one snapshot build. The build is shared by every stream that
+// asks for the project meanwhile, so it runs detached from the stream that started it (one
+// edge going away must not fail the others); the bound keeps a build against a stuck
+// database from running forever. Building a large project takes well under a second.
+const snapshotBuildTimeout = 30 * time.Second
+
 // snapshot returns the project's snapshot at version want or newer: from the cache when it
-// holds one, else built once however many streams ask at the same time.
+// holds one, else built once however many streams ask at the same time. A caller whose
+// stream ends stops waiting; the build carries on for the others.
 func (s *Server) snapshot(ctx context.Context, id, want int64) (*syncpb.ProjectSnapshot, error) {
 	if cached, ok := s.cache.Load(id); ok && cached.(*syncpb.ProjectSnapshot).Version >= want {
 		return cached.(*syncpb.ProjectSnapshot), nil
 	}
-	v, err, _ := s.builds.Do(strconv.FormatInt(id, 10), func() (any, error) {
+	buildCtx := context.WithoutCancel(ctx)
+	ch := s.builds.DoChan(strconv.FormatInt(id, 10), func() (any, error) {
+		ctx, cancel := context.WithTimeout(buildCtx, snapshotBuildTimeout)
+		defer cancel()
 		built, err := s.snapshots.BuildSnapshot(ctx, id)
 		if err != nil {
 			if controlplane.ErrorKind(err) == controlplane.NotFound {
@@ -245,10 +257,15 @@ func (s *Server) snapshot(ctx context.Context, id, want int64) (*syncpb.ProjectS
 		s.cache.Store(id, pb)
 		return pb, nil
 	})
-	if err != nil {
-		return nil, err
+	select {
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case r := <-ch:
+		if r.Err != nil {
+			return nil, r.Err
+		}
+		return r.Val.(*syncpb.ProjectSnapshot), nil
 	}
-	return v.(*syncpb.ProjectSnapshot), nil
 }
 
 func toProto(s *controlplane.ProjectSnapshot) *syncpb.ProjectSnapshot {
@@ -330,21 +347,14 @@ func (s *Server) unavailable(op string, err error) error {
 }
 
 // Ingest stores the events of the batches, each once, and applies them to persons and
-// groups. It answers only once everything is stored: the edge then drops the batches.
+// groups. It answers only once everything is stored: the edge then drops the batches. An
+// event that can never be stored (PostgreSQL refuses its content, or it cannot be decoded)
+// is dead-lettered by the store and counted, and the call still succeeds, so that the edge
+// moves on; any other failure answers Unavailable and the edge sends the batches again.
 func (s *Server) Ingest(ctx context.Context, req *syncpb.IngestRequest) (*syncpb.IngestResponse, error) {
 	batches := make([]controlplane.EventBatch, 0, len(req.Batches))
 	for _, raw := range req.Batches {
-		var pb syncpb.EventBatch
-		if err := proto.Unmarshal(raw, &pb); err != nil {
-			return nil, status.Errorf(codes.InvalidArgument, "undecodable batch: %v", err)
-		}
-		b := controlplane.EventBatch{ProjectID: pb.ProjectId, HistoricalMigration: pb.HistoricalMigration,
-			Events: make([]controlplane.Event, len(pb.Events))}
-		for i, e := range pb.Events {
-			b.Events[i] = controlplane.Event{UUID: e.Uuid, ProjectID: pb.ProjectId, Name: e.Event, DistinctID: e.DistinctId,
-				Properties: e.Properties, Timestamp: time.UnixMicro(e.TimestampUs).UTC(), ReceivedAt: time.UnixMicro(e.ReceivedUs).UTC()}
-		}
-		batches = append(batches, b)
+		batches = append(batches, decodeBatch(raw, req.EdgeId))
 	}
 	res, err := s.events.Ingest(ctx, batches)
 	if err != nil {
@@ -352,5 +362,18 @@ func (s *Server) Ingest(ctx context.Context, req *syncpb.IngestRequest) (*syncpb
 	}
 	s.ingested.WithLabelValues("stored").Add(float64(res.Stored))
 	s.ingested.WithLabelValues("duplicate").Add(float64(res.Duplicates))
+	for i, d := range res.DeadLetters {
+		s.deadLettered.WithLabelValues(d.Code).Inc()
+		if i < maxDeadLetterLogs {
+			s.log.Warn("event dead-lettered", "edge_id", req.EdgeId, "project", d.ProjectID, "uuid", d.UUID, "sqlstate", d.Code, "reason", d.Reason)
+		}
+	}
+	if n := len(res.DeadLetters); n > maxDeadLetterLogs {
+		s.log.Warn("more events dead-lettered", "edge_id", req.EdgeId, "count", n-maxDeadLetterLogs)
+	}
 	return &syncpb.IngestResponse{Stored: int64(res.Stored), Duplicates: int64(res.Duplicates)}, nil
 }
+
+// maxDeadLetterLogs bounds the log lines one Ingest call writes about dead letters; the
+// counter and the table have them all.
+const maxDeadLetterLogs = 10

@@ -1,0 +1,277 @@
+package httpapi_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/flagedge/flagedge/controlplane"
+	"github.com/flagedge/flagedge/controlplane/httpapi"
+	"github.com/flagedge/flagedge/controlplane/postgres"
+)
+
+// matrixFixtures are the objects the matrix's requests address. Requests that consume an
+// object (a delete, a unique create) make a fresh one each time.
+type matrixFixtures struct {
+	e          *env
+	org        string // the organisation's uuid
+	flag       int64
+	role       string
+	annotation int64
+	cohort     int64
+	event      string
+	person     int64
+	n          int // makes names unique
+}
+
+func (f *matrixFixtures) unique(prefix string) string {
+	f.n++
+	return fmt.Sprintf("%s-%d", prefix, f.n)
+}
+
+func (f *matrixFixtures) freshRole() string { return f.e.mustRole(f.unique("role"), 37) }
+
+func (f *matrixFixtures) freshMembership() (role, id string) {
+	role = f.freshRole()
+	_, user := f.e.mustUser(f.unique("member")+"@example.com", false)
+	return role, f.e.mustMember(role, user)
+}
+
+func (f *matrixFixtures) freshRoleAccess() int64 {
+	r := f.e.do("POST", f.e.flagsPath(fmt.Sprintf("/%d/role_access/", f.flag)), f.e.key, map[string]any{"role_id": f.freshRole()})
+	if r.status != 201 {
+		f.e.t.Fatalf("create role access: %d %s", r.status, r.raw)
+	}
+	return int64(r.body["id"].(float64))
+}
+
+// matrixEntry says how to call one route and what it answers when allowed.
+type matrixEntry struct {
+	ok      int
+	request func(f *matrixFixtures) (path string, body any)
+}
+
+// matrixTable has an entry for every route the server registers, keyed "METHOD pattern".
+func matrixTable() map[string]matrixEntry {
+	get := func(ok int, path func(f *matrixFixtures) string) matrixEntry {
+		return matrixEntry{ok, func(f *matrixFixtures) (string, any) { return path(f), nil }}
+	}
+	proj := func(f *matrixFixtures, suffix string, args ...any) string {
+		return fmt.Sprintf("/api/projects/%d", f.e.project) + fmt.Sprintf(suffix, args...)
+	}
+	flag := func(f *matrixFixtures, suffix string) string {
+		return f.e.flagsPath(fmt.Sprintf("/%d%s", f.flag, suffix))
+	}
+	roles := func(f *matrixFixtures, suffix string, args ...any) string {
+		return "/api/organizations/" + f.org + "/roles" + fmt.Sprintf(suffix, args...)
+	}
+	const flags = "/api/projects/{project_id}/feature_flags"
+	const roleP = "/api/organizations/{org}/roles"
+	return map[string]matrixEntry{
+		"GET /_health":      get(200, func(f *matrixFixtures) string { return "/_health" }),
+		"GET /_ready":       get(200, func(f *matrixFixtures) string { return "/_ready" }),
+		"GET /metrics":      get(200, func(f *matrixFixtures) string { return "/metrics" }),
+		"GET /api/projects": get(200, func(f *matrixFixtures) string { return "/api/projects/" }),
+		"POST /api/projects": {201, func(f *matrixFixtures) (string, any) {
+			return "/api/projects/", map[string]any{"name": f.unique("project")}
+		}},
+		"GET /api/projects/{project_id}": get(200, func(f *matrixFixtures) string { return proj(f, "/") }),
+		"PATCH /api/projects/{project_id}": {200, func(f *matrixFixtures) (string, any) {
+			return proj(f, "/"), map[string]any{"name": f.unique("renamed")}
+		}},
+		"GET " + flags: get(200, func(f *matrixFixtures) string { return f.e.flagsPath("/") }),
+		"POST " + flags: {201, func(f *matrixFixtures) (string, any) {
+			return f.e.flagsPath("/"), map[string]any{"key": f.unique("flag")}
+		}},
+		"GET " + flags + "/{id}": get(200, func(f *matrixFixtures) string { return flag(f, "/") }),
+		"PATCH " + flags + "/{id}": {200, func(f *matrixFixtures) (string, any) {
+			return flag(f, "/"), map[string]any{"name": f.unique("name")}
+		}},
+		"DELETE " + flags + "/{id}":            get(405, func(f *matrixFixtures) string { return flag(f, "/") }),
+		"GET " + flags + "/{id}/activity":      get(200, func(f *matrixFixtures) string { return flag(f, "/activity/") }),
+		"GET " + flags + "/activity":           get(200, func(f *matrixFixtures) string { return f.e.flagsPath("/activity/") }),
+		"GET " + flags + "/evaluation_reasons": get(200, func(f *matrixFixtures) string { return f.e.flagsPath("/evaluation_reasons?distinct_id=u1") }),
+		"GET " + flags + "/local_evaluation":   get(200, func(f *matrixFixtures) string { return f.e.flagsPath("/local_evaluation/") }),
+		"GET " + flags + "/my_flags":           get(200, func(f *matrixFixtures) string { return f.e.flagsPath("/my_flags/") }),
+		"POST " + flags + "/user_blast_radius": {200, func(f *matrixFixtures) (string, any) {
+			return f.e.flagsPath("/user_blast_radius/"), map[string]any{"condition": map[string]any{"properties": []any{}, "rollout_percentage": 50}}
+		}},
+		"POST " + flags + "/{id}/create_static_cohort_for_flag": {200, func(f *matrixFixtures) (string, any) {
+			return flag(f, "/create_static_cohort_for_flag/"), map[string]any{}
+		}},
+		"POST " + flags + "/{id}/dashboard": {200, func(f *matrixFixtures) (string, any) { return flag(f, "/dashboard/"), nil }},
+		"POST " + flags + "/{id}/enrich_usage_dashboard": {200, func(f *matrixFixtures) (string, any) {
+			return flag(f, "/enrich_usage_dashboard/"), nil
+		}},
+		"GET /flags/definitions": get(200, func(f *matrixFixtures) string { return "/flags/definitions?token=" + f.e.token }),
+		"GET /api/feature_flag/local_evaluation": get(200, func(f *matrixFixtures) string {
+			return "/api/feature_flag/local_evaluation?token=" + f.e.token
+		}),
+		"GET /api/projects/{project_id}/cohorts": get(200, func(f *matrixFixtures) string { return proj(f, "/cohorts/") }),
+		"POST /api/projects/{project_id}/cohorts": {201, func(f *matrixFixtures) (string, any) {
+			return proj(f, "/cohorts/"), map[string]any{"name": f.unique("cohort"), "is_static": true}
+		}},
+		"GET /api/projects/{project_id}/cohorts/{id}": get(200, func(f *matrixFixtures) string { return proj(f, "/cohorts/%d/", f.cohort) }),
+		"PATCH /api/projects/{project_id}/cohorts/{id}": {200, func(f *matrixFixtures) (string, any) {
+			return proj(f, "/cohorts/%d/", f.cohort), map[string]any{"name": f.unique("cohort")}
+		}},
+		"GET " + flags + "/{id}/role_access": get(200, func(f *matrixFixtures) string { return flag(f, "/role_access/") }),
+		"POST " + flags + "/{id}/role_access": {201, func(f *matrixFixtures) (string, any) {
+			return flag(f, "/role_access/"), map[string]any{"role_id": f.freshRole()}
+		}},
+		"GET " + flags + "/{id}/role_access/{access_id}": get(200, func(f *matrixFixtures) string {
+			return flag(f, fmt.Sprintf("/role_access/%d/", f.freshRoleAccess()))
+		}),
+		"DELETE " + flags + "/{id}/role_access/{access_id}": get(204, func(f *matrixFixtures) string {
+			return flag(f, fmt.Sprintf("/role_access/%d/", f.freshRoleAccess()))
+		}),
+		"GET /api/projects/{project_id}/annotations": get(200, func(f *matrixFixtures) string { return f.e.annotationsPath("/") }),
+		"POST /api/projects/{project_id}/annotations": {201, func(f *matrixFixtures) (string, any) {
+			return f.e.annotationsPath("/"), map[string]any{"content": f.unique("note")}
+		}},
+		"GET /api/projects/{project_id}/annotations/{id}": get(200, func(f *matrixFixtures) string {
+			return f.e.annotationsPath(fmt.Sprintf("/%d/", f.annotation))
+		}),
+		"PATCH /api/projects/{project_id}/annotations/{id}": {200, func(f *matrixFixtures) (string, any) {
+			return f.e.annotationsPath(fmt.Sprintf("/%d/", f.annotation)), map[string]any{"content": f.unique("note")}
+		}},
+		"DELETE /api/projects/{project_id}/annotations/{id}": get(405, func(f *matrixFixtures) string {
+			return f.e.annotationsPath(fmt.Sprintf("/%d/", f.annotation))
+		}),
+		"GET " + roleP:             get(200, func(f *matrixFixtures) string { return roles(f, "/") }),
+		"POST " + roleP:            {201, func(f *matrixFixtures) (string, any) { return roles(f, "/"), map[string]any{"name": f.unique("role")} }},
+		"GET " + roleP + "/{role}": get(200, func(f *matrixFixtures) string { return roles(f, "/%s/", f.role) }),
+		"PATCH " + roleP + "/{role}": {200, func(f *matrixFixtures) (string, any) {
+			return roles(f, "/%s/", f.role), map[string]any{"name": f.unique("role")}
+		}},
+		"DELETE " + roleP + "/{role}":               get(204, func(f *matrixFixtures) string { return roles(f, "/%s/", f.freshRole()) }),
+		"GET " + roleP + "/{role}/role_memberships": get(200, func(f *matrixFixtures) string { return roles(f, "/%s/role_memberships/", f.role) }),
+		"POST " + roleP + "/{role}/role_memberships": {201, func(f *matrixFixtures) (string, any) {
+			_, user := f.e.mustUser(f.unique("joiner")+"@example.com", false)
+			return roles(f, "/%s/role_memberships/", f.role), map[string]any{"user_uuid": user}
+		}},
+		"DELETE " + roleP + "/{role}/role_memberships/{id}": get(204, func(f *matrixFixtures) string {
+			role, id := f.freshMembership()
+			return roles(f, "/%s/role_memberships/%s/", role, id)
+		}),
+		"GET /api/projects/{project_id}/events":      get(200, func(f *matrixFixtures) string { return proj(f, "/events/") }),
+		"GET /api/projects/{project_id}/events/{id}": get(200, func(f *matrixFixtures) string { return proj(f, "/events/%s/", f.event) }),
+		"GET /api/projects/{project_id}/persons":     get(200, func(f *matrixFixtures) string { return proj(f, "/persons/") }),
+		"GET /api/projects/{project_id}/persons/{id}": get(200, func(f *matrixFixtures) string {
+			return proj(f, "/persons/%d/", f.person)
+		}),
+		"GET /api/projects/{project_id}/groups": get(200, func(f *matrixFixtures) string { return proj(f, "/groups/") }),
+	}
+}
+
+// TestRouteAuthorisationMatrix calls every registered route (the list comes from the
+// server, so a new route without an entry here fails) with no key, a key lacking the
+// route's scope, a key with exactly that scope, and keys that do not reach the addressed
+// project or organisation (another organisation's; one limited to another project).
+func TestRouteAuthorisationMatrix(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := context.Background()
+	fx := &matrixFixtures{e: e}
+	fx.org = e.do("GET", fmt.Sprintf("/api/projects/%d/", e.project), e.key, nil).str("organization")
+	fx.flag = e.mustCreateFlag(map[string]any{"key": "matrix"})
+	fx.role = e.mustRole("Matrix", 37)
+	fx.annotation = int64(e.do("POST", e.annotationsPath("/"), e.key, map[string]any{"content": "matrix"}).body["id"].(float64))
+	fx.cohort = int64(e.do("POST", fmt.Sprintf("/api/projects/%d/cohorts/", e.project), e.key, map[string]any{"name": "matrix", "is_static": true}).body["id"].(float64))
+	fx.event = uuid.NewString()
+	now := time.Now()
+	if _, err := postgres.NewEventStore(e.db, slog.New(slog.NewTextHandler(io.Discard, nil))).Ingest(ctx, []controlplane.EventBatch{{
+		ProjectID: e.project, Events: []controlplane.Event{{UUID: fx.event, Name: "$pageview", DistinctID: "u1",
+			Properties: json.RawMessage(`{}`), Timestamp: now, ReceivedAt: now}}}}); err != nil {
+		t.Fatal(err)
+	}
+	persons, _, err := postgres.NewEventReader(e.db).FindPersons(ctx, controlplane.PersonFilter{ProjectID: e.project, Limit: 1})
+	if err != nil || len(persons) != 1 {
+		t.Fatalf("person: %v %v", persons, err)
+	}
+	fx.person = persons[0].ID
+
+	// Keys that must not reach this project or organisation.
+	other, err := postgres.Bootstrap(ctx, e.db, "outsider@elsewhere.org", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	second := e.do("POST", "/api/projects/", e.key, map[string]any{"name": "Second"})
+	limitedElsewhere := e.mustKey([]string{"*"}, []int64{int64(second.body["id"].(float64))})
+
+	table := matrixTable()
+	routes := e.api.Routes()
+	seen := map[string]bool{}
+	keys := map[string]string{}
+	keyFor := func(scope string) string {
+		if keys[scope] == "" {
+			keys[scope] = e.mustKey([]string{scope}, nil)
+		}
+		return keys[scope]
+	}
+	for _, rt := range routes {
+		name := rt.Method + " " + rt.Pattern
+		seen[name] = true
+		entry, ok := table[name]
+		if !ok {
+			t.Errorf("route %s (%s, scope %q) has no entry in the authorisation matrix: add one", name, rt.Access, rt.Scope)
+			continue
+		}
+		t.Run(name, func(t *testing.T) {
+			call := func(key string) response {
+				path, body := entry.request(fx)
+				return e.do(rt.Method, path, key, body)
+			}
+			if rt.Access == httpapi.AccessPublic {
+				if r := call(""); r.status != entry.ok {
+					t.Errorf("without a key: %d %s, want %d", r.status, r.raw, entry.ok)
+				}
+				return
+			}
+			wantError(t, call(""), 401, "authentication_error", "not_authenticated", nil)
+			scope := string(rt.Scope)
+			object, access, _ := strings.Cut(scope, ":")
+			denied := []string{"annotation:write"}
+			if object == "annotation" {
+				denied = []string{"event:read"}
+			}
+			if access == "write" {
+				denied = append(denied, object+":read")
+			}
+			for _, d := range denied {
+				r := call(keyFor(d))
+				wantError(t, r, 403, "authentication_error", "permission_denied", nil)
+				if want := fmt.Sprintf("API key missing required scope '%s'", scope); r.str("detail") != want {
+					t.Errorf("scope %s: detail %q, want %q", d, r.str("detail"), want)
+				}
+			}
+			switch rt.Access {
+			case httpapi.AccessProject, httpapi.AccessToken:
+				for who, key := range map[string]string{"another organisation's key": other.PersonalAPIKey, "a key limited to another project": limitedElsewhere} {
+					if r := call(key); r.status != 403 {
+						t.Errorf("%s: %d %s, want 403", who, r.status, r.raw)
+					}
+				}
+			case httpapi.AccessOrganization:
+				if r := call(other.PersonalAPIKey); r.status != 403 {
+					t.Errorf("another organisation's key: %d %s, want 403", r.status, r.raw)
+				}
+			}
+			if r := call(keyFor(scope)); r.status != entry.ok {
+				t.Errorf("scope %s: %d %s, want %d", scope, r.status, r.raw, entry.ok)
+			}
+		})
+	}
+	for name := range table {
+		if !seen[name] {
+			t.Errorf("matrix entry %s matches no registered route: remove it", name)
+		}
+	}
+}

@@ -1,0 +1,67 @@
+package syncserver
+
+import (
+	"bytes"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/flagedge/flagedge/shared/syncpb"
+)
+
+// FuzzDecodeBatch checks the lenient batch decoder against the protobuf library: it never
+// panics; every event it returns is either decoded (with a uuid) or marked undecodable with
+// its bytes kept; and whenever proto.Unmarshal accepts the batch, both read the same events.
+func FuzzDecodeBatch(f *testing.F) {
+	good, _ := proto.Marshal(&syncpb.EventBatch{ProjectId: 7, HistoricalMigration: true, Events: []*syncpb.CapturedEvent{
+		{Uuid: "0190e4c4-1a2b-7c3d-8e4f-5a6b7c8d9e0f", Event: "$pageview", DistinctId: "u1", Properties: []byte(`{"a":1}`), TimestampUs: 1700000000000000, ReceivedUs: 1700000000000001},
+		{Uuid: "0190e4c4-1a2b-7c3d-8e4f-5a6b7c8d9e10", Event: "$identify", DistinctId: "u2", Properties: []byte(`{"$set":{"x":"\u0000"}}`), TimestampUs: -1},
+	}})
+	f.Add(good)
+	f.Add(good[:len(good)/2])
+	f.Add([]byte{})
+	f.Add([]byte("\xff\xff\xff not protobuf"))
+	f.Add([]byte{0x12, 0x05, 0x0a, 0x03, 'a', 0xff, 'b'}) // an event whose uuid is not UTF-8
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		b := decodeBatch(raw, "edge")
+		if b.EdgeID != "edge" {
+			t.Fatalf("edge id %q", b.EdgeID)
+		}
+		for _, e := range b.Events {
+			if e.Undecodable != "" {
+				if !bytes.Contains(raw, e.Raw) { // its bytes, kept (empty for an empty event)
+					t.Fatalf("undecodable event %q is not part of the batch", e.Raw)
+				}
+				continue
+			}
+			if e.UUID == "" || e.ProjectID != b.ProjectID || !bytes.Contains(raw, e.Raw) {
+				t.Fatalf("event %+v of batch %+v", e, b.ProjectID)
+			}
+		}
+		var pb syncpb.EventBatch
+		if err := proto.Unmarshal(raw, &pb); err != nil {
+			return
+		}
+		if pb.ProjectId != b.ProjectID || pb.HistoricalMigration != b.HistoricalMigration {
+			t.Fatalf("batch header %d/%v, protobuf reads %d/%v", b.ProjectID, b.HistoricalMigration, pb.ProjectId, pb.HistoricalMigration)
+		}
+		if len(pb.Events) != len(b.Events) {
+			t.Fatalf("%d events, protobuf reads %d", len(b.Events), len(pb.Events))
+		}
+		for i, want := range pb.Events {
+			got := b.Events[i]
+			if want.Uuid == "" {
+				if got.Undecodable == "" {
+					t.Fatalf("event %d without a uuid was decoded", i)
+				}
+				continue
+			}
+			if got.UUID != want.Uuid || got.Name != want.Event || got.DistinctID != want.DistinctId ||
+				!bytes.Equal(got.Properties, want.Properties) || !got.Timestamp.Equal(time.UnixMicro(want.TimestampUs)) ||
+				!got.ReceivedAt.Equal(time.UnixMicro(want.ReceivedUs)) {
+				t.Fatalf("event %d: %+v, protobuf reads %+v", i, got, want)
+			}
+		}
+	})
+}

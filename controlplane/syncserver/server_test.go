@@ -1,0 +1,291 @@
+package syncserver_test
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/flagedge/flagedge/controlplane/postgres"
+	"github.com/flagedge/flagedge/controlplane/syncserver"
+	"github.com/flagedge/flagedge/internal/pgtest"
+	"github.com/flagedge/flagedge/shared/syncpb"
+)
+
+func TestMain(m *testing.M) {
+	flag.Parse()
+	if f := flag.Lookup("test.fuzzworker"); f != nil && f.Value.String() == "true" {
+		os.Exit(m.Run()) // a fuzz worker runs only fuzz targets, which need no database
+	}
+	os.Exit(pgtest.Main(m, postgres.Migrate))
+}
+
+// env is a sync server on a real database, served over gRPC on 127.0.0.1.
+type env struct {
+	db      *postgres.DB
+	project int64
+	client  syncpb.SyncClient
+	reg     *prometheus.Registry
+}
+
+func newEnv(t *testing.T) *env {
+	t.Helper()
+	ctx := context.Background()
+	db, err := postgres.Open(ctx, pgtest.NewDatabase(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(db.Close)
+	res, err := postgres.Bootstrap(ctx, db, "admin@example.com", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	reg := prometheus.NewRegistry()
+	srv := syncserver.NewServer(postgres.NewSnapshotStore(db), postgres.NewPersonStore(db), postgres.NewEventStore(db, log), log, reg)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := grpc.NewServer()
+	syncpb.RegisterSyncServer(g, srv)
+	go g.Serve(ln) //nolint:errcheck // ends with Stop
+	t.Cleanup(g.Stop)
+	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return &env{db: db, project: res.ProjectID, client: syncpb.NewSyncClient(conn), reg: reg}
+}
+
+// rawEvent encodes a CapturedEvent field by field, so that it may hold what proto.Marshal
+// refuses to write (strings that are not UTF-8), as a misbehaving edge could send.
+func rawEvent(id, name, distinctID, props string, timestampUs int64) []byte {
+	var b []byte
+	b = protowire.AppendTag(b, 1, protowire.BytesType)
+	b = protowire.AppendString(b, id)
+	b = protowire.AppendTag(b, 2, protowire.BytesType)
+	b = protowire.AppendString(b, name)
+	b = protowire.AppendTag(b, 3, protowire.BytesType)
+	b = protowire.AppendString(b, distinctID)
+	b = protowire.AppendTag(b, 4, protowire.BytesType)
+	b = protowire.AppendString(b, props)
+	b = protowire.AppendTag(b, 5, protowire.VarintType)
+	b = protowire.AppendVarint(b, uint64(timestampUs))
+	b = protowire.AppendTag(b, 6, protowire.VarintType)
+	b = protowire.AppendVarint(b, uint64(time.Now().UnixMicro()))
+	return b
+}
+
+// rawBatch encodes an EventBatch of already encoded events.
+func rawBatch(projectID int64, events [][]byte) []byte {
+	var b []byte
+	b = protowire.AppendTag(b, 1, protowire.VarintType)
+	b = protowire.AppendVarint(b, uint64(projectID))
+	for _, e := range events {
+		b = protowire.AppendTag(b, 2, protowire.BytesType)
+		b = protowire.AppendBytes(b, e)
+	}
+	return b
+}
+
+func goodEvent(t *testing.T, i int) []byte {
+	t.Helper()
+	props, _ := json.Marshal(map[string]any{"n": i, "$set": map[string]any{"seen": i}})
+	raw, err := proto.Marshal(&syncpb.CapturedEvent{Uuid: uuid.NewString(), Event: "$pageview", DistinctId: fmt.Sprintf("user-%d", i%50),
+		Properties: props, TimestampUs: time.Now().UnixMicro(), ReceivedUs: time.Now().UnixMicro()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return raw
+}
+
+// TestIngestPoisonOverGRPC sends, as an edge does, batches holding 999 good events, one of
+// each poison (some of which proto.Marshal could not even write) and a batch that is not
+// protobuf at all. The call succeeds, so the edge moves on; the good events are stored, the
+// rest dead-lettered byte for byte and counted; later events are stored.
+func TestIngestPoisonOverGRPC(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	e := newEnv(t)
+	long := "" // uuids: random enough that PostgreSQL cannot compress them under its index row limit
+	for len(long) < 5000 {
+		long += uuid.NewString()
+	}
+	now := time.Now().UnixMicro()
+	poisons := map[string][]byte{}
+	for name, ev := range map[string][4]string{
+		"NUL in a property value":           {"$pageview", "u1", `{"a":"x\u0000y"}`},
+		"NUL in a property key":             {"$pageview", "u1", `{"a\u0000":"x"}`},
+		"NUL in $set":                       {"$pageview", "u1", `{"$set":{"a":"\u0000"}}`},
+		"NUL in distinct_id":                {"$pageview", "u\x00", `{}`},
+		"NUL in the event name":             {"e\x00", "u1", `{}`},
+		"raw 0xff in distinct_id":           {"$pageview", "u\xff", `{}`},
+		"raw 0xff in the event name":        {"\xff", "u1", `{}`},
+		"raw 0xff in a property":            {"$pageview", "u1", "{\"a\":\"\xff\"}"},
+		"lone surrogate":                    {"$pageview", "u1", `{"a":"\ud800"}`},
+		"number out of range":               {"$pageview", "u1", `{"a":1e200000}`},
+		"5,000-character event name":        {long, "u1", `{}`},
+		"5,000-character distinct_id":       {"$pageview", long, `{}`},
+		"5,000-character $group_key":        {"$groupidentify", "u1", `{"$group_type":"company","$group_key":"` + long + `"}`},
+		"5,000-character $group_type":       {"$groupidentify", "u1", `{"$group_type":"` + long + `","$group_key":"k"}`},
+		"5,000-character alias":             {"$create_alias", "u1", `{"alias":"` + long + `"}`},
+		"5,000-character $anon_distinct_id": {"$identify", "u1", `{"$anon_distinct_id":"` + long + `"}`},
+	} {
+		poisons[name] = rawEvent(uuid.NewString(), ev[0], ev[1], ev[2], now)
+	}
+	poisons["timestamp out of range"] = rawEvent(uuid.NewString(), "$pageview", "u1", `{}`, -1000000000000000*1000)
+	poisons["truncated event"] = rawEvent(uuid.NewString(), "$pageview", "u1", `{}`, now)[:20]
+
+	var events [][]byte
+	for i := range 999 {
+		events = append(events, goodEvent(t, i))
+	}
+	i := 0
+	for _, p := range poisons {
+		i += 50
+		events = append(events[:i], append([][]byte{p}, events[i:]...)...)
+	}
+	req := &syncpb.IngestRequest{EdgeId: "edge-1", Batches: [][]byte{
+		rawBatch(e.project, events[:500]),
+		[]byte("\xff\xff\xff not protobuf"),
+		rawBatch(e.project, events[500:]),
+	}}
+	resp, err := e.client.Ingest(ctx, req)
+	if err != nil {
+		t.Fatalf("ingest: %v", err)
+	}
+	if resp.Stored != 999 || resp.Duplicates != 0 {
+		t.Errorf("stored %d, duplicates %d; want 999, 0", resp.Stored, resp.Duplicates)
+	}
+	wantDead := len(poisons) + 1 // and the undecodable batch
+	var dead float64
+	mfs, err := e.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == "flagedge_controlplane_dead_lettered_events_total" {
+			for _, m := range mf.GetMetric() {
+				dead += m.GetCounter().GetValue()
+			}
+		}
+	}
+	if int(dead) != wantDead {
+		t.Errorf("dead-letter counter %v, want %d", dead, wantDead)
+	}
+	// Each poison is in the table as the edge sent it.
+	for name, raw := range poisons {
+		var n int
+		if err := e.db.Pool.QueryRow(ctx, `SELECT count(*) FROM dead_letters WHERE raw = $1 AND raw_format = 'sync.CapturedEvent' AND edge_id = 'edge-1'`,
+			raw).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n != 1 {
+			t.Errorf("%s: %d dead letters holding its bytes, want 1", name, n)
+		}
+	}
+	var undecodable int
+	if err := e.db.Pool.QueryRow(ctx, `SELECT count(*) FROM dead_letters WHERE sqlstate = 'undecodable'`).Scan(&undecodable); err != nil {
+		t.Fatal(err)
+	}
+	if undecodable != 2 { // the truncated event and the batch that is not protobuf
+		t.Errorf("%d undecodable dead letters, want 2", undecodable)
+	}
+
+	// Ingestion carries on: the next event is stored at once.
+	resp, err = e.client.Ingest(ctx, &syncpb.IngestRequest{EdgeId: "edge-1", Batches: [][]byte{rawBatch(e.project, [][]byte{goodEvent(t, 1)})}})
+	if err != nil || resp.Stored != 1 {
+		t.Fatalf("the next event: %v, %v", resp, err)
+	}
+}
+
+// TestIngestTransientIsUnavailable checks that a failure that is not the events' (the
+// database gone) answers Unavailable, so that the edge keeps the batch and retries.
+func TestIngestTransientIsUnavailable(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.db.Close()
+	_, err := e.client.Ingest(context.Background(), &syncpb.IngestRequest{EdgeId: "edge-1",
+		Batches: [][]byte{rawBatch(e.project, [][]byte{goodEvent(t, 1)})}})
+	if status.Code(err) != codes.Unavailable {
+		t.Errorf("ingest with the database closed: %v, want Unavailable", err)
+	}
+}
+
+// TestSnapshotBuildOutlivesFirstWatcher checks that a snapshot build shared by several
+// streams survives the stream that started it going away: the build is held up (its tables
+// locked), the first edge disconnects, a second edge waiting on the same build still gets
+// its snapshot once the lock goes.
+func TestSnapshotBuildOutlivesFirstWatcher(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	e := newEnv(t)
+	lock, err := e.db.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lock.Rollback(ctx) //nolint:errcheck
+	if _, err := lock.Exec(ctx, `LOCK TABLE feature_flags IN ACCESS EXCLUSIVE MODE`); err != nil {
+		t.Fatal(err)
+	}
+	watch := func(ctx context.Context, edge string) syncpb.Sync_WatchClient {
+		t.Helper()
+		stream, err := e.client.Watch(ctx, &syncpb.WatchRequest{ProtocolVersion: syncpb.ProtocolVersion_PROTOCOL_VERSION_1, EdgeId: edge})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return stream
+	}
+	firstCtx, leave := context.WithCancel(ctx)
+	defer leave()
+	watch(firstCtx, "first")
+	// Wait (bounded) until the first stream's build is blocked on the lock.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var waiting int
+		if err := e.db.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_locks l JOIN pg_class c ON c.oid = l.relation
+			WHERE c.relname = 'feature_flags' AND NOT l.granted`).Scan(&waiting); err != nil {
+			t.Fatal(err)
+		}
+		if waiting > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the snapshot build never reached the locked table")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	secondCtx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	second := watch(secondCtx, "second")
+	time.Sleep(300 * time.Millisecond) // the second stream joins the build in flight
+	leave()
+	time.Sleep(300 * time.Millisecond) // the first stream's end reaches the server
+	if err := lock.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	msg, err := second.Recv()
+	if err != nil {
+		t.Fatalf("second watcher: %v", err)
+	}
+	if len(msg.Snapshots) != 1 || msg.Snapshots[0].ProjectId != e.project || !msg.InitialSyncDone {
+		t.Errorf("second watcher got %v", msg)
+	}
+}
