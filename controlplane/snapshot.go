@@ -28,6 +28,9 @@ type ProjectSnapshot struct {
 
 // SnapshotStore reads what edges serve.
 type SnapshotStore interface {
+	// DatabaseID returns the identity of the database: versions are comparable only within
+	// one database.
+	DatabaseID(ctx context.Context) (string, error)
 	// ProjectVersions returns the snapshot version of every project.
 	ProjectVersions(ctx context.Context) (map[int64]int64, error)
 	// BuildSnapshot reads one project consistently; NotFound when it does not exist.

@@ -162,6 +162,15 @@ type stack struct {
 func newStack(t *testing.T) *stack {
 	t.Helper()
 	s := &stack{t: t, dbURL: pgtest.NewDatabase(t), httpAddr: "127.0.0.1:0", grpcAddr: "127.0.0.1:0", geoipDB: geoiptest.MustWrite(t)}
+	s.bootstrap()
+	s.startControlPlane()
+	return s
+}
+
+// bootstrap creates the project and keys in the stack's database.
+func (s *stack) bootstrap() {
+	t := s.t
+	t.Helper()
 	out, err := exec.Command(binaries.controlplane, "bootstrap", "--database-url", s.dbURL, "--email", "ops@example.com").Output()
 	if err != nil {
 		t.Fatalf("bootstrap: %v", err)
@@ -176,8 +185,6 @@ func newStack(t *testing.T) *stack {
 		t.Fatalf("bootstrap printed %q: %v", out, err)
 	}
 	s.projectID, s.token, s.personal, s.secret = keys.ProjectID, keys.ProjectAPIKey, keys.PersonalAPIKey, keys.SecretAPIKey
-	s.startControlPlane()
-	return s
 }
 
 // startControlPlane starts the control plane: on new ports the first time, on the same ones
@@ -199,15 +206,16 @@ type edge struct {
 	addr    string
 }
 
-// startEdge starts an edge; dataDir "" gives it a new one.
-func (s *stack) startEdge(name, dataDir string, waitReady bool) *edge {
+// startEdge starts an edge with extra flags; dataDir "" gives it a new one.
+func (s *stack) startEdge(name, dataDir string, waitReady bool, extra ...string) *edge {
 	s.t.Helper()
 	if dataDir == "" {
 		dataDir = s.t.TempDir()
 	}
 	e := &edge{dataDir: dataDir}
-	e.process = start(s.t, name, binaries.edge, "--http-addr", "127.0.0.1:0", "--control-plane", s.grpcAddr,
-		"--data-dir", dataDir, "--geoip-db", s.geoipDB, "--edge-id", name, "--log-level", "info", "--drain-delay", "0s")
+	args := append([]string{"--http-addr", "127.0.0.1:0", "--control-plane", s.grpcAddr,
+		"--data-dir", dataDir, "--geoip-db", s.geoipDB, "--edge-id", name, "--log-level", "info", "--drain-delay", "0s"}, extra...)
+	e.process = start(s.t, name, binaries.edge, args...)
 	e.addr = e.listening("edge listening")["http_addr"].(string)
 	e.url = "http://" + e.addr
 	if waitReady {

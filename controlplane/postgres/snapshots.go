@@ -20,6 +20,15 @@ var _ controlplane.SnapshotStore = (*SnapshotStore)(nil)
 // NewSnapshotStore returns a SnapshotStore on db.
 func NewSnapshotStore(db *DB) *SnapshotStore { return &SnapshotStore{db: db} }
 
+// DatabaseID returns the identity of the database, made once by its migrations.
+func (s *SnapshotStore) DatabaseID(ctx context.Context) (string, error) {
+	var id string
+	if err := s.db.Pool.QueryRow(ctx, `SELECT id::text FROM database_identity`).Scan(&id); err != nil {
+		return "", fmt.Errorf("database identity: %w", err)
+	}
+	return id, nil
+}
+
 // ProjectVersions returns the snapshot version of every project.
 func (s *SnapshotStore) ProjectVersions(ctx context.Context) (map[int64]int64, error) {
 	rows, err := s.db.Pool.Query(ctx, `SELECT id, snapshot_version FROM projects`)

@@ -135,9 +135,25 @@ func (s *Server) Watch(req *syncpb.WatchRequest, stream syncpb.Sync_WatchServer)
 	}()
 	s.log.Info("edge watching", "edge_id", req.EdgeId, "known_projects", len(req.KnownVersions))
 
+	dbID, err := s.snapshots.DatabaseID(ctx)
+	if err != nil {
+		return status.Errorf(codes.Unavailable, "read database identity: %v", err)
+	}
+	// sent is what the edge holds. Versions from another database mean nothing here: the
+	// edge's projects are then all to be replaced (0) or removed.
 	sent := make(map[int64]int64, len(req.KnownVersions))
 	for id, v := range req.KnownVersions {
+		if req.DatabaseId != dbID {
+			v = 0
+		}
 		sent[id] = v
+	}
+	if req.DatabaseId != dbID && len(req.KnownVersions) > 0 {
+		s.log.Warn("edge holds snapshots of another database; sending everything afresh", "edge_id", req.EdgeId,
+			"edge_database_id", req.DatabaseId, "database_id", dbID)
+	}
+	if err := stream.Send(&syncpb.WatchResponse{DatabaseId: dbID}); err != nil {
+		return err
 	}
 	// Subscribed before reading versions: a change made meanwhile is seen twice, never lost.
 	if err := s.syncAll(ctx, stream, sent, true); err != nil {
@@ -162,7 +178,9 @@ func (s *Server) Watch(req *syncpb.WatchRequest, stream syncpb.Sync_WatchServer)
 	}
 }
 
-// syncAll sends every project whose version is newer than what was sent, and removals.
+// syncAll makes the edge hold exactly what the database holds: it sends every project whose
+// version differs from what the edge has — newer, or older as after a restore from a backup —
+// and removes the projects the database does not have.
 func (s *Server) syncAll(ctx context.Context, stream syncpb.Sync_WatchServer, sent map[int64]int64, initial bool) error {
 	versions, err := s.snapshots.ProjectVersions(ctx)
 	if err != nil {
@@ -170,8 +188,11 @@ func (s *Server) syncAll(ctx context.Context, stream syncpb.Sync_WatchServer, se
 	}
 	wants := map[int64]int64{}
 	for id, v := range versions {
-		if v > sent[id] {
+		if v != sent[id] {
 			wants[id] = v
+			if v < sent[id] {
+				sent[id] = 0 // the edge's copy is not the database's: replace it
+			}
 		}
 	}
 	msg := &syncpb.WatchResponse{}

@@ -32,13 +32,23 @@ type Holder struct {
 	dir     string // where snapshots are kept; empty: memory only
 	log     *slog.Logger
 
-	mu sync.Mutex // serialises Apply and Load
+	mu sync.Mutex // serialises Apply and Load, and guards databaseID and pendingDatabaseID
+	// databaseID is the identity of the database the held snapshots came from; it is kept on
+	// disk with them. pendingDatabaseID is the control plane's, from the start of the current
+	// stream: it becomes databaseID once that stream's catch-up is complete, and not before,
+	// so a copy on disk is never labelled with a database it is only partly from.
+	databaseID, pendingDatabaseID string
 
 	version  *prometheus.GaugeVec
 	age      prometheus.GaugeFunc
 	projects prometheus.GaugeFunc
 	applied  prometheus.Counter
 	lastSync atomic.Int64 // unix ms of the last applied change
+
+	connected     atomic.Bool  // a Watch stream is up and past its catch-up
+	lostAt        atomic.Int64 // unix ms when the edge was last current (or started)
+	connectedG    prometheus.GaugeFunc
+	confirmedAgeG prometheus.GaugeFunc
 }
 
 // NewHolder returns an empty holder that persists snapshots under dir (none when empty).
@@ -58,11 +68,38 @@ func NewHolder(dir string, log *slog.Logger, reg prometheus.Registerer) *Holder 
 		Help: "Projects held."}, func() float64 { return float64(len(h.current.Load().byID)) })
 	h.applied = prometheus.NewCounter(prometheus.CounterOpts{Name: "flagedge_edge_snapshots_applied_total",
 		Help: "Project snapshots applied."})
+	h.lostAt.Store(time.Now().UnixMilli())
+	h.connectedG = prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "flagedge_edge_control_plane_connected",
+		Help: "1 while the edge's snapshot stream is up and caught up, else 0."}, func() float64 {
+		if h.connected.Load() {
+			return 1
+		}
+		return 0
+	})
+	h.confirmedAgeG = prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "flagedge_edge_snapshot_confirmed_age_seconds",
+		Help: "Seconds since the control plane last confirmed that the held snapshots are current: 0 while connected, else since the stream was lost."},
+		func() float64 {
+			if h.connected.Load() {
+				return 0
+			}
+			return time.Since(time.UnixMilli(h.lostAt.Load())).Seconds()
+		})
 	if reg != nil {
-		reg.MustRegister(h.version, h.age, h.projects, h.applied)
+		reg.MustRegister(h.version, h.age, h.projects, h.applied, h.connectedG, h.confirmedAgeG)
 	}
 	return h
 }
+
+// SetConnected records whether the edge is current with the control plane: its stream is up
+// and past the catch-up (true), or has ended (false).
+func (h *Holder) SetConnected(up bool) {
+	if h.connected.Swap(up) && !up {
+		h.lostAt.Store(time.Now().UnixMilli())
+	}
+}
+
+// Connected reports whether the edge is current with the control plane.
+func (h *Holder) Connected() bool { return h.connected.Load() }
 
 // ByToken returns the project with the given public token, or nil.
 func (h *Holder) ByToken(token string) *Project { return h.current.Load().byToken[token] }
@@ -94,10 +131,10 @@ func (h *Holder) Apply(msg *syncpb.WatchResponse) error {
 	var errs []error
 	var changed []*Project
 	var persist []*syncpb.ProjectSnapshot
+	// Whatever the control plane sends is applied, older versions too: it sends only what
+	// differs from what this edge holds, and it is the source of truth (a database restored
+	// from a backup has older versions, and they are the ones to serve).
 	for _, pb := range msg.Snapshots {
-		if cur, ok := next.byID[pb.ProjectId]; ok && cur.Version >= pb.Version {
-			continue
-		}
 		p, err := compileProject(pb)
 		if err != nil {
 			errs = append(errs, err)
@@ -127,11 +164,33 @@ func (h *Holder) Apply(msg *syncpb.WatchResponse) error {
 		h.version.WithLabelValues(strconv.FormatInt(p.ID, 10)).Set(float64(p.Version))
 		h.applied.Inc()
 	}
+	errs = append(errs, h.persist(persist, msg.RemovedProjects)...)
+	if msg.DatabaseId != "" {
+		h.pendingDatabaseID = msg.DatabaseId
+	}
 	if msg.InitialSyncDone {
 		h.ready.Store(true)
+		if h.pendingDatabaseID != "" && h.pendingDatabaseID != h.databaseID {
+			h.databaseID = h.pendingDatabaseID
+			if h.dir != "" {
+				if err := writeFileAtomic(filepath.Join(h.dir, databaseIDFile), []byte(h.databaseID+"\n")); err != nil {
+					errs = append(errs, fmt.Errorf("persist database identity: %w", err))
+				}
+			}
+		}
 	}
-	errs = append(errs, h.persist(persist, msg.RemovedProjects)...)
 	return errors.Join(errs...)
+}
+
+// databaseIDFile holds, beside the snapshots, the identity of the database they came from.
+const databaseIDFile = "database-id"
+
+// DatabaseID returns the identity of the database the held snapshots came from, or "" when
+// unknown.
+func (h *Holder) DatabaseID() string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.databaseID
 }
 
 // persist writes changed snapshots to disk atomically (temporary file, fsync, rename) and
@@ -194,6 +253,11 @@ func (h *Holder) Load() (int, error) {
 	}
 	msg := &syncpb.WatchResponse{}
 	var errs []error
+	if data, err := os.ReadFile(filepath.Join(h.dir, databaseIDFile)); err == nil {
+		h.mu.Lock()
+		h.databaseID = strings.TrimSpace(string(data))
+		h.mu.Unlock()
+	}
 	for _, e := range entries {
 		if e.IsDir() || !strings.HasSuffix(e.Name(), ".pb") {
 			continue

@@ -33,12 +33,13 @@ func TestHolderAppliesAndPersists(t *testing.T) {
 	if err := h.Apply(&syncpb.WatchResponse{InitialSyncDone: true}); err != nil || !h.Ready() {
 		t.Fatalf("not ready after the initial sync: %v", err)
 	}
-	// An older version is ignored; a token rotation moves the project to its new token.
+	// The control plane is the source of truth: an older version it sends (a database
+	// restored from a backup) is served; a token rotation moves the project to its new token.
 	if err := h.Apply(&syncpb.WatchResponse{Snapshots: []*syncpb.ProjectSnapshot{snapshot(1, 4, "phc_old", `{}`)}}); err != nil {
 		t.Fatal(err)
 	}
-	if h.ByToken("phc_old") != nil || h.ByID(1).Version != 5 {
-		t.Error("an older snapshot replaced a newer one")
+	if h.ByToken("phc_old") == nil || h.ByToken("phc_a") != nil || h.ByID(1).Version != 4 {
+		t.Error("an older snapshot sent by the control plane was not served")
 	}
 	if err := h.Apply(&syncpb.WatchResponse{Snapshots: []*syncpb.ProjectSnapshot{snapshot(1, 6, "phc_rotated", `{"groups": [{}]}`)}}); err != nil {
 		t.Fatal(err)

@@ -37,8 +37,10 @@ func Watch(ctx context.Context, client syncpb.SyncClient, h *Holder, edgeID stri
 func watchOnce(ctx context.Context, client syncpb.SyncClient, h *Holder, edgeID string) (received bool, err error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	defer h.SetConnected(false)
 	stream, err := client.Watch(ctx, &syncpb.WatchRequest{
 		ProtocolVersion: syncpb.ProtocolVersion_PROTOCOL_VERSION_1, EdgeId: edgeID, KnownVersions: h.Versions(),
+		DatabaseId: h.DatabaseID(),
 	})
 	if err != nil {
 		return false, err
@@ -54,6 +56,9 @@ func watchOnce(ctx context.Context, client syncpb.SyncClient, h *Holder, edgeID 
 		received = true
 		if err := h.Apply(msg); err != nil {
 			h.log.Error("apply snapshot", "err", err)
+		}
+		if msg.InitialSyncDone {
+			h.SetConnected(true)
 		}
 	}
 }

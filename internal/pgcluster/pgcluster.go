@@ -26,10 +26,11 @@ type Options struct {
 
 // Cluster is a running throwaway cluster.
 type Cluster struct {
-	dir    string
-	bindir string
-	port   int
-	asUser *user.User // nil when not switching users
+	dir      string
+	bindir   string
+	port     int
+	settings string     // the server options it was started with
+	asUser   *user.User // nil when not switching users
 }
 
 // Start creates a cluster in a new temporary directory and starts it.
@@ -72,13 +73,30 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 	if !opts.Durable {
 		settings += " -c fsync=off -c synchronous_commit=off -c full_page_writes=off"
 	}
-	if err := c.run(ctx, "pg_ctl", "-D", data, "-o", settings, "-l", filepath.Join(dir, "server.log"), "-w", "-t", "60", "start"); err != nil {
-		logText, _ := os.ReadFile(filepath.Join(dir, "server.log"))
+	c.settings = settings
+	if err := c.start(ctx); err != nil {
 		os.RemoveAll(dir)
-		return nil, fmt.Errorf("%w\n%s", err, logText)
+		return nil, err
 	}
 	return c, nil
 }
+
+func (c *Cluster) start(ctx context.Context) error {
+	if err := c.run(ctx, "pg_ctl", "-D", filepath.Join(c.dir, "data"), "-o", c.settings, "-l", filepath.Join(c.dir, "server.log"), "-w", "-t", "60", "start"); err != nil {
+		logText, _ := os.ReadFile(filepath.Join(c.dir, "server.log"))
+		return fmt.Errorf("%w\n%s", err, logText)
+	}
+	return nil
+}
+
+// Crash stops the server at once, as a crash would (connections are cut, nothing is shut
+// down cleanly), and keeps its files; Restart brings it back.
+func (c *Cluster) Crash(ctx context.Context) error {
+	return c.run(ctx, "pg_ctl", "-D", filepath.Join(c.dir, "data"), "-m", "immediate", "-w", "stop")
+}
+
+// Restart starts a crashed server again on the same files; it recovers from its log.
+func (c *Cluster) Restart(ctx context.Context) error { return c.start(ctx) }
 
 // URL returns a connection URL for the named database: over TCP when the cluster has a port,
 // else over its Unix socket.

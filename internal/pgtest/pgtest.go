@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net/url"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -62,15 +63,31 @@ func Main(m *testing.M, setup func(ctx context.Context, url string) error) int {
 // dropped when the test ends.
 func NewDatabase(tb testing.TB) string {
 	tb.Helper()
+	mu.Lock()
+	defer mu.Unlock()
+	return copyDatabase(tb, templateName)
+}
+
+// CopyDatabase copies the database at src, as a restore from a backup of it would, and
+// returns the copy's URL; nothing may be connected to src meanwhile. The copy is dropped when
+// the test ends.
+func CopyDatabase(tb testing.TB, src string) string {
+	tb.Helper()
+	u, err := url.Parse(src)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return copyDatabase(tb, strings.TrimPrefix(u.Path, "/"))
+}
+
+func copyDatabase(tb testing.TB, from string) string {
+	tb.Helper()
 	if serverURL == "" {
 		tb.Fatal("pgtest: call pgtest.Main from TestMain")
 	}
 	name := fmt.Sprintf("t_%d_%d", os.Getpid(), counter.Add(1))
 	ctx := context.Background()
-	mu.Lock()
-	err := exec(ctx, serverURL, `CREATE DATABASE `+name+` TEMPLATE `+templateName+` STRATEGY FILE_COPY`)
-	mu.Unlock()
-	if err != nil {
+	if err := exec(ctx, serverURL, `CREATE DATABASE `+name+` TEMPLATE `+from+` STRATEGY FILE_COPY`); err != nil {
 		tb.Fatalf("pgtest: create database: %v", err)
 	}
 	tb.Cleanup(func() {

@@ -57,6 +57,8 @@ type config struct {
 	GeoIPDB         string
 	EdgeID          string
 	LookupTimeout   time.Duration
+	PersonTTL       time.Duration
+	PersonMissTTL   time.Duration
 	SpoolFsync      string
 	PprofAddr       string
 	SpoolQuota      int64
@@ -75,6 +77,8 @@ func parseConfig(args []string, stderr io.Writer) (*config, error) {
 	fs.String(&cfg.GeoIPDB, "geoip-db", "FLAGEDGE_GEOIP_DB", "", "MaxMind City database; without it no $geoip_* properties")
 	fs.String(&cfg.EdgeID, "edge-id", "FLAGEDGE_EDGE_ID", host, "name of this edge in the control plane's logs")
 	fs.Duration(&cfg.LookupTimeout, "lookup-timeout", "FLAGEDGE_LOOKUP_TIMEOUT", persons.DefaultConfig.Timeout, "longest wait for stored properties before answering the flags that need them as failed")
+	fs.Duration(&cfg.PersonTTL, "person-cache-ttl", "FLAGEDGE_PERSON_CACHE_TTL", persons.DefaultConfig.TTL, "how long stored person and group properties are reused before they are fetched again")
+	fs.Duration(&cfg.PersonMissTTL, "person-cache-miss-ttl", "FLAGEDGE_PERSON_CACHE_MISS_TTL", persons.DefaultConfig.NegativeTTL, "how long \"no such person or group\" is reused")
 	fs.String(&cfg.SpoolFsync, "spool-fsync", "FLAGEDGE_SPOOL_FSYNC", "10ms", "when captured events are fsynced: always, never, or an interval such as 10ms")
 	fs.Int64(&cfg.SpoolQuota, "spool-quota", "FLAGEDGE_SPOOL_QUOTA", 1<<30, "most bytes the capture spool may hold; beyond it capture answers 503")
 	fs.String(&cfg.PprofAddr, "pprof-addr", "FLAGEDGE_PPROF_ADDR", "", "address for Go's pprof endpoints (off when empty; keep it on loopback)")
@@ -96,8 +100,8 @@ func (cfg *config) validate() error {
 			return fmt.Errorf("%s: %w", name, err)
 		}
 	}
-	if cfg.LookupTimeout <= 0 {
-		return errors.New("--lookup-timeout must be positive")
+	if cfg.LookupTimeout <= 0 || cfg.PersonTTL <= 0 || cfg.PersonMissTTL <= 0 {
+		return errors.New("--lookup-timeout, --person-cache-ttl and --person-cache-miss-ttl must be positive")
 	}
 	if cfg.DrainDelay < 0 {
 		return errors.New("--drain-delay must not be negative")
@@ -179,7 +183,7 @@ func assemble(cfg *config, log *slog.Logger) (e *edge, err error) {
 	e.client = syncpb.NewSyncClient(conn)
 
 	storeCfg := persons.DefaultConfig
-	storeCfg.Timeout = cfg.LookupTimeout
+	storeCfg.Timeout, storeCfg.TTL, storeCfg.NegativeTTL = cfg.LookupTimeout, cfg.PersonTTL, cfg.PersonMissTTL
 	store, err := persons.NewStore(e.client, storeCfg, cacheMetrics, reg)
 	if err != nil {
 		return e, err
