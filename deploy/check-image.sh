@@ -18,11 +18,14 @@ if [ "$(id -u)" -ne 0 ]; then
   log "skipped: building without a daemon needs root here (rootless buildah needs /etc/subuid)"
   exit 0
 fi
-apt_install() {
-  DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=300 install -y -qq "$@" >/dev/null
-}
-command -v buildah >/dev/null || { log "installing buildah"; apt_install buildah; }
-[ -x /bin/busybox ] && /bin/busybox --list | grep -qx sh || { log "installing busybox-static"; apt_install busybox-static; }
+missing=()
+command -v buildah >/dev/null || missing+=(buildah)
+/bin/busybox --list 2>/dev/null | grep -qx sh || missing+=(busybox-static)
+if [ ${#missing[@]} -gt 0 ]; then
+  log "installing ${missing[*]}"
+  apt-get -o DPkg::Lock::Timeout=300 update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=300 install -y -qq "${missing[@]}" >/dev/null
+fi
 [ -s /etc/ssl/certs/ca-certificates.crt ] || fail "/etc/ssl/certs/ca-certificates.crt missing (apt-get install ca-certificates)"
 
 work=$(mktemp -d /tmp/flagedge-image.XXXXXX)
