@@ -29,7 +29,17 @@ fi
 [ -s /etc/ssl/certs/ca-certificates.crt ] || fail "/etc/ssl/certs/ca-certificates.crt missing (apt-get install ca-certificates)"
 
 work=$(mktemp -d /tmp/flagedge-image.XXXXXX)
-B=(buildah --root "$work/storage" --runroot "$work/run" --storage-driver "${FLAGEDGE_BUILDAH_DRIVER:-overlay}")
+# overlay is fast; inside a container (overlay on overlay) it may not mount, then vfs (slow,
+# copies every layer) still works. FLAGEDGE_BUILDAH_DRIVER forces one.
+driver=${FLAGEDGE_BUILDAH_DRIVER:-}
+if [ -z "$driver" ]; then
+  driver=vfs
+  P=(buildah --root "$work/probe" --runroot "$work/probe-run" --storage-driver overlay)
+  if c=$("${P[@]}" from scratch 2>/dev/null) && "${P[@]}" mount "$c" >/dev/null 2>&1; then driver=overlay; fi
+  "${P[@]}" rm --all >/dev/null 2>&1 || true
+  rm -rf "$work/probe" "$work/probe-run"
+fi
+B=(buildah --root "$work/storage" --runroot "$work/run" --storage-driver "$driver")
 cleanup() {
   "${B[@]}" rm --all >/dev/null 2>&1 || true
   "${B[@]}" rmi --all --force >/dev/null 2>&1 || true
