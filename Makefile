@@ -4,7 +4,7 @@ GO       ?= go
 GOFLAGS  ?=
 PKGS     := ./...
 
-.PHONY: all build run test bench generate generate-check lint deps clean
+.PHONY: all build run test bench generate generate-check lint deps deploy-check clean
 
 all: build
 
@@ -44,6 +44,12 @@ lint:
 	if [ -n "$$unformatted" ]; then echo "gofmt needed:"; echo "$$unformatted"; exit 1; fi
 	$(GO) vet $(PKGS)
 	$(GO) mod tidy -diff
+
+# Validates deploy/ (Dockerfile, compose, Kubernetes, systemd) without a daemon or cluster;
+# installs docker-compose and buildah with apt-get where missing. Not part of `make test`.
+# FLAGEDGE_SKIP_IMAGE=1 skips the image build.
+deploy-check:
+	@bash deploy/check.sh
 
 clean:
 	rm -rf bin

@@ -1,0 +1,3 @@
+module github.com/flagedge/flagedge/deploy/probe
+
+go 1.26.8
