@@ -368,12 +368,32 @@ func loadGroups(ctx context.Context, tx pgx.Tx, projectID int64, refs []ingest.G
 // writeState writes the view's changes: new persons, distinct ids that moved, merged persons
 // (their cohorts and overrides moving to the survivor), properties, groups and group types.
 func writeState(ctx context.Context, tx pgx.Tx, projectID int64, view *ingest.View, loaded map[string]int64) error {
-	resolve := func(p *ingest.Person) *ingest.Person {
-		for p.MergedInto != nil {
-			p = p.MergedInto
-		}
-		return p
+	all := distinctPersons(view)
+	if err := createPersons(ctx, tx, projectID, all); err != nil {
+		return err
 	}
+	if err := mergePersons(ctx, tx, view); err != nil {
+		return err
+	}
+	if err := assignDistinctIDs(ctx, tx, projectID, view, loaded); err != nil {
+		return err
+	}
+	if err := updatePersonProperties(ctx, tx, all); err != nil {
+		return err
+	}
+	return writeGroups(ctx, tx, projectID, view)
+}
+
+// survivor is the person p was merged into, through any chain of merges (p when none).
+func survivor(p *ingest.Person) *ingest.Person {
+	for p.MergedInto != nil {
+		p = p.MergedInto
+	}
+	return p
+}
+
+// distinctPersons lists every person of the view once.
+func distinctPersons(view *ingest.View) []*ingest.Person {
 	seen := map[*ingest.Person]bool{}
 	var all []*ingest.Person
 	for _, p := range view.ByDistinctID {
@@ -382,6 +402,11 @@ func writeState(ctx context.Context, tx pgx.Tx, projectID int64, view *ingest.Vi
 			all = append(all, p)
 		}
 	}
+	return all
+}
+
+// createPersons stores the new persons that survive, giving them their ids.
+func createPersons(ctx context.Context, tx pgx.Tx, projectID int64, all []*ingest.Person) error {
 	for _, p := range all {
 		if p.ID == 0 && p.MergedInto == nil {
 			if err := tx.QueryRow(ctx, `INSERT INTO persons (project_id) VALUES ($1) RETURNING id`, projectID).Scan(&p.ID); err != nil {
@@ -389,19 +414,17 @@ func writeState(ctx context.Context, tx pgx.Tx, projectID int64, view *ingest.Vi
 			}
 		}
 	}
-	var moveIDs []string
-	var movePersons []int64
-	for d, p := range view.ByDistinctID {
-		survivor := resolve(p)
-		if loaded[d] != survivor.ID {
-			moveIDs, movePersons = append(moveIDs, d), append(movePersons, survivor.ID)
-		}
-	}
+	return nil
+}
+
+// mergePersons moves what belonged to each merged, stored person (static cohort memberships,
+// hash-key overrides, distinct ids) to its survivor, then deletes it.
+func mergePersons(ctx context.Context, tx pgx.Tx, view *ingest.View) error {
 	for _, p := range view.Merged {
 		if p.ID == 0 {
 			continue // never stored
 		}
-		into := resolve(p).ID
+		into := survivor(p).ID
 		for _, sql := range []string{
 			`INSERT INTO cohort_people (cohort_id, person_id) SELECT cohort_id, $2 FROM cohort_people WHERE person_id = $1 ON CONFLICT DO NOTHING`,
 			`INSERT INTO hash_key_overrides (project_id, person_id, feature_flag_key, hash_key)
@@ -416,13 +439,32 @@ func writeState(ctx context.Context, tx pgx.Tx, projectID int64, view *ingest.Vi
 			return fmt.Errorf("merge persons: %w", err)
 		}
 	}
-	if len(moveIDs) > 0 {
-		if _, err := tx.Exec(ctx, `INSERT INTO person_distinct_ids (project_id, distinct_id, person_id)
-			SELECT $1, d, p FROM unnest($2::text[], $3::bigint[]) AS m(d, p)
-			ON CONFLICT (project_id, distinct_id) DO UPDATE SET person_id = EXCLUDED.person_id`, projectID, moveIDs, movePersons); err != nil {
-			return fmt.Errorf("assign distinct ids: %w", err)
+	return nil
+}
+
+// assignDistinctIDs points every distinct id whose person changed (new, aliased, merged) at
+// its surviving person, in one statement.
+func assignDistinctIDs(ctx context.Context, tx pgx.Tx, projectID int64, view *ingest.View, loaded map[string]int64) error {
+	var ids []string
+	var persons []int64
+	for d, p := range view.ByDistinctID {
+		if s := survivor(p); loaded[d] != s.ID {
+			ids, persons = append(ids, d), append(persons, s.ID)
 		}
 	}
+	if len(ids) == 0 {
+		return nil
+	}
+	if _, err := tx.Exec(ctx, `INSERT INTO person_distinct_ids (project_id, distinct_id, person_id)
+		SELECT $1, d, p FROM unnest($2::text[], $3::bigint[]) AS m(d, p)
+		ON CONFLICT (project_id, distinct_id) DO UPDATE SET person_id = EXCLUDED.person_id`, projectID, ids, persons); err != nil {
+		return fmt.Errorf("assign distinct ids: %w", err)
+	}
+	return nil
+}
+
+// updatePersonProperties writes the properties of the persons that changed, in one statement.
+func updatePersonProperties(ctx context.Context, tx pgx.Tx, all []*ingest.Person) error {
 	var ids []int64
 	var props [][]byte
 	var identified []bool
@@ -436,13 +478,20 @@ func writeState(ctx context.Context, tx pgx.Tx, projectID int64, view *ingest.Vi
 		}
 		ids, props, identified = append(ids, p.ID), append(props, raw), append(identified, p.Identified)
 	}
-	if len(ids) > 0 {
-		if _, err := tx.Exec(ctx, `UPDATE persons SET properties = u.props, is_identified = u.ident, updated_at = now()
-			FROM unnest($1::bigint[], $2::jsonb[], $3::bool[]) AS u(id, props, ident) WHERE persons.id = u.id`,
-			ids, props, identified); err != nil {
-			return fmt.Errorf("update persons: %w", err)
-		}
+	if len(ids) == 0 {
+		return nil
 	}
+	if _, err := tx.Exec(ctx, `UPDATE persons SET properties = u.props, is_identified = u.ident, updated_at = now()
+		FROM unnest($1::bigint[], $2::jsonb[], $3::bool[]) AS u(id, props, ident) WHERE persons.id = u.id`,
+		ids, props, identified); err != nil {
+		return fmt.Errorf("update persons: %w", err)
+	}
+	return nil
+}
+
+// writeGroups adds new group types (which edges learn from a new snapshot) and upserts the
+// groups that changed.
+func writeGroups(ctx context.Context, tx pgx.Tx, projectID int64, view *ingest.View) error {
 	if len(view.NewGroupTypes) > 0 {
 		for _, name := range view.NewGroupTypes {
 			if _, err := tx.Exec(ctx, `INSERT INTO group_type_mappings (project_id, group_type, group_type_index) VALUES ($1, $2, $3)`,
