@@ -21,9 +21,11 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/flagedge/flagedge/edge/cache"
+	"github.com/flagedge/flagedge/edge/capture"
 	"github.com/flagedge/flagedge/edge/decide"
 	"github.com/flagedge/flagedge/edge/geocache"
 	"github.com/flagedge/flagedge/edge/httpapi"
+	"github.com/flagedge/flagedge/edge/spool"
 	"github.com/flagedge/flagedge/edge/state"
 	"github.com/flagedge/flagedge/geoip"
 	"github.com/flagedge/flagedge/geoip/geoiptest"
@@ -35,6 +37,10 @@ const (
 	readKey   = "phx_reader"
 	writeOnly = "phx_annotations_only"
 	secretKey = "phs_secret"
+
+	otherToken  = "phc_second"
+	otherReader = "phx_other_reader"
+	otherSecret = "phs_other"
 )
 
 func sum(s string) []byte {
@@ -66,16 +72,18 @@ func testSnapshot() *syncpb.ProjectSnapshot {
 }
 
 type env struct {
-	t       *testing.T
+	t       testing.TB
 	holder  *state.Holder
 	handler fasthttp.RequestHandler
+	api     *httpapi.Server
+	spool   *spool.Spool
 }
 
-func newEnv(t *testing.T, ready bool) *env {
+func newEnv(t testing.TB, ready bool) *env {
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	holder := state.NewHolder("", log, nil)
 	if ready {
-		if err := holder.Apply(&syncpb.WatchResponse{Snapshots: []*syncpb.ProjectSnapshot{testSnapshot()}, InitialSyncDone: true}); err != nil {
+		if err := holder.Apply(&syncpb.WatchResponse{Snapshots: []*syncpb.ProjectSnapshot{testSnapshot(), otherSnapshot()}, InitialSyncDone: true}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -89,8 +97,22 @@ func newEnv(t *testing.T, ready bool) *env {
 		t.Fatal(err)
 	}
 	t.Cleanup(locator.Close)
-	api := httpapi.New(httpapi.Config{State: holder, Decide: decide.NewHandler(holder, nil, locator, log), Logger: log})
-	return &env{t: t, holder: holder, handler: api.Handler()}
+	sp, err := spool.Open(spool.Options{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sp.Close() })
+	api := httpapi.New(httpapi.Config{State: holder, Decide: decide.NewHandler(holder, nil, locator, log),
+		Capture: capture.NewHandler(holder, sp, locator, nil, log, nil), Logger: log})
+	return &env{t: t, holder: holder, handler: api.Handler(), api: api, spool: sp}
+}
+
+// otherSnapshot is another project, for checks that one project's credentials do not reach
+// another's.
+func otherSnapshot() *syncpb.ProjectSnapshot {
+	return &syncpb.ProjectSnapshot{ProjectId: 8, Version: 1, ApiToken: otherToken, SecretTokenSha256: sum(otherSecret),
+		ReadKeySha256: [][]byte{sum(otherReader)}, Flags: []*syncpb.Flag{{Id: 90, Key: "other-flag", Active: true, Version: 1,
+			Filters: []byte(`{"groups": [{"rollout_percentage": 100}], "payloads": {"true": "1"}}`)}}}
 }
 
 type resp struct {
@@ -417,7 +439,8 @@ func TestOversizedBodyIs413(t *testing.T) {
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	holder := state.NewHolder("", log, nil)
 	api := httpapi.New(httpapi.Config{State: holder, Decide: decide.NewHandler(holder, nil, nil, log), Logger: log})
-	srv := &fasthttp.Server{Handler: api.Handler(), ErrorHandler: api.ServeError, MaxRequestBodySize: httpapi.MaxBodyBytes}
+	srv := &fasthttp.Server{Handler: api.Handler(), ErrorHandler: api.ServeError, MaxRequestBodySize: httpapi.MaxBodyBytes,
+		Logger: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -92,6 +92,9 @@ func (s *Server) Handler() fasthttp.RequestHandler {
 	}
 }
 
+// Routes returns the registered paths by method, for tests that must cover every route.
+func (s *Server) Routes() map[string][]string { return s.router.List() }
+
 // Drain makes /_ready answer 503, so load balancers stop sending traffic before shutdown.
 func (s *Server) Drain() { s.draining.Store(true) }
 

@@ -21,8 +21,11 @@ const MaxIDRunes = 200
 const replacement = `\ufffd`
 
 // CleanJSON returns body with what PostgreSQL's jsonb cannot hold made storable: invalid UTF-8
-// bytes, \u0000 escapes and unpaired surrogate escapes become U+FFFD, and a number outside a
-// double's range (1e999) becomes a string of its text, so the value is kept as sent. It
+// bytes, NUL, \u0000 escapes and unpaired surrogate escapes become U+FFFD; other control
+// characters are escaped; a backslash that starts no JSON escape (which lenient parsers keep
+// as text) is escaped; and a number outside a double's range (1e999), or one that is not
+// written as JSON writes numbers but that lenient parsers read (".5", "+1", "NaN"), becomes a
+// string of its text, so the value is kept as sent. It
 // returns body itself, without copying, when there is nothing to change — the common case.
 // body need not be valid JSON: what is not JSON is left for the parser to refuse.
 func CleanJSON(body []byte) []byte {
@@ -50,26 +53,44 @@ func CleanJSON(body []byte) []byte {
 		switch {
 		case inString && c == '"':
 			inString = false
-		case inString && c == '\\':
-			if skip, bad := badEscape(body[i:]); bad {
-				change(i, replacement, skip)
-				i += skip
+		case inString && c < 0x20: // JSON wants control characters escaped; jsonb insists
+			if c == 0 {
+				change(i, replacement, 1)
 			} else {
-				i += skip
+				change(i, `\u00`+string(hexDigits[c>>4])+string(hexDigits[c&0xf]), 1)
 			}
+		case inString && c == '\\':
+			skip, kind := classifyEscape(body[i:])
+			switch kind {
+			case escapeRefused:
+				change(i, replacement, skip)
+			case escapeInvalid: // a lenient parser keeps it as text; so do we, escaped
+				change(i, `\\`, 1)
+			}
+			i += skip
 			continue
 		case c == '"':
 			inString = true
-		case !inString && (c == '-' || c >= '0' && c <= '9'):
+		case !inString && isNumberByte(c) && tokenStart(body, i): // not the e of true
 			j := i + 1
 			for j < len(body) && isNumberByte(body[j]) {
 				j++
 			}
-			if outOfRange(body[i:j]) {
-				change(i, `"`+string(body[i:j])+`"`, j-i)
+			if j == i+1 && (c == '-' || c == '+') && isInfOrNaN(body[j:]) {
+				j += 3
+			}
+			if tok := body[i:j]; !isJSONNumber(tok) || outOfRange(tok) {
+				change(i, `"`+string(tok)+`"`, j-i)
 			}
 			i = j
 			continue
+		case !inString && (c == 'i' || c == 'I' || c == 'N' || c == 'n' && !bytes.HasPrefix(body[i:], []byte("null"))) && tokenStart(body, i):
+			// Lenient parsers read inf and nan as numbers; keep them as text.
+			if isInfOrNaN(body[i:]) {
+				change(i, `"`+string(body[i:i+3])+`"`, 3)
+				i += 3
+				continue
+			}
 		}
 		i++
 	}
@@ -79,35 +100,47 @@ func CleanJSON(body []byte) []byte {
 	return append(out, body[keep:]...)
 }
 
-// badEscape looks at the escape that b starts with (b[0] is a backslash). It returns how many
-// bytes the escape takes, and whether it is one jsonb refuses: \u0000, or a surrogate escape
-// that is not a high surrogate followed by a low one.
-func badEscape(b []byte) (size int, bad bool) {
+// The kinds of escape classifyEscape tells apart.
+const (
+	escapeValid   = iota
+	escapeRefused // valid JSON that jsonb refuses: \u0000, an unpaired surrogate
+	escapeInvalid // not a JSON escape: a backslash before another character, or \u without 4 hex digits
+)
+
+// classifyEscape looks at the escape that b starts with (b[0] is a backslash) and returns how
+// many bytes to move past and its kind: an invalid escape moves past the backslash alone.
+func classifyEscape(b []byte) (size, kind int) {
 	if len(b) < 2 {
-		return len(b), false
+		return len(b), escapeValid // the string is cut: the parser refuses it
 	}
-	if b[1] != 'u' {
-		return 2, false
+	switch b[1] {
+	case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+		return 2, escapeValid
+	case 'u':
+	default:
+		return 1, escapeInvalid
 	}
 	code, ok := hex4(b[2:])
 	if !ok {
-		return 2, false // malformed: the parser refuses it
+		return 1, escapeInvalid
 	}
 	switch {
 	case code == 0:
-		return 6, true
+		return 6, escapeRefused
 	case code >= 0xD800 && code < 0xDC00:
 		if len(b) >= 12 && b[6] == '\\' && b[7] == 'u' {
 			if low, ok := hex4(b[8:]); ok && low >= 0xDC00 && low < 0xE000 {
-				return 12, false
+				return 12, escapeValid
 			}
 		}
-		return 6, true
+		return 6, escapeRefused
 	case code >= 0xDC00 && code < 0xE000:
-		return 6, true
+		return 6, escapeRefused
 	}
-	return 6, false
+	return 6, escapeValid
 }
+
+const hexDigits = "0123456789abcdef"
 
 func hex4(b []byte) (rune, bool) {
 	if len(b) < 4 {
@@ -127,6 +160,60 @@ func hex4(b []byte) (rune, bool) {
 		}
 	}
 	return r, true
+}
+
+// isJSONNumber reports whether tok is a number as JSON writes it:
+// -?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)?. Lenient parsers take more (".5", "1.",
+// "+1", "1-2"); PostgreSQL does not.
+func isJSONNumber(tok []byte) bool {
+	i := 0
+	digits := func() int {
+		n := 0
+		for i < len(tok) && tok[i] >= '0' && tok[i] <= '9' {
+			i, n = i+1, n+1
+		}
+		return n
+	}
+	if i < len(tok) && tok[i] == '-' {
+		i++
+	}
+	switch {
+	case i < len(tok) && tok[i] == '0':
+		i++
+	case digits() == 0:
+		return false
+	}
+	if i < len(tok) && tok[i] == '.' {
+		i++
+		if digits() == 0 {
+			return false
+		}
+	}
+	if i < len(tok) && (tok[i] == 'e' || tok[i] == 'E') {
+		i++
+		if i < len(tok) && (tok[i] == '+' || tok[i] == '-') {
+			i++
+		}
+		if digits() == 0 {
+			return false
+		}
+	}
+	return i == len(tok)
+}
+
+// isInfOrNaN reports whether b starts with inf or nan, in any case.
+func isInfOrNaN(b []byte) bool {
+	return len(b) >= 3 && (bytes.EqualFold(b[:3], []byte("inf")) || bytes.EqualFold(b[:3], []byte("nan")))
+}
+
+// tokenStart reports whether a value token may start at body[i]: not inside a word (the e of
+// true) nor right after a string.
+func tokenStart(body []byte, i int) bool {
+	if i == 0 {
+		return true
+	}
+	p := body[i-1]
+	return !(p|0x20 >= 'a' && p|0x20 <= 'z') && p != '"'
 }
 
 func isNumberByte(c byte) bool {

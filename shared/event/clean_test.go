@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"unicode/utf8"
+
+	"github.com/valyala/fastjson"
 )
 
 func TestCleanJSON(t *testing.T) {
@@ -23,6 +25,9 @@ func TestCleanJSON(t *testing.T) {
 		{`{"n":-1e-200000,"m":[1E400,2]}`, `{"n":"-1e-200000","m":["1E400",2]}`},
 		{`{"n":0e999999}`, `{"n":0e999999}`}, // zero is in range
 		{`{"s":"1e200000"}`, `{"s":"1e200000"}`},
+		{`{"\0":"a\qb\u12"}`, `{"\\0":"a\\qb\\u12"}`},
+		{"{\"a\":\"tab\there\x01\"}", `{"a":"tab\u0009here\u0001"}`},
+		{`{"0":.,"a":[+1,.5,1.,-,1-2,NaN,-inf,null,0.5e-3,true,false,e5]}`, `{"0":".","a":["+1",".5","1.","-","1-2","NaN","-inf",null,0.5e-3,true,false,"e5"]}`},
 	} {
 		got := string(CleanJSON([]byte(c.in)))
 		if got != c.want {
@@ -66,8 +71,8 @@ func storable(t *testing.T, out []byte) {
 	}
 	for i := 0; i < len(out); i++ {
 		if out[i] == '\\' {
-			size, bad := badEscape(out[i:])
-			if bad {
+			size, kind := classifyEscape(out[i:])
+			if kind != escapeValid {
 				t.Fatalf("escape refused by jsonb at %d in %q", i, out)
 			}
 			i += size - 1
@@ -100,7 +105,7 @@ func storable(t *testing.T, out []byte) {
 }
 
 func FuzzCleanJSON(f *testing.F) {
-	for _, s := range []string{`{"a":"x\u0000y"}`, `{"a":"\ud800"}`, "{\"a\":\"\xff\"}", `[1e999,-1e-999,"\\u0000"]`, `{"a":"\ud83d\ude00"}`} {
+	for _, s := range []string{`{"t":true,"f":false,"n":null,"x":[1e5,-0.5E+3]}`, `{"a":"x\u0000y"}`, `{"a":"\ud800"}`, "{\"a\":\"\xff\"}", `[1e999,-1e-999,"\\u0000"]`, `{"a":"\ud83d\ude00"}`} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, in []byte) {
@@ -110,6 +115,35 @@ func FuzzCleanJSON(f *testing.F) {
 		}
 		if json.Valid(in) {
 			storable(t, out)
+		}
+	})
+}
+
+// FuzzParseCapture: whatever a capture body holds, every event ParseCapture returns is one
+// PostgreSQL can store.
+func FuzzParseCapture(f *testing.F) {
+	for _, s := range []string{`{"api_key":"k","event":"e","distinct_id":"d","properties":{"a":"\u0000"}}`,
+		"[{\"event\":\"\xff\",\"distinct_id\":\"\\ud800\",\"$set\":{\"n\":1e999}}]", `{"batch":[{"event":"e","properties":{"distinct_id":7}}]}`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		var p fastjson.Parser
+		payload, err := ParseCapture(&p, body)
+		if err != nil {
+			return
+		}
+		for _, e := range payload.Events {
+			for _, s := range []string{e.Name, e.DistinctID} {
+				if !utf8.ValidString(s) || strings.ContainsRune(s, 0) || utf8.RuneCountInString(s) > MaxIDRunes {
+					t.Fatalf("not storable: %q", s)
+				}
+			}
+			storable(t, e.Properties)
+			for _, set := range [][]byte{e.Set, e.SetOnce} {
+				if set != nil {
+					storable(t, set)
+				}
+			}
 		}
 	})
 }
