@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -314,4 +315,47 @@ func TestPostgresRestartUnderLoad(t *testing.T) {
 	}
 	t.Logf("PostgreSQL down %v: %d events acknowledged, %d stored, %d duplicates, %d missing; control plane ready %v after the restart",
 		restarted.Sub(crashed).Round(time.Millisecond), n, stored, stored-distinct, missing, readyAfter.Round(time.Millisecond))
+}
+
+// TestGracefulDrain: after SIGTERM both programs answer 503 on /_ready for the drain delay
+// while they still serve requests, so load balancers stop sending before the listener
+// closes; then they exit cleanly.
+func TestGracefulDrain(t *testing.T) {
+	s := newStack(t)
+	s.cp.stop()
+	s.cp = start(t, "controlplane", binaries.controlplane, "serve", "--database-url", s.dbURL,
+		"--http-addr", s.httpAddr, "--grpc-addr", s.grpcAddr, "--drain-delay", "1500ms")
+	s.cp.listening("control plane listening")
+	waitFor(t, "control plane ready", func() bool { return status("http://"+s.httpAddr+"/_ready") == 200 })
+	e := s.startEdge("edge", "", true, "--drain-delay", "1500ms")
+
+	for _, p := range []struct {
+		proc        *process
+		ready, work string
+	}{
+		{e.process, e.url + "/_ready", e.url + "/array/" + s.token + "/config"},
+		{s.cp, "http://" + s.httpAddr + "/_ready", "http://" + s.httpAddr + "/_health"},
+	} {
+		if err := p.proc.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+		signalled := time.Now()
+		waitFor(t, p.proc.name+" /_ready 503", func() bool { return status(p.ready) == 503 })
+		if code := status(p.work); code != 200 {
+			t.Errorf("%s while draining: %d, want requests still served", p.proc.name, code)
+		}
+		select {
+		case <-p.proc.done:
+			t.Fatalf("%s exited %v after SIGTERM, before its drain delay", p.proc.name, time.Since(signalled))
+		case <-time.After(time.Second):
+		}
+		select {
+		case <-p.proc.done:
+			if !p.proc.cmd.ProcessState.Success() {
+				t.Errorf("%s exited with %v", p.proc.name, p.proc.cmd.ProcessState)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s did not exit after its drain delay", p.proc.name)
+		}
+	}
 }
