@@ -281,11 +281,86 @@ func TestSnapshotBuildOutlivesFirstWatcher(t *testing.T) {
 	if err := lock.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
-	msg, err := second.Recv()
+	msg, err := recvCatchUp(second)
 	if err != nil {
 		t.Fatalf("second watcher: %v", err)
 	}
 	if len(msg.Snapshots) != 1 || msg.Snapshots[0].ProjectId != e.project || !msg.InitialSyncDone {
 		t.Errorf("second watcher got %v", msg)
+	}
+}
+
+// recvCatchUp reads a stream's first message (the database identity) and returns the next.
+func recvCatchUp(stream syncpb.Sync_WatchClient) (*syncpb.WatchResponse, error) {
+	first, err := stream.Recv()
+	if err != nil {
+		return nil, err
+	}
+	if first.DatabaseId == "" || len(first.Snapshots) > 0 {
+		return nil, fmt.Errorf("first message %v, want the database identity alone", first)
+	}
+	return stream.Recv()
+}
+
+// catchUp watches with what an edge says it holds and returns the catch-up: projects sent by
+// id and version, and projects removed.
+func catchUp(t *testing.T, e *env, databaseID string, known map[int64]int64) (sent map[int64]int64, removed []int64) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	stream, err := e.client.Watch(ctx, &syncpb.WatchRequest{ProtocolVersion: syncpb.ProtocolVersion_PROTOCOL_VERSION_1,
+		EdgeId: "t", KnownVersions: known, DatabaseId: databaseID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sent = map[int64]int64{}
+	msg, err := recvCatchUp(stream)
+	for ; err == nil; msg, err = stream.Recv() {
+		for _, s := range msg.Snapshots {
+			sent[s.ProjectId] = s.Version
+		}
+		removed = append(removed, msg.RemovedProjects...)
+		if msg.InitialSyncDone {
+			return sent, removed
+		}
+	}
+	t.Fatal(err)
+	return nil, nil
+}
+
+// TestCatchUpIsExact: after the catch-up an edge holds exactly the database's projects,
+// whatever it held before: newer versions (a restored backup) and another database's
+// projects are replaced, unknown ones removed, equal ones left alone.
+func TestCatchUpIsExact(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	id, err := postgres.NewSnapshotStore(e.db).DatabaseID(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	versions, err := postgres.NewSnapshotStore(e.db).ProjectVersions(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := versions[e.project]
+	for _, c := range []struct {
+		name        string
+		databaseID  string
+		known       map[int64]int64
+		wantSent    map[int64]int64
+		wantRemoved []int64
+	}{
+		{"new edge", "", nil, map[int64]int64{e.project: v}, nil},
+		{"current edge", id, map[int64]int64{e.project: v}, map[int64]int64{}, nil},
+		{"edge ahead (a restored backup)", id, map[int64]int64{e.project: v + 5}, map[int64]int64{e.project: v}, nil},
+		{"edge with a project the database lacks", id, map[int64]int64{e.project: v, 999: 3}, map[int64]int64{}, []int64{999}},
+		{"edge of another database, same version", "another", map[int64]int64{e.project: v, 999: 3}, map[int64]int64{e.project: v}, []int64{999}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			sent, removed := catchUp(t, e, c.databaseID, c.known)
+			if fmt.Sprint(sent) != fmt.Sprint(c.wantSent) || fmt.Sprint(removed) != fmt.Sprint(c.wantRemoved) {
+				t.Errorf("sent %v removed %v, want %v and %v", sent, removed, c.wantSent, c.wantRemoved)
+			}
+		})
 	}
 }
