@@ -29,6 +29,8 @@ type Config struct {
 	Roles       controlplane.RoleService
 	Cohorts     controlplane.CohortService
 	Dashboards  controlplane.DashboardService
+	Users       controlplane.UserService
+	Keys        controlplane.KeyService
 	Evaluator   *flageval.Evaluator
 	// Ready reports whether the server can answer (its database is reachable).
 	Ready func(ctx context.Context) error
@@ -140,6 +142,19 @@ func (s *Server) routes() {
 	s.mux.HandleFunc("GET "+project+"/persons", s.withProject(controlplane.ScopePersonRead, s.handleListPersons))
 	s.mux.HandleFunc("GET "+project+"/persons/{id}", s.withProject(controlplane.ScopePersonRead, s.handleGetPerson))
 	s.mux.HandleFunc("GET "+project+"/groups", s.withProject(controlplane.ScopePersonRead, s.handleListGroups))
+
+	s.mux.HandleFunc("GET /api/users/{user}", s.withKey(controlplane.ScopeUserRead, s.handleMe))
+	const keys = "/api/personal_api_keys"
+	s.mux.HandleFunc("GET "+keys, s.withKey(controlplane.ScopeKeyRead, s.handleListKeys))
+	s.mux.HandleFunc("POST "+keys, s.withKey(controlplane.ScopeKeyWrite, s.handleCreateKey))
+	s.mux.HandleFunc("GET "+keys+"/{id}", s.withKey(controlplane.ScopeKeyRead, s.handleGetKey))
+	s.mux.HandleFunc("PATCH "+keys+"/{id}", s.withKey(controlplane.ScopeKeyWrite, s.handlePatchKey))
+	s.mux.HandleFunc("DELETE "+keys+"/{id}", s.withKey(controlplane.ScopeKeyWrite, s.handleDeleteKey))
+	const org = "/api/organizations/{org}"
+	s.mux.HandleFunc("GET "+org+"/members", s.withOrg(controlplane.ScopeMemberRead, s.handleListMembers))
+	s.mux.HandleFunc("DELETE "+org+"/members/{user}", s.withOrg(controlplane.ScopeMemberWrite, s.handleRemoveMember))
+	s.mux.HandleFunc("POST "+org+"/invites", s.withOrg(controlplane.ScopeMemberWrite, s.handleInvite))
+	s.mux.HandleFunc("GET /api/schema", handleSchema)
 }
 
 // ServeHTTP routes a request: a trailing slash is ignored, unknown routes and methods get the
