@@ -28,6 +28,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/keepalive"
 
+	"github.com/flagedge/flagedge/controlplane/console"
 	"github.com/flagedge/flagedge/controlplane/flageval"
 	"github.com/flagedge/flagedge/controlplane/httpapi"
 	"github.com/flagedge/flagedge/controlplane/postgres"
@@ -43,9 +44,11 @@ Commands:
   migrate               apply pending migrations and exit
   bootstrap             create (idempotently) an organisation, an admin user, a project and a new
                         personal key with scope *; print {"project_id", "project_api_key",
-                        "personal_api_key", "secret_api_key"} as one JSON line
+                        "personal_api_key", "secret_api_key", "email"} as one JSON line, with a
+                        generated console "password" when it created the user
   keys create           issue a personal API key for a user and print it
   users create          add a user to the organisation of an existing one; print it as JSON
+  users set-password    set a user's console password from stdin, or generate and print one
 
 Run "controlplane <command> -h" for the flags of a command.
 `
@@ -81,8 +84,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 		return createKey(ctx, args[2:], stdout, stderr)
 	case "users":
+		if len(args) >= 2 && args[1] == "set-password" {
+			return setPassword(ctx, args[2:], os.Stdin, stdout, stderr)
+		}
 		if len(args) < 2 || args[1] != "create" {
-			return errors.New(`usage: controlplane users create --email E --organization-of ADMIN_EMAIL [--admin]`)
+			return errors.New(`usage: controlplane users create --email E --organization-of ADMIN_EMAIL [--admin] | users set-password --email E`)
 		}
 		return createUser(ctx, args[2:], stdout, stderr)
 	}
@@ -273,6 +279,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 
 	reg := daemon.NewRegistry()
 	flagStore, personStore, snapshotStore := postgres.NewFlagService(db), postgres.NewPersonStore(db), postgres.NewSnapshotStore(db)
+	userStore := postgres.NewUserService(db, 0)
 	api := httpapi.New(httpapi.Config{
 		Auth:        postgres.NewAuthService(db),
 		Projects:    postgres.NewProjectService(db),
@@ -283,6 +290,8 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 		Roles:       postgres.NewRoleService(db),
 		Cohorts:     postgres.NewCohortService(db),
 		Dashboards:  flagStore,
+		Users:       userStore,
+		Keys:        postgres.NewKeyService(db),
 		Evaluator:   &flageval.Evaluator{Snapshots: snapshotStore, Persons: personStore, Scanner: personStore},
 		Ready:       db.Ping,
 		PublicURL:   cfg.PublicURL,
@@ -309,7 +318,14 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 		httpLn.Close()
 		return err
 	}
-	srv := &http.Server{Handler: api, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn)}
+	web, err := console.New(console.Config{API: api, Users: userStore, Sessions: postgres.NewSessionService(db), Logger: logger,
+		SecureCookies: strings.HasPrefix(cfg.PublicURL, "https://")})
+	if err != nil {
+		httpLn.Close()
+		grpcLn.Close()
+		return err
+	}
+	srv := &http.Server{Handler: api.WithConsole(web), ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn)}
 	logger.Info("control plane listening", "http_addr", httpLn.Addr().String(), "grpc_addr", grpcLn.Addr().String())
 
 	g, gctx := errgroup.WithContext(ctx)
