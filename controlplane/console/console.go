@@ -418,4 +418,3 @@ func (q *request) projectPath(format string, args ...any) string {
 func (q *request) apiProject(format string, args ...any) string {
 	return "/api/projects/" + url.PathEscape(q.r.PathValue("pid")) + fmt.Sprintf(format, args...)
 }
-

@@ -107,7 +107,9 @@ func (c *Console) membersPage(q *request, status int, data *membersPage) error {
 	return nil
 }
 
-func (c *Console) handleMembers(q *request) error { return c.membersPage(q, http.StatusOK, &membersPage{}) }
+func (c *Console) handleMembers(q *request) error {
+	return c.membersPage(q, http.StatusOK, &membersPage{})
+}
 
 func (c *Console) handleInvite(q *request) error {
 	data := &membersPage{}
