@@ -216,16 +216,47 @@ func TestConsoleInBrowser(t *testing.T) {
 		t.Errorf("the edge answered the new flag %v after the save (polling took %v), want within a second", since, took)
 	}
 	flagURL := fmt.Sprintf("%s/project/%d/feature_flags/%d", base, s.projectID, id)
-	run(t, ctx, "open the flag", chromedp.Navigate(flagURL), chromedp.WaitVisible(link("Activity")))
+
+	// Some persons and events through the edge, and more flags, for the pages to show.
+	var batch []any
+	for i, email := range []string{"ada@example.com", "grace@example.com", "linus@kernel.org", "margaret@example.com"} {
+		batch = append(batch, map[string]any{"event": "$pageview", "distinct_id": fmt.Sprintf("user-%d", i+1),
+			"properties": map[string]any{"$current_url": "https://shop.example.com/checkout", "$browser": "Chrome", "$set": map[string]any{"email": email, "plan": []string{"free", "pro"}[i%2]}}})
+	}
+	if code, body := call(t, "POST", e.url+"/batch/", "", map[string]any{"api_key": s.token, "batch": batch}); code != 200 {
+		t.Fatalf("capture: %d %v", code, body)
+	}
+	for _, f := range []map[string]any{
+		{"key": "dark-mode", "name": "Dark theme for the web app", "tags": []string{"web", "design"}, "filters": map[string]any{
+			"groups":       []any{map[string]any{"properties": []any{}, "rollout_percentage": 100}},
+			"multivariate": map[string]any{"variants": []any{map[string]any{"key": "control", "rollout_percentage": 50}, map[string]any{"key": "dark", "rollout_percentage": 50}}}}},
+		{"key": "pricing-page-v2", "name": "New pricing page", "active": false, "tags": []string{"growth"}, "filters": map[string]any{
+			"groups": []any{map[string]any{"properties": []any{map[string]any{"key": "plan", "value": []string{"pro"}, "operator": "exact", "type": "person"}}, "rollout_percentage": 20}}}},
+		{"key": "search-v3", "name": "Typo-tolerant search", "filters": map[string]any{"groups": []any{
+			map[string]any{"properties": []any{}, "rollout_percentage": 10}, map[string]any{"properties": []any{map[string]any{"key": "email", "value": "@example.com", "operator": "icontains", "type": "person"}}, "rollout_percentage": 100}}}},
+	} {
+		s.createFlag(f)
+	}
+	waitFor(t, "persons stored", func() bool {
+		_, p := call(t, "GET", api("/persons/"), s.personal, nil)
+		return p["count"] == 4.0
+	})
+	run(t, ctx, "open the flag with a test", chromedp.Navigate(flagURL+"?distinct_id=user-1&properties=plan%3Dpro"), chromedp.WaitVisible(link("Activity")))
 	shoot(t, ctx, "flag-edit")
+	run(t, ctx, "events", chromedp.Click(link("Events")), chromedp.WaitVisible(`//td[normalize-space()="$pageview"]`))
+	shoot(t, ctx, "events")
 
 	// Toggle it off from the list.
 	run(t, ctx, "toggle off",
 		chromedp.Click(link("Feature flags")),
 		chromedp.WaitVisible(chromedp.CSS(`input[role=switch][aria-label=Active]:checked`)),
-		chromedp.Click(chromedp.CSS(`input[role=switch][aria-label=Active]`)),
+		chromedp.Click(chromedp.CSS(`a[href$="/feature_flags/`+fmt.Sprint(id)+`"]`)),
+		chromedp.WaitVisible(labelled("Key")),
+		chromedp.NavigateBack(),
+		chromedp.WaitVisible(link("New feature flag")),
+		chromedp.Click(chromedp.CSS(`tr:has(a[href$="/feature_flags/`+fmt.Sprint(id)+`"]) input[role=switch][aria-label=Active]`)),
 		chromedp.WaitVisible(`//*[contains(@class,"flash") and contains(., "is now off")]`),
-		chromedp.WaitVisible(chromedp.CSS(`input[role=switch][aria-label=Active]:not(:checked)`)))
+		chromedp.WaitVisible(chromedp.CSS(`tr:has(a[href$="/feature_flags/`+fmt.Sprint(id)+`"]) input[role=switch][aria-label=Active]:not(:checked)`)))
 	if _, f := call(t, "GET", api(fmt.Sprintf("/feature_flags/%d/", id)), s.personal, nil); f["active"] != false {
 		t.Errorf("after the toggle: active = %v", f["active"])
 	}
@@ -236,6 +267,7 @@ func TestConsoleInBrowser(t *testing.T) {
 	run(t, ctx, "edit",
 		chromedp.Navigate(flagURL), chromedp.WaitVisible(labelled("Description")),
 		fill("Description", "One-page checkout, take two"),
+		fill("Rollout percentage", "30"),
 		chromedp.Click(button("Save")),
 		chromedp.WaitVisible(`//*[contains(@class,"flash") and contains(., "saved")]`))
 	if _, f := call(t, "GET", api(fmt.Sprintf("/feature_flags/%d/", id)), s.personal, nil); f["name"] != "One-page checkout, take two" {
@@ -253,7 +285,8 @@ func TestConsoleInBrowser(t *testing.T) {
 	run(t, ctx, "activity", chromedp.Click(link("Activity")),
 		chromedp.WaitVisible(chromedp.CSS(`.timeline`)))
 	activity = value(t, ctx, "activity text", chromedp.Text(chromedp.CSS(`.timeline`)))
-	for _, want := range []string{"created the flag", "updated the flag", "deleted the flag", "active", "The one-page checkout"} {
+	for _, want := range []string{"created the flag", "updated the flag", "deleted the flag", "active", "The one-page checkout",
+		`"rollout_percentage": 50`, `"rollout_percentage": 30`} {
 		if !strings.Contains(activity, want) {
 			t.Errorf("activity lacks %q:\n%s", want, activity)
 		}
