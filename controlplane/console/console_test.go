@@ -16,6 +16,7 @@ import (
 
 	"golang.org/x/crypto/bcrypt"
 
+	"github.com/flagedge/flagedge/controlplane"
 	"github.com/flagedge/flagedge/controlplane/console"
 	"github.com/flagedge/flagedge/controlplane/flageval"
 	"github.com/flagedge/flagedge/controlplane/httpapi"
@@ -311,5 +312,171 @@ func TestConsoleFlags(t *testing.T) {
 	// A POST with a forged token changes nothing.
 	if p := b.post(flagPath+"/active", url.Values{"csrf_token": {"forged"}, "active": {"true"}}); p.status != http.StatusForbidden {
 		t.Errorf("forged csrf: %d", p.status)
+	}
+}
+
+func TestConsoleAnnotationsKeysMembers(t *testing.T) {
+	t.Parallel()
+	s := newSite(t)
+	b := s.browser()
+	tok := b.login("admin@example.com", s.password)
+	base := fmt.Sprintf("/project/%d/annotations", s.project)
+
+	// Annotations: create, edit, soft delete; a bad scope shows the API's error.
+	list := b.get(base)
+	if !strings.Contains(list.body, `>New annotation</button>`) {
+		t.Error("annotations page lacks the New annotation button")
+	}
+	form := b.get(base + "/new")
+	for _, want := range []string{`<label for="content">Content</label>`, `>Save</button>`} {
+		if !strings.Contains(form.body, want) {
+			t.Errorf("annotation form lacks %s", want)
+		}
+	}
+	if p := b.post(base+"/new", url.Values{"csrf_token": {tok}, "content": {"x"}, "scope": {"galaxy"}}); p.status != http.StatusBadRequest || !strings.Contains(p.body, "not a valid choice") {
+		t.Errorf("bad scope: %d", p.status)
+	}
+	if p := b.post(base+"/new", url.Values{"csrf_token": {tok}, "content": {"Release 1.2"}, "date_marker": {"2026-11-20T10:30"}, "scope": {"project"}}); p.status != http.StatusSeeOther {
+		t.Fatalf("create annotation: %d %.300s", p.status, p.body)
+	}
+	list = b.get(base + "?search=release")
+	m := regexp.MustCompile(`/annotations/(\d+)"`).FindStringSubmatch(list.body)
+	if m == nil || !strings.Contains(list.body, "20 Nov 2026 10:30 UTC") {
+		t.Fatalf("annotation not listed: %.2000s", list.body)
+	}
+	if p := b.post(base+"/"+m[1], url.Values{"csrf_token": {tok}, "content": {"Release 1.2.1"}, "date_marker": {"2026-11-20T10:30"}, "scope": {"organization"}}); p.status != http.StatusSeeOther {
+		t.Errorf("edit annotation: %d", p.status)
+	}
+	if p := b.post(base+"/"+m[1]+"/delete", url.Values{"csrf_token": {tok}}); p.status != http.StatusSeeOther {
+		t.Errorf("delete annotation: %d", p.status)
+	}
+	if list = b.get(base); strings.Contains(list.body, "Release 1.2.1") {
+		t.Error("a deleted annotation is listed")
+	}
+
+	// Keys: the value is shown once, and revoking it ends it.
+	p := b.post("/settings/keys", url.Values{"csrf_token": {tok}, "label": {"ci"}, "scope_feature_flag": {"read"}})
+	value := regexp.MustCompile(`value="(phx_[A-Za-z0-9]+)"`).FindStringSubmatch(p.body)
+	if p.status != http.StatusCreated || value == nil {
+		t.Fatalf("create key: %d", p.status)
+	}
+	if again := b.get("/settings/keys"); strings.Contains(again.body, value[1]) {
+		t.Error("the key's value is shown again")
+	}
+	if p := b.post("/settings/keys", url.Values{"csrf_token": {tok}, "label": {"none"}}); p.status != http.StatusBadRequest {
+		t.Errorf("a key without scopes: %d", p.status)
+	}
+
+	// Members: an invitation's link sets a password and logs the new member in.
+	p = b.post("/settings/members", url.Values{"csrf_token": {tok}, "email": {"new@example.com"}, "first_name": {"Nia"}})
+	link := regexp.MustCompile(`value="(http://[^"]+/set-password\?token=[^"]+)"`).FindStringSubmatch(p.body)
+	if p.status != http.StatusCreated || link == nil {
+		t.Fatalf("invite: %d %.500s", p.status, p.body)
+	}
+	u, _ := url.Parse(strings.ReplaceAll(link[1], "&amp;", "&"))
+	nb := s.browser()
+	setPage := nb.get(u.RequestURI())
+	token := csrf(t, setPage)
+	if p := nb.post("/set-password", url.Values{"csrf_token": {token}, "token": {u.Query().Get("token")}, "password": {"nia password 1"}, "password_again": {"nia password 2"}}); p.status != http.StatusBadRequest {
+		t.Errorf("different passwords: %d", p.status)
+	}
+	if p := nb.post("/set-password", url.Values{"csrf_token": {token}, "token": {u.Query().Get("token")}, "password": {"nia password 1"}, "password_again": {"nia password 1"}}); p.status != http.StatusSeeOther {
+		t.Fatalf("set password: %d %.300s", p.status, p.body)
+	}
+	if p := nb.get(fmt.Sprintf("/project/%d/feature_flags", s.project)); p.status != 200 {
+		t.Errorf("the new member is not logged in: %d", p.status)
+	}
+	// A member may not invite (admins only, the API's check).
+	if p := nb.post("/settings/members", url.Values{"csrf_token": {csrf(t, nb.get("/settings/members"))}, "email": {"x@example.com"}}); p.status != http.StatusForbidden {
+		t.Errorf("a member inviting: %d", p.status)
+	}
+}
+
+// TestConsoleRoleAccess checks that the console applies flag role access as the API does:
+// a member outside the flag's roles sees the flag but cannot change it.
+func TestConsoleRoleAccess(t *testing.T) {
+	t.Parallel()
+	s := newSite(t)
+	ctx := context.Background()
+	users := postgres.NewUserService(s.db, bcrypt.MinCost)
+	if _, err := postgres.CreateUser(ctx, s.db, "admin@example.com", "viewer@example.com", "", false); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := users.SetPassword(ctx, "viewer@example.com", "viewer password"); err != nil {
+		t.Fatal(err)
+	}
+	admin := s.browser()
+	tok := admin.login("admin@example.com", s.password)
+	base := fmt.Sprintf("/project/%d/feature_flags", s.project)
+	p := admin.post(base+"/new", url.Values{"csrf_token": {tok}, "key": {"guarded"}, "active": {"on"}, "cond_count": {"1"}, "action": {"save"}})
+	flagPath := p.location
+	roles := postgres.NewRoleService(s.db)
+	adminUser, err := users.CheckPassword(ctx, "admin@example.com", s.password)
+	if err != nil {
+		t.Fatal(err)
+	}
+	role, err := roles.CreateRole(ctx, adminUser, controlplaneRole("Checkout team"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := admin.post(flagPath+"/role_access", url.Values{"csrf_token": {tok}, "role_id": {role.ID}}); p.status != http.StatusSeeOther {
+		t.Fatalf("grant: %d", p.status)
+	}
+
+	viewer := s.browser()
+	vtok := viewer.login("viewer@example.com", "viewer password")
+	page := viewer.get(flagPath)
+	if !strings.Contains(page.body, "can view this flag but not change it") {
+		t.Errorf("the viewer is not told: %.1000s", page.body)
+	}
+	for _, tc := range []struct {
+		path string
+		form url.Values
+	}{
+		{flagPath, url.Values{"csrf_token": {vtok}, "key": {"guarded"}, "name": {"hijacked"}, "cond_count": {"1"}, "action": {"save"}}},
+		{flagPath + "/active", url.Values{"csrf_token": {vtok}, "active": {"false"}}},
+		{flagPath + "/delete", url.Values{"csrf_token": {vtok}}},
+	} {
+		if p := viewer.post(tc.path, tc.form); p.status != http.StatusForbidden {
+			t.Errorf("viewer POST %s: %d, want 403", tc.path, p.status)
+		}
+	}
+	if p := admin.get(flagPath); !strings.Contains(p.body, `badge-green">Enabled`) || strings.Contains(p.body, "hijacked") {
+		t.Error("the viewer changed the flag")
+	}
+}
+
+func controlplaneRole(name string) controlplane.RoleUpdate {
+	return controlplane.RoleUpdate{Name: &name}
+}
+
+// TestRouting checks that the console takes only the paths the API does not serve.
+func TestRouting(t *testing.T) {
+	t.Parallel()
+	s := newSite(t)
+	for _, tc := range []struct {
+		path        string
+		status      int
+		contentType string
+	}{
+		{"/_health", 200, "application/json"},
+		{"/api/nope/", 404, "application/json"},
+		{"/api/projects/", 401, "application/json"},
+		{"/flags/definitions", 401, "application/json"},
+		{"/api/schema/", 200, "application/vnd.oai.openapi; charset=utf-8"},
+		{"/nope", 404, "text/html; charset=utf-8"},
+		{"/login", 200, "text/html; charset=utf-8"},
+		{"/static/console.css", 200, "text/css; charset=utf-8"},
+	} {
+		t.Run(tc.path, func(t *testing.T) {
+			resp, err := http.Get(s.srv.URL + tc.path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != tc.status || resp.Header.Get("Content-Type") != tc.contentType {
+				t.Errorf("%d %q, want %d %q", resp.StatusCode, resp.Header.Get("Content-Type"), tc.status, tc.contentType)
+			}
+		})
 	}
 }
