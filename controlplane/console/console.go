@@ -384,8 +384,7 @@ func (q *request) page(title, nav string) (*page, error) {
 	}
 	if ck, err := q.r.Cookie(flashCookie); err == nil {
 		if msg, err := url.QueryUnescape(ck.Value); err == nil {
-			p.Flash, p.FlashKind, _ = strings.Cut(msg, "|")
-			p.Flash, p.FlashKind = p.FlashKind, p.Flash
+			p.FlashKind, p.Flash, _ = strings.Cut(msg, "|") // written by redirect as kind|message
 		}
 		http.SetCookie(q.w, &http.Cookie{Name: flashCookie, Path: "/", MaxAge: -1, HttpOnly: true, SameSite: http.SameSiteLaxMode})
 	}

@@ -246,13 +246,6 @@ var funcs = template.FuncMap{
 	"join":     strings.Join,
 	"add":      func(a, b int) int { return a + b },
 	"initials": initials,
-	"dict": func(kv ...any) map[string]any {
-		m := map[string]any{}
-		for i := 0; i+1 < len(kv); i += 2 {
-			m[kv[i].(string)] = kv[i+1]
-		}
-		return m
-	},
 }
 
 // initials are up to two letters for an avatar.
