@@ -88,7 +88,8 @@ const (
 )
 
 // ScopeObjects are the objects a scope may name.
-var ScopeObjects = []string{"feature_flag", "annotation", "activity_log", "project", "cohort", "person", "event", "role"}
+var ScopeObjects = []string{"feature_flag", "annotation", "activity_log", "project", "cohort", "person", "event", "role",
+	"personal_api_key", "user", "organization_member"}
 
 // ValidScope reports whether s is "*" or "<object>:read|write" for a known object.
 func ValidScope(s string) bool {

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what a fresh machine lacks to build, run and test flagedge: the PostgreSQL server
-# binaries (tests and `make run` start throwaway clusters with them) and Node.js with npm (the
-# end-to-end tests run the official posthog-node SDK).
+# binaries (tests and `make run` start throwaway clusters with them), Node.js with npm (the
+# end-to-end tests run the official posthog-node SDK) and Chromium (the console's browser
+# tests drive it headless).
 set -euo pipefail
 
 need_pg() {
@@ -24,6 +25,11 @@ if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
   echo "install-deps: installing nodejs and npm" >&2
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq nodejs npm >/dev/null
+fi
+if ! command -v chromium >/dev/null; then
+  echo "install-deps: installing chromium" >&2
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq chromium >/dev/null
 fi
 if [ "$(id -u)" -eq 0 ] && ! id postgres >/dev/null 2>&1; then
   useradd --system --home /var/lib/postgresql --shell /bin/bash postgres

@@ -62,6 +62,9 @@ done
 project_id=$(sed -E 's/.*"project_id":([0-9]+).*/\1/' <<<"$keys")
 personal=$(sed -E 's/.*"personal_api_key":"([^"]+)".*/\1/' <<<"$keys")
 token=$(sed -E 's/.*"project_api_key":"([^"]+)".*/\1/' <<<"$keys")
+password=$(sed -nE 's/.*"password":"([^"]+)".*/\1/p' <<<"$keys")
+login="log in as $EMAIL with password $password"
+[ -n "$password" ] || login="log in as $EMAIL (set a password: bin/controlplane users set-password --email $EMAIL)"
 if [ $# -gt 0 ]; then
   FLAGEDGE="http://$HTTP_ADDR" EDGE="http://$EDGE_ADDR" PROJECT="$project_id" KEY="$personal" TOKEN="$token" "$@"
   exit $?
@@ -72,6 +75,7 @@ flagedge is running.
   control plane   http://$HTTP_ADDR (management API), $GRPC_ADDR (sync)
   edge            http://$EDGE_ADDR (/decide, /flags, flag definitions)${geoip:+, GeoIP from $geoip}
   demo keys       $keys
+  console         http://$HTTP_ADDR/  $login
 
 Try:
   export FLAGEDGE=http://$HTTP_ADDR EDGE=http://$EDGE_ADDR PROJECT=$project_id KEY=$personal TOKEN=$token

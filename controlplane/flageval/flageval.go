@@ -73,7 +73,13 @@ func Definition(snap *controlplane.ProjectSnapshot) flags.Project {
 // ForDistinctID evaluates every flag for a distinct id and groups (type name → key) with
 // their stored properties.
 func (e *Evaluator) ForDistinctID(ctx context.Context, p *Project, distinctID string, groups map[string]string) ([]flags.Result, error) {
-	req := flags.Request{DistinctID: distinctID, Groups: groups}
+	return e.ForRequest(ctx, p, flags.Request{DistinctID: distinctID, Groups: groups})
+}
+
+// ForRequest evaluates every flag for req's distinct id and groups with their stored
+// properties, under the request's own person and group properties.
+func (e *Evaluator) ForRequest(ctx context.Context, p *Project, req flags.Request) ([]flags.Result, error) {
+	distinctID, groups := req.DistinctID, req.Groups
 	person, err := e.Persons.LookupPerson(ctx, p.Definition.ProjectID, distinctID)
 	if err != nil {
 		return nil, err

@@ -54,7 +54,13 @@ func (s *Server) handleEvaluationReasons(w http.ResponseWriter, r *http.Request,
 	if err != nil {
 		return err
 	}
-	results, err := s.cfg.Evaluator.ForDistinctID(r.Context(), p, distinctID, groups)
+	req := flags.Request{DistinctID: distinctID, Groups: groups}
+	if raw := r.URL.Query().Get("person_properties"); raw != "" {
+		if json.Unmarshal([]byte(raw), &req.PersonProperties) != nil || req.PersonProperties == nil {
+			return controlplane.FieldError("person_properties", "invalid_input", "person_properties must be a JSON object.")
+		}
+	}
+	results, err := s.cfg.Evaluator.ForRequest(r.Context(), p, req)
 	if err != nil {
 		return err
 	}

@@ -15,6 +15,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"golang.org/x/crypto/bcrypt"
 
 	"github.com/flagedge/flagedge/controlplane/flageval"
 	"github.com/flagedge/flagedge/controlplane/httpapi"
@@ -59,6 +60,7 @@ func newEnv(t *testing.T) *env {
 		Flags: postgres.NewFlagService(db), Activity: postgres.NewActivityService(db), Events: postgres.NewEventReader(db),
 		Annotations: postgres.NewAnnotationService(db), Roles: postgres.NewRoleService(db),
 		Cohorts: postgres.NewCohortService(db), Dashboards: postgres.NewFlagService(db),
+		Users: postgres.NewUserService(db, bcrypt.MinCost), Keys: postgres.NewKeyService(db),
 		Evaluator: &flageval.Evaluator{Snapshots: postgres.NewSnapshotStore(db), Persons: postgres.NewPersonStore(db), Scanner: postgres.NewPersonStore(db)},
 		Ready:     db.Ping, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})
@@ -69,9 +71,10 @@ func newEnv(t *testing.T) *env {
 
 // response is a decoded answer.
 type response struct {
-	status int
-	raw    []byte
-	body   map[string]any
+	status      int
+	raw         []byte
+	body        map[string]any
+	contentType string
 }
 
 func (r response) str(k string) string { s, _ := r.body[k].(string); return s }
@@ -109,7 +112,7 @@ func (e *env) do(method, path, key string, body any) response {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	out := response{status: resp.StatusCode, raw: raw}
+	out := response{status: resp.StatusCode, raw: raw, contentType: resp.Header.Get("Content-Type")}
 	if len(raw) > 0 && raw[0] == '{' {
 		if err := json.Unmarshal(raw, &out.body); err != nil {
 			e.t.Fatalf("%s %s: bad JSON %q: %v", method, path, raw, err)

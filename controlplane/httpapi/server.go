@@ -30,6 +30,8 @@ type Config struct {
 	Roles       controlplane.RoleService
 	Cohorts     controlplane.CohortService
 	Dashboards  controlplane.DashboardService
+	Users       controlplane.UserService
+	Keys        controlplane.KeyService
 	Evaluator   *flageval.Evaluator
 	// Ready reports whether the server can answer (its database is reachable).
 	Ready func(ctx context.Context) error
@@ -142,6 +144,19 @@ func (s *Server) routes() {
 	s.projectRoute("GET", project+"/persons", controlplane.ScopePersonRead, s.handleListPersons)
 	s.projectRoute("GET", project+"/persons/{id}", controlplane.ScopePersonRead, s.handleGetPerson)
 	s.projectRoute("GET", project+"/groups", controlplane.ScopePersonRead, s.handleListGroups)
+
+	s.keyRoute("GET", "/api/users/{user}", controlplane.ScopeUserRead, s.handleMe)
+	const keys = "/api/personal_api_keys"
+	s.keyRoute("GET", keys, controlplane.ScopeKeyRead, s.handleListKeys)
+	s.keyRoute("POST", keys, controlplane.ScopeKeyWrite, s.handleCreateKey)
+	s.keyRoute("GET", keys+"/{id}", controlplane.ScopeKeyRead, s.handleGetKey)
+	s.keyRoute("PATCH", keys+"/{id}", controlplane.ScopeKeyWrite, s.handlePatchKey)
+	s.keyRoute("DELETE", keys+"/{id}", controlplane.ScopeKeyWrite, s.handleDeleteKey)
+	const org = "/api/organizations/{org}"
+	s.orgRoute("GET", org+"/members", controlplane.ScopeMemberRead, s.handleListMembers)
+	s.orgRoute("DELETE", org+"/members/{user}", controlplane.ScopeMemberWrite, s.handleRemoveMember)
+	s.orgRoute("POST", org+"/invites", controlplane.ScopeMemberWrite, s.handleInvite)
+	s.publicRoute("GET", "/api/schema", http.HandlerFunc(handleSchema))
 }
 
 // Access says how a route authenticates its caller.

@@ -38,10 +38,16 @@ func (s *AuthService) AuthenticatePersonalKey(ctx context.Context, secret string
 	}
 	var k controlplane.APIKey
 	dest := append([]any{&k.ID, &k.Label, &k.Scopes, &k.Projects}, scanUserInto(&k.User)...)
+	// last_used_at is written at most once an hour per key, so that reads stay reads.
 	err := s.db.Pool.QueryRow(ctx, `
-		SELECT k.id, k.label, k.scopes, k.scoped_projects, `+userColumns+`
-		FROM personal_api_keys k JOIN users u ON u.id = k.user_id
-		WHERE k.secure_value = $1`, HashKey(secret)).Scan(dest...)
+		WITH k AS (
+			SELECT k.id AS key_id, k.label, k.scopes, k.scoped_projects, `+userColumns+`
+			FROM personal_api_keys k JOIN users u ON u.id = k.user_id
+			WHERE k.secure_value = $1 AND u.removed_at IS NULL),
+		touched AS (
+			UPDATE personal_api_keys t SET last_used_at = now() FROM k
+			WHERE t.id = k.key_id AND (t.last_used_at IS NULL OR t.last_used_at < now() - interval '1 hour'))
+		SELECT * FROM k`, HashKey(secret)).Scan(dest...)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, ErrInvalidPersonalKey
 	}
@@ -82,9 +88,9 @@ func (s *AuthService) CreatePersonalKey(ctx context.Context, email, label string
 			}
 		}
 		if err := tx.QueryRow(ctx, `
-			INSERT INTO personal_api_keys (user_id, label, secure_value, scopes, scoped_projects)
-			VALUES ($1, $2, $3, $4, $5) RETURNING id`,
-			key.User.ID, label, HashKey(key.Secret), scopes, projects).Scan(&key.ID); err != nil {
+			INSERT INTO personal_api_keys (user_id, label, secure_value, scopes, scoped_projects, mask_value)
+			VALUES ($1, $2, $3, $4, $5, $6) RETURNING id`,
+			key.User.ID, label, HashKey(key.Secret), scopes, projects, maskKey(key.Secret)).Scan(&key.ID); err != nil {
 			return err
 		}
 		key.Label, key.Scopes, key.Projects = label, scopes, projects

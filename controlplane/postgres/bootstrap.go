@@ -17,6 +17,10 @@ type BootstrapResult struct {
 	ProjectAPIKey  string `json:"project_api_key"`
 	PersonalAPIKey string `json:"personal_api_key"`
 	SecretAPIKey   string `json:"secret_api_key"`
+	Email          string `json:"email"`
+	// Password is the console password generated for a user this call created; empty (and
+	// left out) when the user existed already.
+	Password string `json:"password,omitempty"`
 }
 
 // Bootstrap makes sure an organisation, an admin user with the given email and a project with
@@ -30,8 +34,9 @@ func Bootstrap(ctx context.Context, db *DB, email, projectName string) (*Bootstr
 	if projectName == "" {
 		projectName = "Default Project"
 	}
-	var res BootstrapResult
+	res := BootstrapResult{Email: email}
 	var orgID int64
+	createdUser := false
 	err := db.inTx(ctx, func(tx pgx.Tx) error {
 		// Serialise concurrent bootstraps so that they agree on one organisation and project.
 		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(7100001)`); err != nil {
@@ -39,6 +44,7 @@ func Bootstrap(ctx context.Context, db *DB, email, projectName string) (*Bootstr
 		}
 		err := tx.QueryRow(ctx, `SELECT organization_id FROM users WHERE email = $1`, email).Scan(&orgID)
 		if errors.Is(err, pgx.ErrNoRows) {
+			createdUser = true
 			if err := tx.QueryRow(ctx, `INSERT INTO organizations (name) VALUES ($1) RETURNING id`,
 				strings.SplitN(email, "@", 2)[1]).Scan(&orgID); err != nil {
 				return err
@@ -72,6 +78,12 @@ func Bootstrap(ctx context.Context, db *DB, email, projectName string) (*Bootstr
 		return nil, fmt.Errorf("bootstrap: %w", err)
 	}
 	res.PersonalAPIKey = key.Secret
+	if createdUser {
+		res.Password = NewPassword()
+		if _, err := NewUserService(db, 0).SetPassword(ctx, email, res.Password); err != nil {
+			return nil, fmt.Errorf("bootstrap: %w", err)
+		}
+	}
 	return &res, nil
 }
 

@@ -31,6 +31,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/keepalive"
 
+	"github.com/flagedge/flagedge/controlplane/console"
 	"github.com/flagedge/flagedge/controlplane/flageval"
 	"github.com/flagedge/flagedge/controlplane/httpapi"
 	"github.com/flagedge/flagedge/controlplane/postgres"
@@ -46,9 +47,11 @@ Commands:
   migrate               apply pending migrations and exit
   bootstrap             create (idempotently) an organisation, an admin user, a project and a new
                         personal key with scope *; print {"project_id", "project_api_key",
-                        "personal_api_key", "secret_api_key"} as one JSON line
+                        "personal_api_key", "secret_api_key", "email"} as one JSON line, with a
+                        generated console "password" when it created the user
   keys create           issue a personal API key for a user and print it
   users create          add a user to the organisation of an existing one; print it as JSON
+  users set-password    set a user's console password from stdin, or generate and print one
 
 Run "controlplane <command> -h" for the flags of a command.
 `
@@ -84,8 +87,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 		return createKey(ctx, args[2:], stdout, stderr)
 	case "users":
+		if len(args) >= 2 && args[1] == "set-password" {
+			return setPassword(ctx, args[2:], os.Stdin, stdout, stderr)
+		}
 		if len(args) < 2 || args[1] != "create" {
-			return errors.New(`usage: controlplane users create --email E --organization-of ADMIN_EMAIL [--admin]`)
+			return errors.New(`usage: controlplane users create --email E --organization-of ADMIN_EMAIL [--admin] | users set-password --email E`)
 		}
 		return createUser(ctx, args[2:], stdout, stderr)
 	}
@@ -298,7 +304,10 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 		}
 		return db.Ping(ctx)
 	}
-	api := newAPI(db, cfg, ready, logger, reg)
+	handler, err := newHTTPHandler(db, cfg, ready, logger, reg)
+	if err != nil {
+		return err
+	}
 	syncServer := syncserver.NewServer(postgres.NewSnapshotStore(db), postgres.NewPersonStore(db), postgres.NewEventStore(db, logger), logger, reg)
 	grpcServer := newGRPCServer(syncServer)
 
@@ -312,7 +321,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 		httpLn.Close()
 		return err
 	}
-	srv := &http.Server{Handler: api, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn)}
+	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn)}
 	logger.Info("control plane listening", "http_addr", httpLn.Addr().String(), "grpc_addr", grpcLn.Addr().String())
 
 	g, gctx := errgroup.WithContext(ctx)
@@ -343,10 +352,11 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	return g.Wait()
 }
 
-// newAPI builds the management API over the database's services.
-func newAPI(db *postgres.DB, cfg *serveConfig, ready func(context.Context) error, logger *slog.Logger, reg *prometheus.Registry) *httpapi.Server {
-	flagStore, personStore := postgres.NewFlagService(db), postgres.NewPersonStore(db)
-	return httpapi.New(httpapi.Config{
+// newHTTPHandler builds the management API over the database's services, and the web console
+// on top of it.
+func newHTTPHandler(db *postgres.DB, cfg *serveConfig, ready func(context.Context) error, logger *slog.Logger, reg *prometheus.Registry) (http.Handler, error) {
+	flagStore, personStore, userStore := postgres.NewFlagService(db), postgres.NewPersonStore(db), postgres.NewUserService(db, 0)
+	api := httpapi.New(httpapi.Config{
 		Auth:        postgres.NewAuthService(db),
 		Projects:    postgres.NewProjectService(db),
 		Flags:       flagStore,
@@ -356,12 +366,20 @@ func newAPI(db *postgres.DB, cfg *serveConfig, ready func(context.Context) error
 		Roles:       postgres.NewRoleService(db),
 		Cohorts:     postgres.NewCohortService(db),
 		Dashboards:  flagStore,
+		Users:       userStore,
+		Keys:        postgres.NewKeyService(db),
 		Evaluator:   &flageval.Evaluator{Snapshots: postgres.NewSnapshotStore(db), Persons: personStore, Scanner: personStore},
 		Ready:       ready,
 		PublicURL:   cfg.PublicURL,
 		Logger:      logger,
 		Registry:    reg,
 	})
+	web, err := console.New(console.Config{API: api, Users: userStore, Sessions: postgres.NewSessionService(db), Logger: logger,
+		SecureCookies: strings.HasPrefix(cfg.PublicURL, "https://")})
+	if err != nil {
+		return nil, err
+	}
+	return api.WithConsole(web), nil
 }
 
 // newGRPCServer returns the gRPC server of the sync service.

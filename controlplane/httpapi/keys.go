@@ -1,0 +1,142 @@
+package httpapi
+
+import (
+	"net/http"
+	"strconv"
+
+	"github.com/flagedge/flagedge/controlplane"
+)
+
+// keyJSON is a personal API key in PostHog's shape; Value (the secret) only in the answer
+// to its creation.
+type keyJSON struct {
+	ID                  int64     `json:"id"`
+	Label               string    `json:"label"`
+	Value               *string   `json:"value,omitempty"`
+	MaskValue           string    `json:"mask_value"`
+	CreatedAt           timeJSON  `json:"created_at"`
+	LastUsedAt          *timeJSON `json:"last_used_at"`
+	UserID              int64     `json:"user_id"`
+	Scopes              []string  `json:"scopes"`
+	ScopedTeams         []int64   `json:"scoped_teams"`
+	ScopedOrganizations []string  `json:"scoped_organizations"`
+}
+
+func newKeyJSON(k *controlplane.PersonalKey) keyJSON {
+	out := keyJSON{ID: k.ID, Label: k.Label, MaskValue: k.MaskValue, CreatedAt: timeJSON(k.CreatedAt), UserID: k.UserID,
+		Scopes: nonNil(k.Scopes), ScopedTeams: nonNil(k.ScopedTeams), ScopedOrganizations: nonNil(k.ScopedOrganizations)}
+	if k.LastUsedAt != nil {
+		t := timeJSON(*k.LastUsedAt)
+		out.LastUsedAt = &t
+	}
+	return out
+}
+
+// handleListKeys answers the caller's keys, newest first, as a plain list (as PostHog does).
+func (s *Server) handleListKeys(w http.ResponseWriter, r *http.Request, key *controlplane.APIKey) error {
+	list, err := s.cfg.Keys.FindKeys(r.Context(), key.User.ID)
+	if err != nil {
+		return err
+	}
+	out := make([]keyJSON, len(list))
+	for i, k := range list {
+		out[i] = newKeyJSON(k)
+	}
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
+func decodeKeyUpdate(w http.ResponseWriter, r *http.Request) (controlplane.KeyUpdate, error) {
+	var u controlplane.KeyUpdate
+	f, err := decodeObject(w, r)
+	if err != nil {
+		return u, err
+	}
+	for _, step := range []error{
+		f.str("label", &u.Label),
+		f.strings("scopes", &u.Scopes),
+		f.ints("scoped_teams", &u.ScopedTeams),
+		f.strings("scoped_organizations", &u.ScopedOrganizations),
+	} {
+		if step != nil {
+			return u, step
+		}
+	}
+	return u, nil
+}
+
+func (s *Server) handleCreateKey(w http.ResponseWriter, r *http.Request, key *controlplane.APIKey) error {
+	upd, err := decodeKeyUpdate(w, r)
+	if err != nil {
+		return err
+	}
+	if err := upd.Validate(true, key); err != nil {
+		return err
+	}
+	k, secret, err := s.cfg.Keys.CreateKey(r.Context(), &key.User, upd)
+	if err != nil {
+		return err
+	}
+	out := newKeyJSON(k)
+	out.Value = &secret
+	writeJSON(w, http.StatusCreated, out)
+	return nil
+}
+
+// keyFromPath loads the path's key among the caller's; "@current" is the calling key.
+func (s *Server) keyFromPath(r *http.Request, key *controlplane.APIKey) (*controlplane.PersonalKey, error) {
+	raw := r.PathValue("id")
+	if raw == "@current" {
+		if key.ID == 0 {
+			return nil, controlplane.ErrNotFound // a console session is no key
+		}
+		return s.cfg.Keys.FindKeyByID(r.Context(), key.User.ID, key.ID)
+	}
+	id, err := strconv.ParseInt(raw, 10, 64)
+	if err != nil || id <= 0 {
+		return nil, controlplane.ErrNotFound
+	}
+	return s.cfg.Keys.FindKeyByID(r.Context(), key.User.ID, id)
+}
+
+func (s *Server) handleGetKey(w http.ResponseWriter, r *http.Request, key *controlplane.APIKey) error {
+	k, err := s.keyFromPath(r, key)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, newKeyJSON(k))
+	return nil
+}
+
+func (s *Server) handlePatchKey(w http.ResponseWriter, r *http.Request, key *controlplane.APIKey) error {
+	k, err := s.keyFromPath(r, key)
+	if err != nil {
+		return err
+	}
+	upd, err := decodeKeyUpdate(w, r)
+	if err != nil {
+		return err
+	}
+	if err := upd.Validate(false, key); err != nil {
+		return err
+	}
+	k, err = s.cfg.Keys.UpdateKey(r.Context(), &key.User, k.ID, upd)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, newKeyJSON(k))
+	return nil
+}
+
+// handleDeleteKey revokes a key: the API refuses it at once, edges with their next snapshot.
+func (s *Server) handleDeleteKey(w http.ResponseWriter, r *http.Request, key *controlplane.APIKey) error {
+	k, err := s.keyFromPath(r, key)
+	if err != nil {
+		return err
+	}
+	if err := s.cfg.Keys.DeleteKey(r.Context(), key.User.ID, k.ID); err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
