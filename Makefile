@@ -28,7 +28,7 @@ bench: deps build
 	@bash deploy/run-local.sh $(GO) run ./bench --suite --go-bench --duration 4s
 
 # Regenerates shared/syncpb from sync.proto (needs protoc, protoc-gen-go and protoc-gen-go-grpc;
-# see DEPS in the README).
+# see "Development" in README.md).
 generate:
 	PATH="$$($(GO) env GOPATH)/bin:$$PATH" $(GO) generate ./shared/syncpb
 

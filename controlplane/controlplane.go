@@ -1,6 +1,9 @@
 // Package controlplane holds the control plane's domain: organisations, users, projects, API
-// keys, feature flags and the activity log, and the service interfaces that adapters
-// (postgres, httpapi) implement or consume. It performs no I/O.
+// keys and their scopes, feature flags and the activity log, cohorts and dashboards,
+// annotations, roles and flag role access, captured events with the persons and groups
+// ingestion makes of them, the project snapshots edges serve, and the one error type of the
+// control plane (errors.go). It also declares the service interfaces that adapters
+// implement (postgres) or consume (httpapi, syncserver, flageval). It performs no I/O.
 package controlplane
 
 import (
@@ -24,7 +27,8 @@ type Organization struct {
 	CreatedAt time.Time
 }
 
-// User is a person who manages projects; its summary is the seed's created_by object.
+// User is a person who manages projects; its summary is the API's user object (created_by,
+// last_modified_by).
 type User struct {
 	ID              int64
 	UUID            string

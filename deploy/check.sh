@@ -60,8 +60,9 @@ artifact_env() {
     sed -nE 's/^(ENV +| +)(FLAGEDGE_[A-Z0-9_]+)=.*/\2/p' deploy/Dockerfile
   } | sort -u
 }
-# The contract's wave-2 variables (docs/deploy.md); tolerated as unknown only while the
-# programs do not have their flags yet, i.e. until `edge --help` mentions --edge-token.
+# Variables the artifacts and docs/deploy.md already use for settings the programs are still
+# to gain (edge tokens, TLS, a metrics listener, trusted proxies); tolerated as unknown only
+# while the programs do not have their flags yet, i.e. until `edge --help` mentions --edge-token.
 wave2="FLAGEDGE_EDGE_TOKEN FLAGEDGE_GRPC_TLS_CERT FLAGEDGE_GRPC_TLS_KEY FLAGEDGE_GRPC_INSECURE
 FLAGEDGE_CONTROL_PLANE_CA FLAGEDGE_TLS_CERT FLAGEDGE_TLS_KEY FLAGEDGE_METRICS_ADDR
 FLAGEDGE_DRAIN_DELAY FLAGEDGE_TRUSTED_PROXIES"

@@ -9,7 +9,7 @@ import (
 	"github.com/flagedge/flagedge/controlplane"
 )
 
-// annotationJSON is the seed's annotation object.
+// annotationJSON is the API's annotation object.
 type annotationJSON struct {
 	ID                 int64     `json:"id"`
 	Content            string    `json:"content"`

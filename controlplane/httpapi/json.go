@@ -7,7 +7,7 @@ import (
 	"github.com/flagedge/flagedge/controlplane"
 )
 
-// userJSON is the seed's user summary.
+// userJSON is the API's user summary (created_by, last_modified_by, a membership's user).
 type userJSON struct {
 	ID              int64  `json:"id"`
 	UUID            string `json:"uuid"`
@@ -33,7 +33,7 @@ func (t timeJSON) MarshalJSON() ([]byte, error) {
 	return []byte(`"` + time.Time(t).UTC().Format("2006-01-02T15:04:05.000000Z") + `"`), nil
 }
 
-// flagJSON is the seed's feature flag object.
+// flagJSON is the API's feature flag object.
 type flagJSON struct {
 	ID                         int64           `json:"id"`
 	Name                       string          `json:"name"`

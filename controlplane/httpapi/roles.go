@@ -8,8 +8,8 @@ import (
 	"github.com/flagedge/flagedge/controlplane"
 )
 
-// roleJSON is the seed's role object. members and associated_flags are strings, as the
-// seed types them: the members' user uuids and the ids of the flags the role has access to,
+// roleJSON is the API's role object. members and associated_flags are strings, as PostHog
+// types them: the members' user uuids and the ids of the flags the role has access to,
 // comma-separated (role_memberships lists the members in full).
 type roleJSON struct {
 	ID                      string    `json:"id"`
@@ -186,7 +186,7 @@ func (s *Server) handleRemoveMembership(w http.ResponseWriter, r *http.Request, 
 	return nil
 }
 
-// roleAccessJSON is the seed's flag role access object.
+// roleAccessJSON is the API's flag role access object.
 type roleAccessJSON struct {
 	ID          int64    `json:"id"`
 	FeatureFlag flagJSON `json:"feature_flag"`

@@ -1,4 +1,4 @@
-// Package ingest holds what captured events mean for persons and groups (API.md 6): $identify
+// Package ingest holds what captured events mean for persons and groups: $identify
 // and $create_alias merge persons, $set/$set_once/$unset change their properties, and
 // $groupidentify creates or updates groups. It applies events in order to an in-memory View
 // of the persons and groups they touch; the store loads the view and writes back its changes.

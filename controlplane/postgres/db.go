@@ -1,7 +1,12 @@
 // Package postgres implements the control plane's services on PostgreSQL with pgx: the
-// schema and its embedded migrations, projects, keys, flags and the activity log. Every write
-// that changes what edges serve bumps the project's snapshot version and sends a NOTIFY in
-// the same transaction.
+// schema and its embedded migrations (applied under an advisory lock); bootstrap and users;
+// projects; personal API keys and tokens; flags, usage dashboards and the activity log;
+// cohorts; annotations; roles, memberships and flag role access; the snapshots edges serve
+// and the database's identity; person and group look-ups and hash-key overrides; event
+// ingestion (persons, distinct ids, groups) with its dead letters; the read API over events,
+// persons and groups; and the LISTEN loop that tells the sync service of changes. Every
+// write that changes what edges serve bumps the project's snapshot version and sends a
+// NOTIFY in the same transaction.
 package postgres
 
 import (

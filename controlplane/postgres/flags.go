@@ -23,7 +23,7 @@ var _ controlplane.FlagService = (*FlagService)(nil)
 // NewFlagService returns a FlagService on db.
 func NewFlagService(db *DB) *FlagService { return &FlagService{db: db} }
 
-// userSummaryJSON builds the seed's user summary of the users row aliased a, or NULL.
+// userSummaryJSON builds the API's user summary of the users row aliased a, or NULL.
 func userSummaryJSON(a string) string {
 	return `CASE WHEN ` + a + `.id IS NULL THEN NULL ELSE json_build_object('id', ` + a + `.id, 'uuid', ` + a + `.uuid,
 		'distinct_id', ` + a + `.distinct_id, 'first_name', ` + a + `.first_name, 'last_name', ` + a + `.last_name,

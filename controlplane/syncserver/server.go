@@ -1,5 +1,6 @@
-// Package syncserver is the control plane's gRPC sync service: it streams project snapshots to the
-// edges, driven by Postgres LISTEN/NOTIFY, and answers their person and group look-ups.
+// Package syncserver is the control plane's gRPC sync service: it streams project snapshots
+// to the edges, driven by Postgres LISTEN/NOTIFY, answers their person and group look-ups,
+// records experience-continuity hash-key overrides, and ingests the events they forward.
 package syncserver
 
 import (

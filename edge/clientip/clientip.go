@@ -8,7 +8,7 @@ import (
 	"net/netip"
 )
 
-// ClientIP returns the address a request comes from: the first entry of X-Forwarded-For when
+// FromRequest returns the address a request comes from: the first entry of X-Forwarded-For when
 // it holds one, else the socket's peer.
 func FromRequest(forwardedFor []byte, remote net.IP) netip.Addr {
 	if len(forwardedFor) > 0 {

@@ -192,10 +192,11 @@ func parseTime(v *fastjson.Value) time.Time {
 	return time.Time{}
 }
 
-// EventTime is when an event happened, by the server's clock (API.md 6): a client timestamp
-// is corrected by the client's clock skew when the request said when it was sent; an offset
-// counts back from the receive time; without either the receive time is used, and so it is
-// for a time more than 23 hours ahead or outside the years 1 to 9999.
+// EventTime is when an event happened, by the server's clock (docs/api.md, Capture): a client
+// timestamp is corrected by the client's clock skew when the request said when it was sent;
+// an offset counts back from the receive time; without either the client's timestamp is
+// used, and without one the receive time, as it is for a time more than 23 hours ahead or
+// outside the years 1 to 9999.
 func EventTime(e *Event, sentAt, now time.Time) time.Time {
 	var t time.Time
 	switch {

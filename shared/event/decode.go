@@ -1,5 +1,7 @@
 // Package event holds what capture and decide share about request bodies: decoding every
-// encoding PostHog's SDKs send (JSON, gzip, lz-string base64, base64, form data=) into JSON.
+// encoding PostHog's SDKs send (JSON, gzip, lz-string base64, base64, form data=) into JSON,
+// parsing capture bodies into events, making text and numbers storable (CleanJSON,
+// CleanString) and the server-side time of an event (EventTime).
 package event
 
 import (

@@ -11,11 +11,11 @@ import (
 )
 
 // DefinitionsBody builds the flag definitions document that SDKs download for local
-// evaluation (API.md 8.4): every flag (inactive ones included), the group type mapping, and
-// the cohorts. With sendCohorts, cohorts are sent as property groups (static ones cannot be
-// evaluated locally and are left out); without it, a flag that references exactly one
-// property cohort made of plain person conditions gets them inlined instead. Flag
-// dependencies are named by key and carry the dependency_chain SDKs need.
+// evaluation (docs/api.md, Flag definitions): every flag (inactive ones included), the group
+// type mapping, and the cohorts. With sendCohorts, cohorts are sent as property groups
+// (static ones cannot be evaluated locally and are left out); without it, a flag that
+// references exactly one property cohort made of plain person conditions gets them inlined
+// instead. Flag dependencies are named by key and carry the dependency_chain SDKs need.
 //
 // The output is deterministic: the same project always gives the same bytes.
 func DefinitionsBody(projectID int64, p Project, sendCohorts bool) ([]byte, error) {

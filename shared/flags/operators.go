@@ -1,6 +1,6 @@
 package flags
 
-// Operators of property filters (API.md 7.3).
+// Operators of property filters; docs/api.md (Flag evaluation) says what each matches.
 const (
 	OpExact           = "exact"
 	OpIsNot           = "is_not"

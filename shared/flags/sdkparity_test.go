@@ -23,8 +23,8 @@ import (
 //
 // Known, intended differences, kept out of the generated workload:
 //   - exact/is_not: the SDK compares Go values strictly (case- and type-sensitive); we compare
-//     case-insensitive string forms with the boolean rule (API.md 7.3). Filter and person
-//     values here come from the same pools, where both agree.
+//     case-insensitive string forms with the boolean rule (docs/api.md, Flag evaluation).
+//     Filter and person values here come from the same pools, where both agree.
 //   - gt/gte/lt/lte: the SDK only orders numbers; we also compare numeric strings and strings.
 //   - a missing property: the SDK skips the condition (and answers from a later one, or not
 //     at all); we apply the operator's rule for absent properties. Users here have them all.
@@ -149,7 +149,8 @@ func randomUser(rng *rand.Rand, n int) user {
 	u := user{id: fmt.Sprintf("user-%d-%d", n, rng.IntN(1_000_000)), company: fmt.Sprintf("company-%d", rng.IntN(50)),
 		props: flags.Properties{}, companyProps: flags.Properties{}}
 	// Every property is present: for a missing one the SDK skips the condition as
-	// inconclusive and may still answer from a later one, where we apply API.md's rule.
+	// inconclusive and may still answer from a later one, where we apply the operator's rule
+	// for an absent property (the negative operators match, the others do not).
 	maybe := func(key string, v any) { u.props[key] = v }
 	maybe("email", fmt.Sprintf(emails[rng.IntN(len(emails))], n))
 	maybe("plan", plans[rng.IntN(len(plans))])
