@@ -11,9 +11,14 @@ all: build
 deps:
 	@bash deploy/install-deps.sh
 
+# The version and commit --version prints and flagedge_build_info exports.
+VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+COMMIT   ?= $(shell git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
+LDFLAGS  := -X github.com/flagedge/flagedge/internal/version.Version=$(VERSION) -X github.com/flagedge/flagedge/internal/version.Commit=$(COMMIT)
+
 build:
-	$(GO) build -o bin/controlplane ./controlplane/cmd/controlplane
-	$(GO) build -o bin/edge ./edge/cmd/edge
+	$(GO) build -ldflags "$(LDFLAGS)" -o bin/controlplane ./controlplane/cmd/controlplane
+	$(GO) build -ldflags "$(LDFLAGS)" -o bin/edge ./edge/cmd/edge
 
 run: deps build
 	@bash deploy/run-local.sh

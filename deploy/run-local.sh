@@ -46,9 +46,13 @@ keys=$(bin/controlplane bootstrap --email "$EMAIL" --project-name "Demo Project"
 bin/controlplane serve --http-addr "$HTTP_ADDR" --grpc-addr "$GRPC_ADDR" &
 pids+=($!)
 
+# The edge's credential for the sync service (a new one each run: names of live edges are
+# unique, and a reused database may hold the last run's).
+edge_token=$(bin/controlplane edges create --name "local-edge-$(date +%s)-$$" | sed -E 's/.*"edge_token":"([^"]+)".*/\1/')
+
 geoip=$(bash deploy/fetch-geoip.sh .run/geoip)
 mkdir -p .run/edge-data
-bin/edge --http-addr "$EDGE_ADDR" --control-plane "$GRPC_ADDR" --data-dir .run/edge-data ${geoip:+--geoip-db "$geoip"} \
+FLAGEDGE_EDGE_TOKEN="$edge_token" bin/edge --http-addr "$EDGE_ADDR" --control-plane "$GRPC_ADDR" --data-dir .run/edge-data ${geoip:+--geoip-db "$geoip"} \
   ${FLAGEDGE_PPROF_ADDR:+--pprof-addr "$FLAGEDGE_PPROF_ADDR"} &
 pids+=($!)
 

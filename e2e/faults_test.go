@@ -55,10 +55,20 @@ func TestEdgeFollowsAReplacedDatabase(t *testing.T) {
 	// Another database: a new identity, a new project token, likely the same project id.
 	s.cp.stop()
 	oldToken := s.token
+	var edgeName string
+	var edgeTokenHash []byte
+	if err := openDB(t, s.dbURL).QueryRow(context.Background(), `SELECT name, token_sha256 FROM edges`).Scan(&edgeName, &edgeTokenHash); err != nil {
+		t.Fatal(err)
+	}
 	s.dbURL = pgtest.NewDatabase(t)
+	newDB := openDB(t, s.dbURL)
 	// Test databases are copies of one migrated template and share its identity; a database
 	// made by the migrations gets its own, as this gives it.
-	if _, err := openDB(t, s.dbURL).Exec(context.Background(), `UPDATE database_identity SET id = gen_random_uuid()`); err != nil {
+	if _, err := newDB.Exec(context.Background(), `UPDATE database_identity SET id = gen_random_uuid()`); err != nil {
+		t.Fatal(err)
+	}
+	// The operator gives the edge a credential in the new database (here: the one it has).
+	if _, err := newDB.Exec(context.Background(), `INSERT INTO edges (name, token_sha256) VALUES ($1, $2)`, edgeName, edgeTokenHash); err != nil {
 		t.Fatal(err)
 	}
 	s.bootstrap()

@@ -12,8 +12,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -213,8 +215,12 @@ func (s *stack) startEdge(name, dataDir string, waitReady bool, extra ...string)
 		dataDir = s.t.TempDir()
 	}
 	e := &edge{dataDir: dataDir}
-	args := append([]string{"--http-addr", "127.0.0.1:0", "--control-plane", s.grpcAddr,
-		"--data-dir", dataDir, "--geoip-db", s.geoipDB, "--edge-id", name, "--log-level", "info", "--drain-delay", "0s"}, extra...)
+	args := []string{"--http-addr", "127.0.0.1:0", "--control-plane", s.grpcAddr,
+		"--data-dir", dataDir, "--geoip-db", s.geoipDB, "--edge-id", name, "--log-level", "info", "--drain-delay", "0s"}
+	if !slices.Contains(extra, "--edge-token") {
+		args = append(args, "--edge-token", s.edgeToken(name))
+	}
+	args = append(args, extra...)
 	e.process = start(s.t, name, binaries.edge, args...)
 	e.addr = e.listening("edge listening")["http_addr"].(string)
 	e.url = "http://" + e.addr
@@ -223,6 +229,31 @@ func (s *stack) startEdge(name, dataDir string, waitReady bool, extra ...string)
 	}
 	return e
 }
+
+// edgeToken issues a credential for an edge (named uniquely, as a restarted edge may get
+// its own) and returns the token.
+func (s *stack) edgeToken(name string) string {
+	s.t.Helper()
+	return s.namedEdgeToken(fmt.Sprintf("%s-%d", name, edgeSeq.Add(1)))
+}
+
+// namedEdgeToken issues a credential for the edge named name and returns the token.
+func (s *stack) namedEdgeToken(name string) string {
+	s.t.Helper()
+	out, err := exec.Command(binaries.controlplane, "edges", "create", "--database-url", s.dbURL, "--name", name).Output()
+	if err != nil {
+		s.t.Fatalf("edges create: %v", err)
+	}
+	var created struct {
+		EdgeToken string `json:"edge_token"`
+	}
+	if err := json.Unmarshal(out, &created); err != nil || created.EdgeToken == "" {
+		s.t.Fatalf("edges create printed %q: %v", out, err)
+	}
+	return created.EdgeToken
+}
+
+var edgeSeq atomic.Int64
 
 func waitFor(t *testing.T, what string, ok func() bool) {
 	t.Helper()

@@ -40,6 +40,8 @@ type Config struct {
 	PublicURL string
 	Logger    *slog.Logger
 	Registry  *prometheus.Registry
+	// NoMetrics leaves /metrics out: it is served on a listener of its own.
+	NoMetrics bool
 }
 
 // Server is the management API's HTTP handler.
@@ -83,7 +85,9 @@ func (s *Server) routes() {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	}))
 	s.publicRoute("GET", "/_ready", http.HandlerFunc(s.handleReady))
-	s.publicRoute("GET", "/metrics", promhttp.HandlerFor(s.cfg.Registry, promhttp.HandlerOpts{}))
+	if !s.cfg.NoMetrics {
+		s.publicRoute("GET", "/metrics", promhttp.HandlerFor(s.cfg.Registry, promhttp.HandlerOpts{}))
+	}
 
 	s.keyRoute("GET", "/api/projects", controlplane.ScopeProjectRead, s.handleListProjects)
 	s.keyRoute("POST", "/api/projects", controlplane.ScopeProjectWrite, s.handleCreateProject)

@@ -42,6 +42,7 @@ type Handler struct {
 	state   *state.Holder
 	spool   *spool.Spool
 	geo     *geocache.Locator
+	ips     *clientip.Resolver // nil: X-Forwarded-For trusted
 	persons PersonCache // may be nil
 	log     *slog.Logger
 	now     func() time.Time
@@ -49,9 +50,9 @@ type Handler struct {
 	events  *prometheus.CounterVec
 }
 
-// NewHandler returns the capture handler.
-func NewHandler(h *state.Holder, sp *spool.Spool, locator *geocache.Locator, persons PersonCache, log *slog.Logger, reg prometheus.Registerer) *Handler {
-	c := &Handler{state: h, spool: sp, geo: locator, persons: persons, log: log, now: time.Now,
+// NewHandler returns the capture handler. locator, ips and persons may be nil.
+func NewHandler(h *state.Holder, sp *spool.Spool, locator *geocache.Locator, ips *clientip.Resolver, persons PersonCache, log *slog.Logger, reg prometheus.Registerer) *Handler {
+	c := &Handler{state: h, spool: sp, geo: locator, ips: ips, persons: persons, log: log, now: time.Now,
 		events: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "flagedge_edge_capture_events_total",
 			Help: "Captured events by result: accepted, or the reason they were not ingested."}, []string{"result"})}
 	if reg != nil {
@@ -79,7 +80,7 @@ func (c *Handler) Serve(ctx *fasthttp.RequestCtx, engage bool) error {
 			payload.SentAt = time.UnixMilli(ms)
 		}
 	}
-	clientIP := clientip.FromRequest(ctx.Request.Header.Peek("X-Forwarded-For"), ctx.RemoteIP())
+	clientIP := c.ips.ClientIP(ctx.Request.Header.Peek("X-Forwarded-For"), ctx.RemoteIP())
 	batch := &syncpb.EventBatch{ProjectId: project.ID, HistoricalMigration: payload.HistoricalMigration}
 	for i := range payload.Events {
 		e := &payload.Events[i]

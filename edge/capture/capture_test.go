@@ -38,7 +38,7 @@ func TestFullSpoolAnswers503(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer sp.Close()
-	h := capture.NewHandler(holder, sp, nil, nil, log, nil)
+	h := capture.NewHandler(holder, sp, nil, nil, nil, log, nil)
 	body := `{"api_key": "phc_t", "event": "e", "distinct_id": "d", "properties": {"pad": "` + strings.Repeat("x", 1000) + `"}}`
 	accepted, refused := 0, 0
 	for range 40 {
@@ -115,7 +115,7 @@ func TestPoisonEventsAreMadeStorable(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer sp.Close()
-			h := capture.NewHandler(holder, sp, nil, nil, log, nil)
+			h := capture.NewHandler(holder, sp, nil, nil, nil, log, nil)
 			var req fasthttp.Request
 			req.Header.SetMethod("POST")
 			req.SetRequestURI("/batch/")

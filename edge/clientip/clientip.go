@@ -1,16 +1,92 @@
 // Package clientip tells which address an edge request comes from, for GeoIP and the $ip
 // property.
+//
+// X-Forwarded-For is written by whoever sends the request, so believing it lets any client
+// choose its address (and so its $geoip_* properties and $ip). Without trusted proxies the
+// edge believes its first entry, as PostHog does — right when every request comes through a
+// proxy that overwrites the header, spoofable otherwise. With trusted proxies it believes
+// the header only from them, and takes the right-most address that is not a trusted proxy:
+// the last hop a trusted proxy saw, which a client cannot forge.
 package clientip
 
 import (
 	"bytes"
+	"fmt"
 	"net"
 	"net/netip"
+	"strings"
 )
 
-// FromRequest returns the address a request comes from: the first entry of X-Forwarded-For when
-// it holds one, else the socket's peer.
-func FromRequest(forwardedFor []byte, remote net.IP) netip.Addr {
+// Resolver finds a request's client address. The zero Resolver trusts X-Forwarded-For.
+type Resolver struct {
+	trusted []netip.Prefix
+}
+
+// NewResolver returns a resolver that believes X-Forwarded-For only from the proxies in
+// cidrs, a comma-separated list of CIDRs or addresses; empty trusts the header as sent.
+func NewResolver(cidrs string) (*Resolver, error) {
+	r := &Resolver{}
+	for _, c := range strings.Split(cidrs, ",") {
+		if c = strings.TrimSpace(c); c == "" {
+			continue
+		}
+		p, err := netip.ParsePrefix(c)
+		if err != nil {
+			a, aerr := netip.ParseAddr(c)
+			if aerr != nil {
+				return nil, fmt.Errorf("trusted proxies: %q is not a CIDR or an address", c)
+			}
+			p = netip.PrefixFrom(a.Unmap(), a.Unmap().BitLen())
+		}
+		r.trusted = append(r.trusted, p.Masked())
+	}
+	return r, nil
+}
+
+func (r *Resolver) isTrusted(a netip.Addr) bool {
+	a = a.Unmap()
+	for _, p := range r.trusted {
+		if p.Contains(a) {
+			return true
+		}
+	}
+	return false
+}
+
+// ClientIP returns the address a request comes from, given its X-Forwarded-For header and
+// its socket's peer.
+func (r *Resolver) ClientIP(forwardedFor []byte, remote net.IP) netip.Addr {
+	peer, _ := netip.AddrFromSlice(remote)
+	peer = peer.Unmap()
+	if r == nil || len(r.trusted) == 0 {
+		return firstForwarded(forwardedFor, peer)
+	}
+	if !r.isTrusted(peer) {
+		return peer
+	}
+	// From the right: skip trusted proxies; the first other address is the client.
+	client := peer
+	for rest := forwardedFor; len(rest) > 0; {
+		entry := rest
+		if i := bytes.LastIndexByte(rest, ','); i >= 0 {
+			entry, rest = rest[i+1:], rest[:i]
+		} else {
+			rest = nil
+		}
+		a, err := netip.ParseAddr(string(bytes.TrimSpace(entry)))
+		if err != nil {
+			return client // garbage: stop at the last address a trusted proxy vouched for
+		}
+		client = a.Unmap()
+		if !r.isTrusted(client) {
+			return client
+		}
+	}
+	return client
+}
+
+// firstForwarded is the first entry of X-Forwarded-For when it holds an address, else peer.
+func firstForwarded(forwardedFor []byte, peer netip.Addr) netip.Addr {
 	if len(forwardedFor) > 0 {
 		first := forwardedFor
 		if i := bytes.IndexByte(first, ','); i >= 0 {
@@ -20,8 +96,5 @@ func FromRequest(forwardedFor []byte, remote net.IP) netip.Addr {
 			return addr
 		}
 	}
-	if addr, ok := netip.AddrFromSlice(remote); ok {
-		return addr.Unmap()
-	}
-	return netip.Addr{}
+	return peer
 }

@@ -32,6 +32,7 @@ type Handler struct {
 	state   *state.Holder
 	persons *persons.Store
 	geo     *geocache.Locator
+	ips     *clientip.Resolver
 	log     *slog.Logger
 	pool    sync.Pool // *scratch
 }
@@ -46,10 +47,10 @@ type scratch struct {
 	out        []byte
 }
 
-// NewHandler returns the decide handler. store and locator may be nil (no stored
-// properties, no GeoIP).
-func NewHandler(h *state.Holder, store *persons.Store, locator *geocache.Locator, log *slog.Logger) *Handler {
-	d := &Handler{state: h, persons: store, geo: locator, log: log}
+// NewHandler returns the decide handler. store, locator and ips may be nil (no stored
+// properties, no GeoIP, X-Forwarded-For trusted).
+func NewHandler(h *state.Holder, store *persons.Store, locator *geocache.Locator, ips *clientip.Resolver, log *slog.Logger) *Handler {
+	d := &Handler{state: h, persons: store, geo: locator, ips: ips, log: log}
 	d.pool.New = func() any {
 		return &scratch{out: make([]byte, 0, 4096), person: flags.Properties{}, groupProps: map[string]flags.Properties{}}
 	}
@@ -143,7 +144,7 @@ func (d *Handler) evaluate(ctx *fasthttp.RequestCtx, project *state.Project, s *
 	in := &s.in
 	req := flags.Request{DistinctID: in.distinctID, PersonProperties: in.personProperties, GroupProperties: in.groupProperties}
 	if !in.geoipDisable {
-		req.GeoIP = d.geo.Lookup(clientip.FromRequest(ctx.Request.Header.Peek("X-Forwarded-For"), ctx.RemoteIP()))
+		req.GeoIP = d.geo.Lookup(d.ips.ClientIP(ctx.Request.Header.Peek("X-Forwarded-For"), ctx.RemoteIP()))
 	}
 	errored = d.gather(ctx, project, &req, in)
 	s.results = project.Snapshot.Evaluate(&req, s.results)

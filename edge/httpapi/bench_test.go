@@ -37,7 +37,7 @@ func realisticHandler(b *testing.B) (fasthttp.RequestHandler, [][]byte) {
 	if err := holder.Apply(&syncpb.WatchResponse{Snapshots: []*syncpb.ProjectSnapshot{pb}, InitialSyncDone: true}); err != nil {
 		b.Fatal(err)
 	}
-	api := httpapi.New(httpapi.Config{State: holder, Decide: decide.NewHandler(holder, nil, nil, log), Logger: log})
+	api := httpapi.New(httpapi.Config{State: holder, Decide: decide.NewHandler(holder, nil, nil, nil, log), Logger: log})
 	bodies := make([][]byte, 1024)
 	for i := range bodies {
 		bodies[i], _ = json.Marshal(map[string]any{

@@ -102,8 +102,8 @@ func newEnv(t testing.TB, ready bool) *env {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { sp.Close() })
-	api := httpapi.New(httpapi.Config{State: holder, Decide: decide.NewHandler(holder, nil, locator, log),
-		Capture: capture.NewHandler(holder, sp, locator, nil, log, nil), Logger: log})
+	api := httpapi.New(httpapi.Config{State: holder, Decide: decide.NewHandler(holder, nil, locator, nil, log),
+		Capture: capture.NewHandler(holder, sp, locator, nil, nil, log, nil), Logger: log})
 	return &env{t: t, holder: holder, handler: api.Handler(), api: api, spool: sp}
 }
 
@@ -438,7 +438,7 @@ func TestBrowserEndpoints(t *testing.T) {
 func TestOversizedBodyIs413(t *testing.T) {
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	holder := state.NewHolder("", log, nil)
-	api := httpapi.New(httpapi.Config{State: holder, Decide: decide.NewHandler(holder, nil, nil, log), Logger: log})
+	api := httpapi.New(httpapi.Config{State: holder, Decide: decide.NewHandler(holder, nil, nil, nil, log), Logger: log})
 	srv := &fasthttp.Server{Handler: api.Handler(), ErrorHandler: api.ServeError, MaxRequestBodySize: httpapi.MaxBodyBytes,
 		Logger: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")

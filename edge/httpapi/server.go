@@ -33,6 +33,8 @@ type Config struct {
 	Capture  *capture.Handler
 	Logger   *slog.Logger
 	Registry *prometheus.Registry
+	// NoMetrics leaves /metrics out: it is served on a listener of its own.
+	NoMetrics bool
 }
 
 // Server routes the edge's requests.
@@ -76,7 +78,9 @@ func New(cfg Config) *Server {
 
 	s.router.GET("/_health", func(ctx *fasthttp.RequestCtx) { writeJSON(ctx, fasthttp.StatusOK, []byte(`{"status":"ok"}`)) })
 	s.router.GET("/_ready", s.handleReady)
-	s.router.GET("/metrics", fasthttpadaptor.NewFastHTTPHandler(promhttp.HandlerFor(cfg.Registry, promhttp.HandlerOpts{})))
+	if !cfg.NoMetrics {
+		s.router.GET("/metrics", fasthttpadaptor.NewFastHTTPHandler(promhttp.HandlerFor(cfg.Registry, promhttp.HandlerOpts{})))
+	}
 	return s
 }
 

@@ -7,9 +7,12 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"runtime"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/flagedge/flagedge/internal/version"
 )
 
 // NewLogger returns a logger writing JSON lines to w at the named level (debug, info, warn,
@@ -29,9 +32,14 @@ func durationsAsText(_ []string, a slog.Attr) slog.Attr {
 	return a
 }
 
-// NewRegistry returns a metrics registry with the Go runtime and process collectors.
+// NewRegistry returns a metrics registry with the Go runtime and process collectors and
+// flagedge_build_info, which says which build is running (1, labelled by version and commit).
 func NewRegistry() *prometheus.Registry {
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	v, c := version.Get()
+	info := prometheus.NewGauge(prometheus.GaugeOpts{Name: "flagedge_build_info", Help: "The running build: always 1, labelled by version, commit and Go version.",
+		ConstLabels: prometheus.Labels{"version": v, "commit": c, "goversion": runtime.Version()}})
+	info.Set(1)
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), info)
 	return reg
 }

@@ -6,6 +6,9 @@
 //	controlplane bootstrap  create an organisation, admin, project and key; print them as JSON
 //	controlplane keys create  issue a personal API key and print it
 //	controlplane users create add a user to an organisation and print it
+//	controlplane users set-password  set a user's console password
+//	controlplane edges create|list|revoke  manage the edges' credentials
+//	controlplane --version  print the build
 package main
 
 import (
@@ -15,29 +18,12 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
-	"net"
-	"net/http"
 	"os"
-	"os/signal"
 	"strconv"
 	"strings"
-	"sync/atomic"
-	"syscall"
-	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"golang.org/x/sync/errgroup"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/keepalive"
-
-	"github.com/flagedge/flagedge/controlplane/console"
-	"github.com/flagedge/flagedge/controlplane/flageval"
-	"github.com/flagedge/flagedge/controlplane/httpapi"
 	"github.com/flagedge/flagedge/controlplane/postgres"
-	"github.com/flagedge/flagedge/controlplane/syncserver"
-	"github.com/flagedge/flagedge/internal/daemon"
-	"github.com/flagedge/flagedge/shared/syncpb"
+	"github.com/flagedge/flagedge/internal/version"
 )
 
 const usage = `Usage: controlplane <command> [flags]
@@ -51,9 +37,13 @@ Commands:
                         generated console "password" when it created the user
   keys create           issue a personal API key for a user and print it
   users create          add a user to the organisation of an existing one; print it as JSON
+  edges create --name N issue an edge's credential; print {"edge_id", "name", "edge_token"}
+  edges list            list the edges, live and revoked, one JSON line each
+  edges revoke --name N revoke an edge's credential (its streams close within a second)
   users set-password    set a user's console password from stdin, or generate and print one
 
-Run "controlplane <command> -h" for the flags of a command.
+Run "controlplane <command> -h" for the flags of a command, "controlplane --version" for the
+build.
 `
 
 func main() {
@@ -75,6 +65,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return nil
 	}
 	switch args[0] {
+	case "--version", "-version", "version":
+		_, err := fmt.Fprintln(stdout, version.String())
+		return err
 	case "serve":
 		return serve(ctx, args[1:], stderr)
 	case "migrate":
@@ -86,6 +79,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return errors.New(`usage: controlplane keys create --email E --scopes a,b [--projects 1,2]`)
 		}
 		return createKey(ctx, args[2:], stdout, stderr)
+	case "edges":
+		return edgesCmd(ctx, args[1:], stdout, stderr)
 	case "users":
 		if len(args) >= 2 && args[1] == "set-password" {
 			return setPassword(ctx, args[2:], os.Stdin, stdout, stderr)
@@ -223,174 +218,4 @@ func createUser(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return err
 	}
 	return json.NewEncoder(stdout).Encode(map[string]any{"id": u.ID, "uuid": u.UUID, "email": u.Email, "org_role": u.OrgRole})
-}
-
-// serveConfig is the configuration of `controlplane serve`; every field has a flag and an
-// environment variable.
-type serveConfig struct {
-	HTTPAddr        string
-	GRPCAddr        string
-	DatabaseURL     string
-	PublicURL       string
-	LogLevel        string
-	DrainDelay      time.Duration
-	ShutdownTimeout time.Duration
-}
-
-func parseServeConfig(args []string, stderr io.Writer) (*serveConfig, error) {
-	fs := daemon.NewFlags("serve", stderr)
-	cfg := &serveConfig{}
-	fs.String(&cfg.HTTPAddr, "http-addr", "FLAGEDGE_HTTP_ADDR", "127.0.0.1:8000", "address of the management API")
-	fs.String(&cfg.GRPCAddr, "grpc-addr", "FLAGEDGE_GRPC_ADDR", "127.0.0.1:9000", "address of the gRPC sync service that edges connect to")
-	fs.String(&cfg.DatabaseURL, "database-url", "DATABASE_URL", "", "PostgreSQL connection URL")
-	fs.String(&cfg.PublicURL, "public-url", "FLAGEDGE_PUBLIC_URL", "", "scheme and host of absolute URLs in responses; default: the request's Host")
-	fs.String(&cfg.LogLevel, "log-level", "FLAGEDGE_LOG_LEVEL", "info", "debug, info, warn or error")
-	// Load balancers probe every few seconds; 5 s of 503 on /_ready lets them stop sending
-	// before the listeners close.
-	fs.Duration(&cfg.DrainDelay, "drain-delay", "FLAGEDGE_DRAIN_DELAY", 5*time.Second, "after SIGTERM, how long /_ready answers 503 while requests are still served")
-	// In-flight management requests are short; 15 s is ample and bounded for orchestrators.
-	fs.Duration(&cfg.ShutdownTimeout, "shutdown-timeout", "FLAGEDGE_SHUTDOWN_TIMEOUT", 15*time.Second, "how long finishing in-flight requests may take")
-	if err := fs.Parse(args); err != nil {
-		return nil, err
-	}
-	return cfg, cfg.validate()
-}
-
-func (c *serveConfig) validate() error {
-	if err := requireDatabase(c.DatabaseURL); err != nil {
-		return err
-	}
-	if _, _, err := net.SplitHostPort(c.HTTPAddr); err != nil {
-		return fmt.Errorf("--http-addr: %w", err)
-	}
-	if _, _, err := net.SplitHostPort(c.GRPCAddr); err != nil {
-		return fmt.Errorf("--grpc-addr: %w", err)
-	}
-	if c.DrainDelay < 0 {
-		return errors.New("--drain-delay must not be negative")
-	}
-	return nil
-}
-
-// errDraining makes /_ready answer 503 while the server shuts down.
-var errDraining = errors.New("draining: shutting down")
-
-func serve(ctx context.Context, args []string, stderr io.Writer) error {
-	cfg, err := parseServeConfig(args, stderr)
-	if err != nil {
-		return err
-	}
-	logger, err := daemon.NewLogger(stderr, cfg.LogLevel)
-	if err != nil {
-		return err
-	}
-	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
-	defer stop()
-
-	if err := postgres.Migrate(ctx, cfg.DatabaseURL); err != nil {
-		return err
-	}
-	db, err := postgres.Open(ctx, cfg.DatabaseURL)
-	if err != nil {
-		return err
-	}
-	defer db.Close()
-
-	reg := daemon.NewRegistry()
-	var draining atomic.Bool
-	ready := func(ctx context.Context) error {
-		if draining.Load() {
-			return errDraining
-		}
-		return db.Ping(ctx)
-	}
-	handler, err := newHTTPHandler(db, cfg, ready, logger, reg)
-	if err != nil {
-		return err
-	}
-	syncServer := syncserver.NewServer(postgres.NewSnapshotStore(db), postgres.NewPersonStore(db), postgres.NewEventStore(db, logger), logger, reg)
-	grpcServer := newGRPCServer(syncServer)
-
-	// Bind both listeners before serving, so that "address in use" fails at start.
-	httpLn, err := net.Listen("tcp", cfg.HTTPAddr)
-	if err != nil {
-		return err
-	}
-	grpcLn, err := net.Listen("tcp", cfg.GRPCAddr)
-	if err != nil {
-		httpLn.Close()
-		return err
-	}
-	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn)}
-	logger.Info("control plane listening", "http_addr", httpLn.Addr().String(), "grpc_addr", grpcLn.Addr().String())
-
-	g, gctx := errgroup.WithContext(ctx)
-	g.Go(func() error {
-		return postgres.Listen(gctx, cfg.DatabaseURL, postgres.SnapshotChannel, logger, syncServer.Notify, syncServer.Resync)
-	})
-	g.Go(func() error {
-		if err := srv.Serve(httpLn); !errors.Is(err, http.ErrServerClosed) {
-			return err
-		}
-		return nil
-	})
-	g.Go(func() error { return grpcServer.Serve(grpcLn) })
-	g.Go(func() error {
-		<-gctx.Done()
-		logger.Info("shutting down: draining", "drain_delay", cfg.DrainDelay)
-		draining.Store(true)
-		if ctx.Err() != nil { // a signal, not a failed server: give load balancers time
-			time.Sleep(cfg.DrainDelay)
-		}
-		shutdownCtx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
-		defer cancel()
-		// Watch streams never end by themselves: stop them once HTTP has drained.
-		err := srv.Shutdown(shutdownCtx)
-		grpcServer.Stop()
-		return err
-	})
-	return g.Wait()
-}
-
-// newHTTPHandler builds the management API over the database's services, and the web console
-// on top of it.
-func newHTTPHandler(db *postgres.DB, cfg *serveConfig, ready func(context.Context) error, logger *slog.Logger, reg *prometheus.Registry) (http.Handler, error) {
-	flagStore, personStore, userStore := postgres.NewFlagService(db), postgres.NewPersonStore(db), postgres.NewUserService(db, 0)
-	api := httpapi.New(httpapi.Config{
-		Auth:        postgres.NewAuthService(db),
-		Projects:    postgres.NewProjectService(db),
-		Flags:       flagStore,
-		Activity:    postgres.NewActivityService(db),
-		Events:      postgres.NewEventReader(db),
-		Annotations: postgres.NewAnnotationService(db),
-		Roles:       postgres.NewRoleService(db),
-		Cohorts:     postgres.NewCohortService(db),
-		Dashboards:  flagStore,
-		Users:       userStore,
-		Keys:        postgres.NewKeyService(db),
-		Evaluator:   &flageval.Evaluator{Snapshots: postgres.NewSnapshotStore(db), Persons: personStore, Scanner: personStore},
-		Ready:       ready,
-		PublicURL:   cfg.PublicURL,
-		Logger:      logger,
-		Registry:    reg,
-	})
-	web, err := console.New(console.Config{API: api, Users: userStore, Sessions: postgres.NewSessionService(db), Logger: logger,
-		SecureCookies: strings.HasPrefix(cfg.PublicURL, "https://")})
-	if err != nil {
-		return nil, err
-	}
-	return api.WithConsole(web), nil
-}
-
-// newGRPCServer returns the gRPC server of the sync service.
-func newGRPCServer(sync syncpb.SyncServer) *grpc.Server {
-	srv := grpc.NewServer(
-		// Ingest calls carry up to a few MiB of events; allow a whole 20 MB capture batch.
-		grpc.MaxRecvMsgSize(64<<20),
-		// Edges keep one Watch stream open for good: keepalives find dead peers behind NATs.
-		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
-		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
-	)
-	syncpb.RegisterSyncServer(srv, sync)
-	return srv
 }

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -153,5 +154,33 @@ func TestServeFlagsHaveEnvironmentVariables(t *testing.T) {
 		if !strings.Contains(help, "(env "+env+")") {
 			t.Errorf("help does not name %s", env)
 		}
+	}
+}
+
+// TestPlaintextGRPCOnlyOnLoopback: the sync service carries every project's flags, key
+// hashes and person properties, so without TLS it may listen only on loopback, unless the
+// operator says --grpc-insecure.
+func TestPlaintextGRPCOnlyOnLoopback(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		ok   bool
+	}{
+		{[]string{"--grpc-addr", "127.0.0.1:9000"}, true},
+		{[]string{"--grpc-addr", ":9000"}, false},
+		{[]string{"--grpc-addr", "0.0.0.0:9000"}, false},
+		{[]string{"--grpc-addr", ":9000", "--grpc-insecure"}, true},
+		{[]string{"--grpc-addr", ":9000", "--grpc-tls-cert", "c.pem", "--grpc-tls-key", "k.pem"}, true},
+	} {
+		_, err := parseServeConfig(append([]string{"--database-url", "postgres://x"}, c.args...), io.Discard)
+		if (err == nil) != c.ok {
+			t.Errorf("%v: %v, want accepted %v", c.args, err, c.ok)
+		}
+	}
+}
+
+func TestVersion(t *testing.T) {
+	out, err := runCmd(t, "--version")
+	if err != nil || !regexp.MustCompile(`^flagedge \S+ \S+\n$`).MatchString(out) {
+		t.Errorf("--version printed %q, %v", out, err)
 	}
 }

@@ -5,6 +5,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -19,15 +20,14 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/valyala/fasthttp"
 	"golang.org/x/sync/errgroup"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/backoff"
-	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/keepalive"
 
 	"github.com/flagedge/flagedge/edge/cache"
 	"github.com/flagedge/flagedge/edge/capture"
+	"github.com/flagedge/flagedge/edge/clientip"
+	"github.com/flagedge/flagedge/edge/cpclient"
 	"github.com/flagedge/flagedge/edge/decide"
 	"github.com/flagedge/flagedge/edge/geocache"
 	"github.com/flagedge/flagedge/edge/httpapi"
@@ -36,11 +36,12 @@ import (
 	"github.com/flagedge/flagedge/edge/state"
 	"github.com/flagedge/flagedge/geoip"
 	"github.com/flagedge/flagedge/internal/daemon"
+	"github.com/flagedge/flagedge/internal/version"
 	"github.com/flagedge/flagedge/shared/syncpb"
 )
 
 func main() {
-	err := run(context.Background(), os.Args[1:], os.Stderr)
+	err := run(context.Background(), os.Args[1:], os.Stdout, os.Stderr)
 	switch {
 	case errors.Is(err, flag.ErrHelp):
 	case err != nil:
@@ -52,7 +53,11 @@ func main() {
 // config is the edge's configuration; every field has a flag and an environment variable.
 type config struct {
 	HTTPAddr        string
-	ControlPlane    string
+	ControlPlane    cpclient.Config
+	TLSCert         string
+	TLSKey          string
+	TrustedProxies  string
+	MetricsAddr     string
 	DataDir         string
 	GeoIPDB         string
 	EdgeID          string
@@ -72,7 +77,14 @@ func parseConfig(args []string, stderr io.Writer) (*config, error) {
 	host, _ := os.Hostname()
 	cfg := &config{}
 	fs.String(&cfg.HTTPAddr, "http-addr", "FLAGEDGE_EDGE_ADDR", "127.0.0.1:8080", "address of the public HTTP endpoints")
-	fs.String(&cfg.ControlPlane, "control-plane", "FLAGEDGE_CONTROL_PLANE", "127.0.0.1:9000", "address of the control plane's gRPC sync service")
+	fs.String(&cfg.ControlPlane.Addrs, "control-plane", "FLAGEDGE_CONTROL_PLANE", "127.0.0.1:9000", "address of the control plane's gRPC sync service, or a comma-separated list of replicas' (or a DNS name with several records): the edge fails over between them")
+	fs.String(&cfg.ControlPlane.Token, "edge-token", "FLAGEDGE_EDGE_TOKEN", "", "this edge's credential, from `controlplane edges create`")
+	fs.String(&cfg.ControlPlane.CAFile, "control-plane-ca", "FLAGEDGE_CONTROL_PLANE_CA", "", "CA certificate (PEM) of the control plane's TLS certificate; default: the system's roots (TLS is used unless every address is loopback)")
+	fs.Bool(&cfg.ControlPlane.Insecure, "control-plane-insecure", "FLAGEDGE_CONTROL_PLANE_INSECURE", false, "talk plaintext to a control plane that is not on loopback (only behind something that encrypts; pairs with controlplane --grpc-insecure)")
+	fs.String(&cfg.TLSCert, "tls-cert", "FLAGEDGE_TLS_CERT", "", "certificate (PEM) for HTTPS on --http-addr; with --tls-key")
+	fs.String(&cfg.TLSKey, "tls-key", "FLAGEDGE_TLS_KEY", "", "private key (PEM) of --tls-cert")
+	fs.String(&cfg.TrustedProxies, "trusted-proxies", "FLAGEDGE_TRUSTED_PROXIES", "", "comma-separated CIDRs of proxies whose X-Forwarded-For is believed (the client is the right-most address that is not one of them); empty: the header's first address is believed from anyone")
+	fs.String(&cfg.MetricsAddr, "metrics-addr", "FLAGEDGE_METRICS_ADDR", "", "serve /metrics on this address of its own instead of --http-addr")
 	fs.String(&cfg.DataDir, "data-dir", "FLAGEDGE_DATA_DIR", "flagedge-edge-data", "directory for the snapshot copy and the capture spool")
 	fs.String(&cfg.GeoIPDB, "geoip-db", "FLAGEDGE_GEOIP_DB", "", "MaxMind City database; without it no $geoip_* properties")
 	fs.String(&cfg.EdgeID, "edge-id", "FLAGEDGE_EDGE_ID", host, "name of this edge in the control plane's logs")
@@ -95,10 +107,14 @@ func parseConfig(args []string, stderr io.Writer) (*config, error) {
 }
 
 func (cfg *config) validate() error {
-	for name, addr := range map[string]string{"--http-addr": cfg.HTTPAddr, "--control-plane": cfg.ControlPlane} {
-		if _, _, err := net.SplitHostPort(addr); err != nil {
-			return fmt.Errorf("%s: %w", name, err)
-		}
+	if _, _, err := net.SplitHostPort(cfg.HTTPAddr); err != nil {
+		return fmt.Errorf("--http-addr: %w", err)
+	}
+	if err := cfg.ControlPlane.Validate(); err != nil {
+		return err
+	}
+	if _, err := clientip.NewResolver(cfg.TrustedProxies); err != nil {
+		return fmt.Errorf("--trusted-proxies: %w", err)
 	}
 	if cfg.LookupTimeout <= 0 || cfg.PersonTTL <= 0 || cfg.PersonMissTTL <= 0 {
 		return errors.New("--lookup-timeout, --person-cache-ttl and --person-cache-miss-ttl must be positive")
@@ -119,6 +135,8 @@ func (cfg *config) validate() error {
 type edge struct {
 	cfg       *config
 	log       *slog.Logger
+	reg       *prometheus.Registry
+	tls       *tls.Config // for --http-addr; nil: plain HTTP
 	holder    *state.Holder
 	spool     *spool.Spool
 	client    syncpb.SyncClient
@@ -127,7 +145,11 @@ type edge struct {
 	closers   []func() // in the order they are to run
 }
 
-func run(ctx context.Context, args []string, stderr io.Writer) error {
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 1 && (args[0] == "--version" || args[0] == "-version") {
+		_, err := fmt.Fprintln(stdout, version.String())
+		return err
+	}
 	cfg, err := parseConfig(args, stderr)
 	if err != nil {
 		return err
@@ -156,6 +178,10 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 func assemble(cfg *config, log *slog.Logger) (e *edge, err error) {
 	e = &edge{cfg: cfg, log: log}
 	reg := daemon.NewRegistry()
+	e.reg = reg
+	if e.tls, err = daemon.LoadTLS(cfg.TLSCert, cfg.TLSKey, "tls"); err != nil {
+		return e, err
+	}
 	cacheMetrics := cache.NewMetrics(reg)
 
 	e.holder = state.NewHolder(filepath.Join(cfg.DataDir, "snapshots"), log, reg)
@@ -175,7 +201,7 @@ func assemble(cfg *config, log *slog.Logger) (e *edge, err error) {
 	if err != nil {
 		return e, err
 	}
-	conn, err := dialControlPlane(cfg.ControlPlane)
+	conn, err := cpclient.Dial(cfg.ControlPlane)
 	if err != nil {
 		return e, err
 	}
@@ -190,12 +216,14 @@ func assemble(cfg *config, log *slog.Logger) (e *edge, err error) {
 	}
 	e.closers = append(e.closers, store.Close)
 
+	ips, _ := clientip.NewResolver(cfg.TrustedProxies) // validated
 	e.api = httpapi.New(httpapi.Config{
-		State:    e.holder,
-		Decide:   decide.NewHandler(e.holder, store, locator, log),
-		Capture:  capture.NewHandler(e.holder, e.spool, locator, store, log, reg),
-		Logger:   log,
-		Registry: reg,
+		State:     e.holder,
+		Decide:    decide.NewHandler(e.holder, store, locator, ips, log),
+		Capture:   capture.NewHandler(e.holder, e.spool, locator, ips, store, log, reg),
+		Logger:    log,
+		Registry:  reg,
+		NoMetrics: cfg.MetricsAddr != "",
 	})
 	deadLetters, err := capture.OpenDeadLetters(filepath.Join(cfg.DataDir, "dead-letters.jsonl"))
 	if err != nil {
@@ -225,23 +253,6 @@ func openGeoIP(path string, m *cache.Metrics, e *edge) (*geocache.Locator, error
 	return locator, nil
 }
 
-// dialControlPlane returns the client connection to the control plane's sync service.
-func dialControlPlane(addr string) (*grpc.ClientConn, error) {
-	conn, err := grpc.NewClient(addr,
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		// The Watch stream lives for good: keepalives notice a dead control plane quickly.
-		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 15 * time.Second, Timeout: 5 * time.Second, PermitWithoutStream: true}),
-		// gRPC's default reconnect backoff grows to two minutes: after an outage the edge would
-		// fail look-ups long after the control plane is back. Reconnect within a second.
-		grpc.WithConnectParams(grpc.ConnectParams{Backoff: backoff.Config{BaseDelay: 100 * time.Millisecond,
-			Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second}, MinConnectTimeout: 5 * time.Second}),
-	)
-	if err != nil {
-		return nil, fmt.Errorf("control plane client: %w", err)
-	}
-	return conn, nil
-}
-
 // serve runs the edge until ctx ends, then shuts down in order: /_ready answers 503 for the
 // drain delay while requests are still served, the listener closes and in-flight requests
 // finish, the spool is made durable, and last the watch and the forwarder stop.
@@ -257,7 +268,10 @@ func (e *edge) serve(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	e.log.Info("edge listening", "http_addr", ln.Addr().String(), "control_plane", e.cfg.ControlPlane, "edge_id", e.cfg.EdgeID)
+	e.log.Info("edge listening", "http_addr", ln.Addr().String(), "https", e.tls != nil, "control_plane", e.cfg.ControlPlane.Addrs, "edge_id", e.cfg.EdgeID)
+	if e.tls != nil {
+		ln = tls.NewListener(ln, e.tls)
+	}
 
 	// The watch and the forwarder outlive the HTTP server during shutdown: they stop last.
 	background, stopBackground := context.WithCancel(context.Background())
@@ -272,6 +286,11 @@ func (e *edge) serve(ctx context.Context) error {
 		return nil
 	})
 	g.Go(func() error { return srv.Serve(ln) })
+	if e.cfg.MetricsAddr != "" {
+		if err := daemon.ServeMetrics(gctx, g, e.cfg.MetricsAddr, e.reg, e.log); err != nil {
+			return err
+		}
+	}
 	if e.cfg.PprofAddr != "" {
 		if err := servePprof(gctx, g, e.cfg.PprofAddr); err != nil {
 			return err

@@ -1,0 +1,280 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/IBM/pgxpoolprometheus"
+	grpcprom "github.com/grpc-ecosystem/go-grpc-middleware/providers/prometheus"
+	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/sync/errgroup"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/keepalive"
+
+	"github.com/flagedge/flagedge/controlplane/console"
+	"github.com/flagedge/flagedge/controlplane/flageval"
+	"github.com/flagedge/flagedge/controlplane/httpapi"
+	"github.com/flagedge/flagedge/controlplane/postgres"
+	"github.com/flagedge/flagedge/controlplane/syncserver"
+	"github.com/flagedge/flagedge/internal/daemon"
+	"github.com/flagedge/flagedge/shared/syncpb"
+)
+
+// serveConfig is the configuration of `controlplane serve`; every field has a flag and an
+// environment variable.
+type serveConfig struct {
+	HTTPAddr        string
+	GRPCAddr        string
+	DatabaseURL     string
+	PublicURL       string
+	LogLevel        string
+	TLSCert         string
+	TLSKey          string
+	GRPCTLSCert     string
+	GRPCTLSKey      string
+	GRPCInsecure    bool
+	MetricsAddr     string
+	DrainDelay      time.Duration
+	ShutdownTimeout time.Duration
+}
+
+func parseServeConfig(args []string, stderr io.Writer) (*serveConfig, error) {
+	fs := daemon.NewFlags("serve", stderr)
+	cfg := &serveConfig{}
+	fs.String(&cfg.HTTPAddr, "http-addr", "FLAGEDGE_HTTP_ADDR", "127.0.0.1:8000", "address of the management API and the console")
+	fs.String(&cfg.GRPCAddr, "grpc-addr", "FLAGEDGE_GRPC_ADDR", "127.0.0.1:9000", "address of the gRPC sync service that edges connect to")
+	fs.String(&cfg.DatabaseURL, "database-url", "DATABASE_URL", "", "PostgreSQL connection URL")
+	fs.String(&cfg.PublicURL, "public-url", "FLAGEDGE_PUBLIC_URL", "", "scheme and host of absolute URLs in responses; default: the request's Host")
+	fs.String(&cfg.LogLevel, "log-level", "FLAGEDGE_LOG_LEVEL", "info", "debug, info, warn or error")
+	fs.String(&cfg.TLSCert, "tls-cert", "FLAGEDGE_TLS_CERT", "", "certificate (PEM) for HTTPS on --http-addr; with --tls-key")
+	fs.String(&cfg.TLSKey, "tls-key", "FLAGEDGE_TLS_KEY", "", "private key (PEM) of --tls-cert")
+	fs.String(&cfg.GRPCTLSCert, "grpc-tls-cert", "FLAGEDGE_GRPC_TLS_CERT", "", "certificate (PEM) for TLS on --grpc-addr; with --grpc-tls-key")
+	fs.String(&cfg.GRPCTLSKey, "grpc-tls-key", "FLAGEDGE_GRPC_TLS_KEY", "", "private key (PEM) of --grpc-tls-cert")
+	fs.Bool(&cfg.GRPCInsecure, "grpc-insecure", "FLAGEDGE_GRPC_INSECURE", false, "serve gRPC without TLS on an address that is not loopback (only behind something that encrypts, such as a service mesh)")
+	fs.String(&cfg.MetricsAddr, "metrics-addr", "FLAGEDGE_METRICS_ADDR", "", "serve /metrics on this address of its own instead of --http-addr")
+	// Load balancers probe every few seconds; 5 s of 503 on /_ready lets them stop sending
+	// before the listeners close.
+	fs.Duration(&cfg.DrainDelay, "drain-delay", "FLAGEDGE_DRAIN_DELAY", 5*time.Second, "after SIGTERM, how long /_ready answers 503 while requests are still served")
+	// In-flight management requests are short; 15 s is ample and bounded for orchestrators.
+	fs.Duration(&cfg.ShutdownTimeout, "shutdown-timeout", "FLAGEDGE_SHUTDOWN_TIMEOUT", 15*time.Second, "how long finishing in-flight requests may take")
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	return cfg, cfg.validate()
+}
+
+func (c *serveConfig) validate() error {
+	if err := requireDatabase(c.DatabaseURL); err != nil {
+		return err
+	}
+	for name, addr := range map[string]string{"--http-addr": c.HTTPAddr, "--grpc-addr": c.GRPCAddr} {
+		if _, _, err := net.SplitHostPort(addr); err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+	}
+	if c.DrainDelay < 0 {
+		return errors.New("--drain-delay must not be negative")
+	}
+	// The sync service carries every project's flags and key hashes, person properties and
+	// events: in plaintext it may only be reachable from this machine.
+	if c.GRPCTLSCert == "" && c.GRPCTLSKey == "" && !c.GRPCInsecure && !daemon.IsLoopback(c.GRPCAddr) {
+		return fmt.Errorf("--grpc-addr %s is not a loopback address: give --grpc-tls-cert and --grpc-tls-key, or --grpc-insecure to serve it in plaintext", c.GRPCAddr)
+	}
+	return nil
+}
+
+// errDraining makes /_ready answer 503 while the server shuts down.
+var errDraining = errors.New("draining: shutting down")
+
+// controlPlane is the assembled server: what serve runs and shuts down.
+type controlPlane struct {
+	cfg      *serveConfig
+	log      *slog.Logger
+	reg      *prometheus.Registry
+	db       *postgres.DB
+	draining atomic.Bool
+	http     *http.Server
+	grpc     *grpc.Server
+	sync     *syncserver.Server
+	edges    *syncserver.EdgeAuth
+}
+
+func serve(ctx context.Context, args []string, stderr io.Writer) error {
+	cfg, err := parseServeConfig(args, stderr)
+	if err != nil {
+		return err
+	}
+	logger, err := daemon.NewLogger(stderr, cfg.LogLevel)
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	if err := postgres.Migrate(ctx, cfg.DatabaseURL); err != nil {
+		return err
+	}
+	db, err := postgres.Open(ctx, cfg.DatabaseURL)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	cp, err := assemble(cfg, db, logger)
+	if err != nil {
+		return err
+	}
+	return cp.run(ctx)
+}
+
+// assemble builds the HTTP and gRPC servers over the database.
+func assemble(cfg *serveConfig, db *postgres.DB, logger *slog.Logger) (*controlPlane, error) {
+	cp := &controlPlane{cfg: cfg, log: logger, reg: daemon.NewRegistry(), db: db}
+	cp.reg.MustRegister(pgxpoolprometheus.NewCollector(db.Pool, map[string]string{"db": "flagedge"}))
+	ready := func(ctx context.Context) error {
+		if cp.draining.Load() {
+			return errDraining
+		}
+		return db.Ping(ctx)
+	}
+	handler, err := newHTTPHandler(db, cfg, ready, logger, cp.reg)
+	if err != nil {
+		return nil, err
+	}
+	httpTLS, err := daemon.LoadTLS(cfg.TLSCert, cfg.TLSKey, "tls")
+	if err != nil {
+		return nil, err
+	}
+	cp.http = &http.Server{Handler: handler, TLSConfig: httpTLS, ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn)}
+	grpcTLS, err := daemon.LoadTLS(cfg.GRPCTLSCert, cfg.GRPCTLSKey, "grpc-tls")
+	if err != nil {
+		return nil, err
+	}
+	cp.sync = syncserver.NewServer(postgres.NewSnapshotStore(db), postgres.NewPersonStore(db), postgres.NewEventStore(db, logger), logger, cp.reg)
+	cp.edges = syncserver.NewEdgeAuth(postgres.NewEdgeService(db), logger, cp.reg)
+	cp.grpc = newGRPCServer(cp.sync, cp.edges, grpcTLS, cp.reg)
+	return cp, nil
+}
+
+// run serves until ctx ends, then shuts down in order: /_ready answers 503 for the drain
+// delay while requests are still served, HTTP finishes its requests, then the sync service's
+// streams (which never end by themselves) are stopped.
+func (cp *controlPlane) run(ctx context.Context) error {
+	cfg := cp.cfg
+	// Bind both listeners before serving, so that "address in use" fails at start.
+	httpLn, err := net.Listen("tcp", cfg.HTTPAddr)
+	if err != nil {
+		return err
+	}
+	grpcLn, err := net.Listen("tcp", cfg.GRPCAddr)
+	if err != nil {
+		httpLn.Close()
+		return err
+	}
+	cp.log.Info("control plane listening", "http_addr", httpLn.Addr().String(), "grpc_addr", grpcLn.Addr().String(),
+		"https", cp.http.TLSConfig != nil, "grpc_tls", cfg.GRPCTLSCert != "")
+
+	g, gctx := errgroup.WithContext(ctx)
+	if cfg.MetricsAddr != "" {
+		if err := daemon.ServeMetrics(gctx, g, cfg.MetricsAddr, cp.reg, cp.log); err != nil {
+			httpLn.Close()
+			grpcLn.Close()
+			return err
+		}
+	}
+	g.Go(func() error {
+		return postgres.Listen(gctx, cfg.DatabaseURL, postgres.SnapshotChannel, cp.log, cp.sync.Notify, cp.sync.Resync)
+	})
+	g.Go(func() error { cp.edges.Run(gctx); return nil })
+	g.Go(func() error {
+		if cp.http.TLSConfig != nil {
+			httpLn = tls.NewListener(httpLn, cp.http.TLSConfig)
+		}
+		if err := cp.http.Serve(httpLn); !errors.Is(err, http.ErrServerClosed) {
+			return err
+		}
+		return nil
+	})
+	g.Go(func() error { return cp.grpc.Serve(grpcLn) })
+	g.Go(func() error {
+		<-gctx.Done()
+		cp.log.Info("shutting down: draining", "drain_delay", cfg.DrainDelay)
+		cp.draining.Store(true)
+		if ctx.Err() != nil { // a signal, not a failed server: give load balancers time
+			time.Sleep(cfg.DrainDelay)
+		}
+		shutdownCtx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
+		defer cancel()
+		err := cp.http.Shutdown(shutdownCtx)
+		cp.grpc.Stop()
+		return err
+	})
+	return g.Wait()
+}
+
+// newHTTPHandler builds the management API over the database's services, and the web console
+// on top of it.
+func newHTTPHandler(db *postgres.DB, cfg *serveConfig, ready func(context.Context) error, logger *slog.Logger, reg *prometheus.Registry) (http.Handler, error) {
+	flagStore, personStore, userStore := postgres.NewFlagService(db), postgres.NewPersonStore(db), postgres.NewUserService(db, 0)
+	api := httpapi.New(httpapi.Config{
+		Auth:        postgres.NewAuthService(db),
+		Projects:    postgres.NewProjectService(db),
+		Flags:       flagStore,
+		Activity:    postgres.NewActivityService(db),
+		Events:      postgres.NewEventReader(db),
+		Annotations: postgres.NewAnnotationService(db),
+		Roles:       postgres.NewRoleService(db),
+		Cohorts:     postgres.NewCohortService(db),
+		Dashboards:  flagStore,
+		Users:       userStore,
+		Keys:        postgres.NewKeyService(db),
+		Evaluator:   &flageval.Evaluator{Snapshots: postgres.NewSnapshotStore(db), Persons: personStore, Scanner: personStore},
+		Ready:       ready,
+		PublicURL:   cfg.PublicURL,
+		Logger:      logger,
+		Registry:    reg,
+		NoMetrics:   cfg.MetricsAddr != "",
+	})
+	web, err := console.New(console.Config{API: api, Users: userStore, Sessions: postgres.NewSessionService(db), Logger: logger,
+		SecureCookies: strings.HasPrefix(cfg.PublicURL, "https://") || cfg.TLSCert != ""})
+	if err != nil {
+		return nil, err
+	}
+	return api.WithConsole(web), nil
+}
+
+// newGRPCServer returns the sync service's gRPC server: TLS when configured, every call
+// authenticated as a live edge, and per-method metrics.
+func newGRPCServer(sync syncpb.SyncServer, edges *syncserver.EdgeAuth, tlsConfig *tls.Config, reg *prometheus.Registry) *grpc.Server {
+	metrics := grpcprom.NewServerMetrics(grpcprom.WithServerHandlingTimeHistogram())
+	reg.MustRegister(metrics)
+	opts := []grpc.ServerOption{
+		// Ingest calls carry up to a few MiB of events; allow a whole 20 MB capture batch.
+		grpc.MaxRecvMsgSize(64 << 20),
+		// Edges keep one Watch stream open for good: keepalives find dead peers behind NATs.
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
+		grpc.ChainUnaryInterceptor(metrics.UnaryServerInterceptor(), edges.UnaryInterceptor()),
+		grpc.ChainStreamInterceptor(metrics.StreamServerInterceptor(), edges.StreamInterceptor()),
+	}
+	if tlsConfig != nil {
+		opts = append(opts, grpc.Creds(credentials.NewTLS(tlsConfig)))
+	}
+	srv := grpc.NewServer(opts...)
+	syncpb.RegisterSyncServer(srv, sync)
+	metrics.InitializeMetrics(srv)
+	return srv
+}

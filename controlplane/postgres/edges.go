@@ -1,0 +1,96 @@
+package postgres
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/flagedge/flagedge/controlplane"
+)
+
+// EdgeService stores the edges' credentials.
+type EdgeService struct {
+	db *DB
+}
+
+var _ controlplane.EdgeService = (*EdgeService)(nil)
+
+// NewEdgeService returns an EdgeService on db.
+func NewEdgeService(db *DB) *EdgeService { return &EdgeService{db: db} }
+
+// edgeTokenPrefix marks edge tokens, as phx_ marks personal keys, so a leaked one is
+// recognisable.
+const edgeTokenPrefix = "fle_"
+
+// CreateEdge issues a credential to a new edge.
+func (s *EdgeService) CreateEdge(ctx context.Context, name string) (*controlplane.Edge, string, error) {
+	if name == "" || len(name) > 200 {
+		return nil, "", controlplane.FieldError("name", "invalid_input", "An edge name is 1 to 200 characters.")
+	}
+	secret := make([]byte, 32)
+	if _, err := rand.Read(secret); err != nil {
+		return nil, "", err
+	}
+	token := edgeTokenPrefix + fmt.Sprintf("%x", secret)
+	sum := sha256.Sum256([]byte(token))
+	e := &controlplane.Edge{Name: name}
+	err := s.db.Pool.QueryRow(ctx, `INSERT INTO edges (name, token_sha256) VALUES ($1, $2) RETURNING id::text, created_at`,
+		name, sum[:]).Scan(&e.ID, &e.CreatedAt)
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "23505" {
+		return nil, "", controlplane.FieldError("name", "unique", "There is already a live edge with this name; revoke it first.")
+	}
+	if err != nil {
+		return nil, "", fmt.Errorf("create edge: %w", err)
+	}
+	return e, token, nil
+}
+
+// FindEdges lists every edge, oldest first.
+func (s *EdgeService) FindEdges(ctx context.Context) ([]*controlplane.Edge, error) {
+	rows, err := s.db.Pool.Query(ctx, `SELECT id::text, name, created_at, revoked_at FROM edges ORDER BY created_at, name`)
+	if err != nil {
+		return nil, fmt.Errorf("find edges: %w", err)
+	}
+	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (*controlplane.Edge, error) {
+		e := &controlplane.Edge{}
+		return e, row.Scan(&e.ID, &e.Name, &e.CreatedAt, &e.RevokedAt)
+	})
+}
+
+// RevokeEdge revokes the live edge named name. Control-plane replicas notice within their
+// refresh interval and close its streams.
+func (s *EdgeService) RevokeEdge(ctx context.Context, name string) error {
+	tag, err := s.db.Pool.Exec(ctx, `UPDATE edges SET revoked_at = now() WHERE name = $1 AND revoked_at IS NULL`, name)
+	if err != nil {
+		return fmt.Errorf("revoke edge: %w", err)
+	}
+	if tag.RowsAffected() == 0 {
+		return controlplane.ErrNotFound
+	}
+	return nil
+}
+
+// LiveEdgeTokens returns the live edges by the hash of their token.
+func (s *EdgeService) LiveEdgeTokens(ctx context.Context) (map[[sha256.Size]byte]*controlplane.Edge, error) {
+	rows, err := s.db.Pool.Query(ctx, `SELECT token_sha256, id::text, name, created_at FROM edges WHERE revoked_at IS NULL`)
+	if err != nil {
+		return nil, fmt.Errorf("live edges: %w", err)
+	}
+	defer rows.Close()
+	out := map[[sha256.Size]byte]*controlplane.Edge{}
+	for rows.Next() {
+		var sum []byte
+		e := &controlplane.Edge{}
+		if err := rows.Scan(&sum, &e.ID, &e.Name, &e.CreatedAt); err != nil {
+			return nil, fmt.Errorf("live edges: %w", err)
+		}
+		out[[sha256.Size]byte(sum)] = e
+	}
+	return out, rows.Err()
+}

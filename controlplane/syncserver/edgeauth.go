@@ -1,0 +1,198 @@
+package syncserver
+
+import (
+	"context"
+	"crypto/sha256"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	"github.com/flagedge/flagedge/controlplane"
+)
+
+// EdgeAuth admits only edges with a live credential to the sync service: every call carries
+// "authorization: Bearer <edge token>", checked against the live edges' token hashes held in
+// memory (no database round trip per call). The set is refreshed every RefreshInterval, and
+// the streams of an edge that is no longer live (revoked) are closed then.
+type EdgeAuth struct {
+	edges controlplane.EdgeService
+	log   *slog.Logger
+	// RefreshInterval is how often the live edges are read again: it bounds how long a
+	// revoked edge keeps its streams. 500 ms is one small query per replica, twice a second.
+	RefreshInterval time.Duration
+
+	live       atomic.Pointer[map[[sha256.Size]byte]*controlplane.Edge]
+	reloadMu   sync.Mutex // serialises reloads and guards lastReload
+	lastReload time.Time
+
+	mu      sync.Mutex // guards streams
+	streams map[string]map[*edgeStream]struct{}
+
+	connected *prometheus.GaugeVec
+	refused   prometheus.Counter
+}
+
+// edgeStream is one open stream of an edge, with the means to close it.
+type edgeStream struct {
+	cancel  context.CancelFunc
+	revoked atomic.Bool
+}
+
+// NewEdgeAuth returns the authenticator over edges. Run keeps it current.
+func NewEdgeAuth(edges controlplane.EdgeService, log *slog.Logger, reg prometheus.Registerer) *EdgeAuth {
+	a := &EdgeAuth{edges: edges, log: log, RefreshInterval: 500 * time.Millisecond, streams: map[string]map[*edgeStream]struct{}{},
+		connected: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "flagedge_controlplane_connected_edges",
+			Help: "Snapshot streams open to this replica, by edge name."}, []string{"edge"}),
+		refused: prometheus.NewCounter(prometheus.CounterOpts{Name: "flagedge_controlplane_edge_auth_failures_total",
+			Help: "Sync calls refused for a missing, unknown or revoked edge token."}),
+	}
+	empty := map[[sha256.Size]byte]*controlplane.Edge{}
+	a.live.Store(&empty)
+	if reg != nil {
+		reg.MustRegister(a.connected, a.refused)
+	}
+	return a
+}
+
+// Run refreshes the live edges until ctx ends, closing the streams of revoked edges.
+func (a *EdgeAuth) Run(ctx context.Context) {
+	t := time.NewTicker(a.RefreshInterval)
+	defer t.Stop()
+	for {
+		if err := a.reload(ctx, 0); err != nil && ctx.Err() == nil {
+			a.log.Warn("read live edges", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// reload reads the live edges unless they were read less than notWithin ago, and closes the
+// streams of edges no longer among them.
+func (a *EdgeAuth) reload(ctx context.Context, notWithin time.Duration) error {
+	a.reloadMu.Lock()
+	defer a.reloadMu.Unlock()
+	if notWithin > 0 && time.Since(a.lastReload) < notWithin {
+		return nil
+	}
+	live, err := a.edges.LiveEdgeTokens(ctx)
+	if err != nil {
+		return err
+	}
+	a.lastReload = time.Now()
+	a.live.Store(&live)
+	ids := make(map[string]bool, len(live))
+	for _, e := range live {
+		ids[e.ID] = true
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for id, streams := range a.streams {
+		if ids[id] {
+			continue
+		}
+		for s := range streams {
+			s.revoked.Store(true)
+			s.cancel()
+		}
+	}
+	return nil
+}
+
+// errUnauthenticated is the answer to a call without a live edge token.
+var errUnauthenticated = status.Error(codes.Unauthenticated, "a live edge token is required: issue one with `controlplane edges create`")
+
+// authenticate returns the edge whose token the call carries. A token not seen yet (an edge
+// issued a moment ago) makes the live set be read again, at most every 50 ms, so that calls
+// with unknown tokens cannot load the database more than that.
+func (a *EdgeAuth) authenticate(ctx context.Context) (*controlplane.Edge, error) {
+	md, _ := metadata.FromIncomingContext(ctx)
+	var token string
+	for _, v := range md.Get("authorization") {
+		if t, ok := strings.CutPrefix(v, "Bearer "); ok {
+			token = strings.TrimSpace(t)
+		}
+	}
+	if token == "" {
+		a.refused.Inc()
+		return nil, errUnauthenticated
+	}
+	sum := sha256.Sum256([]byte(token))
+	if e := (*a.live.Load())[sum]; e != nil {
+		return e, nil
+	}
+	if err := a.reload(ctx, 50*time.Millisecond); err != nil {
+		return nil, status.Errorf(codes.Unavailable, "read live edges: %v", err)
+	}
+	if e := (*a.live.Load())[sum]; e != nil {
+		return e, nil
+	}
+	a.refused.Inc()
+	return nil, errUnauthenticated
+}
+
+// UnaryInterceptor admits unary calls (look-ups, ingestion) from live edges only.
+func (a *EdgeAuth) UnaryInterceptor() grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		if _, err := a.authenticate(ctx); err != nil {
+			return nil, err
+		}
+		return handler(ctx, req)
+	}
+}
+
+// StreamInterceptor admits streams from live edges only, and ends them with Unauthenticated
+// once the edge is revoked.
+func (a *EdgeAuth) StreamInterceptor() grpc.StreamServerInterceptor {
+	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+		edge, err := a.authenticate(ss.Context())
+		if err != nil {
+			return err
+		}
+		ctx, cancel := context.WithCancel(ss.Context())
+		defer cancel()
+		s := &edgeStream{cancel: cancel}
+		a.mu.Lock()
+		if a.streams[edge.ID] == nil {
+			a.streams[edge.ID] = map[*edgeStream]struct{}{}
+		}
+		a.streams[edge.ID][s] = struct{}{}
+		a.mu.Unlock()
+		gauge := a.connected.WithLabelValues(edge.Name)
+		gauge.Inc()
+		defer func() {
+			gauge.Dec()
+			a.mu.Lock()
+			delete(a.streams[edge.ID], s)
+			if len(a.streams[edge.ID]) == 0 {
+				delete(a.streams, edge.ID)
+			}
+			a.mu.Unlock()
+		}()
+		err = handler(srv, &contextStream{ServerStream: ss, ctx: ctx})
+		if s.revoked.Load() {
+			a.log.Info("closed the stream of a revoked edge", "edge", edge.Name)
+			return status.Error(codes.Unauthenticated, "this edge's token was revoked")
+		}
+		return err
+	}
+}
+
+// contextStream is a server stream with a context of our own.
+type contextStream struct {
+	grpc.ServerStream
+	ctx context.Context
+}
+
+func (s *contextStream) Context() context.Context { return s.ctx }
