@@ -43,7 +43,7 @@ type Handler struct {
 	spool   *spool.Spool
 	geo     *geocache.Locator
 	ips     *clientip.Resolver // nil: X-Forwarded-For trusted
-	persons PersonCache // may be nil
+	persons PersonCache        // may be nil
 	log     *slog.Logger
 	now     func() time.Time
 	parsers fastjson.ParserPool
