@@ -2,10 +2,7 @@
 // --version and export it as the flagedge_build_info metric.
 package version
 
-import (
-	"runtime/debug"
-	"strings"
-)
+import "runtime/debug"
 
 // Version and Commit are set at build time (make build, the Dockerfile) with
 // -ldflags "-X github.com/flagedge/flagedge/internal/version.Version=… -X ….Commit=…". A
@@ -34,9 +31,6 @@ func Get() (version, commit string) {
 	}
 	if commit == "" {
 		commit = "unknown"
-	}
-	if len(commit) > 12 && !strings.ContainsAny(commit, "-+") {
-		commit = commit[:12]
 	}
 	return version, commit
 }

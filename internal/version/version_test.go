@@ -11,7 +11,7 @@ func TestStringHasTheContractShape(t *testing.T) {
 	}
 	Version, Commit = "v1.2.3", "0123456789abcdef0123"
 	defer func() { Version, Commit = "", "" }()
-	if s := String(); s != "flagedge v1.2.3 0123456789ab" {
+	if s := String(); s != "flagedge v1.2.3 0123456789abcdef0123" {
 		t.Errorf("with build values: %q", s)
 	}
 }
