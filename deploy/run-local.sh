@@ -12,6 +12,8 @@ HTTP_ADDR=${FLAGEDGE_HTTP_ADDR:-127.0.0.1:8000}
 GRPC_ADDR=${FLAGEDGE_GRPC_ADDR:-127.0.0.1:9000}
 EDGE_ADDR=${FLAGEDGE_EDGE_ADDR:-127.0.0.1:8080}
 EMAIL=${FLAGEDGE_DEMO_EMAIL:-admin@example.com}
+# No load balancer waits on /_ready here: Ctrl-C stops at once.
+export FLAGEDGE_DRAIN_DELAY=${FLAGEDGE_DRAIN_DELAY:-0s}
 
 pids=()
 pgdir=""
