@@ -119,6 +119,10 @@ type Spool struct {
 	closed   bool
 	acked    Cursor
 	syncErr  error
+	// pending counts the records after acked; marks says when they were appended (roughly:
+	// one mark per ageMarkInterval, the oldest first), for the oldest record's age.
+	pending int64
+	marks   []ageMark
 
 	wake     chan struct{} // new data for the reader; capacity 1
 	syncWake chan struct{} // new data for the syncer (SyncAlways); capacity 1
@@ -129,12 +133,24 @@ type Spool struct {
 	metrics metrics
 }
 
+// ageMark records that the records from cursor on were appended at or after at.
+type ageMark struct {
+	cursor Cursor
+	at     time.Time
+}
+
+// ageMarkInterval bounds the error of the oldest record's age and the marks kept: ten a
+// second at most, whatever the append rate.
+const ageMarkInterval = 100 * time.Millisecond
+
 type metrics struct {
-	bytes    prometheus.GaugeFunc
-	appends  prometheus.Counter
-	full     prometheus.Counter
-	fsyncs   prometheus.Histogram
-	corrupts prometheus.Counter
+	pendingRecords prometheus.GaugeFunc
+	oldestAge      prometheus.GaugeFunc
+	bytes          prometheus.GaugeFunc
+	appends        prometheus.Counter
+	full           prometheus.Counter
+	fsyncs         prometheus.Histogram
+	corrupts       prometheus.Counter
 }
 
 // Open opens or creates the spool in opts.Dir, dropping acknowledged segments and a torn
@@ -160,6 +176,7 @@ func Open(opts Options) (*Spool, error) {
 	if err := s.recover(); err != nil {
 		return nil, fmt.Errorf("open spool: %w", err)
 	}
+	s.countBacklog()
 	if err := s.rotateLocked(); err != nil {
 		return nil, fmt.Errorf("open spool: %w", err)
 	}
@@ -177,8 +194,14 @@ func (s *Spool) registerMetrics() {
 	m.fsyncs = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "flagedge_edge_spool_fsync_seconds", Help: "fsync latency of the spool.",
 		Buckets: prometheus.ExponentialBuckets(0.0001, 2, 14)})
 	m.corrupts = prometheus.NewCounter(prometheus.CounterOpts{Name: "flagedge_edge_spool_corrupt_records_total", Help: "Records skipped for a bad checksum or frame."})
+	m.pendingRecords = prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "flagedge_edge_spool_pending_records",
+		Help: "Records in the capture spool not yet acknowledged by the control plane."},
+		func() float64 { return float64(s.PendingRecords()) })
+	m.oldestAge = prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "flagedge_edge_spool_oldest_pending_age_seconds",
+		Help: "Age of the oldest record not yet acknowledged (0 when none), within a tenth of a second."},
+		func() float64 { return s.OldestPendingAge().Seconds() })
 	if s.opts.Registry != nil {
-		s.opts.Registry.MustRegister(m.bytes, m.appends, m.full, m.fsyncs, m.corrupts)
+		s.opts.Registry.MustRegister(m.bytes, m.appends, m.full, m.fsyncs, m.corrupts, m.pendingRecords, m.oldestAge)
 	}
 }
 
@@ -362,6 +385,10 @@ func (s *Spool) Append(record []byte) error {
 		return fmt.Errorf("spool write: %w", err)
 	}
 	last := &s.segments[len(s.segments)-1]
+	if now := time.Now(); len(s.marks) == 0 || now.Sub(s.marks[len(s.marks)-1].at) >= ageMarkInterval {
+		s.marks = append(s.marks, ageMark{cursor: Cursor{Segment: last.id, Offset: last.size}, at: now})
+	}
+	s.pending++
 	last.size += int64(len(frame))
 	s.total += int64(len(frame))
 	s.appended++
@@ -503,6 +530,10 @@ func (s *Spool) Acked() Cursor {
 func (s *Spool) Pending() int64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	return s.pendingBytesLocked()
+}
+
+func (s *Spool) pendingBytesLocked() int64 {
 	var n int64
 	for _, seg := range s.segments {
 		switch {
@@ -614,6 +645,78 @@ func (s *Spool) readRecord(id uint64, off, size int64) ([]byte, int64, error) {
 	return rec, headerSize + n, nil
 }
 
+// countBacklog counts the records a reopened spool holds after its acknowledged cursor, and
+// dates them by their segments' last writes.
+func (s *Spool) countBacklog() {
+	end := s.acked
+	for _, seg := range s.segments {
+		start := Cursor{Segment: seg.id}
+		if seg.id == s.acked.Segment {
+			start.Offset = s.acked.Offset
+		}
+		if seg.id < s.acked.Segment || start.Offset >= seg.size {
+			continue
+		}
+		if info, err := os.Stat(s.path(seg.id)); err == nil {
+			s.marks = append(s.marks, ageMark{cursor: start, at: info.ModTime()})
+		}
+		end = Cursor{Segment: seg.id, Offset: seg.size}
+	}
+	if len(s.marks) > 0 {
+		s.pending = s.countRecords(s.marks[0].cursor, end, s.segments)
+	}
+}
+
+// countRecords counts the records in [from, to) by walking their headers (the reader has just
+// read them: they are in the page cache). segments lists the segments that may hold them.
+func (s *Spool) countRecords(from, to Cursor, segments []segment) int64 {
+	var n int64
+	var header [headerSize]byte
+	for _, seg := range segments {
+		if seg.id < from.Segment || seg.id > to.Segment {
+			continue
+		}
+		off, end := int64(0), seg.size
+		if seg.id == from.Segment {
+			off = from.Offset
+		}
+		if seg.id == to.Segment {
+			end = min(end, to.Offset)
+		}
+		f, err := os.Open(s.path(seg.id))
+		if err != nil {
+			continue // deleted meanwhile: counted as nothing, corrected when the spool drains
+		}
+		for off+headerSize <= end {
+			if _, err := f.ReadAt(header[:], off); err != nil {
+				break
+			}
+			off += headerSize + int64(binary.LittleEndian.Uint32(header[0:4]))
+			n++
+		}
+		f.Close()
+	}
+	return n
+}
+
+// PendingRecords returns how many records are appended but not acknowledged.
+func (s *Spool) PendingRecords() int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.pending
+}
+
+// OldestPendingAge returns how long the oldest record not yet acknowledged has waited, or 0
+// when there is none. Records from before a restart are dated by their segment's last write.
+func (s *Spool) OldestPendingAge() time.Duration {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.pending == 0 || len(s.marks) == 0 {
+		return 0
+	}
+	return time.Since(s.marks[0].at)
+}
+
 // Ack records that everything before c is delivered: the cursor is saved, and segments that
 // lie wholly before it are deleted (the active segment never is). The file work is done
 // outside mu.
@@ -625,6 +728,7 @@ func (s *Spool) Ack(c Cursor) error {
 		s.mu.Unlock()
 		return nil
 	}
+	from := s.acked
 	s.acked = c
 	var done []segment
 	keep := s.segments[:0]
@@ -637,6 +741,21 @@ func (s *Spool) Ack(c Cursor) error {
 		keep = append(keep, seg)
 	}
 	s.segments = keep
+	// The last mark before c still dates the records after c that it covers.
+	for len(s.marks) > 1 && !c.before(s.marks[1].cursor) {
+		s.marks = s.marks[1:]
+	}
+	segments := slices.Clone(s.segments)
+	s.mu.Unlock()
+	n := s.countRecords(from, c, append(done, segments...))
+	s.mu.Lock()
+	s.pending = max(s.pending-n, 0)
+	if s.pendingBytesLocked() == 0 { // a segment reclaimed meanwhile was not counted
+		s.pending = 0
+	}
+	if s.pending == 0 {
+		s.marks = s.marks[:0]
+	}
 	s.mu.Unlock()
 
 	tmp := filepath.Join(s.opts.Dir, cursorFile+".tmp")

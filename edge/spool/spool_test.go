@@ -313,3 +313,57 @@ func TestSmallQuotaRecoversOnceDrained(t *testing.T) {
 		t.Fatalf("after a restart, %d records fit (first %d)", again, first)
 	}
 }
+
+// TestPendingRecordsAndAge: the spool counts what is not yet acknowledged, and how long the
+// oldest of it has waited, also after a restart.
+func TestPendingRecordsAndAge(t *testing.T) {
+	dir := t.TempDir()
+	s, err := spool.Open(spool.Options{Dir: dir, SegmentBytes: 4096})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 100 {
+		if err := s.Append(record(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(250 * time.Millisecond)
+	s.Append(record(100)) //nolint:errcheck
+	if got := int(s.PendingRecords()); got != 101 {
+		t.Fatalf("%d records pending, want 101", got)
+	}
+	if age := s.OldestPendingAge(); age < 200*time.Millisecond || age > time.Second {
+		t.Fatalf("oldest pending age %v, want about 250ms", age)
+	}
+	recs, next, err := s.Read(nil, s.Acked(), 600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Ack(next); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := int(s.PendingRecords()), 101-len(recs); got != want {
+		t.Fatalf("%d records pending after acknowledging %d, want %d", got, len(recs), want)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s, err = spool.Open(spool.Options{Dir: dir, SegmentBytes: 4096})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if got, want := int(s.PendingRecords()), 101-len(recs); got != want {
+		t.Fatalf("after a restart %d records pending, want %d", got, want)
+	}
+	if s.OldestPendingAge() <= 0 {
+		t.Fatal("after a restart the backlog has no age")
+	}
+	_, c := readAll(t, s, s.Acked())
+	if err := s.Ack(c); err != nil {
+		t.Fatal(err)
+	}
+	if got := int(s.PendingRecords()); got != 0 || s.OldestPendingAge() != 0 {
+		t.Fatalf("drained: %d pending, age %v", got, s.OldestPendingAge())
+	}
+}
