@@ -329,62 +329,17 @@ func TestPersonsFromCapture(t *testing.T) {
 func TestCaptureSurvivesSIGKILL(t *testing.T) {
 	s := newStack(t)
 	e := s.startEdge("edge", "", true)
-	var mu sync.Mutex
-	var acked []string
-	stop := make(chan struct{})
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for i := 0; ; i++ {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			var batch []any
-			var ids []string
-			for j := range 20 {
-				id := uuid.NewString()
-				ids = append(ids, id)
-				batch = append(batch, map[string]any{"event": "stream", "distinct_id": fmt.Sprintf("u%d", j), "uuid": id})
-			}
-			req, _ := http.NewRequest("POST", e.url+"/batch/", bytes.NewReader(mustJSON(t, map[string]any{"api_key": s.token, "batch": batch})))
-			resp, err := client.Do(req)
-			if err != nil {
-				continue // the edge is gone: nothing acknowledged
-			}
-			io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
-			if resp.StatusCode == 200 {
-				mu.Lock()
-				acked = append(acked, ids...)
-				mu.Unlock()
-			}
-		}
-	}()
+	l := s.startLoad([]string{e.url}, "stream", 20, time.Millisecond)
 	time.Sleep(700 * time.Millisecond)
 	e.kill()
 	time.Sleep(100 * time.Millisecond)
-	close(stop)
-	<-done
-	mu.Lock()
-	n := len(acked)
-	mu.Unlock()
-	if n < 100 {
-		t.Fatalf("only %d events acknowledged before the kill", n)
+	acked := l.finish()
+	if len(acked) < 100 {
+		t.Fatalf("only %d events acknowledged before the kill", len(acked))
 	}
 	s.startEdge("edge-restarted", e.dataDir, true)
-	waitFor(t, "acknowledged events stored", func() bool { return s.eventCount("stream") >= n })
-	db := openDB(t, s.dbURL)
-	var stored, missing int
-	if err := db.QueryRow(t.Context(), `SELECT count(*), count(*) FILTER (WHERE e.uuid IS NULL)
-		FROM unnest($1::uuid[]) AS a(id) LEFT JOIN events e ON e.uuid = a.id AND e.project_id = $2`, acked, s.projectID).Scan(&stored, &missing); err != nil {
-		t.Fatal(err)
-	}
-	if missing != 0 {
-		t.Errorf("%d of %d acknowledged events are missing", missing, n)
-	}
-	t.Logf("%d events acknowledged before SIGKILL; all stored once (events are unique by uuid)", n)
+	stored, dups, missing := s.storedOnce("stream", acked)
+	t.Logf("kill -9 of an edge under batch load: %d events acknowledged, %d stored, %d duplicates, %d missing", len(acked), stored, dups, missing)
 }
 
 // TestCaptureWhileControlPlaneDown: the edge keeps accepting, then drains.

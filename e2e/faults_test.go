@@ -10,8 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/uuid"
-
 	"github.com/flagedge/flagedge/controlplane/postgres"
 	"github.com/flagedge/flagedge/geoip/geoiptest"
 	"github.com/flagedge/flagedge/internal/pgcluster"
@@ -265,32 +263,7 @@ func TestPostgresRestartUnderLoad(t *testing.T) {
 	s.startControlPlane()
 	e := s.startEdge("edge", "", true)
 
-	var mu sync.Mutex
-	var acked []string
-	stop := make(chan struct{})
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for i := 0; i < 5000; i++ { // bounded; stopped earlier by the test
-			select {
-			case <-stop:
-				return
-			case <-time.After(10 * time.Millisecond):
-			}
-			var ids []string
-			var batch []any
-			for j := range 10 {
-				id := uuid.NewString()
-				ids = append(ids, id)
-				batch = append(batch, map[string]any{"event": "load", "distinct_id": fmt.Sprintf("l%d", j), "uuid": id})
-			}
-			if code, _ := post(t, "POST", e.url+"/batch/", mustJSON(t, map[string]any{"api_key": s.token, "batch": batch})); code == 200 {
-				mu.Lock()
-				acked = append(acked, ids...)
-				mu.Unlock()
-			}
-		}
-	}()
+	l := s.startLoad([]string{e.url}, "load", 10, 10*time.Millisecond)
 	time.Sleep(500 * time.Millisecond)
 	if err := cluster.Crash(ctx); err != nil {
 		t.Fatal(err)
@@ -304,27 +277,14 @@ func TestPostgresRestartUnderLoad(t *testing.T) {
 	waitFor(t, "the control plane ready again", func() bool { return status("http://"+s.httpAddr+"/_ready") == 200 })
 	readyAfter := time.Since(restarted)
 	time.Sleep(500 * time.Millisecond)
-	close(stop)
-	<-done
+	acked := l.finish()
 	s.createFlag(map[string]any{"key": "after-restart"})
 	waitFor(t, "a change made after the restart at the edge", func() bool {
 		return hasKey(featureFlags(s.decide(e, map[string]any{"distinct_id": "u"})), "after-restart")
 	})
-	mu.Lock()
-	n := len(acked)
-	mu.Unlock()
-	waitFor(t, "acknowledged events stored", func() bool { return s.eventCount("load") >= n })
-	var stored, distinct, missing int
-	db := openDB(t, s.dbURL)
-	if err := db.QueryRow(ctx, `SELECT (SELECT count(*) FROM events WHERE event = 'load'), (SELECT count(DISTINCT uuid) FROM events WHERE event = 'load'),
-		(SELECT count(*) FROM unnest($1::uuid[]) AS a(id) LEFT JOIN events e ON e.uuid = a.id WHERE e.uuid IS NULL)`, acked).Scan(&stored, &distinct, &missing); err != nil {
-		t.Fatal(err)
-	}
-	if missing != 0 || stored != distinct {
-		t.Errorf("%d acknowledged, %d missing, %d stored for %d uuids", n, missing, stored, distinct)
-	}
+	stored, dups, missing := s.storedOnce("load", acked)
 	t.Logf("PostgreSQL down %v: %d events acknowledged, %d stored, %d duplicates, %d missing; control plane ready %v after the restart",
-		restarted.Sub(crashed).Round(time.Millisecond), n, stored, stored-distinct, missing, readyAfter.Round(time.Millisecond))
+		restarted.Sub(crashed).Round(time.Millisecond), len(acked), stored, dups, missing, readyAfter.Round(time.Millisecond))
 }
 
 // TestGracefulDrain: after SIGTERM both programs answer 503 on /_ready for the drain delay

@@ -20,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/flagedge/flagedge/controlplane/postgres"
@@ -367,4 +368,70 @@ func openDB(t *testing.T, url string) *pgxpool.Pool {
 func execOutput(bin string, args ...string) (string, error) {
 	out, err := exec.Command(bin, args...).Output()
 	return string(out), err
+}
+
+// load sends batches of events with known uuids to edges until stopped, and keeps the uuids
+// of the batches an edge acknowledged.
+type load struct {
+	mu    sync.Mutex
+	acked []string
+	stop  chan struct{}
+	wg    sync.WaitGroup
+}
+
+// startLoad sends batches of size events named event to each edge URL, one batch per pace
+// per edge, at most 5,000 batches per edge.
+func (s *stack) startLoad(urls []string, event string, size int, pace time.Duration) *load {
+	l := &load{stop: make(chan struct{})}
+	for _, u := range urls {
+		l.wg.Add(1)
+		go func() {
+			defer l.wg.Done()
+			for range 5000 {
+				select {
+				case <-l.stop:
+					return
+				case <-time.After(pace):
+				}
+				ids := make([]string, size)
+				batch := make([]any, size)
+				for j := range size {
+					ids[j] = uuid.NewString()
+					batch[j] = map[string]any{"event": event, "distinct_id": fmt.Sprintf("u%d", j), "uuid": ids[j]}
+				}
+				if code, _ := callQuiet("POST", u+"/batch/", map[string]any{"api_key": s.token, "batch": batch}); code == 200 {
+					l.mu.Lock()
+					l.acked = append(l.acked, ids...)
+					l.mu.Unlock()
+				}
+			}
+		}()
+	}
+	return l
+}
+
+// finish stops the load and returns the acknowledged uuids.
+func (l *load) finish() []string {
+	close(l.stop)
+	l.wg.Wait()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.acked
+}
+
+// storedOnce waits until the acknowledged events of name are stored and counts them: stored
+// rows, duplicates, and acknowledged uuids missing.
+func (s *stack) storedOnce(name string, acked []string) (stored, duplicates, missing int) {
+	s.t.Helper()
+	waitFor(s.t, "acknowledged events stored", func() bool { return s.eventCount(name) >= len(acked) })
+	var distinct int
+	if err := openDB(s.t, s.dbURL).QueryRow(context.Background(), `SELECT
+		(SELECT count(*) FROM events WHERE event = $2), (SELECT count(DISTINCT uuid) FROM events WHERE event = $2),
+		(SELECT count(*) FROM unnest($1::uuid[]) AS a(id) LEFT JOIN events e ON e.uuid = a.id WHERE e.uuid IS NULL)`, acked, name).Scan(&stored, &distinct, &missing); err != nil {
+		s.t.Fatal(err)
+	}
+	if missing != 0 || stored != distinct {
+		s.t.Errorf("%s: %d acknowledged, %d missing, %d stored for %d uuids", name, len(acked), missing, stored, distinct)
+	}
+	return stored, stored - distinct, missing
 }

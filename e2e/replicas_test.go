@@ -2,18 +2,14 @@ package e2e
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
-
-	"github.com/google/uuid"
 
 	"github.com/flagedge/flagedge/geoip/geoiptest"
 	"github.com/flagedge/flagedge/internal/pgtest"
@@ -91,30 +87,7 @@ func TestReplicasWithTLSAndTokens(t *testing.T) {
 	}
 
 	// Kill replica a (edges 1 and 3 use it) while events flow into edges 1 and 3.
-	var mu sync.Mutex
-	var acked []string
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	for _, e := range []*edge{edges[0], edges[2]} {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := 0; i < 2000; i++ { // bounded; stopped earlier by the test
-				select {
-				case <-stop:
-					return
-				case <-time.After(5 * time.Millisecond):
-				}
-				id := uuid.NewString()
-				code, _ := postQuiet(e.url+"/capture/", map[string]any{"api_key": s.token, "event": "failover", "distinct_id": "f", "uuid": id})
-				if code == 200 {
-					mu.Lock()
-					acked = append(acked, id)
-					mu.Unlock()
-				}
-			}
-		}()
-	}
+	l := s.startLoad([]string{edges[0].url, edges[2].url}, "failover", 5, 5*time.Millisecond)
 	time.Sleep(300 * time.Millisecond)
 	a.kill()
 	failover := converge(edges)
@@ -123,24 +96,11 @@ func TestReplicasWithTLSAndTokens(t *testing.T) {
 		after = append(after, converge(edges))
 	}
 	time.Sleep(300 * time.Millisecond)
-	close(stop)
-	wg.Wait()
+	acked := l.finish()
 	if failover > 2*time.Second {
 		t.Errorf("the first change after killing replica a reached every edge in %v, want under 2s", failover)
 	}
-	mu.Lock()
-	n := len(acked)
-	mu.Unlock()
-	waitFor(t, "the events forwarded during the fail-over stored", func() bool { return s.eventCount("failover") >= n })
-	var stored, distinct, missing int
-	if err := openDB(t, s.dbURL).QueryRow(context.Background(), `SELECT
-		(SELECT count(*) FROM events WHERE event = 'failover'), (SELECT count(DISTINCT uuid) FROM events WHERE event = 'failover'),
-		(SELECT count(*) FROM unnest($1::uuid[]) AS a(id) LEFT JOIN events e ON e.uuid = a.id WHERE e.uuid IS NULL)`, acked).Scan(&stored, &distinct, &missing); err != nil {
-		t.Fatal(err)
-	}
-	if missing != 0 || stored != distinct {
-		t.Errorf("fail-over: %d acknowledged, %d missing, %d stored for %d uuids", n, missing, stored, distinct)
-	}
+	stored, dups, missing := s.storedOnce("failover", acked)
 
 	// A revoked edge is cut off: it keeps serving what it has, and no longer gets changes.
 	revokedToken := s.namedEdgeToken("revoked-edge")
@@ -172,7 +132,7 @@ func TestReplicasWithTLSAndTokens(t *testing.T) {
 	t.Logf("convergence over 3 edges and 2 replicas (TLS, tokens): before the kill p50 %v p99 %v; the first change made right after kill -9 of a replica reached every edge in %v; after p50 %v p99 %v; %d events forwarded during the fail-over: %d stored, %d duplicates, %d missing",
 		percentile(before, .5).Round(time.Millisecond), percentile(before, .99).Round(time.Millisecond), failover.Round(time.Millisecond),
 		percentile(after, .5).Round(time.Millisecond), percentile(after, .99).Round(time.Millisecond),
-		n, stored, stored-distinct, missing)
+		len(acked), stored, dups, missing)
 }
 
 // callQuiet is call for goroutines and polling: any failure is a status of 0.

@@ -21,6 +21,7 @@ import (
 	"github.com/flagedge/flagedge/edge/apierror"
 	"github.com/flagedge/flagedge/edge/clientip"
 	"github.com/flagedge/flagedge/edge/geocache"
+	"github.com/flagedge/flagedge/edge/reqbody"
 	"github.com/flagedge/flagedge/edge/spool"
 	"github.com/flagedge/flagedge/edge/state"
 	"github.com/flagedge/flagedge/shared/event"
@@ -119,12 +120,7 @@ func (c *Handler) decode(ctx *fasthttp.RequestCtx) (*event.Payload, error) {
 	if len(bytes.TrimSpace(raw)) == 0 {
 		return nil, apierror.Malformed("no data found.")
 	}
-	body, err := event.Decode(event.Request{
-		Body:            raw,
-		Compression:     string(ctx.QueryArgs().Peek("compression")),
-		ContentType:     string(ctx.Request.Header.ContentType()),
-		ContentEncoding: string(ctx.Request.Header.ContentEncoding()),
-	}, MaxBodyBytes)
+	body, err := reqbody.Decode(ctx, raw, MaxBodyBytes)
 	if errors.Is(err, event.ErrTooLarge) {
 		return nil, errBodyTooLarge
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/flagedge/flagedge/edge/clientip"
 	"github.com/flagedge/flagedge/edge/geocache"
 	"github.com/flagedge/flagedge/edge/persons"
+	"github.com/flagedge/flagedge/edge/reqbody"
 	"github.com/flagedge/flagedge/edge/state"
 	"github.com/flagedge/flagedge/shared/event"
 	"github.com/flagedge/flagedge/shared/flags"
@@ -101,12 +102,7 @@ func decodeInto(ctx *fasthttp.RequestCtx, s *scratch) error {
 	if len(bytes.TrimSpace(raw)) == 0 {
 		return s.parse(nil) // no body: the token may come as ?token=, and distinct_id is missing
 	}
-	decoded, err := event.Decode(event.Request{
-		Body:            raw,
-		Compression:     bytesString(ctx.QueryArgs().Peek("compression")),
-		ContentType:     bytesString(ctx.Request.Header.ContentType()),
-		ContentEncoding: bytesString(ctx.Request.Header.ContentEncoding()),
-	}, MaxBodyBytes)
+	decoded, err := reqbody.Decode(ctx, raw, MaxBodyBytes)
 	if errors.Is(err, event.ErrTooLarge) {
 		return apierror.TooLarge("The request body is over 1 MB.")
 	}

@@ -46,18 +46,28 @@ func LoadTLS(certFile, keyFile, flagPrefix string) (*tls.Config, error) {
 	return &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}, nil
 }
 
-// ServeMetrics serves reg's metrics at /metrics on a listener of its own at addr, bound now
-// (so that "address in use" fails at start), until ctx ends. It is for --metrics-addr: the
-// metrics then stay off the public listener.
+// ServeMetrics serves reg's metrics at /metrics on a listener of its own at addr until ctx
+// ends. It is for --metrics-addr: the metrics then stay off the public listener.
 func ServeMetrics(ctx context.Context, g *errgroup.Group, addr string, reg *prometheus.Registry, log *slog.Logger) error {
-	ln, err := net.Listen("tcp", addr)
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	bound, err := ServeHTTP(ctx, g, addr, mux)
 	if err != nil {
 		return fmt.Errorf("--metrics-addr: %w", err)
 	}
-	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-	log.Info("metrics listening", "metrics_addr", ln.Addr().String())
+	log.Info("metrics listening", "metrics_addr", bound.String())
+	return nil
+}
+
+// ServeHTTP serves h on a listener at addr, bound now (so that "address in use" fails at
+// start), in g until ctx ends; it returns the address bound. It is for the side listeners
+// (metrics, profiling) beside a program's main one.
+func ServeHTTP(ctx context.Context, g *errgroup.Group, addr string, h http.Handler) (net.Addr, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
 	g.Go(func() error {
 		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
 			return err
@@ -68,5 +78,5 @@ func ServeMetrics(ctx context.Context, g *errgroup.Group, addr string, reg *prom
 		<-ctx.Done()
 		return srv.Close()
 	})
-	return nil
+	return ln.Addr(), nil
 }

@@ -292,8 +292,8 @@ func (e *edge) serve(ctx context.Context) error {
 		}
 	}
 	if e.cfg.PprofAddr != "" {
-		if err := servePprof(gctx, g, e.cfg.PprofAddr); err != nil {
-			return err
+		if _, err := daemon.ServeHTTP(gctx, g, e.cfg.PprofAddr, http.DefaultServeMux); err != nil {
+			return fmt.Errorf("--pprof-addr: %w", err)
 		}
 	}
 	g.Go(func() error {
@@ -314,24 +314,4 @@ func (e *edge) serve(ctx context.Context) error {
 		return err
 	})
 	return g.Wait()
-}
-
-// servePprof serves Go's profiling endpoints on addr until ctx ends.
-func servePprof(ctx context.Context, g *errgroup.Group, addr string) error {
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return err
-	}
-	srv := &http.Server{Handler: http.DefaultServeMux, ReadHeaderTimeout: 10 * time.Second}
-	g.Go(func() error {
-		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
-			return err
-		}
-		return nil
-	})
-	g.Go(func() error {
-		<-ctx.Done()
-		return srv.Close()
-	})
-	return nil
 }
