@@ -60,40 +60,23 @@ artifact_env() {
     sed -nE 's/^(ENV +| +)(FLAGEDGE_[A-Z0-9_]+)=.*/\2/p' deploy/Dockerfile
   } | sort -u
 }
-# Variables the artifacts and docs/deploy.md already use for settings the programs are still
-# to gain (edge tokens, TLS, a metrics listener, trusted proxies); tolerated as unknown only
-# while the programs do not have their flags yet, i.e. until `edge --help` mentions --edge-token.
-wave2="FLAGEDGE_EDGE_TOKEN FLAGEDGE_GRPC_TLS_CERT FLAGEDGE_GRPC_TLS_KEY FLAGEDGE_GRPC_INSECURE
-FLAGEDGE_CONTROL_PLANE_CA FLAGEDGE_TLS_CERT FLAGEDGE_TLS_KEY FLAGEDGE_METRICS_ADDR
-FLAGEDGE_DRAIN_DELAY FLAGEDGE_TRUSTED_PROXIES"
 help=$({ "$tmp/bin/controlplane" serve --help; "$tmp/bin/edge" --help; } 2>&1 || true)
 grep -q 'FLAGEDGE_HTTP_ADDR' <<<"$help" || fail "could not read the programs' --help"
-has_wave2=false
-grep -q -- '-edge-token' <<<"$help" && has_wave2=true
-check_env() { # names on stdin; prints the unknown ones, fails if any is not tolerated
+check_env() { # names on stdin; prints the unknown ones and fails if there is any
   local bad=0 name
   while read -r name; do
     grep -qw "$name" <<<"$help" && continue
-    if ! $has_wave2 && grep -qw "$name" <<<"$wave2"; then
-      echo "pending $name"
-    else
-      echo "unknown $name"; bad=1
-    fi
+    echo "unknown $name"; bad=1
   done
   return $bad
 }
 names=$(artifact_env)
 [ "$(wc -l <<<"$names")" -ge 10 ] || fail "found only $(wc -l <<<"$names") FLAGEDGE_* names in deploy/: the extraction is broken"
 if ! out=$(check_env <<<"$names"); then
-  fail "variables the programs do not read (see their --help):"$'\n'"$(grep unknown <<<"$out")"
+  fail "variables the programs do not read (see their --help):"$'\n'"$out"
 fi
-pending=$(sed -n 's/^pending //p' <<<"$out" | tr '\n' ' ')
 check_env <<<"FLAGEDGE_EDGE_ADRR" >/dev/null && fail "env check accepted a misspelt variable"
-if [ -n "$pending" ]; then
-  log "env: ok; not yet read by this build of the programs (wave 2, pending): $pending"
-else
-  log "env: ok ($(wc -l <<<"$names") variables, all in the programs' --help)"
-fi
+log "env: ok ($(wc -l <<<"$names") variables, all in the programs' --help)"
 
 # --- compose -------------------------------------------------------------------------------
 compose() { docker-compose -f "$1" --env-file "${2:-deploy/compose.env.example}" config 2>&1; }
