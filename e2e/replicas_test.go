@@ -86,7 +86,7 @@ func TestReplicasWithTLSAndTokens(t *testing.T) {
 		before = append(before, converge(edges))
 	}
 
-	// Kill replica a (edges 1 and 3 use it) while events flow into edges 1 and 3.
+	// Kill replica a (the list is shuffled: some edges use it) while events flow into edges 1 and 3.
 	l := s.startLoad([]string{edges[0].url, edges[2].url}, "failover", 5, 5*time.Millisecond)
 	time.Sleep(300 * time.Millisecond)
 	a.kill()

@@ -107,8 +107,8 @@ func (c Config) transport() (credentials.TransportCredentials, error) {
 // connection, and a process may hold several, as tests do).
 var resolverSeq atomic.Int64
 
-// Dial returns a client connection to the control plane. It connects to the first address
-// that answers and, when that one fails, to the next: gRPC's pick_first policy over every
+// Dial returns a client connection to the control plane. It connects to one address, in a
+// shuffled order, and when that one fails to the next: gRPC's pick_first policy over every
 // address (a list here, or the records of a DNS name).
 func Dial(c Config) (*grpc.ClientConn, error) {
 	creds, err := c.transport()
@@ -117,6 +117,8 @@ func Dial(c Config) (*grpc.ClientConn, error) {
 	}
 	opts := []grpc.DialOption{
 		grpc.WithTransportCredentials(creds),
+		// Edges given the same list spread over the replicas instead of all taking the first.
+		grpc.WithDefaultServiceConfig(`{"loadBalancingConfig": [{"pick_first": {"shuffleAddressList": true}}]}`),
 		grpc.WithPerRPCCredentials(token(c.Token)),
 		// The Watch stream lives for good: keepalives notice a dead control plane quickly.
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 15 * time.Second, Timeout: 5 * time.Second, PermitWithoutStream: true}),

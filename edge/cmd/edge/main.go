@@ -78,7 +78,7 @@ func parseConfig(args []string, stderr io.Writer) (*config, error) {
 	cfg := &config{}
 	fs.String(&cfg.HTTPAddr, "http-addr", "FLAGEDGE_EDGE_ADDR", "127.0.0.1:8080", "address of the public HTTP endpoints")
 	fs.String(&cfg.ControlPlane.Addrs, "control-plane", "FLAGEDGE_CONTROL_PLANE", "127.0.0.1:9000", "address of the control plane's gRPC sync service, or a comma-separated list of replicas' (or a DNS name with several records): the edge fails over between them")
-	fs.String(&cfg.ControlPlane.Token, "edge-token", "FLAGEDGE_EDGE_TOKEN", "", "this edge's credential, from `controlplane edges create`")
+	fs.String(&cfg.ControlPlane.Token, "edge-token", "FLAGEDGE_EDGE_TOKEN", "", "this edge's credential, from controlplane edges create")
 	fs.String(&cfg.ControlPlane.CAFile, "control-plane-ca", "FLAGEDGE_CONTROL_PLANE_CA", "", "CA certificate (PEM) of the control plane's TLS certificate; default: the system's roots (TLS is used unless every address is loopback)")
 	fs.Bool(&cfg.ControlPlane.Insecure, "control-plane-insecure", "FLAGEDGE_CONTROL_PLANE_INSECURE", false, "talk plaintext to a control plane that is not on loopback (only behind something that encrypts; pairs with controlplane --grpc-insecure)")
 	fs.String(&cfg.TLSCert, "tls-cert", "FLAGEDGE_TLS_CERT", "", "certificate (PEM) for HTTPS on --http-addr; with --tls-key")
@@ -285,17 +285,19 @@ func (e *edge) serve(ctx context.Context) error {
 		e.forwarder.Run(background)
 		return nil
 	})
-	g.Go(func() error { return srv.Serve(ln) })
 	if e.cfg.MetricsAddr != "" {
 		if err := daemon.ServeMetrics(gctx, g, e.cfg.MetricsAddr, e.reg, e.log); err != nil {
+			ln.Close()
 			return err
 		}
 	}
 	if e.cfg.PprofAddr != "" {
 		if _, err := daemon.ServeHTTP(gctx, g, e.cfg.PprofAddr, http.DefaultServeMux); err != nil {
+			ln.Close()
 			return fmt.Errorf("--pprof-addr: %w", err)
 		}
 	}
+	g.Go(func() error { return srv.Serve(ln) })
 	g.Go(func() error {
 		<-gctx.Done()
 		e.log.Info("shutting down: draining", "drain_delay", e.cfg.DrainDelay)
