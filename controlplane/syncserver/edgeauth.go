@@ -160,7 +160,7 @@ func (a *EdgeAuth) StreamInterceptor() grpc.StreamServerInterceptor {
 		if err != nil {
 			return err
 		}
-		ctx, cancel := context.WithCancel(ss.Context())
+		ctx, cancel := context.WithCancel(context.WithValue(ss.Context(), edgeKey{}, edge))
 		defer cancel()
 		s := &edgeStream{cancel: cancel}
 		a.mu.Lock()
@@ -187,6 +187,19 @@ func (a *EdgeAuth) StreamInterceptor() grpc.StreamServerInterceptor {
 		}
 		return err
 	}
+}
+
+// edgeKey keys the authenticated edge in a call's context.
+type edgeKey struct{}
+
+// edgeName is the name of the edge whose credential the call carries ("" when the server runs
+// without EdgeAuth, as in tests): the edge's own --edge-id is what it says, this is what the
+// control plane issued.
+func edgeName(ctx context.Context) string {
+	if e, ok := ctx.Value(edgeKey{}).(*controlplane.Edge); ok {
+		return e.Name
+	}
+	return ""
 }
 
 // contextStream is a server stream with a context of our own.

@@ -134,7 +134,7 @@ func (s *Server) Watch(req *syncpb.WatchRequest, stream syncpb.Sync_WatchServer)
 		s.mu.Unlock()
 		s.streams.Dec()
 	}()
-	s.log.Info("edge watching", "edge_id", req.EdgeId, "known_projects", len(req.KnownVersions))
+	s.log.Info("edge watching", "edge", edgeName(stream.Context()), "edge_id", req.EdgeId, "known_projects", len(req.KnownVersions))
 
 	dbID, err := s.snapshots.DatabaseID(ctx)
 	if err != nil {
