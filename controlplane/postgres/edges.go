@@ -90,6 +90,9 @@ func (s *EdgeService) LiveEdgeTokens(ctx context.Context) (map[[sha256.Size]byte
 		if err := rows.Scan(&sum, &e.ID, &e.Name, &e.CreatedAt); err != nil {
 			return nil, fmt.Errorf("live edges: %w", err)
 		}
+		if len(sum) != sha256.Size {
+			continue // not a hash this code wrote: it matches no token
+		}
 		out[[sha256.Size]byte(sum)] = e
 	}
 	return out, rows.Err()

@@ -86,11 +86,14 @@ func (a *EdgeAuth) reload(ctx context.Context, notWithin time.Duration) error {
 	if notWithin > 0 && time.Since(a.lastReload) < notWithin {
 		return nil
 	}
+	// The attempt counts, failed or not: a failing database must not be queried once per call.
+	a.lastReload = time.Now()
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
 	live, err := a.edges.LiveEdgeTokens(ctx)
 	if err != nil {
 		return err
 	}
-	a.lastReload = time.Now()
 	a.live.Store(&live)
 	ids := make(map[string]bool, len(live))
 	for _, e := range live {

@@ -107,7 +107,12 @@ func (s *Server) Notify(payload string) {
 
 // Resync makes every stream compare all project versions again: notifications may have been
 // missed.
-func (s *Server) Resync() { s.broadcast(0, 0, true) }
+func (s *Server) Resync() {
+	// The database may have been restored meanwhile: cached snapshots may be of versions it
+	// no longer has.
+	s.cache.Clear()
+	s.broadcast(0, 0, true)
+}
 
 func (s *Server) broadcast(projectID, version int64, all bool) {
 	s.mu.Lock()
@@ -264,8 +269,21 @@ func (s *Server) snapshot(ctx context.Context, id, want int64) (*syncpb.ProjectS
 	if cached, ok := s.cache.Load(id); ok && cached.(*syncpb.ProjectSnapshot).Version >= want {
 		return cached.(*syncpb.ProjectSnapshot), nil
 	}
+	// A build already under way may have read the database before version want committed:
+	// then one more build, which cannot have.
+	for attempt := 0; ; attempt++ {
+		pb, err := s.build(ctx, id)
+		if err != nil || pb.Version >= want || attempt == 1 {
+			return pb, err
+		}
+	}
+}
+
+// build builds the project's snapshot, once for every stream that asks meanwhile.
+func (s *Server) build(ctx context.Context, id int64) (*syncpb.ProjectSnapshot, error) {
 	buildCtx := context.WithoutCancel(ctx)
-	ch := s.builds.DoChan(strconv.FormatInt(id, 10), func() (any, error) {
+	key := strconv.FormatInt(id, 10)
+	ch := s.builds.DoChan(key, func() (any, error) {
 		ctx, cancel := context.WithTimeout(buildCtx, snapshotBuildTimeout)
 		defer cancel()
 		built, err := s.snapshots.BuildSnapshot(ctx, id)

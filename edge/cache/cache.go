@@ -77,7 +77,8 @@ func (c *Cache[V]) SetWithTTL(key uint64, value V, ttl time.Duration) {
 // Delete removes key.
 func (c *Cache[V]) Delete(key uint64) { c.c.Del(key) }
 
-// Wait blocks until pending sets are applied (tests use it to observe a Set at once).
+// Wait blocks until pending sets are applied, for a Set that must be seen by the next Get
+// (and for tests).
 func (c *Cache[V]) Wait() { c.c.Wait() }
 
 // Close stops the cache's goroutines.

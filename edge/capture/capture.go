@@ -81,7 +81,7 @@ func (c *Handler) Serve(ctx *fasthttp.RequestCtx, engage bool) error {
 			payload.SentAt = time.UnixMilli(ms)
 		}
 	}
-	clientIP := c.ips.ClientIP(ctx.Request.Header.Peek("X-Forwarded-For"), ctx.RemoteIP())
+	clientIP := c.ips.ClientIP(ctx.Request.Header.PeekAll("X-Forwarded-For"), ctx.RemoteIP())
 	batch := &syncpb.EventBatch{ProjectId: project.ID, HistoricalMigration: payload.HistoricalMigration}
 	for i := range payload.Events {
 		e := &payload.Events[i]
@@ -141,11 +141,39 @@ func (c *Handler) decode(ctx *fasthttp.RequestCtx) (*event.Payload, error) {
 
 var errBodyTooLarge = apierror.TooLarge("The request body is over 20 MB.")
 
-// append makes the batch durable in the spool; a full spool is answered 503, which SDKs retry.
+// maxRecordBytes bounds one spool record: the forwarder sends records whole, so each must fit
+// one Ingest call (64 MiB) and be stored well within its timeout, whatever a request holds.
+const maxRecordBytes = 1 << 20
+
+// append makes the batch durable in the spool, in records of at most about maxRecordBytes,
+// all or none; a full spool is answered 503, which SDKs retry.
 func (c *Handler) append(batch *syncpb.EventBatch) error {
-	record, err := proto.Marshal(batch)
+	var records [][]byte
+	part := &syncpb.EventBatch{ProjectId: batch.ProjectId, HistoricalMigration: batch.HistoricalMigration}
+	size := 0
+	flush := func() error {
+		record, err := proto.Marshal(part)
+		if err != nil {
+			return err
+		}
+		records = append(records, record)
+		part = &syncpb.EventBatch{ProjectId: batch.ProjectId, HistoricalMigration: batch.HistoricalMigration}
+		size = 0
+		return nil
+	}
+	for _, e := range batch.Events {
+		n := proto.Size(e)
+		if size > 0 && size+n > maxRecordBytes {
+			if err := flush(); err != nil {
+				return err
+			}
+		}
+		part.Events = append(part.Events, e)
+		size += n
+	}
+	err := flush()
 	if err == nil {
-		err = c.spool.Append(record)
+		err = c.spool.Append(records...)
 	}
 	if err != nil && !errors.Is(err, spool.ErrFull) {
 		c.log.Error("spool append failed", "err", err)

@@ -183,3 +183,75 @@ func checkStorable(t *testing.T, raw []byte) {
 		}
 	}
 }
+
+// TestLargeBatchIsSplitIntoRecords: a request of hundreds of thousands of tiny events (20 MB,
+// growing with stamping) goes into the spool as records the forwarder can send one by one,
+// all of them, and nothing when the spool cannot take them all.
+func TestLargeBatchIsSplitIntoRecords(t *testing.T) {
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	holder := state.NewHolder("", log, nil)
+	if err := holder.Apply(&syncpb.WatchResponse{InitialSyncDone: true,
+		Snapshots: []*syncpb.ProjectSnapshot{{ProjectId: 1, Version: 1, ApiToken: "phc_t"}}}); err != nil {
+		t.Fatal(err)
+	}
+	var body strings.Builder
+	body.WriteString(`{"api_key":"phc_t","batch":[`)
+	const n = 200_000
+	for i := range n {
+		if i > 0 {
+			body.WriteByte(',')
+		}
+		body.WriteString(`{"event":"a","distinct_id":"b"}`)
+	}
+	body.WriteString(`]}`)
+	serve := func(sp *spool.Spool) error {
+		h := capture.NewHandler(holder, sp, nil, nil, nil, log, nil)
+		var req fasthttp.Request
+		req.Header.SetMethod("POST")
+		req.SetRequestURI("/batch/")
+		req.SetBodyString(body.String())
+		var ctx fasthttp.RequestCtx
+		ctx.Init(&req, &net.TCPAddr{IP: net.ParseIP("2001:db8::1")}, nil)
+		return h.Serve(&ctx, false)
+	}
+	sp, err := spool.Open(spool.Options{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sp.Close()
+	if err := serve(sp); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	close(done)
+	events, records := 0, 0
+	for c := sp.Acked(); ; {
+		recs, next, err := sp.Read(done, c, 64<<20)
+		if err != nil || len(recs) == 0 {
+			break
+		}
+		for _, r := range recs {
+			if len(r) > 2<<20 {
+				t.Fatalf("a record of %d bytes", len(r))
+			}
+			var b syncpb.EventBatch
+			if err := proto.Unmarshal(r, &b); err != nil {
+				t.Fatal(err)
+			}
+			events += len(b.Events)
+			records++
+		}
+		c = next
+	}
+	if events != n || records < 5 {
+		t.Fatalf("%d events in %d records, want %d in several", events, records, n)
+	}
+	small, err := spool.Open(spool.Options{Dir: t.TempDir(), QuotaBytes: 8 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer small.Close()
+	if err := serve(small); err != apierror.CaptureUnavailable || small.Pending() != 0 {
+		t.Fatalf("into a spool too small: %v, %d bytes kept; want 503 and nothing kept", err, small.Pending())
+	}
+}

@@ -150,10 +150,13 @@ func (f *Forwarder) deliverOneByOne(ctx context.Context, records [][]byte) error
 
 // isPermanent reports whether a failed Ingest call can never succeed as it is: the control
 // plane found the request itself wrong. Everything else — unreachable, overloaded, timed out,
-// not authorised (an operator fixes the edge's credentials), an internal failure — is retried.
+// not authorised (an operator fixes the edge's credentials), an internal failure, and
+// Unimplemented (what a misrouted proxy or an old control plane in a rolling upgrade answers)
+// — is retried: moving good records to the dead-letter file for those would empty the spool
+// into it.
 func isPermanent(err error) bool {
 	switch status.Code(err) {
-	case codes.InvalidArgument, codes.OutOfRange, codes.FailedPrecondition, codes.Unimplemented, codes.DataLoss:
+	case codes.InvalidArgument, codes.OutOfRange, codes.FailedPrecondition, codes.DataLoss:
 		return true
 	}
 	return false

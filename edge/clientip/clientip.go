@@ -53,48 +53,54 @@ func (r *Resolver) isTrusted(a netip.Addr) bool {
 	return false
 }
 
-// ClientIP returns the address a request comes from, given its X-Forwarded-For header and
+// ClientIP returns the address a request comes from, given the lines of its
+// X-Forwarded-For header (a proxy may add a line of its own rather than extend the first) and
 // its socket's peer.
-func (r *Resolver) ClientIP(forwardedFor []byte, remote net.IP) netip.Addr {
+func (r *Resolver) ClientIP(forwardedFor [][]byte, remote net.IP) netip.Addr {
 	peer, _ := netip.AddrFromSlice(remote)
 	peer = peer.Unmap()
 	if r == nil || len(r.trusted) == 0 {
-		return firstForwarded(forwardedFor, peer)
+		if len(forwardedFor) > 0 {
+			return firstForwarded(forwardedFor[0], peer)
+		}
+		return peer
 	}
 	if !r.isTrusted(peer) {
 		return peer
 	}
-	// From the right: skip trusted proxies; the first other address is the client.
+	// From the right, across the lines: skip trusted proxies; the first other address is
+	// the client.
 	client := peer
-	for rest := forwardedFor; len(rest) > 0; {
-		entry := rest
-		if i := bytes.LastIndexByte(rest, ','); i >= 0 {
-			entry, rest = rest[i+1:], rest[:i]
-		} else {
-			rest = nil
-		}
-		a, err := netip.ParseAddr(string(bytes.TrimSpace(entry)))
-		if err != nil {
-			return client // garbage: stop at the last address a trusted proxy vouched for
-		}
-		client = a.Unmap()
-		if !r.isTrusted(client) {
-			return client
+	for line := len(forwardedFor) - 1; line >= 0; line-- {
+		for rest := forwardedFor[line]; len(rest) > 0; {
+			entry := rest
+			if i := bytes.LastIndexByte(rest, ','); i >= 0 {
+				entry, rest = rest[i+1:], rest[:i]
+			} else {
+				rest = nil
+			}
+			a, err := netip.ParseAddr(string(bytes.TrimSpace(entry)))
+			if err != nil {
+				return client // garbage: stop at the last address a trusted proxy vouched for
+			}
+			client = a.Unmap()
+			if !r.isTrusted(client) {
+				return client
+			}
 		}
 	}
 	return client
 }
 
-// firstForwarded is the first entry of X-Forwarded-For when it holds an address, else peer.
+// firstForwarded is the first entry of an X-Forwarded-For line when it holds an address, else
+// peer.
 func firstForwarded(forwardedFor []byte, peer netip.Addr) netip.Addr {
-	if len(forwardedFor) > 0 {
-		first := forwardedFor
-		if i := bytes.IndexByte(first, ','); i >= 0 {
-			first = first[:i]
-		}
-		if addr, err := netip.ParseAddr(string(bytes.TrimSpace(first))); err == nil {
-			return addr
-		}
+	first := forwardedFor
+	if i := bytes.IndexByte(first, ','); i >= 0 {
+		first = first[:i]
+	}
+	if addr, err := netip.ParseAddr(string(bytes.TrimSpace(first))); err == nil {
+		return addr
 	}
 	return peer
 }

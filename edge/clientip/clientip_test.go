@@ -2,6 +2,7 @@ package clientip
 
 import (
 	"net"
+	"strings"
 	"testing"
 )
 
@@ -27,8 +28,17 @@ func TestClientIP(t *testing.T) {
 		{"only trusted addresses", "10.0.0.5", "10.1.2.3", proxies, "10.0.0.5"},
 		{"garbage after the client", "198.51.100.1, junk", "10.1.2.3", proxies, "10.1.2.3"},
 		{"IPv4-mapped peer", "198.51.100.1", "::ffff:10.1.2.3", proxies, "198.51.100.1"},
+		// A client's forged header line first, the proxy's own line after it ("|" splits lines).
+		{"a forged line before the proxy's", "1.2.3.4|198.51.100.1", "10.1.2.3", proxies, "198.51.100.1"},
+		{"two lines, no trusted proxies: the first", "198.51.100.1|10.0.0.2", "203.0.113.9", trusting, "198.51.100.1"},
 	} {
-		got := c.r.ClientIP([]byte(c.xff), net.ParseIP(c.peer))
+		var lines [][]byte
+		if c.xff != "" {
+			for _, l := range strings.Split(c.xff, "|") {
+				lines = append(lines, []byte(l))
+			}
+		}
+		got := c.r.ClientIP(lines, net.ParseIP(c.peer))
 		if got.String() != c.want {
 			t.Errorf("%s: %s, want %s", c.name, got, c.want)
 		}

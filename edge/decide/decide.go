@@ -140,7 +140,7 @@ func (d *Handler) evaluate(ctx *fasthttp.RequestCtx, project *state.Project, s *
 	in := &s.in
 	req := flags.Request{DistinctID: in.distinctID, PersonProperties: in.personProperties, GroupProperties: in.groupProperties}
 	if !in.geoipDisable {
-		req.GeoIP = d.geo.Lookup(d.ips.ClientIP(ctx.Request.Header.Peek("X-Forwarded-For"), ctx.RemoteIP()))
+		req.GeoIP = d.geo.Lookup(d.ips.ClientIP(ctx.Request.Header.PeekAll("X-Forwarded-For"), ctx.RemoteIP()))
 	}
 	errored = d.gather(ctx, project, &req, in)
 	s.results = project.Snapshot.Evaluate(&req, s.results)

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -73,7 +74,9 @@ type Store struct {
 	groups   *cache.Cache[*group]
 	overlays *cache.Cache[*overlay]
 	flight   singleflight.Group
-	calls    *prometheus.HistogramVec // control-plane calls by kind and result
+	// overlayLocks serialise changes to one person's overlay (striped by cache key).
+	overlayLocks [64]sync.Mutex
+	calls        *prometheus.HistogramVec // control-plane calls by kind and result
 }
 
 // overlay is what this edge captured about a person's properties and the control plane may
@@ -136,7 +139,7 @@ func (s *Store) Close() {
 func (s *Store) Person(ctx context.Context, projectID, version int64, memberships bool, distinctID string) (*Person, error) {
 	key := cache.Key(projectID, distinctID)
 	if p, ok := s.persons.Get(key); ok && p.projectID == projectID && p.distinctID == distinctID && (!memberships || p.version >= version) {
-		return p, nil
+		return s.withOverlay(key, p), nil
 	}
 	v, err, _ := s.flight.Do("p"+strconv.FormatInt(projectID, 10)+":"+strconv.FormatInt(version, 10)+":"+distinctID, func() (any, error) {
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.Timeout)
@@ -154,16 +157,23 @@ func (s *Store) Person(ctx context.Context, projectID, version int64, membership
 				return nil, err
 			}
 		}
-		if ov, ok := s.overlays.Get(key); ok && ov.projectID == projectID && ov.distinctID == distinctID {
-			p = ov.apply(p)
-		}
 		s.storePerson(key, p)
 		return p, nil
 	})
 	if err != nil {
 		return nil, err
 	}
-	return v.(*Person), nil
+	return s.withOverlay(key, v.(*Person)), nil
+}
+
+// withOverlay returns p with what this edge captured about the person applied. The overlay
+// is applied as the person is read, never baked into the cache: an update captured while a
+// look-up was in flight is then not lost for the cache's lifetime.
+func (s *Store) withOverlay(key uint64, p *Person) *Person {
+	if ov, ok := s.overlays.Get(key); ok && ov.projectID == p.projectID && ov.distinctID == p.distinctID {
+		return ov.apply(p)
+	}
+	return p
 }
 
 func (s *Store) storePerson(key uint64, p *Person) {
@@ -174,11 +184,16 @@ func (s *Store) storePerson(key uint64, p *Person) {
 	}
 }
 
-// ApplyPersonUpdate applies property changes this edge captured ($set, $set_once, $unset)
-// to the cached person, and keeps them to apply over the next look-ups until the control
+// ApplyPersonUpdate records property changes this edge captured ($set, $set_once, $unset)
+// in the person's overlay, which is applied over every read of the person until the control
 // plane has surely stored them, so that a /decide right after an identify sees them.
 func (s *Store) ApplyPersonUpdate(projectID int64, distinctID string, set, setOnce flags.Properties, unset []string) {
 	key := cache.Key(projectID, distinctID)
+	// Two captures of one person at once must not lose one's changes: the read, change and
+	// write of its overlay happen under one of a few locks, chosen by key.
+	mu := &s.overlayLocks[key%uint64(len(s.overlayLocks))]
+	mu.Lock()
+	defer mu.Unlock()
 	ov := &overlay{projectID: projectID, distinctID: strings.Clone(distinctID), set: flags.Properties{}, setOnce: flags.Properties{}}
 	if old, ok := s.overlays.Get(key); ok && old.projectID == projectID && old.distinctID == distinctID {
 		for k, v := range old.set {
@@ -204,11 +219,8 @@ func (s *Store) ApplyPersonUpdate(projectID int64, distinctID string, set, setOn
 		ov.unset = append(ov.unset, k)
 	}
 	s.overlays.Set(key, ov)
-	if p, ok := s.persons.Get(key); ok && p.projectID == projectID && p.distinctID == distinctID {
-		s.persons.Set(key, ov.apply(p))
-	}
+	// Applied before the event is acknowledged, so the SDK's next /decide sees it.
 	s.overlays.Wait()
-	s.persons.Wait()
 }
 
 // apply returns a copy of p with the overlay's changes.

@@ -311,31 +311,34 @@ func validLength(path string) (int64, error) {
 
 // rotateLocked seals the active segment (made durable unless SyncNever) and starts a new one.
 func (s *Spool) rotateLocked() error {
-	if s.active != nil {
-		if s.opts.Sync != SyncNever {
-			start := time.Now()
-			if err := s.active.Sync(); err != nil {
-				return err
-			}
-			s.metrics.fsyncs.Observe(time.Since(start).Seconds())
-		}
-		s.synced = s.appended
-		s.cond.Broadcast()
-		if err := s.active.Close(); err != nil {
-			return err
-		}
-	}
 	var id uint64 = 1
 	if n := len(s.segments); n > 0 {
 		id = s.segments[n-1].id + 1
 	}
+	// The new segment is opened before the old one is closed: if that fails (no file
+	// descriptors, a full disk), appends go on into the old one.
 	f, err := os.OpenFile(s.path(id), os.O_CREATE|os.O_EXCL|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return err
 	}
 	if err := syncDir(s.opts.Dir); err != nil {
 		f.Close()
+		os.Remove(s.path(id))
 		return err
+	}
+	if s.active != nil {
+		if s.opts.Sync != SyncNever {
+			start := time.Now()
+			if err := s.active.Sync(); err != nil {
+				f.Close()
+				os.Remove(s.path(id))
+				return err
+			}
+			s.metrics.fsyncs.Observe(time.Since(start).Seconds())
+		}
+		s.synced = s.appended
+		s.cond.Broadcast()
+		s.active.Close() // synced above; a close error loses nothing
 	}
 	s.active = f
 	s.segments = append(s.segments, segment{id: id})
@@ -351,18 +354,23 @@ func syncDir(dir string) error {
 	return d.Sync()
 }
 
-// Append adds one record. It returns ErrFull when the record would take the spool over its
-// quota, and returns once the record is as durable as the sync policy promises.
-func (s *Spool) Append(record []byte) error {
-	if len(record) > maxRecordBytes {
-		return fmt.Errorf("record of %d bytes is too large", len(record))
-	}
+// Append adds records, all or none: it returns ErrFull when they would take the spool over
+// its quota, and returns once they are as durable as the sync policy promises. A request's
+// events go in together, so that a refused request leaves nothing behind to be stored twice
+// when the SDK sends it again.
+func (s *Spool) Append(records ...[]byte) error {
 	bp := s.bufPool.Get().(*[]byte)
-	frame := append((*bp)[:0], make([]byte, headerSize)...)
-	binary.LittleEndian.PutUint32(frame[0:4], uint32(len(record)))
-	binary.LittleEndian.PutUint32(frame[4:8], crc32.Checksum(record, castagnoli))
-	frame = append(frame, record...)
+	frame := (*bp)[:0]
 	defer func() { *bp = frame[:0]; s.bufPool.Put(bp) }()
+	for _, record := range records {
+		if len(record) > maxRecordBytes {
+			return fmt.Errorf("record of %d bytes is too large", len(record))
+		}
+		var header [headerSize]byte
+		binary.LittleEndian.PutUint32(header[0:4], uint32(len(record)))
+		binary.LittleEndian.PutUint32(header[4:8], crc32.Checksum(record, castagnoli))
+		frame = append(append(frame, header[:]...), record...)
+	}
 
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -381,23 +389,28 @@ func (s *Spool) Append(record []byte) error {
 		s.metrics.full.Inc()
 		return ErrFull
 	}
+	last := &s.segments[len(s.segments)-1]
 	if _, err := s.active.Write(frame); err != nil {
+		// A partial frame would shift every later record: cut it off, or stop appending.
+		if terr := s.active.Truncate(last.size); terr != nil {
+			s.syncErr = fmt.Errorf("spool write failed and could not be undone: %w", terr)
+		}
 		return fmt.Errorf("spool write: %w", err)
 	}
-	last := &s.segments[len(s.segments)-1]
 	if now := time.Now(); len(s.marks) == 0 || now.Sub(s.marks[len(s.marks)-1].at) >= ageMarkInterval {
 		s.marks = append(s.marks, ageMark{cursor: Cursor{Segment: last.id, Offset: last.size}, at: now})
 	}
-	s.pending++
+	s.pending += int64(len(records))
 	last.size += int64(len(frame))
 	s.total += int64(len(frame))
-	s.appended++
+	s.appended += uint64(len(records))
 	me := s.appended
-	s.metrics.appends.Inc()
+	s.metrics.appends.Add(float64(len(records)))
 	if last.size >= s.opts.SegmentBytes {
-		if err := s.rotateLocked(); err != nil {
-			return fmt.Errorf("spool rotate: %w", err)
-		}
+		// The record is written: a failed rotation leaves the segment active, to be rotated
+		// by a later append, and must not turn this append into an error (SDKs would send
+		// the events again).
+		_ = s.rotateLocked()
 	}
 	signal(s.wake)
 	if s.opts.Sync == SyncAlways {

@@ -277,14 +277,6 @@ func (e *edge) serve(ctx context.Context) error {
 	background, stopBackground := context.WithCancel(context.Background())
 	defer stopBackground()
 	g, gctx := errgroup.WithContext(ctx)
-	g.Go(func() error {
-		state.Watch(background, e.client, e.holder, e.cfg.EdgeID, e.log)
-		return nil
-	})
-	g.Go(func() error {
-		e.forwarder.Run(background)
-		return nil
-	})
 	if e.cfg.MetricsAddr != "" {
 		if err := daemon.ServeMetrics(gctx, g, e.cfg.MetricsAddr, e.reg, e.log); err != nil {
 			ln.Close()
@@ -297,6 +289,14 @@ func (e *edge) serve(ctx context.Context) error {
 			return fmt.Errorf("--pprof-addr: %w", err)
 		}
 	}
+	g.Go(func() error {
+		state.Watch(background, e.client, e.holder, e.cfg.EdgeID, e.log)
+		return nil
+	})
+	g.Go(func() error {
+		e.forwarder.Run(background)
+		return nil
+	})
 	g.Go(func() error { return srv.Serve(ln) })
 	g.Go(func() error {
 		<-gctx.Done()
