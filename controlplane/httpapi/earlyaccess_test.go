@@ -22,7 +22,9 @@ func enrollment(key string) []any {
 // condition away; the snapshot carries the features.
 func TestEarlyAccessFeatures(t *testing.T) {
 	e := newEnv(t)
-	path := func(suffix string) string { return fmt.Sprintf("/api/projects/%d/early_access_feature%s", e.project, suffix) }
+	path := func(suffix string) string {
+		return fmt.Sprintf("/api/projects/%d/early_access_feature%s", e.project, suffix)
+	}
 	flagOf := func(id float64) map[string]any {
 		t.Helper()
 		r := e.do("GET", e.flagsPath(fmt.Sprintf("/%d/", int64(id))), e.key, nil)
