@@ -4,7 +4,7 @@ GO       ?= go
 GOFLAGS  ?=
 PKGS     := ./...
 
-.PHONY: all build run test bench generate generate-check lint deps deploy-check clean
+.PHONY: all build run test bench generate generate-check jsbundle jsbundle-check lint deps deploy-check clean
 
 all: build
 
@@ -43,6 +43,16 @@ generate-check:
 	@if command -v protoc >/dev/null && [ -x "$$($(GO) env GOPATH)/bin/protoc-gen-go" ]; then \
 		$(MAKE) generate && git diff --exit-code -- shared/syncpb; \
 	else echo "generate-check: protoc not installed; skipped"; fi
+
+# Rewrites edge/jsbundle/dist from the posthog-js tarball pinned in edge/jsbundle/PIN (npm pack,
+# integrity checked); commit the result.
+jsbundle:
+	$(GO) generate ./edge/jsbundle
+
+# Fails when the committed edge/jsbundle/dist differs from the pinned tarball (needs the npm
+# registry).
+jsbundle-check:
+	$(GO) run ./edge/jsbundle/fetch -dir edge/jsbundle -check
 
 lint:
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); \

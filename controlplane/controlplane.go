@@ -62,12 +62,32 @@ type Project struct {
 	Timezone         string
 	CreatedAt        time.Time
 	GroupTypes       []GroupType
+	ClientConfig     ClientConfig
+}
+
+// ClientConfig holds a project's switches of the configuration browser SDKs get (PostHog's
+// names). Session recording and console-log capture are stored but stay off at the edges:
+// there is no recording endpoint.
+type ClientConfig struct {
+	AutocaptureOptOut          bool `json:"autocapture_opt_out"`
+	SessionRecordingOptIn      bool `json:"session_recording_opt_in"`
+	HeatmapsOptIn              bool `json:"heatmaps_opt_in"`
+	CaptureConsoleLogOptIn     bool `json:"capture_console_log_opt_in"`
+	CapturePerformanceOptIn    bool `json:"capture_performance_opt_in"`
+	AutocaptureExceptionsOptIn bool `json:"autocapture_exceptions_opt_in"`
 }
 
 // ProjectUpdate holds the writable fields of a project; nil means unchanged.
 type ProjectUpdate struct {
 	Name     *string
 	Timezone *string
+
+	AutocaptureOptOut          *bool
+	SessionRecordingOptIn      *bool
+	HeatmapsOptIn              *bool
+	CaptureConsoleLogOptIn     *bool
+	CapturePerformanceOptIn    *bool
+	AutocaptureExceptionsOptIn *bool
 }
 
 // Scope names an object and an access level, e.g. "feature_flag:read". "*" grants all.
@@ -89,11 +109,14 @@ const (
 	ScopeRoleWrite       Scope = "role:write"
 	ScopeEventRead       Scope = "event:read"
 	ScopePersonRead      Scope = "person:read"
+	// ScopeFeatureRead and ScopeFeatureWrite are for early access features.
+	ScopeFeatureRead  Scope = "early_access_feature:read"
+	ScopeFeatureWrite Scope = "early_access_feature:write"
 )
 
 // ScopeObjects are the objects a scope may name.
 var ScopeObjects = []string{"feature_flag", "annotation", "activity_log", "project", "cohort", "person", "event", "role",
-	"personal_api_key", "user", "organization_member"}
+	"personal_api_key", "user", "organization_member", "early_access_feature"}
 
 // ValidScope reports whether s is "*" or "<object>:read|write" for a known object.
 func ValidScope(s string) bool {

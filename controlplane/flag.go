@@ -36,6 +36,8 @@ type Flag struct {
 	UsageDashboard             *int64
 	AnalyticsDashboards        []int64
 	HasEnrichedAnalytics       bool
+	// Features are the flag's early access features (read-only).
+	Features []FeatureSummary
 }
 
 // Simple reports whether the flag is a plain rollout to persons (one condition, no

@@ -24,6 +24,16 @@ type ProjectSnapshot struct {
 	Cohorts        []flags.CohortDefinition
 	GroupTypes     []GroupType
 	BuiltAt        time.Time
+	ClientConfig   ClientConfig
+	// Features are the project's early access features, oldest first.
+	Features []SnapshotFeature
+}
+
+// SnapshotFeature is an early access feature as edges serve it.
+type SnapshotFeature struct {
+	ID, Name, Description, Stage, DocumentationURL string
+	FlagKey                                        string // "" when it has no flag
+	CreatedAt                                      time.Time
 }
 
 // SnapshotStore reads what edges serve.

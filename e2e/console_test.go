@@ -19,8 +19,9 @@ var updateScreenshots = flag.Bool("update-screenshots", false, "write the consol
 // chromiumPath is Debian's chromium, which deploy/install-deps.sh installs.
 const chromiumPath = "/usr/bin/chromium"
 
-// newBrowser starts headless Chromium with a fresh profile and returns a tab's context.
-func newBrowser(t *testing.T) context.Context {
+// newBrowser starts headless Chromium with a fresh profile (and the extra options given)
+// and returns a tab's context.
+func newBrowser(t *testing.T, extra ...chromedp.ExecAllocatorOption) context.Context {
 	t.Helper()
 	if _, err := os.Stat(chromiumPath); err != nil {
 		t.Fatalf("the console's browser tests need %s: run deploy/install-deps.sh (apt-get install chromium)", chromiumPath)
@@ -39,6 +40,7 @@ func newBrowser(t *testing.T) context.Context {
 		chromedp.UserDataDir(t.TempDir()),
 		chromedp.WindowSize(1440, 900),
 	}
+	opts = append(opts, extra...)
 	allocCtx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
 	ctx, cancelCtx := chromedp.NewContext(allocCtx)
 	t.Cleanup(func() { cancelCtx(); cancelAlloc() })

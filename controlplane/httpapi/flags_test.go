@@ -36,7 +36,7 @@ func TestFlagLifecycle(t *testing.T) {
 	wantValues := map[string]any{
 		"key": "new-checkout", "name": "The new checkout", "active": true, "deleted": false, "version": 1.0,
 		"is_simple_flag": true, "rollout_percentage": nil, "can_edit": true, "tags": []any{},
-		"experiment_set": []any{}, "surveys": map[string]any{}, "features": map[string]any{},
+		"experiment_set": []any{}, "surveys": map[string]any{}, "features": []any{},
 		"analytics_dashboards": []any{}, "usage_dashboard": nil, "rollback_conditions": nil,
 		"performed_rollback": false, "has_enriched_analytics": false, "ensure_experience_continuity": false,
 		"filters": map[string]any{"groups": []any{map[string]any{"properties": []any{}, "rollout_percentage": nil}}},

@@ -59,7 +59,7 @@ func newEnv(t *testing.T) *env {
 		Auth: postgres.NewAuthService(db), Projects: postgres.NewProjectService(db),
 		Flags: postgres.NewFlagService(db), Activity: postgres.NewActivityService(db), Events: postgres.NewEventReader(db),
 		Annotations: postgres.NewAnnotationService(db), Roles: postgres.NewRoleService(db),
-		Cohorts: postgres.NewCohortService(db), Dashboards: postgres.NewFlagService(db),
+		Cohorts: postgres.NewCohortService(db), Dashboards: postgres.NewFlagService(db), Features: postgres.NewEarlyAccessFeatureService(db),
 		Users: postgres.NewUserService(db, bcrypt.MinCost), Keys: postgres.NewKeyService(db),
 		Evaluator: &flageval.Evaluator{Snapshots: postgres.NewSnapshotStore(db), Persons: postgres.NewPersonStore(db), Scanner: postgres.NewPersonStore(db)},
 		Ready:     db.Ping, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),

@@ -35,30 +35,30 @@ func (t timeJSON) MarshalJSON() ([]byte, error) {
 
 // flagJSON is the API's feature flag object.
 type flagJSON struct {
-	ID                         int64           `json:"id"`
-	Name                       string          `json:"name"`
-	Key                        string          `json:"key"`
-	Filters                    json.RawMessage `json:"filters"`
-	Deleted                    bool            `json:"deleted"`
-	Active                     bool            `json:"active"`
-	CreatedBy                  *userJSON       `json:"created_by"`
-	CreatedAt                  timeJSON        `json:"created_at"`
-	UpdatedAt                  timeJSON        `json:"updated_at"`
-	Version                    int             `json:"version"`
-	LastModifiedBy             *userJSON       `json:"last_modified_by"`
-	IsSimpleFlag               bool            `json:"is_simple_flag"`
-	RolloutPercentage          *float64        `json:"rollout_percentage"`
-	EnsureExperienceContinuity bool            `json:"ensure_experience_continuity"`
-	ExperimentSet              []int64         `json:"experiment_set"`
-	Surveys                    struct{}        `json:"surveys"`
-	Features                   struct{}        `json:"features"`
-	RollbackConditions         json.RawMessage `json:"rollback_conditions"`
-	PerformedRollback          bool            `json:"performed_rollback"`
-	CanEdit                    bool            `json:"can_edit"`
-	Tags                       []string        `json:"tags"`
-	UsageDashboard             *int64          `json:"usage_dashboard"`
-	AnalyticsDashboards        []int64         `json:"analytics_dashboards"`
-	HasEnrichedAnalytics       bool            `json:"has_enriched_analytics"`
+	ID                         int64                         `json:"id"`
+	Name                       string                        `json:"name"`
+	Key                        string                        `json:"key"`
+	Filters                    json.RawMessage               `json:"filters"`
+	Deleted                    bool                          `json:"deleted"`
+	Active                     bool                          `json:"active"`
+	CreatedBy                  *userJSON                     `json:"created_by"`
+	CreatedAt                  timeJSON                      `json:"created_at"`
+	UpdatedAt                  timeJSON                      `json:"updated_at"`
+	Version                    int                           `json:"version"`
+	LastModifiedBy             *userJSON                     `json:"last_modified_by"`
+	IsSimpleFlag               bool                          `json:"is_simple_flag"`
+	RolloutPercentage          *float64                      `json:"rollout_percentage"`
+	EnsureExperienceContinuity bool                          `json:"ensure_experience_continuity"`
+	ExperimentSet              []int64                       `json:"experiment_set"`
+	Surveys                    struct{}                      `json:"surveys"`
+	Features                   []controlplane.FeatureSummary `json:"features"`
+	RollbackConditions         json.RawMessage               `json:"rollback_conditions"`
+	PerformedRollback          bool                          `json:"performed_rollback"`
+	CanEdit                    bool                          `json:"can_edit"`
+	Tags                       []string                      `json:"tags"`
+	UsageDashboard             *int64                        `json:"usage_dashboard"`
+	AnalyticsDashboards        []int64                       `json:"analytics_dashboards"`
+	HasEnrichedAnalytics       bool                          `json:"has_enriched_analytics"`
 }
 
 func newFlagJSON(f *controlplane.Flag, canEdit bool) flagJSON {
@@ -71,7 +71,7 @@ func newFlagJSON(f *controlplane.Flag, canEdit bool) flagJSON {
 		EnsureExperienceContinuity: f.EnsureExperienceContinuity, ExperimentSet: []int64{},
 		RollbackConditions: f.RollbackConditions, PerformedRollback: f.PerformedRollback, CanEdit: canEdit,
 		Tags: nonNil(f.Tags), UsageDashboard: f.UsageDashboard, AnalyticsDashboards: nonNil(f.AnalyticsDashboards),
-		HasEnrichedAnalytics: f.HasEnrichedAnalytics,
+		HasEnrichedAnalytics: f.HasEnrichedAnalytics, Features: nonNil(f.Features),
 	}
 }
 
@@ -93,11 +93,12 @@ type projectJSON struct {
 	Timezone       string                   `json:"timezone"`
 	CreatedAt      timeJSON                 `json:"created_at"`
 	GroupTypes     []controlplane.GroupType `json:"group_types"`
+	controlplane.ClientConfig
 }
 
 func newProjectJSON(p *controlplane.Project, viewer *controlplane.User) projectJSON {
 	out := projectJSON{ID: p.ID, UUID: p.UUID, Organization: p.OrganizationUUID, Name: p.Name, APIToken: p.APIToken,
-		Timezone: p.Timezone, CreatedAt: timeJSON(p.CreatedAt), GroupTypes: nonNil(p.GroupTypes)}
+		Timezone: p.Timezone, CreatedAt: timeJSON(p.CreatedAt), GroupTypes: nonNil(p.GroupTypes), ClientConfig: p.ClientConfig}
 	if viewer.IsAdmin() {
 		out.SecretAPIToken = &p.SecretAPIToken
 	}

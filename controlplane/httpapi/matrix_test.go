@@ -28,7 +28,18 @@ type matrixFixtures struct {
 	cohort     int64
 	event      string
 	person     int64
+	feature    string
 	n          int // makes names unique
+}
+
+// freshFeature creates an early access feature (with its flag) for a request that deletes one.
+func (f *matrixFixtures) freshFeature() string {
+	r := f.e.do("POST", fmt.Sprintf("/api/projects/%d/early_access_feature/", f.e.project), f.e.key,
+		map[string]any{"name": f.unique("feature"), "stage": "beta"})
+	if r.status != 201 {
+		f.e.t.Fatalf("create early access feature: %d %s", r.status, r.raw)
+	}
+	return r.str("id")
 }
 
 func (f *matrixFixtures) unique(prefix string) string {
@@ -132,6 +143,21 @@ func matrixTable() map[string]matrixEntry {
 		"DELETE " + flags + "/{id}/role_access/{access_id}": get(204, func(f *matrixFixtures) string {
 			return flag(f, fmt.Sprintf("/role_access/%d/", f.freshRoleAccess()))
 		}),
+		"GET /api/projects/{project_id}/early_access_feature": get(200, func(f *matrixFixtures) string {
+			return proj(f, "/early_access_feature/")
+		}),
+		"POST /api/projects/{project_id}/early_access_feature": {201, func(f *matrixFixtures) (string, any) {
+			return proj(f, "/early_access_feature/"), map[string]any{"name": f.unique("feature"), "stage": "alpha"}
+		}},
+		"GET /api/projects/{project_id}/early_access_feature/{id}": get(200, func(f *matrixFixtures) string {
+			return proj(f, "/early_access_feature/%s/", f.feature)
+		}),
+		"PATCH /api/projects/{project_id}/early_access_feature/{id}": {200, func(f *matrixFixtures) (string, any) {
+			return proj(f, "/early_access_feature/%s/", f.feature), map[string]any{"description": f.unique("text")}
+		}},
+		"DELETE /api/projects/{project_id}/early_access_feature/{id}": get(204, func(f *matrixFixtures) string {
+			return proj(f, "/early_access_feature/%s/", f.freshFeature())
+		}),
 		"GET /api/projects/{project_id}/annotations": get(200, func(f *matrixFixtures) string { return f.e.annotationsPath("/") }),
 		"POST /api/projects/{project_id}/annotations": {201, func(f *matrixFixtures) (string, any) {
 			return f.e.annotationsPath("/"), map[string]any{"content": f.unique("note")}
@@ -208,6 +234,7 @@ func TestRouteAuthorisationMatrix(t *testing.T) {
 	fx.role = e.mustRole("Matrix", 37)
 	fx.annotation = int64(e.do("POST", e.annotationsPath("/"), e.key, map[string]any{"content": "matrix"}).body["id"].(float64))
 	fx.cohort = int64(e.do("POST", fmt.Sprintf("/api/projects/%d/cohorts/", e.project), e.key, map[string]any{"name": "matrix", "is_static": true}).body["id"].(float64))
+	fx.feature = fx.freshFeature()
 	fx.event = uuid.NewString()
 	now := time.Now()
 	if _, err := postgres.NewEventStore(e.db, slog.New(slog.NewTextHandler(io.Discard, nil))).Ingest(ctx, []controlplane.EventBatch{{

@@ -65,6 +65,15 @@ func (s *Server) handlePatchProject(w http.ResponseWriter, r *http.Request, c *c
 	if err := f.str("timezone", &upd.Timezone); err != nil {
 		return err
 	}
+	for name, dst := range map[string]**bool{
+		"autocapture_opt_out": &upd.AutocaptureOptOut, "session_recording_opt_in": &upd.SessionRecordingOptIn,
+		"heatmaps_opt_in": &upd.HeatmapsOptIn, "capture_console_log_opt_in": &upd.CaptureConsoleLogOptIn,
+		"capture_performance_opt_in": &upd.CapturePerformanceOptIn, "autocapture_exceptions_opt_in": &upd.AutocaptureExceptionsOptIn,
+	} {
+		if err := f.boolean(name, dst); err != nil {
+			return err
+		}
+	}
 	p, err := s.cfg.Projects.UpdateProject(r.Context(), c.project.ID, upd)
 	if err != nil {
 		return err

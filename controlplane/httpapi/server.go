@@ -29,6 +29,7 @@ type Config struct {
 	Annotations controlplane.AnnotationService
 	Roles       controlplane.RoleService
 	Cohorts     controlplane.CohortService
+	Features    controlplane.EarlyAccessFeatureService
 	Dashboards  controlplane.DashboardService
 	Users       controlplane.UserService
 	Keys        controlplane.KeyService
@@ -124,6 +125,13 @@ func (s *Server) routes() {
 	s.projectRoute("POST", flags+"/{id}/role_access", controlplane.ScopeFlagWrite, s.handleCreateRoleAccess)
 	s.projectRoute("GET", flags+"/{id}/role_access/{access_id}", controlplane.ScopeFlagRead, s.handleGetRoleAccess)
 	s.projectRoute("DELETE", flags+"/{id}/role_access/{access_id}", controlplane.ScopeFlagWrite, s.handleDeleteRoleAccess)
+
+	const features = "/api/projects/{project_id}/early_access_feature"
+	s.projectRoute("GET", features, controlplane.ScopeFeatureRead, s.handleListFeatures)
+	s.projectRoute("POST", features, controlplane.ScopeFeatureWrite, s.handleCreateFeature)
+	s.projectRoute("GET", features+"/{id}", controlplane.ScopeFeatureRead, s.handleGetFeature)
+	s.projectRoute("PATCH", features+"/{id}", controlplane.ScopeFeatureWrite, s.handlePatchFeature)
+	s.projectRoute("DELETE", features+"/{id}", controlplane.ScopeFeatureWrite, s.handleDeleteFeature)
 
 	const annotations = "/api/projects/{project_id}/annotations"
 	s.projectRoute("GET", annotations, controlplane.ScopeAnnotationRead, s.handleListAnnotations)

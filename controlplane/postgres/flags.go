@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -34,7 +35,10 @@ func userSummaryJSON(a string) string {
 var flagSelect = `SELECT f.id, f.project_id, f.key, f.name, f.filters, f.deleted, f.active, f.created_at, f.updated_at,
 	f.version, f.ensure_experience_continuity, COALESCE(f.rollback_conditions, 'null'::jsonb), f.performed_rollback,
 	f.tags, f.usage_dashboard, f.analytics_dashboards, f.has_enriched_analytics,
-	` + userSummaryJSON("cu") + `, ` + userSummaryJSON("mu") + `
+	` + userSummaryJSON("cu") + `, ` + userSummaryJSON("mu") + `,
+	COALESCE((SELECT json_agg(json_build_object('id', e.id, 'name', e.name, 'description', e.description, 'stage', e.stage,
+		'documentationUrl', e.documentation_url, 'flagKey', f.key) ORDER BY e.created_at, e.id)
+		FROM early_access_features e WHERE e.feature_flag_id = f.id), '[]')
 	FROM feature_flags f
 	LEFT JOIN users cu ON cu.id = f.created_by
 	LEFT JOIN users mu ON mu.id = f.last_modified_by`
@@ -66,7 +70,7 @@ func scanFlag(row pgx.Row) (*controlplane.Flag, error) {
 	var createdBy, modifiedBy *userRow
 	err := row.Scan(&f.ID, &f.ProjectID, &f.Key, &f.Name, &filters, &f.Deleted, &f.Active, &f.CreatedAt, &f.UpdatedAt,
 		&f.Version, &f.EnsureExperienceContinuity, &rollback, &f.PerformedRollback,
-		&f.Tags, &f.UsageDashboard, &f.AnalyticsDashboards, &f.HasEnrichedAnalytics, &createdBy, &modifiedBy)
+		&f.Tags, &f.UsageDashboard, &f.AnalyticsDashboards, &f.HasEnrichedAnalytics, &createdBy, &modifiedBy, &f.Features)
 	if err != nil {
 		return nil, err
 	}
@@ -119,40 +123,9 @@ const flagKeyIndex = "feature_flags_project_key"
 
 // CreateFlag validates and inserts a flag, records its creation and bumps the snapshot.
 func (s *FlagService) CreateFlag(ctx context.Context, actor *controlplane.User, projectID int64, upd controlplane.FlagUpdate) (*controlplane.Flag, error) {
-	if err := upd.Validate(true); err != nil {
-		return nil, err
-	}
-	now := s.db.Now()
-	f := &controlplane.Flag{
-		ProjectID: projectID, Filters: controlplane.DefaultFilters, Active: true, CreatedAt: now,
-		RollbackConditions: json.RawMessage("null"), Tags: []string{}, AnalyticsDashboards: []int64{},
-	}
-	upd.Apply(f)
 	var created *controlplane.Flag
-	err := s.db.inTx(ctx, func(tx pgx.Tx) error {
-		if err := checkReferences(ctx, tx, projectID, f.Key, upd.Filters); err != nil {
-			return err
-		}
-		var id int64
-		err := tx.QueryRow(ctx, `INSERT INTO feature_flags (project_id, key, name, filters, deleted, active, created_by,
-			created_at, updated_at, last_modified_by, ensure_experience_continuity, rollback_conditions, performed_rollback,
-			tags, analytics_dashboards, has_enriched_analytics)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $7, $10, NULLIF($11::jsonb, 'null'::jsonb), $12, $13, $14, $15)
-			RETURNING id`,
-			projectID, f.Key, f.Name, f.Filters, f.Deleted, f.Active, actor.ID, f.CreatedAt, now,
-			f.EnsureExperienceContinuity, f.RollbackConditions, f.PerformedRollback, f.Tags, f.AnalyticsDashboards,
-			f.HasEnrichedAnalytics).Scan(&id)
-		if isUniqueViolation(err, flagKeyIndex) {
-			return controlplane.ErrKeyConflict
-		}
-		if err != nil {
-			return err
-		}
-		if created, err = findFlag(ctx, tx, projectID, id, false); err != nil {
-			return err
-		}
-		if err := recordActivity(ctx, tx, projectID, actor, controlplane.ActivityCreated, "FeatureFlag",
-			created.ID, created.Key, nil); err != nil {
+	err := s.db.inTx(ctx, func(tx pgx.Tx) (err error) {
+		if created, err = createFlag(ctx, tx, s.db.Now(), actor, projectID, upd); err != nil {
 			return err
 		}
 		return bumpSnapshot(ctx, tx, projectID)
@@ -163,51 +136,55 @@ func (s *FlagService) CreateFlag(ctx context.Context, actor *controlplane.User, 
 	return created, nil
 }
 
+// createFlag validates and inserts a flag and records its creation, in tx; the caller bumps
+// the snapshot.
+func createFlag(ctx context.Context, tx pgx.Tx, now time.Time, actor *controlplane.User, projectID int64, upd controlplane.FlagUpdate) (*controlplane.Flag, error) {
+	if err := upd.Validate(true); err != nil {
+		return nil, err
+	}
+	f := &controlplane.Flag{
+		ProjectID: projectID, Filters: controlplane.DefaultFilters, Active: true, CreatedAt: now,
+		RollbackConditions: json.RawMessage("null"), Tags: []string{}, AnalyticsDashboards: []int64{},
+	}
+	upd.Apply(f)
+	if err := checkReferences(ctx, tx, projectID, f.Key, upd.Filters); err != nil {
+		return nil, err
+	}
+	var id int64
+	err := tx.QueryRow(ctx, `INSERT INTO feature_flags (project_id, key, name, filters, deleted, active, created_by,
+		created_at, updated_at, last_modified_by, ensure_experience_continuity, rollback_conditions, performed_rollback,
+		tags, analytics_dashboards, has_enriched_analytics)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $7, $10, NULLIF($11::jsonb, 'null'::jsonb), $12, $13, $14, $15)
+		RETURNING id`,
+		projectID, f.Key, f.Name, f.Filters, f.Deleted, f.Active, actor.ID, f.CreatedAt, now,
+		f.EnsureExperienceContinuity, f.RollbackConditions, f.PerformedRollback, f.Tags, f.AnalyticsDashboards,
+		f.HasEnrichedAnalytics).Scan(&id)
+	if isUniqueViolation(err, flagKeyIndex) {
+		return nil, controlplane.ErrKeyConflict
+	}
+	if err != nil {
+		return nil, err
+	}
+	created, err := findFlag(ctx, tx, projectID, id, false)
+	if err != nil {
+		return nil, err
+	}
+	if err := recordActivity(ctx, tx, projectID, actor, controlplane.ActivityCreated, "FeatureFlag",
+		created.ID, created.Key, nil); err != nil {
+		return nil, err
+	}
+	return created, nil
+}
+
 // UpdateFlag validates and applies a partial update, records the changed fields and bumps
 // the version of the flag and the project's snapshot. An update that changes nothing is a
 // no-op.
 func (s *FlagService) UpdateFlag(ctx context.Context, actor *controlplane.User, projectID, id int64, upd controlplane.FlagUpdate) (*controlplane.Flag, error) {
-	if err := upd.Validate(false); err != nil {
-		return nil, err
-	}
 	var updated *controlplane.Flag
 	err := s.db.inTx(ctx, func(tx pgx.Tx) error {
-		before, err := findFlag(ctx, tx, projectID, id, true)
-		if err != nil {
-			return err
-		}
-		after := *before
-		upd.Apply(&after)
-		if err := checkReferences(ctx, tx, projectID, after.Key, upd.Filters); err != nil {
-			return err
-		}
-		changes := controlplane.FlagChanges(before, &after)
-		if len(changes) == 0 {
-			updated = before
-			return nil
-		}
-		_, err = tx.Exec(ctx, `UPDATE feature_flags SET key = $3, name = $4, filters = $5, deleted = $6, active = $7,
-			created_at = $8, updated_at = $9, version = version + 1, last_modified_by = $10,
-			ensure_experience_continuity = $11, rollback_conditions = NULLIF($12::jsonb, 'null'::jsonb),
-			performed_rollback = $13, tags = $14, analytics_dashboards = $15, has_enriched_analytics = $16, usage_dashboard = $17
-			WHERE project_id = $1 AND id = $2`,
-			projectID, id, after.Key, after.Name, after.Filters, after.Deleted, after.Active, after.CreatedAt, s.db.Now(),
-			actor.ID, after.EnsureExperienceContinuity, after.RollbackConditions, after.PerformedRollback, after.Tags,
-			after.AnalyticsDashboards, after.HasEnrichedAnalytics, after.UsageDashboard)
-		if isUniqueViolation(err, flagKeyIndex) {
-			return controlplane.ErrKeyConflict
-		}
-		if err != nil {
-			return err
-		}
-		activity := controlplane.ActivityUpdated
-		if after.Deleted && !before.Deleted {
-			activity = controlplane.ActivityDeleted
-		}
-		if err := recordActivity(ctx, tx, projectID, actor, activity, "FeatureFlag", id, after.Key, changes); err != nil {
-			return err
-		}
-		if updated, err = findFlag(ctx, tx, projectID, id, false); err != nil {
+		var changed bool
+		var err error
+		if updated, changed, err = updateFlag(ctx, tx, s.db.Now(), actor, projectID, id, upd); err != nil || !changed {
 			return err
 		}
 		return bumpSnapshot(ctx, tx, projectID)
@@ -216,6 +193,54 @@ func (s *FlagService) UpdateFlag(ctx context.Context, actor *controlplane.User, 
 		return nil, fmt.Errorf("update flag: %w", err)
 	}
 	return updated, nil
+}
+
+// updateFlag validates and applies a partial update in tx and records the changed fields; it
+// reports whether anything changed. The caller bumps the snapshot.
+func updateFlag(ctx context.Context, tx pgx.Tx, now time.Time, actor *controlplane.User, projectID, id int64,
+	upd controlplane.FlagUpdate) (*controlplane.Flag, bool, error) {
+	if err := upd.Validate(false); err != nil {
+		return nil, false, err
+	}
+	before, err := findFlag(ctx, tx, projectID, id, true)
+	if err != nil {
+		return nil, false, err
+	}
+	after := *before
+	upd.Apply(&after)
+	if err := checkReferences(ctx, tx, projectID, after.Key, upd.Filters); err != nil {
+		return nil, false, err
+	}
+	changes := controlplane.FlagChanges(before, &after)
+	if len(changes) == 0 {
+		return before, false, nil
+	}
+	_, err = tx.Exec(ctx, `UPDATE feature_flags SET key = $3, name = $4, filters = $5, deleted = $6, active = $7,
+		created_at = $8, updated_at = $9, version = version + 1, last_modified_by = $10,
+		ensure_experience_continuity = $11, rollback_conditions = NULLIF($12::jsonb, 'null'::jsonb),
+		performed_rollback = $13, tags = $14, analytics_dashboards = $15, has_enriched_analytics = $16, usage_dashboard = $17
+		WHERE project_id = $1 AND id = $2`,
+		projectID, id, after.Key, after.Name, after.Filters, after.Deleted, after.Active, after.CreatedAt, now,
+		actor.ID, after.EnsureExperienceContinuity, after.RollbackConditions, after.PerformedRollback, after.Tags,
+		after.AnalyticsDashboards, after.HasEnrichedAnalytics, after.UsageDashboard)
+	if isUniqueViolation(err, flagKeyIndex) {
+		return nil, false, controlplane.ErrKeyConflict
+	}
+	if err != nil {
+		return nil, false, err
+	}
+	activity := controlplane.ActivityUpdated
+	if after.Deleted && !before.Deleted {
+		activity = controlplane.ActivityDeleted
+	}
+	if err := recordActivity(ctx, tx, projectID, actor, activity, "FeatureFlag", id, after.Key, changes); err != nil {
+		return nil, false, err
+	}
+	updated, err := findFlag(ctx, tx, projectID, id, false)
+	if err != nil {
+		return nil, false, err
+	}
+	return updated, true, nil
 }
 
 // checkReferences refuses filters that name a cohort or a flag the project does not have

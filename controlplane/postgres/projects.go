@@ -22,11 +22,15 @@ func NewProjectService(db *DB) *ProjectService { return &ProjectService{db: db} 
 
 const projectColumns = `p.id, p.uuid::text, p.organization_id, (SELECT o.uuid::text FROM organizations o WHERE o.id = p.organization_id), p.name, p.api_token, p.secret_api_token, p.timezone, p.created_at,
 	COALESCE((SELECT json_agg(json_build_object('group_type', g.group_type, 'group_type_index', g.group_type_index)
-		ORDER BY g.group_type_index) FROM group_type_mappings g WHERE g.project_id = p.id), '[]')`
+		ORDER BY g.group_type_index) FROM group_type_mappings g WHERE g.project_id = p.id), '[]'),
+	p.autocapture_opt_out, p.session_recording_opt_in, p.heatmaps_opt_in, p.capture_console_log_opt_in,
+	p.capture_performance_opt_in, p.autocapture_exceptions_opt_in`
 
 func scanProject(row pgx.Row) (*controlplane.Project, error) {
 	var p controlplane.Project
-	err := row.Scan(&p.ID, &p.UUID, &p.OrganizationID, &p.OrganizationUUID, &p.Name, &p.APIToken, &p.SecretAPIToken, &p.Timezone, &p.CreatedAt, &p.GroupTypes)
+	c := &p.ClientConfig
+	err := row.Scan(&p.ID, &p.UUID, &p.OrganizationID, &p.OrganizationUUID, &p.Name, &p.APIToken, &p.SecretAPIToken, &p.Timezone, &p.CreatedAt, &p.GroupTypes,
+		&c.AutocaptureOptOut, &c.SessionRecordingOptIn, &c.HeatmapsOptIn, &c.CaptureConsoleLogOptIn, &c.CapturePerformanceOptIn, &c.AutocaptureExceptionsOptIn)
 	if err != nil {
 		return nil, err
 	}
@@ -91,7 +95,8 @@ func (s *ProjectService) CreateProject(ctx context.Context, orgID int64, name st
 	return s.FindProjectByID(ctx, id)
 }
 
-// UpdateProject changes a project's name or time zone.
+// UpdateProject changes a project's name, time zone or client configuration, and bumps its
+// snapshot (edges serve all three).
 func (s *ProjectService) UpdateProject(ctx context.Context, id int64, upd controlplane.ProjectUpdate) (*controlplane.Project, error) {
 	if upd.Name != nil && *upd.Name == "" {
 		return nil, controlplane.FieldError("name", "blank", "This field may not be blank.")
@@ -101,13 +106,27 @@ func (s *ProjectService) UpdateProject(ctx context.Context, id int64, upd contro
 			return nil, controlplane.FieldError("timezone", "invalid_choice", fmt.Sprintf("%q is not a valid time zone.", *upd.Timezone))
 		}
 	}
-	tag, err := s.db.Pool.Exec(ctx, `UPDATE projects SET name = COALESCE($2, name), timezone = COALESCE($3, timezone) WHERE id = $1`,
-		id, upd.Name, upd.Timezone)
+	err := s.db.inTx(ctx, func(tx pgx.Tx) error {
+		tag, err := tx.Exec(ctx, `UPDATE projects SET name = COALESCE($2, name), timezone = COALESCE($3, timezone),
+			autocapture_opt_out = COALESCE($4, autocapture_opt_out),
+			session_recording_opt_in = COALESCE($5, session_recording_opt_in),
+			heatmaps_opt_in = COALESCE($6, heatmaps_opt_in),
+			capture_console_log_opt_in = COALESCE($7, capture_console_log_opt_in),
+			capture_performance_opt_in = COALESCE($8, capture_performance_opt_in),
+			autocapture_exceptions_opt_in = COALESCE($9, autocapture_exceptions_opt_in)
+			WHERE id = $1`,
+			id, upd.Name, upd.Timezone, upd.AutocaptureOptOut, upd.SessionRecordingOptIn, upd.HeatmapsOptIn,
+			upd.CaptureConsoleLogOptIn, upd.CapturePerformanceOptIn, upd.AutocaptureExceptionsOptIn)
+		if err != nil {
+			return err
+		}
+		if tag.RowsAffected() == 0 {
+			return controlplane.ErrNotFound
+		}
+		return bumpSnapshot(ctx, tx, id)
+	})
 	if err != nil {
 		return nil, fmt.Errorf("update project: %w", err)
-	}
-	if tag.RowsAffected() == 0 {
-		return nil, controlplane.ErrNotFound
 	}
 	return s.FindProjectByID(ctx, id)
 }

@@ -61,8 +61,13 @@ func (s *SnapshotStore) BuildSnapshot(ctx context.Context, projectID int64) (*co
 	defer tx.Rollback(ctx) //nolint:errcheck // read-only
 	var secret string
 	var orgID int64
-	err = tx.QueryRow(ctx, `SELECT snapshot_version, name, api_token, secret_api_token, organization_id FROM projects WHERE id = $1`,
-		projectID).Scan(&snap.Version, &snap.Name, &snap.APIToken, &secret, &orgID)
+	c := &snap.ClientConfig
+	err = tx.QueryRow(ctx, `SELECT snapshot_version, name, api_token, secret_api_token, organization_id,
+		autocapture_opt_out, session_recording_opt_in, heatmaps_opt_in, capture_console_log_opt_in,
+		capture_performance_opt_in, autocapture_exceptions_opt_in FROM projects WHERE id = $1`,
+		projectID).Scan(&snap.Version, &snap.Name, &snap.APIToken, &secret, &orgID,
+		&c.AutocaptureOptOut, &c.SessionRecordingOptIn, &c.HeatmapsOptIn, &c.CaptureConsoleLogOptIn,
+		&c.CapturePerformanceOptIn, &c.AutocaptureExceptionsOptIn)
 	if err != nil {
 		return nil, fmt.Errorf("build snapshot: %w", notFoundIfNoRows(err))
 	}
@@ -129,6 +134,21 @@ func (s *SnapshotStore) BuildSnapshot(ctx context.Context, projectID int64) (*co
 	})
 	if err != nil {
 		return nil, fmt.Errorf("build snapshot: group types: %w", err)
+	}
+
+	rows, err = tx.Query(ctx, `SELECT e.id::text, e.name, e.description, e.stage, e.documentation_url, COALESCE(f.key, ''), e.created_at
+		FROM early_access_features e LEFT JOIN feature_flags f ON f.id = e.feature_flag_id
+		WHERE e.project_id = $1 ORDER BY e.created_at, e.id`, projectID)
+	if err != nil {
+		return nil, fmt.Errorf("build snapshot: early access features: %w", err)
+	}
+	snap.Features, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (controlplane.SnapshotFeature, error) {
+		var f controlplane.SnapshotFeature
+		err := r.Scan(&f.ID, &f.Name, &f.Description, &f.Stage, &f.DocumentationURL, &f.FlagKey, &f.CreatedAt)
+		return f, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("build snapshot: early access features: %w", err)
 	}
 	return snap, tx.Commit(ctx)
 }

@@ -324,6 +324,15 @@ func toProto(s *controlplane.ProjectSnapshot) *syncpb.ProjectSnapshot {
 	for _, g := range s.GroupTypes {
 		pb.GroupTypes[int32(g.Index)] = g.GroupType
 	}
+	c := s.ClientConfig
+	pb.ClientConfig = &syncpb.ClientConfig{AutocaptureOptOut: c.AutocaptureOptOut, SessionRecordingOptIn: c.SessionRecordingOptIn,
+		HeatmapsOptIn: c.HeatmapsOptIn, CaptureConsoleLogOptIn: c.CaptureConsoleLogOptIn,
+		CapturePerformanceOptIn: c.CapturePerformanceOptIn, AutocaptureExceptionsOptIn: c.AutocaptureExceptionsOptIn}
+	for _, f := range s.Features {
+		pb.EarlyAccessFeatures = append(pb.EarlyAccessFeatures, &syncpb.EarlyAccessFeature{Id: f.ID, Name: f.Name,
+			Description: f.Description, Stage: f.Stage, DocumentationUrl: f.DocumentationURL, FlagKey: f.FlagKey,
+			CreatedAtUnixMs: f.CreatedAt.UnixMilli()})
+	}
 	return pb
 }
 

@@ -4,7 +4,6 @@ import (
 	"math/rand/v2"
 	"time"
 
-	"github.com/flagedge/flagedge/edge/clientconfig"
 	"github.com/flagedge/flagedge/edge/jsonenc"
 	"github.com/flagedge/flagedge/shared/flags"
 )
@@ -21,10 +20,11 @@ func wanted(key string, only []string) bool {
 	return false
 }
 
-// appendDecide writes the /decide answer of versions 1 to 3.
-func appendDecide(b []byte, results []flags.Result, only []string, errored bool, version int) []byte {
+// appendDecide writes the /decide answer of versions 1 to 3, with the project's client
+// configuration members.
+func appendDecide(b, members []byte, results []flags.Result, only []string, errored bool, version int) []byte {
 	b = append(b, '{')
-	b = append(b, clientconfig.Members...)
+	b = append(b, members...)
 	b = append(b, `,"errorComputingFlags":`...)
 	b = jsonenc.AppendBool(b, errored)
 	b = append(b, `,"errorsWhileComputingFlags":`...)
@@ -94,11 +94,12 @@ func appendValue(b []byte, r *flags.Result) []byte {
 	return append(b, "true"...)
 }
 
-// appendFlagsV2 writes the flags v2 answer, with the client configuration when config is set.
-func appendFlagsV2(b []byte, results []flags.Result, only []string, errored, config bool) []byte {
+// appendFlagsV2 writes the flags v2 answer, with the client configuration members when config
+// is set.
+func appendFlagsV2(b, members []byte, results []flags.Result, only []string, errored, config bool) []byte {
 	b = append(b, '{')
 	if config {
-		b = append(b, clientconfig.Members...)
+		b = append(b, members...)
 		b = append(b, ',')
 	}
 	b = append(b, `"flags":{`...)

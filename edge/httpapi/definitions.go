@@ -8,7 +8,6 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/flagedge/flagedge/edge/apierror"
-	"github.com/flagedge/flagedge/edge/clientconfig"
 	"github.com/flagedge/flagedge/edge/state"
 	"github.com/flagedge/flagedge/shared/flags"
 )
@@ -107,7 +106,7 @@ func (s *Server) handleArrayConfig(ctx *fasthttp.RequestCtx) error {
 	if err != nil {
 		return err
 	}
-	writeJSON(ctx, fasthttp.StatusOK, clientconfig.Remote(p.Token))
+	writeJSON(ctx, fasthttp.StatusOK, p.RemoteConfig)
 	return nil
 }
 
@@ -117,15 +116,8 @@ func (s *Server) handleArrayConfigJS(ctx *fasthttp.RequestCtx) error {
 	if err != nil {
 		return err
 	}
-	token, _ := json.Marshal(p.Token)
-	var b bytes.Buffer
-	b.WriteString("(function() {\n  window._POSTHOG_REMOTE_CONFIG = window._POSTHOG_REMOTE_CONFIG || {};\n  window._POSTHOG_REMOTE_CONFIG[")
-	b.Write(token)
-	b.WriteString("] = {\n    config: ")
-	b.Write(clientconfig.Remote(p.Token))
-	b.WriteString(",\n    siteApps: []\n  };\n})();\n")
 	ctx.SetStatusCode(fasthttp.StatusOK)
 	ctx.SetContentType("application/javascript")
-	ctx.SetBody(b.Bytes())
+	ctx.SetBody(p.RemoteConfigJS)
 	return nil
 }

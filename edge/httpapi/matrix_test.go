@@ -5,6 +5,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/flagedge/flagedge/edge/jsbundle"
 )
 
 // credential is who calls: a project token in the request and a bearer key.
@@ -46,9 +48,14 @@ var routeAuth = map[string]map[string]int{
 	"/api/projects/{project}/feature_flags/{key}/remote_config": bearerRoute(),
 	"/array/{token}/config":    arrayRoute(),
 	"/array/{token}/config.js": arrayRoute(),
-	"/_health":                 open(200),
-	"/_ready":                  open(200),
-	"/metrics":                 open(200),
+	"/static/{file}":           open(200),
+	"/static/{version}/{file}": open(200),
+	// posthog-js's browser endpoints take the token as ?token=, like /decide.
+	"/api/early_access_features": tokenRoute(),
+	"/api/surveys":               tokenRoute(),
+	"/_health":                   open(200),
+	"/_ready":                    open(200),
+	"/metrics":                   open(200),
 }
 
 // tokenRoute: /decide and /flags take a project token; bearer keys play no part.
@@ -115,6 +122,14 @@ func request(route string, c credential) (method, uri string, body []byte, heade
 			q = "?token=" + tok
 		}
 		return "GET", path + q, nil, headers
+	case strings.HasPrefix(route, "/static/"):
+		return "GET", strings.NewReplacer("{version}", jsbundle.Version, "{file}", "array.js").Replace(route), nil, headers
+	case route == "/api/early_access_features" || route == "/api/surveys":
+		q := ""
+		if tok != "" {
+			q = "?token=" + tok
+		}
+		return "GET", route + "/" + q, nil, headers
 	case strings.HasPrefix(route, "/_") || route == "/metrics":
 		return "GET", route, nil, headers
 	}

@@ -75,6 +75,9 @@ func New(cfg Config) *Server {
 	s.handle([]string{"GET", "POST"}, "engage", []string{"/engage"}, func(ctx *fasthttp.RequestCtx) error { return cfg.Capture.Serve(ctx, true) })
 	s.handle([]string{"GET"}, "array_config", []string{"/array/{token}/config"}, s.handleArrayConfig)
 	s.handle([]string{"GET"}, "array_config_js", []string{"/array/{token}/config.js"}, s.handleArrayConfigJS)
+	s.handle([]string{"GET", "HEAD"}, "static", []string{"/static/{file}", "/static/{version}/{file}"}, s.handleStatic)
+	s.handle([]string{"GET"}, "early_access_features", []string{"/api/early_access_features"}, s.handleEarlyAccessFeatures)
+	s.handle([]string{"GET"}, "surveys", []string{"/api/surveys"}, s.handleSurveys)
 
 	s.router.GET("/_health", func(ctx *fasthttp.RequestCtx) { writeJSON(ctx, fasthttp.StatusOK, []byte(`{"status":"ok"}`)) })
 	s.router.GET("/_ready", s.handleReady)
@@ -85,10 +88,16 @@ func New(cfg Config) *Server {
 }
 
 // Handler returns the request handler to serve. Every path works with and without a
-// trailing slash.
+// trailing slash, and every answer carries CORS headers (errors, 404 and 405 included), so a
+// browser page on another origin can read whatever the edge says.
 func (s *Server) Handler() fasthttp.RequestHandler {
 	route := s.router.Handler
 	return func(ctx *fasthttp.RequestCtx) {
+		setCORS(ctx)
+		if ctx.IsOptions() {
+			preflight(ctx) // on any path, known or not
+			return
+		}
 		if p := ctx.Path(); len(p) > 1 && p[len(p)-1] == '/' {
 			ctx.URI().SetPathBytes(bytes.TrimRight(p, "/"))
 		}
@@ -109,7 +118,6 @@ func (s *Server) handle(methods []string, route string, paths []string, h func(*
 	var counters [600]atomic.Pointer[prometheus.Counter]
 	wrapped := func(ctx *fasthttp.RequestCtx) {
 		start := time.Now()
-		setCORS(ctx)
 		if err := h(ctx); err != nil {
 			s.writeError(ctx, err)
 		}
@@ -141,21 +149,39 @@ func (s *Server) handleReady(ctx *fasthttp.RequestCtx) {
 	writeJSON(ctx, fasthttp.StatusOK, []byte(`{"status":"ok"}`))
 }
 
-// setCORS lets browsers call from any origin, with credentials.
+// setCORS lets browsers call from any origin, with credentials, as PostHog does: the
+// request's origin is allowed as its scheme and host (an origin without a host, such as
+// "null", as "*"), or "*" when the request names none.
 func setCORS(ctx *fasthttp.RequestCtx) {
 	h := &ctx.Response.Header
-	if origin := ctx.Request.Header.Peek("Origin"); len(origin) > 0 {
-		h.SetBytesV("Access-Control-Allow-Origin", origin)
-		h.Set("Access-Control-Allow-Credentials", "true")
-		h.Set("Vary", "Origin")
-	} else {
+	origin := ctx.Request.Header.Peek("Origin")
+	if len(origin) == 0 {
 		h.Set("Access-Control-Allow-Origin", "*")
+		return
 	}
+	h.SetBytesV("Access-Control-Allow-Origin", originOf(origin))
+	h.Set("Access-Control-Allow-Credentials", "true")
+	h.Set("Vary", "Origin")
 }
 
-// preflight answers CORS preflight requests for every path.
+// originOf returns scheme://host[:port] of an Origin header, or "*" when it has no host.
+func originOf(origin []byte) []byte {
+	i := bytes.Index(origin, []byte("://"))
+	if i <= 0 || i+3 == len(origin) {
+		return []byte("*")
+	}
+	if j := bytes.IndexAny(origin[i+3:], "/?#"); j >= 0 {
+		origin = origin[:i+3+j]
+	}
+	if len(origin) == i+3 {
+		return []byte("*")
+	}
+	return origin
+}
+
+// preflight answers CORS preflight requests for every path: the methods the edge serves, the
+// headers the browser asks for, cached for a day.
 func preflight(ctx *fasthttp.RequestCtx) {
-	setCORS(ctx)
 	h := &ctx.Response.Header
 	h.Set("Access-Control-Allow-Methods", "GET, POST, OPTIONS")
 	if req := ctx.Request.Header.Peek("Access-Control-Request-Headers"); len(req) > 0 {

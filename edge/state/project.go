@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/flagedge/flagedge/edge/clientconfig"
 	"github.com/flagedge/flagedge/shared/flags"
 	"github.com/flagedge/flagedge/shared/syncpb"
 )
@@ -28,6 +29,16 @@ type Project struct {
 	// Payloads maps flag keys to their "true" payload (compact JSON), for remote config.
 	Payloads map[string][]byte
 	BuiltAt  time.Time
+	// ClientConfig is the project's configuration of browser SDKs. ConfigMembers are its
+	// members as /decide and /flags write them, RemoteConfig the /array/{token}/config object
+	// and RemoteConfigJS the config.js script: all built once here, so answering copies bytes.
+	ClientConfig   clientconfig.Config
+	ConfigMembers  []byte
+	RemoteConfig   []byte
+	RemoteConfigJS []byte
+	// EarlyAccessFeatures are the project's early access features, every stage, in the
+	// control plane's order.
+	EarlyAccessFeatures []EarlyAccessFeature
 
 	// def is what the snapshot was compiled from; the SDK definitions bodies are built from
 	// it on first request (most edges never serve them, and they are the largest part).
@@ -37,6 +48,17 @@ type Project struct {
 	secret    [sha256.Size]byte
 	readKeys  map[[sha256.Size]byte]bool // key hash → may read definitions
 	hasSecret bool
+}
+
+// EarlyAccessFeature is one early access feature, as the public list shows it.
+type EarlyAccessFeature struct {
+	ID               string
+	Name             string
+	Description      string
+	Stage            string
+	DocumentationURL string
+	// FlagKey is the key of the feature's flag, or "" when it has none.
+	FlagKey string
 }
 
 // Access says what a bearer credential may do with a project's flag definitions.
@@ -120,6 +142,18 @@ func compileProject(pb *syncpb.ProjectSnapshot) (*Project, error) {
 				p.Payloads[f.Key] = payload
 			}
 		}
+	}
+	if cc := pb.ClientConfig; cc != nil {
+		p.ClientConfig = clientconfig.Config{AutocaptureOptOut: cc.AutocaptureOptOut, SessionRecordingOptIn: cc.SessionRecordingOptIn,
+			HeatmapsOptIn: cc.HeatmapsOptIn, CaptureConsoleLogOptIn: cc.CaptureConsoleLogOptIn,
+			CapturePerformanceOptIn: cc.CapturePerformanceOptIn, AutocaptureExceptionsOptIn: cc.AutocaptureExceptionsOptIn}
+	}
+	p.ConfigMembers = clientconfig.Members(p.ClientConfig)
+	p.RemoteConfig = clientconfig.Remote(p.Token, p.ConfigMembers)
+	p.RemoteConfigJS = clientconfig.RemoteJS(p.Token, p.RemoteConfig)
+	for _, f := range pb.EarlyAccessFeatures {
+		p.EarlyAccessFeatures = append(p.EarlyAccessFeatures, EarlyAccessFeature{ID: f.Id, Name: f.Name, Description: f.Description,
+			Stage: f.Stage, DocumentationURL: f.DocumentationUrl, FlagKey: f.FlagKey})
 	}
 	if len(pb.SecretTokenSha256) == sha256.Size {
 		copy(p.secret[:], pb.SecretTokenSha256)

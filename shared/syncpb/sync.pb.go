@@ -242,8 +242,13 @@ type ProjectSnapshot struct {
 	// other_key_sha256 are the SHA-256 of the personal keys that reach the project but may not
 	// read flag definitions (answered 403 rather than 401).
 	OtherKeySha256 [][]byte `protobuf:"bytes,11,rep,name=other_key_sha256,json=otherKeySha256,proto3" json:"other_key_sha256,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// client_config is the project's configuration of browser SDKs; absent in snapshots of
+	// older control planes, which means every member false.
+	ClientConfig *ClientConfig `protobuf:"bytes,12,opt,name=client_config,json=clientConfig,proto3" json:"client_config,omitempty"`
+	// early_access_features are the project's early access features, every stage.
+	EarlyAccessFeatures []*EarlyAccessFeature `protobuf:"bytes,13,rep,name=early_access_features,json=earlyAccessFeatures,proto3" json:"early_access_features,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
 }
 
 func (x *ProjectSnapshot) Reset() {
@@ -353,6 +358,204 @@ func (x *ProjectSnapshot) GetOtherKeySha256() [][]byte {
 	return nil
 }
 
+func (x *ProjectSnapshot) GetClientConfig() *ClientConfig {
+	if x != nil {
+		return x.ClientConfig
+	}
+	return nil
+}
+
+func (x *ProjectSnapshot) GetEarlyAccessFeatures() []*EarlyAccessFeature {
+	if x != nil {
+		return x.EarlyAccessFeatures
+	}
+	return nil
+}
+
+// ClientConfig holds the per-project switches of the client configuration that /decide,
+// /flags?config=true and /array/{token}/config give browser SDKs (PostHog's field names).
+type ClientConfig struct {
+	state                      protoimpl.MessageState `protogen:"open.v1"`
+	AutocaptureOptOut          bool                   `protobuf:"varint,1,opt,name=autocapture_opt_out,json=autocaptureOptOut,proto3" json:"autocapture_opt_out,omitempty"`
+	SessionRecordingOptIn      bool                   `protobuf:"varint,2,opt,name=session_recording_opt_in,json=sessionRecordingOptIn,proto3" json:"session_recording_opt_in,omitempty"`
+	HeatmapsOptIn              bool                   `protobuf:"varint,3,opt,name=heatmaps_opt_in,json=heatmapsOptIn,proto3" json:"heatmaps_opt_in,omitempty"`
+	CaptureConsoleLogOptIn     bool                   `protobuf:"varint,4,opt,name=capture_console_log_opt_in,json=captureConsoleLogOptIn,proto3" json:"capture_console_log_opt_in,omitempty"`
+	CapturePerformanceOptIn    bool                   `protobuf:"varint,5,opt,name=capture_performance_opt_in,json=capturePerformanceOptIn,proto3" json:"capture_performance_opt_in,omitempty"`
+	AutocaptureExceptionsOptIn bool                   `protobuf:"varint,6,opt,name=autocapture_exceptions_opt_in,json=autocaptureExceptionsOptIn,proto3" json:"autocapture_exceptions_opt_in,omitempty"`
+	unknownFields              protoimpl.UnknownFields
+	sizeCache                  protoimpl.SizeCache
+}
+
+func (x *ClientConfig) Reset() {
+	*x = ClientConfig{}
+	mi := &file_sync_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ClientConfig) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ClientConfig) ProtoMessage() {}
+
+func (x *ClientConfig) ProtoReflect() protoreflect.Message {
+	mi := &file_sync_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ClientConfig.ProtoReflect.Descriptor instead.
+func (*ClientConfig) Descriptor() ([]byte, []int) {
+	return file_sync_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *ClientConfig) GetAutocaptureOptOut() bool {
+	if x != nil {
+		return x.AutocaptureOptOut
+	}
+	return false
+}
+
+func (x *ClientConfig) GetSessionRecordingOptIn() bool {
+	if x != nil {
+		return x.SessionRecordingOptIn
+	}
+	return false
+}
+
+func (x *ClientConfig) GetHeatmapsOptIn() bool {
+	if x != nil {
+		return x.HeatmapsOptIn
+	}
+	return false
+}
+
+func (x *ClientConfig) GetCaptureConsoleLogOptIn() bool {
+	if x != nil {
+		return x.CaptureConsoleLogOptIn
+	}
+	return false
+}
+
+func (x *ClientConfig) GetCapturePerformanceOptIn() bool {
+	if x != nil {
+		return x.CapturePerformanceOptIn
+	}
+	return false
+}
+
+func (x *ClientConfig) GetAutocaptureExceptionsOptIn() bool {
+	if x != nil {
+		return x.AutocaptureExceptionsOptIn
+	}
+	return false
+}
+
+// EarlyAccessFeature is one early access feature as the public
+// /api/early_access_features answer lists it.
+type EarlyAccessFeature struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// id is the feature's uuid.
+	Id          string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Name        string `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	Description string `protobuf:"bytes,3,opt,name=description,proto3" json:"description,omitempty"`
+	// stage is draft, concept, alpha, beta, general-availability or archived.
+	Stage            string `protobuf:"bytes,4,opt,name=stage,proto3" json:"stage,omitempty"`
+	DocumentationUrl string `protobuf:"bytes,5,opt,name=documentation_url,json=documentationUrl,proto3" json:"documentation_url,omitempty"`
+	// flag_key is the key of the feature's flag; empty when it has none.
+	FlagKey string `protobuf:"bytes,6,opt,name=flag_key,json=flagKey,proto3" json:"flag_key,omitempty"`
+	// created_at_unix_ms orders the features as the control plane lists them.
+	CreatedAtUnixMs int64 `protobuf:"varint,7,opt,name=created_at_unix_ms,json=createdAtUnixMs,proto3" json:"created_at_unix_ms,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *EarlyAccessFeature) Reset() {
+	*x = EarlyAccessFeature{}
+	mi := &file_sync_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EarlyAccessFeature) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EarlyAccessFeature) ProtoMessage() {}
+
+func (x *EarlyAccessFeature) ProtoReflect() protoreflect.Message {
+	mi := &file_sync_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EarlyAccessFeature.ProtoReflect.Descriptor instead.
+func (*EarlyAccessFeature) Descriptor() ([]byte, []int) {
+	return file_sync_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *EarlyAccessFeature) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *EarlyAccessFeature) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *EarlyAccessFeature) GetDescription() string {
+	if x != nil {
+		return x.Description
+	}
+	return ""
+}
+
+func (x *EarlyAccessFeature) GetStage() string {
+	if x != nil {
+		return x.Stage
+	}
+	return ""
+}
+
+func (x *EarlyAccessFeature) GetDocumentationUrl() string {
+	if x != nil {
+		return x.DocumentationUrl
+	}
+	return ""
+}
+
+func (x *EarlyAccessFeature) GetFlagKey() string {
+	if x != nil {
+		return x.FlagKey
+	}
+	return ""
+}
+
+func (x *EarlyAccessFeature) GetCreatedAtUnixMs() int64 {
+	if x != nil {
+		return x.CreatedAtUnixMs
+	}
+	return 0
+}
+
 // Flag is a non-deleted flag, active or not.
 type Flag struct {
 	state                      protoimpl.MessageState `protogen:"open.v1"`
@@ -370,7 +573,7 @@ type Flag struct {
 
 func (x *Flag) Reset() {
 	*x = Flag{}
-	mi := &file_sync_proto_msgTypes[3]
+	mi := &file_sync_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -382,7 +585,7 @@ func (x *Flag) String() string {
 func (*Flag) ProtoMessage() {}
 
 func (x *Flag) ProtoReflect() protoreflect.Message {
-	mi := &file_sync_proto_msgTypes[3]
+	mi := &file_sync_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -395,7 +598,7 @@ func (x *Flag) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Flag.ProtoReflect.Descriptor instead.
 func (*Flag) Descriptor() ([]byte, []int) {
-	return file_sync_proto_rawDescGZIP(), []int{3}
+	return file_sync_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *Flag) GetId() int64 {
@@ -460,7 +663,7 @@ type Cohort struct {
 
 func (x *Cohort) Reset() {
 	*x = Cohort{}
-	mi := &file_sync_proto_msgTypes[4]
+	mi := &file_sync_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -472,7 +675,7 @@ func (x *Cohort) String() string {
 func (*Cohort) ProtoMessage() {}
 
 func (x *Cohort) ProtoReflect() protoreflect.Message {
-	mi := &file_sync_proto_msgTypes[4]
+	mi := &file_sync_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -485,7 +688,7 @@ func (x *Cohort) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Cohort.ProtoReflect.Descriptor instead.
 func (*Cohort) Descriptor() ([]byte, []int) {
-	return file_sync_proto_rawDescGZIP(), []int{4}
+	return file_sync_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Cohort) GetId() int64 {
@@ -526,7 +729,7 @@ type LookupPersonRequest struct {
 
 func (x *LookupPersonRequest) Reset() {
 	*x = LookupPersonRequest{}
-	mi := &file_sync_proto_msgTypes[5]
+	mi := &file_sync_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -538,7 +741,7 @@ func (x *LookupPersonRequest) String() string {
 func (*LookupPersonRequest) ProtoMessage() {}
 
 func (x *LookupPersonRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sync_proto_msgTypes[5]
+	mi := &file_sync_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -551,7 +754,7 @@ func (x *LookupPersonRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LookupPersonRequest.ProtoReflect.Descriptor instead.
 func (*LookupPersonRequest) Descriptor() ([]byte, []int) {
-	return file_sync_proto_rawDescGZIP(), []int{5}
+	return file_sync_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *LookupPersonRequest) GetProjectId() int64 {
@@ -584,7 +787,7 @@ type LookupPersonResponse struct {
 
 func (x *LookupPersonResponse) Reset() {
 	*x = LookupPersonResponse{}
-	mi := &file_sync_proto_msgTypes[6]
+	mi := &file_sync_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -596,7 +799,7 @@ func (x *LookupPersonResponse) String() string {
 func (*LookupPersonResponse) ProtoMessage() {}
 
 func (x *LookupPersonResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sync_proto_msgTypes[6]
+	mi := &file_sync_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -609,7 +812,7 @@ func (x *LookupPersonResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LookupPersonResponse.ProtoReflect.Descriptor instead.
 func (*LookupPersonResponse) Descriptor() ([]byte, []int) {
-	return file_sync_proto_rawDescGZIP(), []int{6}
+	return file_sync_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *LookupPersonResponse) GetFound() bool {
@@ -650,7 +853,7 @@ type LookupGroupsRequest struct {
 
 func (x *LookupGroupsRequest) Reset() {
 	*x = LookupGroupsRequest{}
-	mi := &file_sync_proto_msgTypes[7]
+	mi := &file_sync_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -662,7 +865,7 @@ func (x *LookupGroupsRequest) String() string {
 func (*LookupGroupsRequest) ProtoMessage() {}
 
 func (x *LookupGroupsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sync_proto_msgTypes[7]
+	mi := &file_sync_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -675,7 +878,7 @@ func (x *LookupGroupsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LookupGroupsRequest.ProtoReflect.Descriptor instead.
 func (*LookupGroupsRequest) Descriptor() ([]byte, []int) {
-	return file_sync_proto_rawDescGZIP(), []int{7}
+	return file_sync_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *LookupGroupsRequest) GetProjectId() int64 {
@@ -702,7 +905,7 @@ type GroupKey struct {
 
 func (x *GroupKey) Reset() {
 	*x = GroupKey{}
-	mi := &file_sync_proto_msgTypes[8]
+	mi := &file_sync_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -714,7 +917,7 @@ func (x *GroupKey) String() string {
 func (*GroupKey) ProtoMessage() {}
 
 func (x *GroupKey) ProtoReflect() protoreflect.Message {
-	mi := &file_sync_proto_msgTypes[8]
+	mi := &file_sync_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -727,7 +930,7 @@ func (x *GroupKey) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupKey.ProtoReflect.Descriptor instead.
 func (*GroupKey) Descriptor() ([]byte, []int) {
-	return file_sync_proto_rawDescGZIP(), []int{8}
+	return file_sync_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *GroupKey) GetGroupTypeIndex() int32 {
@@ -754,7 +957,7 @@ type LookupGroupsResponse struct {
 
 func (x *LookupGroupsResponse) Reset() {
 	*x = LookupGroupsResponse{}
-	mi := &file_sync_proto_msgTypes[9]
+	mi := &file_sync_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -766,7 +969,7 @@ func (x *LookupGroupsResponse) String() string {
 func (*LookupGroupsResponse) ProtoMessage() {}
 
 func (x *LookupGroupsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sync_proto_msgTypes[9]
+	mi := &file_sync_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -779,7 +982,7 @@ func (x *LookupGroupsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LookupGroupsResponse.ProtoReflect.Descriptor instead.
 func (*LookupGroupsResponse) Descriptor() ([]byte, []int) {
-	return file_sync_proto_rawDescGZIP(), []int{9}
+	return file_sync_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *LookupGroupsResponse) GetGroups() []*GroupProperties {
@@ -801,7 +1004,7 @@ type GroupProperties struct {
 
 func (x *GroupProperties) Reset() {
 	*x = GroupProperties{}
-	mi := &file_sync_proto_msgTypes[10]
+	mi := &file_sync_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -813,7 +1016,7 @@ func (x *GroupProperties) String() string {
 func (*GroupProperties) ProtoMessage() {}
 
 func (x *GroupProperties) ProtoReflect() protoreflect.Message {
-	mi := &file_sync_proto_msgTypes[10]
+	mi := &file_sync_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -826,7 +1029,7 @@ func (x *GroupProperties) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupProperties.ProtoReflect.Descriptor instead.
 func (*GroupProperties) Descriptor() ([]byte, []int) {
-	return file_sync_proto_rawDescGZIP(), []int{10}
+	return file_sync_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *GroupProperties) GetGroupTypeIndex() int32 {
@@ -865,7 +1068,7 @@ type SetHashKeyOverridesRequest struct {
 
 func (x *SetHashKeyOverridesRequest) Reset() {
 	*x = SetHashKeyOverridesRequest{}
-	mi := &file_sync_proto_msgTypes[11]
+	mi := &file_sync_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -877,7 +1080,7 @@ func (x *SetHashKeyOverridesRequest) String() string {
 func (*SetHashKeyOverridesRequest) ProtoMessage() {}
 
 func (x *SetHashKeyOverridesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sync_proto_msgTypes[11]
+	mi := &file_sync_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -890,7 +1093,7 @@ func (x *SetHashKeyOverridesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetHashKeyOverridesRequest.ProtoReflect.Descriptor instead.
 func (*SetHashKeyOverridesRequest) Descriptor() ([]byte, []int) {
-	return file_sync_proto_rawDescGZIP(), []int{11}
+	return file_sync_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *SetHashKeyOverridesRequest) GetProjectId() int64 {
@@ -931,7 +1134,7 @@ type SetHashKeyOverridesResponse struct {
 
 func (x *SetHashKeyOverridesResponse) Reset() {
 	*x = SetHashKeyOverridesResponse{}
-	mi := &file_sync_proto_msgTypes[12]
+	mi := &file_sync_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -943,7 +1146,7 @@ func (x *SetHashKeyOverridesResponse) String() string {
 func (*SetHashKeyOverridesResponse) ProtoMessage() {}
 
 func (x *SetHashKeyOverridesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sync_proto_msgTypes[12]
+	mi := &file_sync_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -956,7 +1159,7 @@ func (x *SetHashKeyOverridesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetHashKeyOverridesResponse.ProtoReflect.Descriptor instead.
 func (*SetHashKeyOverridesResponse) Descriptor() ([]byte, []int) {
-	return file_sync_proto_rawDescGZIP(), []int{12}
+	return file_sync_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *SetHashKeyOverridesResponse) GetHashKeyOverrides() map[string]string {
@@ -985,7 +1188,7 @@ type CapturedEvent struct {
 
 func (x *CapturedEvent) Reset() {
 	*x = CapturedEvent{}
-	mi := &file_sync_proto_msgTypes[13]
+	mi := &file_sync_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -997,7 +1200,7 @@ func (x *CapturedEvent) String() string {
 func (*CapturedEvent) ProtoMessage() {}
 
 func (x *CapturedEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_sync_proto_msgTypes[13]
+	mi := &file_sync_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1010,7 +1213,7 @@ func (x *CapturedEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CapturedEvent.ProtoReflect.Descriptor instead.
 func (*CapturedEvent) Descriptor() ([]byte, []int) {
-	return file_sync_proto_rawDescGZIP(), []int{13}
+	return file_sync_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *CapturedEvent) GetUuid() string {
@@ -1068,7 +1271,7 @@ type EventBatch struct {
 
 func (x *EventBatch) Reset() {
 	*x = EventBatch{}
-	mi := &file_sync_proto_msgTypes[14]
+	mi := &file_sync_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1080,7 +1283,7 @@ func (x *EventBatch) String() string {
 func (*EventBatch) ProtoMessage() {}
 
 func (x *EventBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_sync_proto_msgTypes[14]
+	mi := &file_sync_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1093,7 +1296,7 @@ func (x *EventBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EventBatch.ProtoReflect.Descriptor instead.
 func (*EventBatch) Descriptor() ([]byte, []int) {
-	return file_sync_proto_rawDescGZIP(), []int{14}
+	return file_sync_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *EventBatch) GetProjectId() int64 {
@@ -1128,7 +1331,7 @@ type IngestRequest struct {
 
 func (x *IngestRequest) Reset() {
 	*x = IngestRequest{}
-	mi := &file_sync_proto_msgTypes[15]
+	mi := &file_sync_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1140,7 +1343,7 @@ func (x *IngestRequest) String() string {
 func (*IngestRequest) ProtoMessage() {}
 
 func (x *IngestRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sync_proto_msgTypes[15]
+	mi := &file_sync_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1153,7 +1356,7 @@ func (x *IngestRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IngestRequest.ProtoReflect.Descriptor instead.
 func (*IngestRequest) Descriptor() ([]byte, []int) {
-	return file_sync_proto_rawDescGZIP(), []int{15}
+	return file_sync_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *IngestRequest) GetBatches() [][]byte {
@@ -1181,7 +1384,7 @@ type IngestResponse struct {
 
 func (x *IngestResponse) Reset() {
 	*x = IngestResponse{}
-	mi := &file_sync_proto_msgTypes[16]
+	mi := &file_sync_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1193,7 +1396,7 @@ func (x *IngestResponse) String() string {
 func (*IngestResponse) ProtoMessage() {}
 
 func (x *IngestResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sync_proto_msgTypes[16]
+	mi := &file_sync_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1206,7 +1409,7 @@ func (x *IngestResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IngestResponse.ProtoReflect.Descriptor instead.
 func (*IngestResponse) Descriptor() ([]byte, []int) {
-	return file_sync_proto_rawDescGZIP(), []int{16}
+	return file_sync_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *IngestResponse) GetStored() int64 {
@@ -1243,7 +1446,7 @@ const file_sync_proto_rawDesc = "" +
 	"\x10removed_projects\x18\x02 \x03(\x03R\x0fremovedProjects\x12*\n" +
 	"\x11initial_sync_done\x18\x03 \x01(\bR\x0finitialSyncDone\x12\x1f\n" +
 	"\vdatabase_id\x18\x04 \x01(\tR\n" +
-	"databaseId\"\x9b\x04\n" +
+	"databaseId\"\xba\x05\n" +
 	"\x0fProjectSnapshot\x12\x1d\n" +
 	"\n" +
 	"project_id\x18\x01 \x01(\x03R\tprojectId\x12\x18\n" +
@@ -1258,10 +1461,27 @@ const file_sync_proto_rawDesc = "" +
 	"groupTypes\x12'\n" +
 	"\x10built_at_unix_ms\x18\n" +
 	" \x01(\x03R\rbuiltAtUnixMs\x12(\n" +
-	"\x10other_key_sha256\x18\v \x03(\fR\x0eotherKeySha256\x1a=\n" +
+	"\x10other_key_sha256\x18\v \x03(\fR\x0eotherKeySha256\x12C\n" +
+	"\rclient_config\x18\f \x01(\v2\x1e.flagedge.sync.v1.ClientConfigR\fclientConfig\x12X\n" +
+	"\x15early_access_features\x18\r \x03(\v2$.flagedge.sync.v1.EarlyAccessFeatureR\x13earlyAccessFeatures\x1a=\n" +
 	"\x0fGroupTypesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\x05R\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xca\x01\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xdb\x02\n" +
+	"\fClientConfig\x12.\n" +
+	"\x13autocapture_opt_out\x18\x01 \x01(\bR\x11autocaptureOptOut\x127\n" +
+	"\x18session_recording_opt_in\x18\x02 \x01(\bR\x15sessionRecordingOptIn\x12&\n" +
+	"\x0fheatmaps_opt_in\x18\x03 \x01(\bR\rheatmapsOptIn\x12:\n" +
+	"\x1acapture_console_log_opt_in\x18\x04 \x01(\bR\x16captureConsoleLogOptIn\x12;\n" +
+	"\x1acapture_performance_opt_in\x18\x05 \x01(\bR\x17capturePerformanceOptIn\x12A\n" +
+	"\x1dautocapture_exceptions_opt_in\x18\x06 \x01(\bR\x1aautocaptureExceptionsOptIn\"\xe5\x01\n" +
+	"\x12EarlyAccessFeature\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12 \n" +
+	"\vdescription\x18\x03 \x01(\tR\vdescription\x12\x14\n" +
+	"\x05stage\x18\x04 \x01(\tR\x05stage\x12+\n" +
+	"\x11documentation_url\x18\x05 \x01(\tR\x10documentationUrl\x12\x19\n" +
+	"\bflag_key\x18\x06 \x01(\tR\aflagKey\x12+\n" +
+	"\x12created_at_unix_ms\x18\a \x01(\x03R\x0fcreatedAtUnixMs\"\xca\x01\n" +
 	"\x04Flag\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x03R\x02id\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12\x12\n" +
@@ -1365,58 +1585,62 @@ func file_sync_proto_rawDescGZIP() []byte {
 }
 
 var file_sync_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_sync_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
+var file_sync_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
 var file_sync_proto_goTypes = []any{
 	(ProtocolVersion)(0),                // 0: flagedge.sync.v1.ProtocolVersion
 	(*WatchRequest)(nil),                // 1: flagedge.sync.v1.WatchRequest
 	(*WatchResponse)(nil),               // 2: flagedge.sync.v1.WatchResponse
 	(*ProjectSnapshot)(nil),             // 3: flagedge.sync.v1.ProjectSnapshot
-	(*Flag)(nil),                        // 4: flagedge.sync.v1.Flag
-	(*Cohort)(nil),                      // 5: flagedge.sync.v1.Cohort
-	(*LookupPersonRequest)(nil),         // 6: flagedge.sync.v1.LookupPersonRequest
-	(*LookupPersonResponse)(nil),        // 7: flagedge.sync.v1.LookupPersonResponse
-	(*LookupGroupsRequest)(nil),         // 8: flagedge.sync.v1.LookupGroupsRequest
-	(*GroupKey)(nil),                    // 9: flagedge.sync.v1.GroupKey
-	(*LookupGroupsResponse)(nil),        // 10: flagedge.sync.v1.LookupGroupsResponse
-	(*GroupProperties)(nil),             // 11: flagedge.sync.v1.GroupProperties
-	(*SetHashKeyOverridesRequest)(nil),  // 12: flagedge.sync.v1.SetHashKeyOverridesRequest
-	(*SetHashKeyOverridesResponse)(nil), // 13: flagedge.sync.v1.SetHashKeyOverridesResponse
-	(*CapturedEvent)(nil),               // 14: flagedge.sync.v1.CapturedEvent
-	(*EventBatch)(nil),                  // 15: flagedge.sync.v1.EventBatch
-	(*IngestRequest)(nil),               // 16: flagedge.sync.v1.IngestRequest
-	(*IngestResponse)(nil),              // 17: flagedge.sync.v1.IngestResponse
-	nil,                                 // 18: flagedge.sync.v1.WatchRequest.KnownVersionsEntry
-	nil,                                 // 19: flagedge.sync.v1.ProjectSnapshot.GroupTypesEntry
-	nil,                                 // 20: flagedge.sync.v1.LookupPersonResponse.HashKeyOverridesEntry
-	nil,                                 // 21: flagedge.sync.v1.SetHashKeyOverridesResponse.HashKeyOverridesEntry
+	(*ClientConfig)(nil),                // 4: flagedge.sync.v1.ClientConfig
+	(*EarlyAccessFeature)(nil),          // 5: flagedge.sync.v1.EarlyAccessFeature
+	(*Flag)(nil),                        // 6: flagedge.sync.v1.Flag
+	(*Cohort)(nil),                      // 7: flagedge.sync.v1.Cohort
+	(*LookupPersonRequest)(nil),         // 8: flagedge.sync.v1.LookupPersonRequest
+	(*LookupPersonResponse)(nil),        // 9: flagedge.sync.v1.LookupPersonResponse
+	(*LookupGroupsRequest)(nil),         // 10: flagedge.sync.v1.LookupGroupsRequest
+	(*GroupKey)(nil),                    // 11: flagedge.sync.v1.GroupKey
+	(*LookupGroupsResponse)(nil),        // 12: flagedge.sync.v1.LookupGroupsResponse
+	(*GroupProperties)(nil),             // 13: flagedge.sync.v1.GroupProperties
+	(*SetHashKeyOverridesRequest)(nil),  // 14: flagedge.sync.v1.SetHashKeyOverridesRequest
+	(*SetHashKeyOverridesResponse)(nil), // 15: flagedge.sync.v1.SetHashKeyOverridesResponse
+	(*CapturedEvent)(nil),               // 16: flagedge.sync.v1.CapturedEvent
+	(*EventBatch)(nil),                  // 17: flagedge.sync.v1.EventBatch
+	(*IngestRequest)(nil),               // 18: flagedge.sync.v1.IngestRequest
+	(*IngestResponse)(nil),              // 19: flagedge.sync.v1.IngestResponse
+	nil,                                 // 20: flagedge.sync.v1.WatchRequest.KnownVersionsEntry
+	nil,                                 // 21: flagedge.sync.v1.ProjectSnapshot.GroupTypesEntry
+	nil,                                 // 22: flagedge.sync.v1.LookupPersonResponse.HashKeyOverridesEntry
+	nil,                                 // 23: flagedge.sync.v1.SetHashKeyOverridesResponse.HashKeyOverridesEntry
 }
 var file_sync_proto_depIdxs = []int32{
 	0,  // 0: flagedge.sync.v1.WatchRequest.protocol_version:type_name -> flagedge.sync.v1.ProtocolVersion
-	18, // 1: flagedge.sync.v1.WatchRequest.known_versions:type_name -> flagedge.sync.v1.WatchRequest.KnownVersionsEntry
+	20, // 1: flagedge.sync.v1.WatchRequest.known_versions:type_name -> flagedge.sync.v1.WatchRequest.KnownVersionsEntry
 	3,  // 2: flagedge.sync.v1.WatchResponse.snapshots:type_name -> flagedge.sync.v1.ProjectSnapshot
-	4,  // 3: flagedge.sync.v1.ProjectSnapshot.flags:type_name -> flagedge.sync.v1.Flag
-	5,  // 4: flagedge.sync.v1.ProjectSnapshot.cohorts:type_name -> flagedge.sync.v1.Cohort
-	19, // 5: flagedge.sync.v1.ProjectSnapshot.group_types:type_name -> flagedge.sync.v1.ProjectSnapshot.GroupTypesEntry
-	20, // 6: flagedge.sync.v1.LookupPersonResponse.hash_key_overrides:type_name -> flagedge.sync.v1.LookupPersonResponse.HashKeyOverridesEntry
-	9,  // 7: flagedge.sync.v1.LookupGroupsRequest.groups:type_name -> flagedge.sync.v1.GroupKey
-	11, // 8: flagedge.sync.v1.LookupGroupsResponse.groups:type_name -> flagedge.sync.v1.GroupProperties
-	21, // 9: flagedge.sync.v1.SetHashKeyOverridesResponse.hash_key_overrides:type_name -> flagedge.sync.v1.SetHashKeyOverridesResponse.HashKeyOverridesEntry
-	14, // 10: flagedge.sync.v1.EventBatch.events:type_name -> flagedge.sync.v1.CapturedEvent
-	1,  // 11: flagedge.sync.v1.Sync.Watch:input_type -> flagedge.sync.v1.WatchRequest
-	6,  // 12: flagedge.sync.v1.Sync.LookupPerson:input_type -> flagedge.sync.v1.LookupPersonRequest
-	8,  // 13: flagedge.sync.v1.Sync.LookupGroups:input_type -> flagedge.sync.v1.LookupGroupsRequest
-	12, // 14: flagedge.sync.v1.Sync.SetHashKeyOverrides:input_type -> flagedge.sync.v1.SetHashKeyOverridesRequest
-	16, // 15: flagedge.sync.v1.Sync.Ingest:input_type -> flagedge.sync.v1.IngestRequest
-	2,  // 16: flagedge.sync.v1.Sync.Watch:output_type -> flagedge.sync.v1.WatchResponse
-	7,  // 17: flagedge.sync.v1.Sync.LookupPerson:output_type -> flagedge.sync.v1.LookupPersonResponse
-	10, // 18: flagedge.sync.v1.Sync.LookupGroups:output_type -> flagedge.sync.v1.LookupGroupsResponse
-	13, // 19: flagedge.sync.v1.Sync.SetHashKeyOverrides:output_type -> flagedge.sync.v1.SetHashKeyOverridesResponse
-	17, // 20: flagedge.sync.v1.Sync.Ingest:output_type -> flagedge.sync.v1.IngestResponse
-	16, // [16:21] is the sub-list for method output_type
-	11, // [11:16] is the sub-list for method input_type
-	11, // [11:11] is the sub-list for extension type_name
-	11, // [11:11] is the sub-list for extension extendee
-	0,  // [0:11] is the sub-list for field type_name
+	6,  // 3: flagedge.sync.v1.ProjectSnapshot.flags:type_name -> flagedge.sync.v1.Flag
+	7,  // 4: flagedge.sync.v1.ProjectSnapshot.cohorts:type_name -> flagedge.sync.v1.Cohort
+	21, // 5: flagedge.sync.v1.ProjectSnapshot.group_types:type_name -> flagedge.sync.v1.ProjectSnapshot.GroupTypesEntry
+	4,  // 6: flagedge.sync.v1.ProjectSnapshot.client_config:type_name -> flagedge.sync.v1.ClientConfig
+	5,  // 7: flagedge.sync.v1.ProjectSnapshot.early_access_features:type_name -> flagedge.sync.v1.EarlyAccessFeature
+	22, // 8: flagedge.sync.v1.LookupPersonResponse.hash_key_overrides:type_name -> flagedge.sync.v1.LookupPersonResponse.HashKeyOverridesEntry
+	11, // 9: flagedge.sync.v1.LookupGroupsRequest.groups:type_name -> flagedge.sync.v1.GroupKey
+	13, // 10: flagedge.sync.v1.LookupGroupsResponse.groups:type_name -> flagedge.sync.v1.GroupProperties
+	23, // 11: flagedge.sync.v1.SetHashKeyOverridesResponse.hash_key_overrides:type_name -> flagedge.sync.v1.SetHashKeyOverridesResponse.HashKeyOverridesEntry
+	16, // 12: flagedge.sync.v1.EventBatch.events:type_name -> flagedge.sync.v1.CapturedEvent
+	1,  // 13: flagedge.sync.v1.Sync.Watch:input_type -> flagedge.sync.v1.WatchRequest
+	8,  // 14: flagedge.sync.v1.Sync.LookupPerson:input_type -> flagedge.sync.v1.LookupPersonRequest
+	10, // 15: flagedge.sync.v1.Sync.LookupGroups:input_type -> flagedge.sync.v1.LookupGroupsRequest
+	14, // 16: flagedge.sync.v1.Sync.SetHashKeyOverrides:input_type -> flagedge.sync.v1.SetHashKeyOverridesRequest
+	18, // 17: flagedge.sync.v1.Sync.Ingest:input_type -> flagedge.sync.v1.IngestRequest
+	2,  // 18: flagedge.sync.v1.Sync.Watch:output_type -> flagedge.sync.v1.WatchResponse
+	9,  // 19: flagedge.sync.v1.Sync.LookupPerson:output_type -> flagedge.sync.v1.LookupPersonResponse
+	12, // 20: flagedge.sync.v1.Sync.LookupGroups:output_type -> flagedge.sync.v1.LookupGroupsResponse
+	15, // 21: flagedge.sync.v1.Sync.SetHashKeyOverrides:output_type -> flagedge.sync.v1.SetHashKeyOverridesResponse
+	19, // 22: flagedge.sync.v1.Sync.Ingest:output_type -> flagedge.sync.v1.IngestResponse
+	18, // [18:23] is the sub-list for method output_type
+	13, // [13:18] is the sub-list for method input_type
+	13, // [13:13] is the sub-list for extension type_name
+	13, // [13:13] is the sub-list for extension extendee
+	0,  // [0:13] is the sub-list for field type_name
 }
 
 func init() { file_sync_proto_init() }
@@ -1430,7 +1654,7 @@ func file_sync_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sync_proto_rawDesc), len(file_sync_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   21,
+			NumMessages:   23,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -238,6 +238,7 @@ func newHTTPHandler(db *postgres.DB, cfg *serveConfig, ready func(context.Contex
 		Annotations: postgres.NewAnnotationService(db),
 		Roles:       postgres.NewRoleService(db),
 		Cohorts:     postgres.NewCohortService(db),
+		Features:    postgres.NewEarlyAccessFeatureService(db),
 		Dashboards:  flagStore,
 		Users:       userStore,
 		Keys:        postgres.NewKeyService(db),

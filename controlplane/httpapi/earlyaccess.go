@@ -1,0 +1,121 @@
+package httpapi
+
+import (
+	"encoding/json"
+	"net/http"
+
+	"github.com/flagedge/flagedge/controlplane"
+)
+
+// minimalFlagJSON is a flag as nested in an early access feature.
+type minimalFlagJSON struct {
+	ID                         int64           `json:"id"`
+	TeamID                     int64           `json:"team_id"`
+	Name                       string          `json:"name"`
+	Key                        string          `json:"key"`
+	Filters                    json.RawMessage `json:"filters"`
+	Deleted                    bool            `json:"deleted"`
+	Active                     bool            `json:"active"`
+	EnsureExperienceContinuity bool            `json:"ensure_experience_continuity"`
+	Version                    int             `json:"version"`
+}
+
+// earlyAccessFeatureJSON is an early access feature as the API shows it.
+type earlyAccessFeatureJSON struct {
+	ID               string           `json:"id"`
+	FeatureFlag      *minimalFlagJSON `json:"feature_flag"`
+	Name             string           `json:"name"`
+	Description      string           `json:"description"`
+	Stage            string           `json:"stage"`
+	DocumentationURL string           `json:"documentation_url"`
+	CreatedAt        timeJSON         `json:"created_at"`
+}
+
+func newEarlyAccessFeatureJSON(f *controlplane.EarlyAccessFeature) earlyAccessFeatureJSON {
+	out := earlyAccessFeatureJSON{ID: f.ID, Name: f.Name, Description: f.Description, Stage: f.Stage,
+		DocumentationURL: f.DocumentationURL, CreatedAt: timeJSON(f.CreatedAt)}
+	if fl := f.FeatureFlag; fl != nil {
+		out.FeatureFlag = &minimalFlagJSON{ID: fl.ID, TeamID: fl.ProjectID, Name: fl.Name, Key: fl.Key, Filters: fl.Filters,
+			Deleted: fl.Deleted, Active: fl.Active, EnsureExperienceContinuity: fl.EnsureExperienceContinuity, Version: fl.Version}
+	}
+	return out
+}
+
+func decodeFeatureUpdate(w http.ResponseWriter, r *http.Request, creating bool) (controlplane.EarlyAccessFeatureUpdate, error) {
+	var u controlplane.EarlyAccessFeatureUpdate
+	f, err := decodeObject(w, r)
+	if err != nil {
+		return u, err
+	}
+	steps := []error{f.str("name", &u.Name), f.str("description", &u.Description), f.str("stage", &u.Stage),
+		f.str("documentation_url", &u.DocumentationURL)}
+	if creating { // feature_flag_id is write-once, as in PostHog
+		steps = append(steps, decode(f, "feature_flag_id", &u.FeatureFlagID, "a valid integer"))
+	}
+	for _, step := range steps {
+		if step != nil {
+			return u, step
+		}
+	}
+	return u, nil
+}
+
+func (s *Server) handleListFeatures(w http.ResponseWriter, r *http.Request, c *call) error {
+	limit, offset, err := pageParams(r)
+	if err != nil {
+		return err
+	}
+	list, total, err := s.cfg.Features.FindEarlyAccessFeatures(r.Context(), c.project.ID, limit, offset)
+	if err != nil {
+		return err
+	}
+	out := make([]earlyAccessFeatureJSON, len(list))
+	for i, f := range list {
+		out[i] = newEarlyAccessFeatureJSON(f)
+	}
+	writeJSON(w, http.StatusOK, s.newPage(r, total, limit, offset, out))
+	return nil
+}
+
+func (s *Server) handleCreateFeature(w http.ResponseWriter, r *http.Request, c *call) error {
+	upd, err := decodeFeatureUpdate(w, r, true)
+	if err != nil {
+		return err
+	}
+	f, err := s.cfg.Features.CreateEarlyAccessFeature(r.Context(), &c.key.User, c.project.ID, upd)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusCreated, newEarlyAccessFeatureJSON(f))
+	return nil
+}
+
+func (s *Server) handleGetFeature(w http.ResponseWriter, r *http.Request, c *call) error {
+	f, err := s.cfg.Features.FindEarlyAccessFeatureByID(r.Context(), c.project.ID, r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, newEarlyAccessFeatureJSON(f))
+	return nil
+}
+
+func (s *Server) handlePatchFeature(w http.ResponseWriter, r *http.Request, c *call) error {
+	upd, err := decodeFeatureUpdate(w, r, false)
+	if err != nil {
+		return err
+	}
+	f, err := s.cfg.Features.UpdateEarlyAccessFeature(r.Context(), &c.key.User, c.project.ID, r.PathValue("id"), upd)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, newEarlyAccessFeatureJSON(f))
+	return nil
+}
+
+func (s *Server) handleDeleteFeature(w http.ResponseWriter, r *http.Request, c *call) error {
+	if err := s.cfg.Features.DeleteEarlyAccessFeature(r.Context(), &c.key.User, c.project.ID, r.PathValue("id")); err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
