@@ -110,7 +110,7 @@ func forward(t *testing.T, client syncpb.SyncClient, clock *instantClock, names 
 		t.Fatal(err)
 	}
 	defer dl.Close()
-	f := capture.NewForwarder(sp, client, dl, "edge-1", slog.New(slog.NewTextHandler(io.Discard, nil)), nil)
+	f := capture.NewForwarder(sp, capture.NewIngestDestination(client, "edge-1"), dl, "edge-1", slog.New(slog.NewTextHandler(io.Discard, nil)), nil)
 	f.Clock = clock
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
