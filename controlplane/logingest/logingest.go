@@ -175,7 +175,14 @@ func (in *Ingester) Run(ctx context.Context) {
 }
 
 func (in *Ingester) ensure(ctx context.Context) (jetstream.Consumer, error) {
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	// A request sent while the connection is (re)connecting is dropped, not buffered: ask
+	// only once connected rather than wait for an answer that cannot come.
+	if !in.nc.IsConnected() {
+		return nil, errors.New("not connected to NATS")
+	}
+	// An answer lost while NATS elects leaders (seen on clusters just formed) is given up
+	// soon and asked again; the calls are idempotent.
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
 	return Ensure(ctx, in.js, in.cfg)
 }
@@ -230,7 +237,9 @@ func (in *Ingester) fetch(cons jetstream.Consumer, maxBytes int) ([]jetstream.Ms
 	for m := range batch.Messages() {
 		msgs = append(msgs, m)
 	}
-	if err := batch.Error(); err != nil && len(msgs) == 0 && !errors.Is(err, nats.ErrTimeout) {
+	// A pull request that ends without messages for an ordinary reason is no failure.
+	if err := batch.Error(); err != nil && len(msgs) == 0 && !errors.Is(err, nats.ErrTimeout) &&
+		!errors.Is(err, jetstream.ErrNoMessages) && !errors.Is(err, jetstream.ErrBatchCompleted) {
 		return nil, err
 	}
 	return msgs, nil
