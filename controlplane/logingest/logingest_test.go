@@ -243,4 +243,3 @@ func TestTwoReplicasShareTheLogAndStoreOnce(t *testing.T) {
 	t.Logf("%d events published (and %d records again), one NATS server killed mid-run: %d stored, %d duplicates, 0 missing; messages stored by replica a %v, b %v; the malformed message dead-lettered",
 		len(all), records/10*2, stored, stored-distinct, aStored, bStored)
 }
-
