@@ -66,21 +66,40 @@ func Binary() (string, error) {
 		return p, nil
 	}
 	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "flagedge-nats-server-")
-		if err != nil {
-			buildErr = err
-			return
-		}
 		gomod, err := exec.Command("go", "env", "GOMOD").Output()
 		if err != nil || strings.TrimSpace(string(gomod)) == "" || strings.TrimSpace(string(gomod)) == os.DevNull {
 			buildErr = fmt.Errorf("natstest: not inside the flagedge module (go env GOMOD: %q, %v)", gomod, err)
 			return
 		}
-		binPath = filepath.Join(dir, "nats-server")
-		cmd := exec.Command("go", "build", "-o", binPath, "github.com/nats-io/nats-server/v2")
+		// One place per user, so test binaries do not each leave a copy behind; built to a
+		// temporary name and renamed, so test binaries building at once never run a half
+		// written file. Go's build cache makes the rebuild a link.
+		cache, err := os.UserCacheDir()
+		if err != nil {
+			cache = os.TempDir()
+		}
+		dir := filepath.Join(cache, "flagedge-natstest")
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			buildErr = err
+			return
+		}
+		tmp, err := os.CreateTemp(dir, "nats-server-*.tmp")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		tmp.Close()
+		cmd := exec.Command("go", "build", "-o", tmp.Name(), "github.com/nats-io/nats-server/v2")
 		cmd.Dir = filepath.Dir(strings.TrimSpace(string(gomod)))
 		if out, err := cmd.CombinedOutput(); err != nil {
+			os.Remove(tmp.Name())
 			buildErr = fmt.Errorf("natstest: build nats-server: %v\n%s", err, out)
+			return
+		}
+		binPath = filepath.Join(dir, "nats-server")
+		if err := os.Rename(tmp.Name(), binPath); err != nil {
+			os.Remove(tmp.Name())
+			buildErr = err
 		}
 	})
 	return binPath, buildErr
