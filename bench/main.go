@@ -37,6 +37,8 @@ type config struct {
 	out          string
 	goBench      bool
 	rssProjects  int
+	// streamReplicas is the eventlog scenario's stream replication.
+	streamReplicas int
 }
 
 func main() {
@@ -61,7 +63,7 @@ func runBench(args []string) error {
 	fs.StringVar(&edges, "edge", envOr("EDGE", "http://127.0.0.1:8080"), "edge URLs, comma-separated; load goes to the first (env EDGE)")
 	fs.StringVar(&cfg.personalKey, "personal-key", os.Getenv("KEY"), "personal API key with scope * (env KEY)")
 	fs.BoolVar(&cfg.suite, "suite", false, "run the standard suite (what make bench runs)")
-	fs.StringVar(&cfg.scenario, "scenario", "decide", "decide, decide-repeat, flags, capture, mixed, propagation or rss")
+	fs.StringVar(&cfg.scenario, "scenario", "decide", "decide, decide-repeat, flags, capture, mixed, propagation, rss, or eventlog (self-contained: starts its own PostgreSQL and NATS)")
 	fs.DurationVar(&cfg.duration, "duration", 10*time.Second, "how long each load runs")
 	fs.IntVar(&cfg.connections, "connections", 32, "concurrent connections (closed loop)")
 	fs.IntVar(&cfg.rate, "rate", 0, "requests per second for an open-loop run; 0 is closed loop")
@@ -73,10 +75,14 @@ func runBench(args []string) error {
 	fs.StringVar(&cfg.out, "out", "bench/results/"+time.Now().UTC().Format("20060102-150405"), "where the report goes")
 	fs.BoolVar(&cfg.goBench, "go-bench", false, "also run the Go micro-benchmarks once and include them")
 	fs.IntVar(&cfg.rssProjects, "rss-projects", 1000, "projects (of 50 flags) the rss scenario creates")
+	fs.IntVar(&cfg.streamReplicas, "event-log-replicas", 3, "replicas of the event log's stream in the eventlog scenario")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	cfg.edges = strings.Split(edges, ",")
+	if cfg.scenario == "eventlog" { // self-contained: its own PostgreSQL and NATS cluster
+		return eventLogScenario(cfg)
+	}
 	if cfg.personalKey == "" {
 		return errors.New("--personal-key (or KEY) is required: the bench creates its own project")
 	}

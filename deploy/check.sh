@@ -53,7 +53,7 @@ CGO_ENABLED=0 go build -trimpath -o "$tmp/bin/edge" ./edge/cmd/edge
 # The variables each artifact hands to the programs (not compose's own ${...} variables).
 artifact_env() {
   {
-    sed -nE 's/^ +(FLAGEDGE_[A-Z0-9_]+):.*/\1/p' deploy/compose.yaml
+    sed -nE 's/^ +(FLAGEDGE_[A-Z0-9_]+):.*/\1/p' deploy/compose.yaml deploy/compose.nats.yaml
     sed -nE 's/^ *- name: (FLAGEDGE_[A-Z0-9_]+)$/\1/p' deploy/kubernetes/*.yaml
     sed -nE 's/^#? ?(FLAGEDGE_[A-Z0-9_]+)=.*/\1/p' deploy/systemd/*.env.example
     sed -nE 's/^Environment=(FLAGEDGE_[A-Z0-9_]+)=.*/\1/p' deploy/systemd/*.service
@@ -91,6 +91,14 @@ compose "$tmp/compose.yaml" >/dev/null && fail "docker-compose config accepted a
 compose deploy/compose.yaml "$tmp/empty.env" >/dev/null && fail "docker-compose config accepted an unset POSTGRES_PASSWORD"
 sed 's/- edge-2-data:/- edge-1-data:/' deploy/compose.yaml > "$tmp/compose.yaml"
 compose "$tmp/compose.yaml" | python3 deploy/check_compose.py 2>/dev/null && fail "check_compose accepted two edges on one spool volume"
+# The event-log overlay, merged over compose.yaml as operators run it.
+out=$(docker-compose -f deploy/compose.yaml -f deploy/compose.nats.yaml --env-file deploy/compose.env.example config 2>&1) \
+  || fail "docker-compose config (with compose.nats.yaml):"$'\n'"$out"
+python3 deploy/check_compose.py <<<"$out" || fail "compose.nats.yaml: see above"
+grep -q 'FLAGEDGE_EVENT_LOG_URL: nats://nats-1:4222' <<<"$out" || fail "compose.nats.yaml does not point the programs at NATS"
+sed 's/^  nats-1:$/  nats-1:\n    bogus_key: 1/' deploy/compose.nats.yaml > "$tmp/compose.nats.yaml"
+docker-compose -f deploy/compose.yaml -f "$tmp/compose.nats.yaml" --env-file deploy/compose.env.example config >/dev/null 2>&1 \
+  && fail "docker-compose config accepted an unknown key in compose.nats.yaml"
 log "compose: ok"
 
 # --- kubernetes ----------------------------------------------------------------------------

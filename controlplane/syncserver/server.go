@@ -401,26 +401,52 @@ func (s *Server) unavailable(op string, err error) error {
 // is dead-lettered by the store and counted, and the call still succeeds, so that the edge
 // moves on; any other failure answers Unavailable and the edge sends the batches again.
 func (s *Server) Ingest(ctx context.Context, req *syncpb.IngestRequest) (*syncpb.IngestResponse, error) {
-	batches := make([]controlplane.EventBatch, 0, len(req.Batches))
-	for _, raw := range req.Batches {
-		batches = append(batches, decodeBatch(raw, req.EdgeId))
+	edgeIDs := make([]string, len(req.Batches))
+	for i := range edgeIDs {
+		edgeIDs[i] = req.EdgeId
 	}
-	res, err := s.events.Ingest(ctx, batches)
+	res, err := s.IngestRecords(ctx, req.Batches, edgeIDs)
 	if err != nil {
 		return nil, s.unavailable("ingest", err)
 	}
+	return &syncpb.IngestResponse{Stored: int64(res.Stored), Duplicates: int64(res.Duplicates)}, nil
+}
+
+// IngestRecords stores spool records (encoded EventBatch messages), record i captured by edge
+// edgeIDs[i], in one transaction, exactly as Ingest does: it is also how the records taken
+// from the event log are stored, so both paths decode, de-duplicate, dead-letter and count
+// alike. It returns only once the transaction has committed; on error nothing is stored.
+func (s *Server) IngestRecords(ctx context.Context, records [][]byte, edgeIDs []string) (controlplane.IngestResult, error) {
+	batches := make([]controlplane.EventBatch, 0, len(records))
+	for i, raw := range records {
+		batches = append(batches, decodeBatch(raw, edgeIDs[i]))
+	}
+	res, err := s.events.Ingest(ctx, batches)
+	if err != nil {
+		return res, err
+	}
 	s.ingested.WithLabelValues("stored").Add(float64(res.Stored))
 	s.ingested.WithLabelValues("duplicate").Add(float64(res.Duplicates))
+	edge := "" // the edge for the logs: the dead_letters table has each event's own
+	if len(res.DeadLetters) > 0 {
+		edge = edgeIDs[0]
+		for _, id := range edgeIDs {
+			if id != edge {
+				edge = "(several)"
+				break
+			}
+		}
+	}
 	for i, d := range res.DeadLetters {
 		s.deadLettered.WithLabelValues(d.Code).Inc()
 		if i < maxDeadLetterLogs {
-			s.log.Warn("event dead-lettered", "edge_id", req.EdgeId, "project", d.ProjectID, "uuid", d.UUID, "sqlstate", d.Code, "reason", d.Reason)
+			s.log.Warn("event dead-lettered", "edge_id", edge, "project", d.ProjectID, "uuid", d.UUID, "sqlstate", d.Code, "reason", d.Reason)
 		}
 	}
 	if n := len(res.DeadLetters); n > maxDeadLetterLogs {
-		s.log.Warn("more events dead-lettered", "edge_id", req.EdgeId, "count", n-maxDeadLetterLogs)
+		s.log.Warn("more events dead-lettered", "edge_id", edge, "count", n-maxDeadLetterLogs)
 	}
-	return &syncpb.IngestResponse{Stored: int64(res.Stored), Duplicates: int64(res.Duplicates)}, nil
+	return res, nil
 }
 
 // maxDeadLetterLogs bounds the log lines one Ingest call writes about dead letters; the

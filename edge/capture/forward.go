@@ -16,27 +16,75 @@ import (
 	"github.com/flagedge/flagedge/shared/syncpb"
 )
 
+// Destination is where the forwarder delivers spool records (encoded syncpb.EventBatch
+// messages): the control plane's Ingest call, or the JetStream event log. Deliver returns nil
+// only once the records are durably the destination's; an error marked Permanent says the
+// records can never be taken as they are, and any other error is transient and retried.
+// Delivering the same records twice must be harmless: after a crash the forwarder sends
+// again what it had sent but not yet acknowledged in the spool.
+type Destination interface {
+	Deliver(ctx context.Context, records [][]byte) error
+}
+
+// permanentError marks a delivery that can never succeed as it is.
+type permanentError struct{ err error }
+
+func (e *permanentError) Error() string { return e.err.Error() }
+func (e *permanentError) Unwrap() error { return e.err }
+
+// Permanent marks err as a refusal for good: the forwarder then sends the records one by one
+// and moves those refused again to the dead-letter file instead of retrying them forever.
+func Permanent(err error) error { return &permanentError{err} }
+
+// isPermanent reports whether a delivery failed for good (see Permanent).
+func isPermanent(err error) bool {
+	var p *permanentError
+	return errors.As(err, &p)
+}
+
 // Ingester is the part of the sync API that stores events.
 type Ingester interface {
 	Ingest(ctx context.Context, in *syncpb.IngestRequest, opts ...grpc.CallOption) (*syncpb.IngestResponse, error)
 }
 
-// Forwarder drains the spool to the control plane in batches. A batch leaves the spool only
-// once the control plane has stored it, so events arrive at least once and, deduplicated by
-// uuid, once. Failures are of two kinds: transient ones (the control plane or its database is
+// IngestDestination delivers records straight to the control plane's Ingest call: the path
+// without an event log, where the control plane stores them before it answers.
+type IngestDestination struct {
+	client Ingester
+	edgeID string
+}
+
+// NewIngestDestination returns the destination that calls client's Ingest as edgeID.
+func NewIngestDestination(client Ingester, edgeID string) *IngestDestination {
+	return &IngestDestination{client: client, edgeID: edgeID}
+}
+
+// Deliver sends the records in one Ingest call; the control plane answers once it has stored
+// them.
+func (d *IngestDestination) Deliver(ctx context.Context, records [][]byte) error {
+	_, err := d.client.Ingest(ctx, &syncpb.IngestRequest{Batches: records, EdgeId: d.edgeID}, grpc.MaxCallSendMsgSize(64<<20))
+	if refusedForGood(err) {
+		return Permanent(err)
+	}
+	return err
+}
+
+// Forwarder drains the spool to a Destination in batches. A batch leaves the spool only once
+// the destination has it durably, so events arrive at least once and, deduplicated by uuid,
+// once. Failures are of two kinds: transient ones (the destination or what is behind it is
 // unreachable, busy, or the call timed out) are retried with jittered backoff for as long as
-// they last; permanent ones (the control plane says the request itself is wrong) can never
-// succeed, so the records are retried one by one and those refused again go to the dead-letter
-// file, counted, and the queue moves on.
+// they last; permanent ones (the request itself is wrong) can never succeed, so the records
+// are retried one by one and those refused again go to the dead-letter file, counted, and the
+// queue moves on.
 type Forwarder struct {
 	spool       *spool.Spool
-	ingester    Ingester
+	dest        Destination
 	deadLetters *DeadLetters
 	edgeID      string
 	log         *slog.Logger
-	// MaxBatchBytes bounds one Ingest call; 4 MiB keeps calls short and retries cheap.
+	// MaxBatchBytes bounds one delivery; 4 MiB keeps calls short and retries cheap.
 	MaxBatchBytes int
-	// Timeout bounds one Ingest call; storing 4 MiB of events takes well under a second.
+	// Timeout bounds one delivery; storing 4 MiB of events takes well under a second.
 	Timeout time.Duration
 	// Retry spaces attempts after a failure: from 100 ms to 5 s, so a control plane that comes
 	// back is fed within seconds without being hammered while it is down.
@@ -50,18 +98,18 @@ type Forwarder struct {
 	pending      prometheus.GaugeFunc
 }
 
-// NewForwarder returns a forwarder from sp to ingester that puts refused records in dl.
-func NewForwarder(sp *spool.Spool, ingester Ingester, dl *DeadLetters, edgeID string, log *slog.Logger, reg prometheus.Registerer) *Forwarder {
-	f := &Forwarder{spool: sp, ingester: ingester, deadLetters: dl, edgeID: edgeID, log: log, MaxBatchBytes: 4 << 20, Timeout: 30 * time.Second,
+// NewForwarder returns a forwarder from sp to dest that puts refused records in dl.
+func NewForwarder(sp *spool.Spool, dest Destination, dl *DeadLetters, edgeID string, log *slog.Logger, reg prometheus.Registerer) *Forwarder {
+	f := &Forwarder{spool: sp, dest: dest, deadLetters: dl, edgeID: edgeID, log: log, MaxBatchBytes: 4 << 20, Timeout: 30 * time.Second,
 		Retry: backoff.Backoff{Initial: 100 * time.Millisecond, Max: 5 * time.Second}, Clock: backoff.RealClock,
 		forwarded: prometheus.NewCounter(prometheus.CounterOpts{Name: "flagedge_edge_forwarded_records_total",
-			Help: "Spool records the control plane acknowledged."}),
+			Help: "Spool records the control plane (or the event log) acknowledged."}),
 		failures: prometheus.NewCounter(prometheus.CounterOpts{Name: "flagedge_edge_forward_failures_total",
-			Help: "Ingest calls that failed and will be retried."}),
+			Help: "Deliveries (Ingest calls or event-log publishes) that failed and will be retried."}),
 		deadLettered: prometheus.NewCounter(prometheus.CounterOpts{Name: "flagedge_edge_dead_lettered_records_total",
-			Help: "Spool records the control plane refused for good, moved to the dead-letter file."}),
+			Help: "Spool records refused for good, moved to the dead-letter file."}),
 		pending: prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "flagedge_edge_spool_pending_bytes",
-			Help: "Spool bytes not yet acknowledged by the control plane."}, func() float64 { return float64(sp.Pending()) }),
+			Help: "Spool bytes not yet acknowledged by the control plane (or the event log)."}, func() float64 { return float64(sp.Pending()) }),
 	}
 	if reg != nil {
 		reg.MustRegister(f.forwarded, f.failures, f.deadLettered, f.pending)
@@ -94,13 +142,12 @@ func (f *Forwarder) Run(ctx context.Context) {
 	}
 }
 
-// deliver sends records until the control plane stores them or refuses them for good (the
+// deliver sends records until the destination takes them or refuses them for good (the
 // permanent error is returned); it returns ctx's error when ctx ends first.
 func (f *Forwarder) deliver(ctx context.Context, records [][]byte) error {
 	for {
 		callCtx, cancel := context.WithTimeout(ctx, f.Timeout)
-		_, err := f.ingester.Ingest(callCtx, &syncpb.IngestRequest{Batches: records, EdgeId: f.edgeID},
-			grpc.MaxCallSendMsgSize(64<<20))
+		err := f.dest.Deliver(callCtx, records)
 		cancel()
 		switch {
 		case err == nil:
@@ -134,7 +181,7 @@ func (f *Forwarder) deliverOneByOne(ctx context.Context, records [][]byte) error
 			}
 			derr := f.deadLetters.Add(f.edgeID, r, err)
 			if derr == nil {
-				f.log.Error("the control plane refused a spool record for good; moved it to the dead-letter file", "err", err, "bytes", len(r))
+				f.log.Error("a spool record was refused for good; moved it to the dead-letter file", "err", err, "bytes", len(r))
 				f.deadLettered.Inc()
 				break
 			}
@@ -148,13 +195,13 @@ func (f *Forwarder) deliverOneByOne(ctx context.Context, records [][]byte) error
 	return nil
 }
 
-// isPermanent reports whether a failed Ingest call can never succeed as it is: the control
+// refusedForGood reports whether a failed Ingest call can never succeed as it is: the control
 // plane found the request itself wrong. Everything else — unreachable, overloaded, timed out,
 // not authorised (an operator fixes the edge's credentials), an internal failure, and
 // Unimplemented (what a misrouted proxy or an old control plane in a rolling upgrade answers)
 // — is retried: moving good records to the dead-letter file for those would empty the spool
 // into it.
-func isPermanent(err error) bool {
+func refusedForGood(err error) bool {
 	switch status.Code(err) {
 	case codes.InvalidArgument, codes.OutOfRange, codes.FailedPrecondition, codes.DataLoss:
 		return true

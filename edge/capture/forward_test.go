@@ -4,11 +4,14 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -90,7 +93,7 @@ func startIngest(t *testing.T, srv *ingestServer) syncpb.SyncClient {
 
 // forward spools one record per name, runs a forwarder until the spool is drained, and
 // returns the dead-letter file's path.
-func forward(t *testing.T, client syncpb.SyncClient, clock *instantClock, names ...string) string {
+func forward(t *testing.T, dest capture.Destination, clock *instantClock, names ...string) string {
 	t.Helper()
 	dir := t.TempDir()
 	sp, err := spool.Open(spool.Options{Dir: filepath.Join(dir, "spool")})
@@ -99,7 +102,7 @@ func forward(t *testing.T, client syncpb.SyncClient, clock *instantClock, names 
 	}
 	defer sp.Close()
 	for _, n := range names {
-		rec, _ := proto.Marshal(&syncpb.EventBatch{ProjectId: 1, Events: []*syncpb.CapturedEvent{{Event: n, DistinctId: "d"}}})
+		rec := recordOf(n)
 		if err := sp.Append(rec); err != nil {
 			t.Fatal(err)
 		}
@@ -110,7 +113,7 @@ func forward(t *testing.T, client syncpb.SyncClient, clock *instantClock, names 
 		t.Fatal(err)
 	}
 	defer dl.Close()
-	f := capture.NewForwarder(sp, client, dl, "edge-1", slog.New(slog.NewTextHandler(io.Discard, nil)), nil)
+	f := capture.NewForwarder(sp, dest, dl, "edge-1", slog.New(slog.NewTextHandler(io.Discard, nil)), nil)
 	f.Clock = clock
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
@@ -127,6 +130,26 @@ func forward(t *testing.T, client syncpb.SyncClient, clock *instantClock, names 
 	return path
 }
 
+// recordOf is the spool record of one event named name, or, for "big:<n>", of n events
+// of about 1 KiB each, or for "huge", of one event of 100 KiB.
+func recordOf(name string) []byte {
+	b := &syncpb.EventBatch{ProjectId: 1}
+	var count int
+	switch {
+	case name == "huge":
+		b.Events = append(b.Events, &syncpb.CapturedEvent{Event: name, DistinctId: "d", Properties: []byte(`{"pad":"` + strings.Repeat("h", 100<<10) + `"}`)})
+	case strings.HasPrefix(name, "big:"):
+		count, _ = strconv.Atoi(strings.TrimPrefix(name, "big:"))
+		for i := range count {
+			b.Events = append(b.Events, &syncpb.CapturedEvent{Event: fmt.Sprintf("big-%d", i), DistinctId: "d", Properties: []byte(`{"pad":"` + strings.Repeat("p", 1000) + `"}`)})
+		}
+	default:
+		b.Events = append(b.Events, &syncpb.CapturedEvent{Event: name, DistinctId: "d"})
+	}
+	rec, _ := proto.Marshal(b)
+	return rec
+}
+
 func deadLetterNames(t *testing.T, path string) []string {
 	t.Helper()
 	f, err := os.Open(path)
@@ -136,6 +159,7 @@ func deadLetterNames(t *testing.T, path string) []string {
 	defer f.Close()
 	var names []string
 	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64<<10), 16<<20) // a line holds a whole record
 	for sc.Scan() {
 		var line struct {
 			Error  string `json:"error"`
@@ -150,6 +174,9 @@ func deadLetterNames(t *testing.T, path string) []string {
 		}
 		names = append(names, b.Events[0].Event)
 	}
+	if err := sc.Err(); err != nil {
+		t.Fatal(err)
+	}
 	return names
 }
 
@@ -157,7 +184,7 @@ func deadLetterNames(t *testing.T, path string) []string {
 // good no longer blocks the records after it.
 func TestPermanentRefusalIsDeadLetteredAndTheQueueMovesOn(t *testing.T) {
 	srv := &ingestServer{}
-	path := forward(t, startIngest(t, srv), &instantClock{}, "a", "b", "poison", "c", "d")
+	path := forward(t, capture.NewIngestDestination(startIngest(t, srv), "edge-1"), &instantClock{}, "a", "b", "poison", "c", "d")
 	srv.mu.Lock()
 	defer srv.mu.Unlock()
 	if len(srv.stored) != 4 {
@@ -173,7 +200,7 @@ func TestPermanentRefusalIsDeadLetteredAndTheQueueMovesOn(t *testing.T) {
 func TestTransientFailuresAreRetried(t *testing.T) {
 	srv := &ingestServer{unavailable: 3}
 	clock := &instantClock{}
-	path := forward(t, startIngest(t, srv), clock, "a", "b")
+	path := forward(t, capture.NewIngestDestination(startIngest(t, srv), "edge-1"), clock, "a", "b")
 	srv.mu.Lock()
 	defer srv.mu.Unlock()
 	if len(srv.stored) != 2 || clock.waits != 3 {

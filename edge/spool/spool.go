@@ -315,6 +315,10 @@ func (s *Spool) rotateLocked() error {
 	if n := len(s.segments); n > 0 {
 		id = s.segments[n-1].id + 1
 	}
+	// After a restart that found every segment acknowledged (and removed them), the new
+	// segment must still come after the acknowledged cursor: reusing its id would hide the
+	// new segment's first records below the cursor's offset, and a lower id would hide it all.
+	id = max(id, s.acked.Segment+1)
 	// The new segment is opened before the old one is closed: if that fails (no file
 	// descriptors, a full disk), appends go on into the old one.
 	f, err := os.OpenFile(s.path(id), os.O_CREATE|os.O_EXCL|os.O_WRONLY|os.O_APPEND, 0o644)

@@ -367,3 +367,48 @@ func TestPendingRecordsAndAge(t *testing.T) {
 		t.Fatalf("drained: %d pending, age %v", got, s.OldestPendingAge())
 	}
 }
+
+// TestRecordsAfterARestartOnADrainedSpoolAreRead: a spool whose every record was
+// acknowledged (the usual state after a forwarder caught up) is restarted; the records
+// appended afterwards are all read from the acknowledged cursor. Before the fix the new
+// segment reused the acknowledged segment's id, so the cursor's offset hid its first records.
+func TestRecordsAfterARestartOnADrainedSpoolAreRead(t *testing.T) {
+	dir := t.TempDir()
+	s, err := spool.Open(spool.Options{Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 20 {
+		if err := s.Append(record(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	recs, c := readAll(t, s, s.Acked())
+	if len(recs) != 20 {
+		t.Fatalf("read %d records, want 20", len(recs))
+	}
+	if err := s.Ack(c); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for restart := range 2 { // once after a drained spool, once more with the new segment drained
+		s = open(t, dir, spool.Options{})
+		for i := range 3 {
+			if err := s.Append(record(100 + i)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		recs, c = readAll(t, s, s.Acked())
+		if len(recs) != 3 || !bytes.Equal(recs[0], record(100)) {
+			t.Fatalf("restart %d: read %d records after the restart, want the 3 appended", restart, len(recs))
+		}
+		if err := s.Ack(c); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}

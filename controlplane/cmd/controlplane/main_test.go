@@ -150,7 +150,7 @@ func TestServeFlagsHaveEnvironmentVariables(t *testing.T) {
 			t.Errorf("flag names no environment variable: %q", e)
 		}
 	}
-	for _, env := range []string{"FLAGEDGE_DRAIN_DELAY", "FLAGEDGE_SHUTDOWN_TIMEOUT", "DATABASE_URL"} {
+	for _, env := range []string{"FLAGEDGE_DRAIN_DELAY", "FLAGEDGE_EVENT_LOG_URL", "FLAGEDGE_EVENT_LOG_REPLICAS", "FLAGEDGE_EVENT_LOG_TOKEN", "FLAGEDGE_SHUTDOWN_TIMEOUT", "DATABASE_URL"} {
 		if !strings.Contains(help, "(env "+env+")") {
 			t.Errorf("help does not name %s", env)
 		}

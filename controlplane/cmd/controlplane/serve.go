@@ -27,9 +27,11 @@ import (
 	"github.com/flagedge/flagedge/controlplane/console"
 	"github.com/flagedge/flagedge/controlplane/flageval"
 	"github.com/flagedge/flagedge/controlplane/httpapi"
+	"github.com/flagedge/flagedge/controlplane/logingest"
 	"github.com/flagedge/flagedge/controlplane/postgres"
 	"github.com/flagedge/flagedge/controlplane/syncserver"
 	"github.com/flagedge/flagedge/internal/daemon"
+	"github.com/flagedge/flagedge/shared/eventlog"
 	"github.com/flagedge/flagedge/shared/syncpb"
 )
 
@@ -49,6 +51,12 @@ type serveConfig struct {
 	MetricsAddr     string
 	DrainDelay      time.Duration
 	ShutdownTimeout time.Duration
+	EventLog        eventlog.Config
+	LogReplicas     int64
+	LogWorkers      int64
+	LogMaxBytes     int64
+	LogMaxAge       time.Duration
+	LogAckWait      time.Duration
 }
 
 func parseServeConfig(args []string, stderr io.Writer) (*serveConfig, error) {
@@ -70,6 +78,13 @@ func parseServeConfig(args []string, stderr io.Writer) (*serveConfig, error) {
 	fs.Duration(&cfg.DrainDelay, "drain-delay", "FLAGEDGE_DRAIN_DELAY", 5*time.Second, "after SIGTERM, how long /_ready answers 503 while requests are still served")
 	// In-flight management requests are short; 15 s is ample and bounded for orchestrators.
 	fs.Duration(&cfg.ShutdownTimeout, "shutdown-timeout", "FLAGEDGE_SHUTDOWN_TIMEOUT", 15*time.Second, "how long finishing in-flight requests may take")
+	cfg.EventLog.Register(fs)
+	d := logingest.DefaultConfig
+	fs.Int64(&cfg.LogReplicas, "event-log-replicas", "FLAGEDGE_EVENT_LOG_REPLICAS", int64(d.Replicas), "copies of the event log's stream across NATS servers (3 survives losing one); the control plane creates or updates the stream at start")
+	fs.Int64(&cfg.LogWorkers, "event-log-workers", "FLAGEDGE_EVENT_LOG_WORKERS", int64(d.Workers), "ingestion workers of this replica on the event log, each storing one batch at a time")
+	fs.Int64(&cfg.LogMaxBytes, "event-log-max-bytes", "FLAGEDGE_EVENT_LOG_MAX_BYTES", d.MaxBytes, "most bytes the event log's stream holds while ingestion lags; beyond it edges keep events in their spools")
+	fs.Duration(&cfg.LogMaxAge, "event-log-max-age", "FLAGEDGE_EVENT_LOG_MAX_AGE", d.MaxAge, "oldest an unstored event in the event log's stream may get before it is dropped")
+	fs.Duration(&cfg.LogAckWait, "event-log-ack-wait", "FLAGEDGE_EVENT_LOG_ACK_WAIT", d.AckWait, "how long a batch taken from the event log may stay unacknowledged before another worker gets it (what a replica dying mid-batch delays)")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -87,6 +102,12 @@ func (c *serveConfig) validate() error {
 	}
 	if c.DrainDelay < 0 {
 		return errors.New("--drain-delay must not be negative")
+	}
+	if err := c.EventLog.Validate(); err != nil {
+		return err
+	}
+	if c.LogReplicas < 1 || c.LogReplicas > 5 || c.LogWorkers < 1 || c.LogMaxBytes < 1<<20 || c.LogMaxAge < time.Minute || c.LogAckWait < time.Second {
+		return errors.New("--event-log-replicas must be 1 to 5, --event-log-workers at least 1, --event-log-max-bytes at least 1 MiB, --event-log-max-age at least 1m and --event-log-ack-wait at least 1s")
 	}
 	// The sync service carries every project's flags and key hashes, person properties and
 	// events: in plaintext it may only be reachable from this machine.
@@ -110,6 +131,7 @@ type controlPlane struct {
 	grpc     *grpc.Server
 	sync     *syncserver.Server
 	edges    *syncserver.EdgeAuth
+	logIn    *logingest.Ingester // nil without --event-log-url
 }
 
 func serve(ctx context.Context, args []string, stderr io.Writer) error {
@@ -136,6 +158,11 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	closeLog, err := cp.connectEventLog()
+	if err != nil {
+		return err
+	}
+	defer closeLog()
 	return cp.run(ctx)
 }
 
@@ -169,6 +196,27 @@ func assemble(cfg *serveConfig, db *postgres.DB, logger *slog.Logger) (*controlP
 	return cp, nil
 }
 
+// connectEventLog connects to the event log's NATS servers when --event-log-url is set and
+// prepares this replica's ingestion workers; the connection is closed by the returned func.
+func (cp *controlPlane) connectEventLog() (func(), error) {
+	cfg := cp.cfg
+	if !cfg.EventLog.Enabled() {
+		return func() {}, nil
+	}
+	host, _ := os.Hostname()
+	nc, err := cfg.EventLog.Connect("flagedge-controlplane "+host, cp.log)
+	if err != nil {
+		return nil, err
+	}
+	lc := logingest.DefaultConfig
+	lc.Replicas, lc.Workers, lc.MaxBytes, lc.MaxAge, lc.AckWait = int(cfg.LogReplicas), int(cfg.LogWorkers), cfg.LogMaxBytes, cfg.LogMaxAge, cfg.LogAckWait
+	if cp.logIn, err = logingest.New(nc, cp.sync, lc, cp.log, cp.reg); err != nil {
+		nc.Close()
+		return nil, err
+	}
+	return nc.Close, nil
+}
+
 // run serves until ctx ends, then shuts down in order: /_ready answers 503 for the drain
 // delay while requests are still served, HTTP finishes its requests, then the sync service's
 // streams (which never end by themselves) are stopped.
@@ -185,7 +233,7 @@ func (cp *controlPlane) run(ctx context.Context) error {
 		return err
 	}
 	cp.log.Info("control plane listening", "http_addr", httpLn.Addr().String(), "grpc_addr", grpcLn.Addr().String(),
-		"https", cp.http.TLSConfig != nil, "grpc_tls", cfg.GRPCTLSCert != "")
+		"https", cp.http.TLSConfig != nil, "grpc_tls", cfg.GRPCTLSCert != "", "event_log", cfg.EventLog.Enabled())
 
 	g, gctx := errgroup.WithContext(ctx)
 	if cfg.MetricsAddr != "" {
@@ -199,6 +247,11 @@ func (cp *controlPlane) run(ctx context.Context) error {
 		return postgres.Listen(gctx, cfg.DatabaseURL, postgres.SnapshotChannel, cp.log, cp.sync.Notify, cp.sync.Resync)
 	})
 	g.Go(func() error { cp.edges.Run(gctx); return nil })
+	if cp.logIn != nil {
+		// Stops fetching when the server shuts down; a batch being stored is finished and
+		// acknowledged first.
+		g.Go(func() error { cp.logIn.Run(gctx); return nil })
+	}
 	g.Go(func() error {
 		if cp.http.TLSConfig != nil {
 			httpLn = tls.NewListener(httpLn, cp.http.TLSConfig)

@@ -37,6 +37,7 @@ import (
 	"github.com/flagedge/flagedge/geoip"
 	"github.com/flagedge/flagedge/internal/daemon"
 	"github.com/flagedge/flagedge/internal/version"
+	"github.com/flagedge/flagedge/shared/eventlog"
 	"github.com/flagedge/flagedge/shared/syncpb"
 )
 
@@ -70,6 +71,7 @@ type config struct {
 	LogLevel        string
 	DrainDelay      time.Duration
 	ShutdownTimeout time.Duration
+	EventLog        eventlog.Config
 }
 
 func parseConfig(args []string, stderr io.Writer) (*config, error) {
@@ -100,6 +102,7 @@ func parseConfig(args []string, stderr io.Writer) (*config, error) {
 	fs.Duration(&cfg.DrainDelay, "drain-delay", "FLAGEDGE_DRAIN_DELAY", 5*time.Second, "after SIGTERM, how long /_ready answers 503 while requests are still served")
 	// Decide requests take microseconds; 15 s drains any in-flight request and is bounded.
 	fs.Duration(&cfg.ShutdownTimeout, "shutdown-timeout", "FLAGEDGE_SHUTDOWN_TIMEOUT", 15*time.Second, "how long finishing in-flight requests may take")
+	cfg.EventLog.Register(fs)
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -128,7 +131,7 @@ func (cfg *config) validate() error {
 	if _, _, err := spool.ParseSyncPolicy(cfg.SpoolFsync); err != nil {
 		return fmt.Errorf("--spool-fsync: %w", err)
 	}
-	return nil
+	return cfg.EventLog.Validate()
 }
 
 // edge is the assembled program: what run serves and, in order, shuts down.
@@ -230,8 +233,26 @@ func assemble(cfg *config, log *slog.Logger) (e *edge, err error) {
 		return e, err
 	}
 	e.closers = append(e.closers, func() { deadLetters.Close() })
-	e.forwarder = capture.NewForwarder(e.spool, e.client, deadLetters, cfg.EdgeID, log, reg)
+	dest, err := forwardTo(cfg, e, log)
+	if err != nil {
+		return e, err
+	}
+	e.forwarder = capture.NewForwarder(e.spool, dest, deadLetters, cfg.EdgeID, log, reg)
 	return e, nil
+}
+
+// forwardTo is where captured events go: the JetStream event log when --event-log-url is
+// set, else the control plane's Ingest call.
+func forwardTo(cfg *config, e *edge, log *slog.Logger) (capture.Destination, error) {
+	if !cfg.EventLog.Enabled() {
+		return capture.NewIngestDestination(e.client, cfg.EdgeID), nil
+	}
+	nc, err := cfg.EventLog.Connect("flagedge-edge "+cfg.EdgeID, log)
+	if err != nil {
+		return nil, err
+	}
+	e.closers = append(e.closers, nc.Close)
+	return capture.NewJetStreamDestination(nc, cfg.EdgeID)
 }
 
 // openGeoIP opens the GeoIP database behind its cache; without a path, the edge knows no
@@ -268,7 +289,8 @@ func (e *edge) serve(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	e.log.Info("edge listening", "http_addr", ln.Addr().String(), "https", e.tls != nil, "control_plane", e.cfg.ControlPlane.Addrs, "edge_id", e.cfg.EdgeID)
+	e.log.Info("edge listening", "http_addr", ln.Addr().String(), "https", e.tls != nil, "control_plane", e.cfg.ControlPlane.Addrs, "edge_id", e.cfg.EdgeID,
+		"event_log", e.cfg.EventLog.Enabled())
 	if e.tls != nil {
 		ln = tls.NewListener(ln, e.tls)
 	}

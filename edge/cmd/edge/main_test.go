@@ -15,7 +15,7 @@ func TestEveryFlagHasAnEnvironmentVariable(t *testing.T) {
 	if _, err := parseConfig([]string{"--help"}, &out); !errors.Is(err, flag.ErrHelp) {
 		t.Fatalf("--help: %v", err)
 	}
-	checkHelp(t, out.String(), "FLAGEDGE_DRAIN_DELAY", "FLAGEDGE_LOOKUP_TIMEOUT", "FLAGEDGE_SPOOL_QUOTA", "FLAGEDGE_SHUTDOWN_TIMEOUT")
+	checkHelp(t, out.String(), "FLAGEDGE_EVENT_LOG_URL", "FLAGEDGE_EVENT_LOG_CREDS", "FLAGEDGE_EVENT_LOG_CA", "FLAGEDGE_DRAIN_DELAY", "FLAGEDGE_LOOKUP_TIMEOUT", "FLAGEDGE_SPOOL_QUOTA", "FLAGEDGE_SHUTDOWN_TIMEOUT")
 }
 
 func checkHelp(t *testing.T, help string, mustName ...string) {

@@ -1,0 +1,295 @@
+// Package logingest is the control plane's side of the JetStream event log: it creates (or
+// updates) the stream the edges publish to, and runs the ingestion workers that fetch the
+// events from the one durable consumer all replicas share and store them in PostgreSQL.
+//
+// A message is acknowledged only after the transaction that stored it has committed. A
+// replica that dies before that leaves its messages unacknowledged; the stream delivers them
+// again after the acknowledgement wait, to any replica, and the store's de-duplication by
+// event uuid makes the second delivery store nothing twice. What cannot be decoded or stored
+// for its content is dead-lettered by the store, and the message acknowledged, so no message
+// ever holds the consumer up.
+package logingest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/flagedge/flagedge/controlplane"
+	"github.com/flagedge/flagedge/internal/backoff"
+	"github.com/flagedge/flagedge/shared/eventlog"
+)
+
+// Store stores spool records (encoded EventBatch messages), record i captured by edge
+// edgeIDs[i], in one transaction, returning only once it has committed
+// (syncserver.Server.IngestRecords).
+type Store interface {
+	IngestRecords(ctx context.Context, records [][]byte, edgeIDs []string) (controlplane.IngestResult, error)
+}
+
+// Config shapes the stream, the consumer and the workers.
+type Config struct {
+	// Replicas of the stream (and of the consumer's state): 1 keeps one copy; 3 survives the
+	// loss of a NATS server without losing or stalling anything.
+	Replicas int
+	// MaxAge and MaxBytes bound the stream. It is a buffer in front of PostgreSQL: stored
+	// messages leave it (work-queue retention), so these limits only bite when ingestion is
+	// down for long; past MaxBytes new publishes are refused (edges keep the events in their
+	// spools), past MaxAge the oldest unstored events are dropped.
+	MaxAge   time.Duration
+	MaxBytes int64
+	// AckWait is how long a fetched message may stay unacknowledged before the stream gives
+	// it to another worker: the time a replica that died mid-batch holds its messages.
+	AckWait time.Duration
+	// Workers fetch and store concurrently in each replica.
+	Workers int
+	// BatchMessages and BatchBytes bound one fetch, stored in one transaction.
+	BatchMessages int
+	BatchBytes    int
+	// FetchWait is the longest a fetch waits to fill its batch: the lag added when traffic
+	// is light.
+	FetchWait time.Duration
+	// StoreTimeout bounds one transaction; a batch of a few MiB takes well under a second.
+	StoreTimeout time.Duration
+}
+
+// DefaultConfig is what `controlplane serve` uses unless told otherwise.
+var DefaultConfig = Config{Replicas: 1, MaxAge: 7 * 24 * time.Hour, MaxBytes: 10 << 30, AckWait: 30 * time.Second,
+	Workers: 2, BatchMessages: 1000, BatchBytes: 4 << 20, FetchWait: 100 * time.Millisecond, StoreTimeout: 25 * time.Second}
+
+// StreamConfig is the stream's configuration as cfg describes it.
+func StreamConfig(cfg Config) jetstream.StreamConfig {
+	return jetstream.StreamConfig{
+		Name:        eventlog.StreamName,
+		Description: "flagedge: captured events on their way from the edges to PostgreSQL",
+		Subjects:    []string{eventlog.Subjects},
+		Retention:   jetstream.WorkQueuePolicy,
+		Discard:     jetstream.DiscardNew,
+		MaxAge:      cfg.MaxAge,
+		MaxBytes:    cfg.MaxBytes,
+		Storage:     jetstream.FileStorage,
+		Replicas:    cfg.Replicas,
+		// Within this window a message id seen before is dropped: an edge's republish after
+		// a crash. Longer windows cost the servers memory per message.
+		Duplicates: 2 * time.Minute,
+	}
+}
+
+// ConsumerConfig is the durable consumer's configuration as cfg describes it.
+func ConsumerConfig(cfg Config) jetstream.ConsumerConfig {
+	return jetstream.ConsumerConfig{
+		Durable:     eventlog.ConsumerName,
+		Description: "flagedge control planes storing events in PostgreSQL",
+		AckPolicy:   jetstream.AckExplicitPolicy,
+		AckWait:     cfg.AckWait,
+		// Never give up on a message: one that cannot be stored for its content is
+		// dead-lettered and acknowledged; one that fails otherwise waits for the cause to go.
+		MaxDeliver:    -1,
+		MaxAckPending: max(10_000, 4*cfg.Workers*cfg.BatchMessages),
+		// Large enough for every worker of a few replicas at once.
+		MaxRequestBatch: cfg.BatchMessages,
+	}
+}
+
+// Ensure creates or updates the stream and the consumer: idempotent, so every replica runs
+// it at start.
+func Ensure(ctx context.Context, js jetstream.JetStream, cfg Config) (jetstream.Consumer, error) {
+	if _, err := js.CreateOrUpdateStream(ctx, StreamConfig(cfg)); err != nil {
+		return nil, fmt.Errorf("event log: stream %s: %w", eventlog.StreamName, err)
+	}
+	c, err := js.CreateOrUpdateConsumer(ctx, eventlog.StreamName, ConsumerConfig(cfg))
+	if err != nil {
+		return nil, fmt.Errorf("event log: consumer %s: %w", eventlog.ConsumerName, err)
+	}
+	return c, nil
+}
+
+// Ingester runs one replica's ingestion workers.
+type Ingester struct {
+	js    jetstream.JetStream
+	nc    *nats.Conn
+	store Store
+	cfg   Config
+	log   *slog.Logger
+	// Lag, when set, observes each stored message's time from the stream's acknowledgement
+	// of the publish to the commit, in seconds.
+	Lag prometheus.Observer
+
+	messages *prometheus.CounterVec
+	pending  prometheus.Gauge
+	lag      prometheus.Histogram
+}
+
+// New returns the ingester consuming on nc into store; its metrics go to reg (nil: none).
+func New(nc *nats.Conn, store Store, cfg Config, log *slog.Logger, reg prometheus.Registerer) (*Ingester, error) {
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, err
+	}
+	in := &Ingester{js: js, nc: nc, store: store, cfg: cfg, log: log,
+		messages: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "flagedge_controlplane_event_log_messages_total",
+			Help: "Event-log messages taken by this replica, by result: stored, or failed (to be delivered again)."}, []string{"result"}),
+		pending: prometheus.NewGauge(prometheus.GaugeOpts{Name: "flagedge_controlplane_event_log_pending_messages",
+			Help: "Messages in the event log not yet stored: waiting, or delivered and not yet acknowledged (the backlog)."}),
+		lag: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "flagedge_controlplane_event_log_lag_seconds",
+			Help:    "Time from the event log's acknowledgement of a publish to the commit that stored it.",
+			Buckets: prometheus.ExponentialBuckets(0.005, 2, 14)}),
+	}
+	if reg != nil {
+		reg.MustRegister(in.messages, in.pending, in.lag)
+	}
+	return in, nil
+}
+
+// Run creates or updates the stream and the consumer (retrying until NATS answers), then
+// runs the workers until ctx ends. A worker that is storing a batch when ctx ends finishes it
+// and acknowledges it, so a graceful stop leaves nothing to deliver again.
+func (in *Ingester) Run(ctx context.Context) {
+	retry := backoff.Backoff{Initial: 100 * time.Millisecond, Max: 5 * time.Second}
+	var cons jetstream.Consumer
+	for {
+		c, err := in.ensure(ctx)
+		if err == nil {
+			cons = c
+			break
+		}
+		in.log.Warn("event log: cannot set up the stream yet; retrying", "err", err)
+		if !retry.Wait(ctx, backoff.RealClock) {
+			return
+		}
+	}
+	in.log.Info("event log: consuming", "stream", eventlog.StreamName, "consumer", eventlog.ConsumerName, "workers", in.cfg.Workers)
+	var wg sync.WaitGroup
+	for range in.cfg.Workers {
+		wg.Go(func() { in.work(ctx, cons) })
+	}
+	wg.Go(func() { in.watchBacklog(ctx, cons) })
+	wg.Wait()
+}
+
+func (in *Ingester) ensure(ctx context.Context) (jetstream.Consumer, error) {
+	// A request sent while the connection is (re)connecting is dropped, not buffered: ask
+	// only once connected rather than wait for an answer that cannot come.
+	if !in.nc.IsConnected() {
+		return nil, errors.New("not connected to NATS")
+	}
+	// An answer lost while NATS elects leaders (seen on clusters just formed) is given up
+	// soon and asked again; the calls are idempotent.
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	return Ensure(ctx, in.js, in.cfg)
+}
+
+// work fetches batches and stores each in one transaction until ctx ends.
+func (in *Ingester) work(ctx context.Context, cons jetstream.Consumer) {
+	retry := backoff.Backoff{Initial: 100 * time.Millisecond, Max: 5 * time.Second}
+	// A fetch limited below one message's size would never deliver it: allow the largest.
+	maxBytes := max(in.cfg.BatchBytes, int(in.nc.MaxPayload())+64<<10)
+	for ctx.Err() == nil {
+		msgs, err := in.fetch(cons, maxBytes)
+		if err != nil {
+			in.log.Warn("event log: fetch failed; retrying", "err", err)
+			if !retry.Wait(ctx, backoff.RealClock) {
+				return
+			}
+			// The stream or the consumer may have been deleted, or NATS replaced: set up again.
+			if c, err := in.ensure(ctx); err == nil {
+				cons = c
+			}
+			continue
+		}
+		if len(msgs) == 0 {
+			continue
+		}
+		if err := in.store1(ctx, msgs); err != nil {
+			in.messages.WithLabelValues("failed").Add(float64(len(msgs)))
+			delay := retry.Next()
+			in.log.Warn("event log: storing a batch failed; it will be delivered again", "err", err, "messages", len(msgs), "retry_in", delay)
+			for _, m := range msgs {
+				_ = m.NakWithDelay(delay) // lost: the ack wait redelivers it
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(delay):
+			}
+			continue
+		}
+		retry.Reset()
+	}
+}
+
+// fetch takes up to one batch, waiting at most FetchWait for it to fill. Messages that
+// arrived before an error are returned: they are stored and acknowledged like any.
+func (in *Ingester) fetch(cons jetstream.Consumer, maxBytes int) ([]jetstream.Msg, error) {
+	batch, err := cons.Fetch(in.cfg.BatchMessages, jetstream.FetchMaxBytes(maxBytes), jetstream.FetchMaxWait(in.cfg.FetchWait))
+	if err != nil {
+		return nil, err
+	}
+	var msgs []jetstream.Msg
+	for m := range batch.Messages() {
+		msgs = append(msgs, m)
+	}
+	// A pull request that ends without messages for an ordinary reason is no failure.
+	if err := batch.Error(); err != nil && len(msgs) == 0 && !errors.Is(err, nats.ErrTimeout) &&
+		!errors.Is(err, jetstream.ErrNoMessages) && !errors.Is(err, jetstream.ErrBatchCompleted) {
+		return nil, err
+	}
+	return msgs, nil
+}
+
+// store1 stores one batch in one transaction and then acknowledges its messages. The
+// transaction is not cut short when ctx ends (a graceful stop), only by StoreTimeout.
+func (in *Ingester) store1(ctx context.Context, msgs []jetstream.Msg) error {
+	records := make([][]byte, len(msgs))
+	edges := make([]string, len(msgs))
+	for i, m := range msgs {
+		records[i] = m.Data()
+		edges[i] = m.Headers().Get(eventlog.HeaderEdgeID)
+	}
+	storeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), in.cfg.StoreTimeout)
+	defer cancel()
+	if _, err := in.store.IngestRecords(storeCtx, records, edges); err != nil {
+		return err
+	}
+	now := time.Now()
+	for _, m := range msgs {
+		// An acknowledgement lost on the way is harmless: the message comes again and is
+		// found stored.
+		if err := m.Ack(); err != nil {
+			in.log.Debug("event log: ack failed", "err", err)
+		}
+		if md, err := m.Metadata(); err == nil {
+			lag := now.Sub(md.Timestamp).Seconds()
+			in.lag.Observe(lag)
+			if in.Lag != nil {
+				in.Lag.Observe(lag)
+			}
+		}
+	}
+	in.messages.WithLabelValues("stored").Add(float64(len(msgs)))
+	return nil
+}
+
+// watchBacklog keeps the backlog gauge current: what operators watch to see ingestion keep up.
+func (in *Ingester) watchBacklog(ctx context.Context, cons jetstream.Consumer) {
+	for {
+		infoCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		if info, err := cons.Info(infoCtx); err == nil {
+			in.pending.Set(float64(info.NumPending + uint64(info.NumAckPending)))
+		}
+		cancel()
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(5 * time.Second):
+		}
+	}
+}
