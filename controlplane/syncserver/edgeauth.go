@@ -172,14 +172,18 @@ func (a *EdgeAuth) StreamInterceptor() grpc.StreamServerInterceptor {
 		}
 		a.streams[edge.ID][s] = struct{}{}
 		a.mu.Unlock()
-		gauge := a.connected.WithLabelValues(edge.Name)
-		gauge.Inc()
+		a.mu.Lock()
+		a.connected.WithLabelValues(edge.Name).Inc()
+		a.mu.Unlock()
 		defer func() {
-			gauge.Dec()
 			a.mu.Lock()
 			delete(a.streams[edge.ID], s)
 			if len(a.streams[edge.ID]) == 0 {
 				delete(a.streams, edge.ID)
+				// A gone edge (revoked, renamed, retired) leaves no series behind.
+				a.connected.DeleteLabelValues(edge.Name)
+			} else {
+				a.connected.WithLabelValues(edge.Name).Dec()
 			}
 			a.mu.Unlock()
 		}()

@@ -20,6 +20,7 @@ const (
 	resultNoName       = "dropped_no_event_name"
 	resultNoDistinctID = "dropped_no_distinct_id"
 	resultBadUUID      = "dropped_invalid_uuid"
+	resultBadProps     = "dropped_invalid_properties"
 )
 
 // stamp validates an event and gives it its uuid, timestamp and enriched properties.
@@ -44,7 +45,7 @@ func (c *Handler) stamp(e *event.Event, sentAt, now time.Time, clientIP netip.Ad
 	}
 	props, err := c.enrich(e, clientIP)
 	if err != nil {
-		return nil, "dropped_invalid_properties"
+		return nil, resultBadProps
 	}
 	return &syncpb.CapturedEvent{
 		Uuid: id, Event: e.Name, DistinctId: e.DistinctID, Properties: props,

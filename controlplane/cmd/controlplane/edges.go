@@ -14,7 +14,7 @@ const edgesUsage = `usage: controlplane edges create --name N | edges list | edg
 
 // edgesCmd issues, lists and revokes the credentials edges present to the sync service.
 func edgesCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	if len(args) == 0 {
+	if len(args) == 0 || (args[0] != "create" && args[0] != "list" && args[0] != "revoke") {
 		return errors.New(edgesUsage)
 	}
 	fs := newFlagSet("edges "+args[0], stderr)

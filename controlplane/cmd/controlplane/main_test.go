@@ -184,3 +184,12 @@ func TestVersion(t *testing.T) {
 		t.Errorf("--version printed %q, %v", out, err)
 	}
 }
+
+// TestEdgesUsage: an unknown edges subcommand is a usage error, before any database is needed.
+func TestEdgesUsage(t *testing.T) {
+	for _, args := range [][]string{{"edges"}, {"edges", "frobnicate", "--database-url", "postgres://nowhere.invalid/x"}} {
+		if _, err := runCmd(t, args...); err == nil || !strings.Contains(err.Error(), "usage: controlplane edges") {
+			t.Errorf("%v: %v, want the usage", args, err)
+		}
+	}
+}
