@@ -8,6 +8,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/flagedge/flagedge/controlplane"
+	"github.com/flagedge/flagedge/shared/event"
 )
 
 // The checks in this file run at the API's boundary, before any handler: every query
@@ -37,28 +38,15 @@ func textProblem(s string) string {
 	return ""
 }
 
-// safeAttr makes a client-supplied name usable as an error's attr: text, printable in a log.
-func safeAttr(s string) string {
-	s = strings.ToValidUTF8(s, "\uFFFD")
-	s = strings.ReplaceAll(s, "\x00", "\uFFFD")
-	if len(s) > 200 {
-		s = s[:200]
-		for !utf8.ValidString(s) {
-			s = s[:len(s)-1]
-		}
-	}
-	return s
-}
-
 // checkQuery refuses a query parameter (name or value) that is not storable text.
 func checkQuery(q url.Values) error {
 	for name, values := range q {
 		if p := textProblem(name); p != "" {
-			return controlplane.FieldError(safeAttr(name), "invalid_input", "Query parameter name: "+p)
+			return controlplane.FieldError(event.CleanString(name, event.MaxIDRunes), "invalid_input", "Query parameter name: "+p)
 		}
 		for _, v := range values {
 			if p := textProblem(v); p != "" {
-				return controlplane.FieldError(safeAttr(name), "invalid_input", p)
+				return controlplane.FieldError(event.CleanString(name, event.MaxIDRunes), "invalid_input", p)
 			}
 		}
 	}
@@ -133,7 +121,7 @@ func jsonTextProblem(data []byte) (attr, problem string, ok bool) {
 				top = s
 			}
 			if p != "" {
-				return safeAttr(top), p, false
+				return event.CleanString(top, event.MaxIDRunes), p, false
 			}
 			i = end
 		case c == '-' || (c >= '0' && c <= '9'):
@@ -142,7 +130,7 @@ func jsonTextProblem(data []byte) (attr, problem string, ok bool) {
 				j++
 			}
 			if p := numberProblem(data[i:j]); p != "" {
-				return safeAttr(top), p, false
+				return event.CleanString(top, event.MaxIDRunes), p, false
 			}
 			i = j
 		default: // whitespace, true, false, null

@@ -7,13 +7,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
-	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/flagedge/flagedge/controlplane"
+	"github.com/flagedge/flagedge/shared/event"
 )
 
 // isDataError reports whether err is PostgreSQL (or pgx, before sending) refusing a value
@@ -103,11 +102,11 @@ func (s *EventStore) deadLetter(ctx context.Context, tx pgx.Tx, ev sourcedEvent,
 	h := sha256.New()
 	_ = binary.Write(h, binary.BigEndian, ev.projectID)
 	h.Write(raw)
-	uuid := printable(ev.event.UUID, 100)
-	reason = printable(reason, 2000)
+	uuid := event.CleanString(ev.event.UUID, 100)
+	reason = event.CleanString(reason, 2000)
 	tag, err := tx.Exec(ctx, `INSERT INTO dead_letters (project_id, event_uuid, sqlstate, reason, raw, raw_format, raw_digest, edge_id)
 		VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT (raw_digest) DO NOTHING`,
-		ev.projectID, uuid, printable(code, 20), reason, raw, format, h.Sum(nil), printable(ev.edgeID, 200))
+		ev.projectID, uuid, event.CleanString(code, 20), reason, raw, format, h.Sum(nil), event.CleanString(ev.edgeID, event.MaxIDRunes))
 	if err != nil {
 		return fmt.Errorf("dead-letter event: %w", err)
 	}
@@ -129,16 +128,4 @@ func fallbackRaw(e *controlplane.Event) []byte {
 		ReceivedUs  int64  `json:"received_us"`
 	}{[]byte(e.UUID), []byte(e.Name), []byte(e.DistinctID), e.Properties, e.Timestamp.UnixMicro(), e.ReceivedAt.UnixMicro()})
 	return raw
-}
-
-// printable makes s storable text of at most n bytes: invalid UTF-8 and NUL become U+FFFD.
-func printable(s string, n int) string {
-	s = strings.ReplaceAll(strings.ToValidUTF8(s, "\uFFFD"), "\x00", "\uFFFD")
-	if len(s) > n {
-		s = s[:n]
-		for !utf8.ValidString(s) {
-			s = s[:len(s)-1]
-		}
-	}
-	return s
 }
