@@ -14,11 +14,13 @@ import (
 // Listen LISTENs on channel on a dedicated connection and calls onNotify with each payload,
 // until ctx ends. When the connection is lost it reconnects with jittered backoff and calls
 // onResync, since notifications sent meanwhile are lost. onResync is also called once the
-// first connection is up.
+// first connection is up, after the LISTEN and before any notification: what it reads from
+// the database then misses nothing that a notification will not bring. An error from either
+// callback is handled as a lost connection: reconnect, then onResync.
 //
 // The backoff is capped at one second: while the listener is down, edges are not told of
 // changes, so it must be back within about a second of the database.
-func Listen(ctx context.Context, url, channel string, log *slog.Logger, onNotify func(payload string), onResync func()) error {
+func Listen(ctx context.Context, url, channel string, log *slog.Logger, onNotify func(ctx context.Context, payload string) error, onResync func(ctx context.Context) error) error {
 	retry := backoff.Backoff{Initial: 100 * time.Millisecond, Max: time.Second}
 	for {
 		err := listenOnce(ctx, url, channel, onNotify, onResync, retry.Reset)
@@ -32,7 +34,7 @@ func Listen(ctx context.Context, url, channel string, log *slog.Logger, onNotify
 	}
 }
 
-func listenOnce(ctx context.Context, url, channel string, onNotify func(string), onResync, connected func()) error {
+func listenOnce(ctx context.Context, url, channel string, onNotify func(context.Context, string) error, onResync func(context.Context) error, connected func()) error {
 	conn, err := pgx.Connect(ctx, url)
 	if err != nil {
 		return err
@@ -41,13 +43,17 @@ func listenOnce(ctx context.Context, url, channel string, onNotify func(string),
 	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{channel}.Sanitize()); err != nil {
 		return fmt.Errorf("listen: %w", err)
 	}
+	if err := onResync(ctx); err != nil {
+		return err
+	}
 	connected()
-	onResync()
 	for {
 		n, err := conn.WaitForNotification(ctx)
 		if err != nil {
 			return err
 		}
-		onNotify(n.Payload)
+		if err := onNotify(ctx, n.Payload); err != nil {
+			return err
+		}
 	}
 }

@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/flagedge/flagedge/controlplane"
+	"github.com/flagedge/flagedge/controlplane/membership"
 	"github.com/flagedge/flagedge/shared/syncpb"
 )
 
@@ -39,14 +40,23 @@ type Server struct {
 	builds singleflight.Group
 	cache  sync.Map // project id → *syncpb.ProjectSnapshot, the latest built
 
+	members *membership.Hub // nil: no membership filters are sent
+
 	streams      prometheus.Gauge
 	sent         prometheus.Counter
 	ingested     *prometheus.CounterVec
 	deadLettered *prometheus.CounterVec
 }
 
+// Option configures a Server.
+type Option func(*Server)
+
+// WithMembership makes Watch streams carry the membership filters of hub. Without it no
+// filter is sent, and edges look up every key their flags need.
+func WithMembership(hub *membership.Hub) Option { return func(s *Server) { s.members = hub } }
+
 // NewServer returns a sync server. Call Notify for each change and Resync after missed ones.
-func NewServer(snapshots controlplane.SnapshotStore, persons controlplane.PersonStore, events controlplane.EventStore, log *slog.Logger, reg prometheus.Registerer) *Server {
+func NewServer(snapshots controlplane.SnapshotStore, persons controlplane.PersonStore, events controlplane.EventStore, log *slog.Logger, reg prometheus.Registerer, opts ...Option) *Server {
 	s := &Server{snapshots: snapshots, persons: persons, events: events, log: log, subs: map[*subscriber]struct{}{},
 		ingested: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "flagedge_controlplane_ingested_events_total",
 			Help: "Events received from edges, by result: stored or duplicate."}, []string{"result"}),
@@ -57,6 +67,9 @@ func NewServer(snapshots controlplane.SnapshotStore, persons controlplane.Person
 	}
 	if reg != nil {
 		reg.MustRegister(s.streams, s.sent, s.ingested, s.deadLettered)
+	}
+	for _, o := range opts {
+		o(s)
 	}
 	return s
 }
@@ -161,6 +174,14 @@ func (s *Server) Watch(req *syncpb.WatchRequest, stream syncpb.Sync_WatchServer)
 	if err := stream.Send(&syncpb.WatchResponse{DatabaseId: dbID}); err != nil {
 		return err
 	}
+	// The membership queue starts with a reset and every filter: sent once the snapshots are.
+	var members *membership.Sub
+	var membersWake <-chan struct{}
+	if s.members != nil {
+		members = s.members.Subscribe()
+		defer s.members.Unsubscribe(members)
+		membersWake = members.Wake()
+	}
 	// Subscribed before reading versions: a change made meanwhile is seen twice, never lost.
 	if err := s.syncAll(ctx, stream, sent, true); err != nil {
 		return err
@@ -169,6 +190,11 @@ func (s *Server) Watch(req *syncpb.WatchRequest, stream syncpb.Sync_WatchServer)
 		select {
 		case <-ctx.Done():
 			return nil
+		case <-membersWake:
+			if err := sendMembership(stream, members.Take()); err != nil {
+				return err
+			}
+			continue
 		case <-sub.wake:
 		}
 		wants, all := sub.take()

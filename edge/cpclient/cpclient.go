@@ -126,6 +126,9 @@ func Dial(c Config) (*grpc.ClientConn, error) {
 		// fail look-ups long after the control plane is back. Reconnect within a second.
 		grpc.WithConnectParams(grpc.ConnectParams{Backoff: backoff.Config{BaseDelay: 100 * time.Millisecond,
 			Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second}, MinConnectTimeout: 5 * time.Second}),
+		// A project's membership filter comes in one message: about 2.4 MB per million distinct
+		// ids, past gRPC's default limit of 4 MiB from under two million.
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(MaxMessageBytes)),
 	}
 	addrs := c.Addresses()
 	target := "dns:///" + addrs[0]
@@ -161,3 +164,7 @@ func (t token) GetRequestMetadata(context.Context, ...string) (map[string]string
 // RequireTransportSecurity is false so that the token also goes over plaintext loopback;
 // anything else is TLS unless the operator said --control-plane-insecure.
 func (t token) RequireTransportSecurity() bool { return false }
+
+// MaxMessageBytes is the largest message the edge accepts from the control plane: a
+// membership filter of about 50 million distinct ids.
+const MaxMessageBytes = 128 << 20

@@ -7,10 +7,12 @@ package persons
 import (
 	"context"
 	"encoding/json"
+	"log/slog"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -18,7 +20,9 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/flagedge/flagedge/edge/cache"
+	"github.com/flagedge/flagedge/edge/membership"
 	"github.com/flagedge/flagedge/shared/flags"
+	sharedmembership "github.com/flagedge/flagedge/shared/membership"
 	"github.com/flagedge/flagedge/shared/syncpb"
 )
 
@@ -60,15 +64,20 @@ type Config struct {
 	// (shorter: a new user is often captured right after the first /decide).
 	TTL, NegativeTTL time.Duration
 	MaxEntries       int64
+	// MembershipMaxBytes caps the memory of the membership filters (0: no cap).
+	MembershipMaxBytes int64
 }
 
 // DefaultConfig is the store's configuration unless told otherwise.
-var DefaultConfig = Config{Timeout: 300 * time.Millisecond, TTL: time.Minute, NegativeTTL: 10 * time.Second, MaxEntries: 200_000}
+var DefaultConfig = Config{Timeout: 300 * time.Millisecond, TTL: time.Minute, NegativeTTL: 10 * time.Second, MaxEntries: 200_000,
+	MembershipMaxBytes: 256 << 20}
 
 // Store answers stored person and group properties from a cache, asking the control plane
-// on a miss, once for concurrent requests of the same key.
+// on a miss, once for concurrent requests of the same key — unless the project's membership
+// filter says the control plane stores nothing about the key: then without asking.
 type Store struct {
 	lookup   Lookup
+	members  *membership.Set
 	cfg      Config
 	persons  *cache.Cache[*Person]
 	groups   *cache.Cache[*group]
@@ -76,7 +85,11 @@ type Store struct {
 	flight   singleflight.Group
 	// overlayLocks serialise changes to one person's overlay (striped by cache key).
 	overlayLocks [64]sync.Mutex
-	calls        *prometheus.HistogramVec // control-plane calls by kind and result
+	// forgotten counts keys forgotten because the control plane announced them: a look-up that
+	// found nothing is not cached when one was forgotten while it was under way, since the
+	// answer may predate the key.
+	forgotten atomic.Uint64
+	calls     *prometheus.HistogramVec // control-plane calls by kind and result
 }
 
 // overlay is what this edge captured about a person's properties and the control plane may
@@ -94,7 +107,7 @@ type overlay struct {
 const overlayTTL = 2 * time.Minute
 
 // NewStore returns a store over lookup. reg may be nil.
-func NewStore(lookup Lookup, cfg Config, m *cache.Metrics, reg prometheus.Registerer) (*Store, error) {
+func NewStore(lookup Lookup, cfg Config, m *cache.Metrics, log *slog.Logger, reg prometheus.Registerer) (*Store, error) {
 	persons, err := cache.New[*Person]("persons", cfg.MaxEntries, cfg.TTL, m)
 	if err != nil {
 		return nil, err
@@ -113,7 +126,22 @@ func NewStore(lookup Lookup, cfg Config, m *cache.Metrics, reg prometheus.Regist
 	if reg != nil {
 		reg.MustRegister(calls)
 	}
-	return &Store{lookup: lookup, cfg: cfg, persons: persons, groups: groups, overlays: overlays, calls: calls}, nil
+	s := &Store{lookup: lookup, cfg: cfg, persons: persons, groups: groups, overlays: overlays, calls: calls}
+	s.members = membership.NewSet(cfg.MembershipMaxBytes, s.forget, log, reg)
+	return s, nil
+}
+
+// Membership returns the membership filters the store consults; the snapshot stream fills
+// them.
+func (s *Store) Membership() *membership.Set { return s.members }
+
+// forget drops what is cached about a key the control plane has just stored.
+func (s *Store) forget(projectID int64, k sharedmembership.Key) {
+	if k.Group {
+		s.ForgetGroup(projectID, k.TypeIndex, k.GroupKey)
+	} else {
+		s.ForgetPerson(projectID, k.DistinctID)
+	}
 }
 
 // observe records one control-plane call that started at start.
@@ -137,6 +165,11 @@ func (s *Store) Close() {
 // flags use static cohorts), a person fetched under an older version is fetched again, since
 // cohort membership changes come with a new snapshot.
 func (s *Store) Person(ctx context.Context, projectID, version int64, memberships bool, distinctID string) (*Person, error) {
+	r := s.members.CheckPerson(projectID, distinctID)
+	s.members.Count(r)
+	if r == membership.Absent {
+		return s.Unstored(projectID, distinctID), nil
+	}
 	key := cache.Key(projectID, distinctID)
 	if p, ok := s.persons.Get(key); ok && p.projectID == projectID && p.distinctID == distinctID && (!memberships || p.version >= version) {
 		return s.withOverlay(key, p), nil
@@ -144,7 +177,7 @@ func (s *Store) Person(ctx context.Context, projectID, version int64, membership
 	v, err, _ := s.flight.Do("p"+strconv.FormatInt(projectID, 10)+":"+strconv.FormatInt(version, 10)+":"+distinctID, func() (any, error) {
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.Timeout)
 		defer cancel()
-		start := time.Now()
+		start, forgotten := time.Now(), s.forgotten.Load()
 		resp, err := s.lookup.LookupPerson(ctx, &syncpb.LookupPersonRequest{ProjectId: projectID, DistinctId: distinctID})
 		s.observe("person", start, err)
 		if err != nil {
@@ -158,12 +191,44 @@ func (s *Store) Person(ctx context.Context, projectID, version int64, membership
 			}
 		}
 		s.storePerson(key, p)
+		if !p.Found && s.forgotten.Load() != forgotten {
+			// The control plane stored a key meanwhile, maybe this one: the cache's deletes
+			// apply in order with its sets, so this one cannot outlive a later forget.
+			s.persons.Delete(key)
+		}
 		return p, nil
 	})
 	if err != nil {
 		return nil, err
 	}
 	return s.withOverlay(key, v.(*Person)), nil
+}
+
+// nobody is a person with nothing stored.
+var nobody = &Person{}
+
+// Unstored returns the person behind distinctID when the control plane stores nothing about
+// it (its membership filter says so): only what this edge captured about it, without a
+// look-up.
+func (s *Store) Unstored(projectID int64, distinctID string) *Person {
+	key := cache.Key(projectID, distinctID)
+	if ov, ok := s.overlays.Get(key); ok && ov.projectID == projectID && ov.distinctID == distinctID {
+		return ov.apply(&Person{projectID: projectID, distinctID: distinctID})
+	}
+	return nobody
+}
+
+// ForgetPerson drops what is cached about distinctID: the control plane has just stored it
+// (a cached "not found" would now be wrong).
+func (s *Store) ForgetPerson(projectID int64, distinctID string) {
+	s.forgotten.Add(1)
+	s.persons.Delete(cache.Key(projectID, distinctID))
+}
+
+// ForgetGroup drops what is cached about a group the control plane has just stored.
+func (s *Store) ForgetGroup(projectID int64, typeIndex int, key string) {
+	s.forgotten.Add(1)
+	s.groups.Delete(groupKey(projectID, GroupRef{TypeIndex: typeIndex, Key: key}))
 }
 
 // withOverlay returns p with what this edge captured about the person applied. The overlay
@@ -280,6 +345,11 @@ func (s *Store) Groups(ctx context.Context, projectID int64, refs []GroupRef) (m
 	req := &syncpb.LookupGroupsRequest{ProjectId: projectID}
 	var missing []GroupRef
 	for _, r := range refs {
+		m := s.members.CheckGroup(projectID, r.TypeIndex, r.Key)
+		s.members.Count(m)
+		if m == membership.Absent {
+			continue // nothing stored: the group has no properties
+		}
 		if g, ok := s.groups.Get(groupKey(projectID, r)); ok && g.projectID == projectID && g.typeIndex == r.TypeIndex && g.key == r.Key {
 			if g.properties != nil {
 				out[r.Name] = g.properties
@@ -294,7 +364,7 @@ func (s *Store) Groups(ctx context.Context, projectID int64, refs []GroupRef) (m
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
 	defer cancel()
-	start := time.Now()
+	start, forgotten := time.Now(), s.forgotten.Load()
 	resp, err := s.lookup.LookupGroups(ctx, req)
 	s.observe("groups", start, err)
 	if err != nil {
@@ -319,6 +389,9 @@ func (s *Store) Groups(ctx context.Context, projectID int64, refs []GroupRef) (m
 			s.groups.Set(groupKey(projectID, r), entry)
 		} else {
 			s.groups.SetWithTTL(groupKey(projectID, r), entry, s.cfg.NegativeTTL)
+			if s.forgotten.Load() != forgotten { // as in Person
+				s.groups.Delete(groupKey(projectID, r))
+			}
 		}
 	}
 	return out, nil

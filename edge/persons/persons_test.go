@@ -3,6 +3,7 @@ package persons
 import (
 	"context"
 	"encoding/json"
+	"log/slog"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -110,7 +111,7 @@ func newStore(t *testing.T, cfg Config) (*Store, *controlPlane) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
-	s, err := NewStore(syncpb.NewSyncClient(conn), cfg, nil, nil)
+	s, err := NewStore(syncpb.NewSyncClient(conn), cfg, nil, slog.New(slog.DiscardHandler), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

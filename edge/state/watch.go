@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/flagedge/flagedge/edge/membership"
 	"github.com/flagedge/flagedge/internal/backoff"
 	"github.com/flagedge/flagedge/shared/syncpb"
 )
@@ -17,10 +18,13 @@ import (
 //
 // The backoff is capped at one second: an edge must be current again within about a second of
 // the control plane coming back, and one Watch call a second per edge is cheap for it.
-func Watch(ctx context.Context, client syncpb.SyncClient, h *Holder, edgeID string, log *slog.Logger) {
+//
+// members, when not nil, receives the membership filters the stream carries; the projects a
+// message removes lose theirs.
+func Watch(ctx context.Context, client syncpb.SyncClient, h *Holder, members *membership.Set, edgeID string, log *slog.Logger) {
 	retry := backoff.Backoff{Initial: 50 * time.Millisecond, Max: time.Second}
 	for ctx.Err() == nil {
-		received, err := watchOnce(ctx, client, h, edgeID)
+		received, err := watchOnce(ctx, client, h, members, edgeID)
 		if ctx.Err() != nil {
 			return
 		}
@@ -34,7 +38,7 @@ func Watch(ctx context.Context, client syncpb.SyncClient, h *Holder, edgeID stri
 	}
 }
 
-func watchOnce(ctx context.Context, client syncpb.SyncClient, h *Holder, edgeID string) (received bool, err error) {
+func watchOnce(ctx context.Context, client syncpb.SyncClient, h *Holder, members *membership.Set, edgeID string) (received bool, err error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	defer h.SetConnected(false)
@@ -56,6 +60,12 @@ func watchOnce(ctx context.Context, client syncpb.SyncClient, h *Holder, edgeID 
 		received = true
 		if err := h.Apply(msg); err != nil {
 			h.log.Error("apply snapshot", "err", err)
+		}
+		if members != nil {
+			members.Drop(msg.RemovedProjects)
+			if err := members.Apply(msg); err != nil {
+				h.log.Error("apply membership filters", "err", err)
+			}
 		}
 		if msg.InitialSyncDone {
 			h.SetConnected(true)

@@ -158,9 +158,17 @@ type WatchResponse struct {
 	InitialSyncDone bool `protobuf:"varint,3,opt,name=initial_sync_done,json=initialSyncDone,proto3" json:"initial_sync_done,omitempty"`
 	// database_id is the identity of the control plane's database, on the first message of a
 	// stream.
-	DatabaseId    string `protobuf:"bytes,4,opt,name=database_id,json=databaseId,proto3" json:"database_id,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	DatabaseId string `protobuf:"bytes,4,opt,name=database_id,json=databaseId,proto3" json:"database_id,omitempty"`
+	// membership_reset drops every membership filter the edge holds: those that follow in this
+	// stream replace them. It comes at the start of every stream (the edge may have missed
+	// additions while it was away) and whenever the control plane may have missed some.
+	MembershipReset bool `protobuf:"varint,5,opt,name=membership_reset,json=membershipReset,proto3" json:"membership_reset,omitempty"`
+	// membership_filters are whole filters, each replacing the project's filter.
+	MembershipFilters []*MembershipFilter `protobuf:"bytes,6,rep,name=membership_filters,json=membershipFilters,proto3" json:"membership_filters,omitempty"`
+	// membership_additions are keys added to projects' filters since, in stream order.
+	MembershipAdditions []*MembershipAdditions `protobuf:"bytes,7,rep,name=membership_additions,json=membershipAdditions,proto3" json:"membership_additions,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
 }
 
 func (x *WatchResponse) Reset() {
@@ -221,6 +229,147 @@ func (x *WatchResponse) GetDatabaseId() string {
 	return ""
 }
 
+func (x *WatchResponse) GetMembershipReset() bool {
+	if x != nil {
+		return x.MembershipReset
+	}
+	return false
+}
+
+func (x *WatchResponse) GetMembershipFilters() []*MembershipFilter {
+	if x != nil {
+		return x.MembershipFilters
+	}
+	return nil
+}
+
+func (x *WatchResponse) GetMembershipAdditions() []*MembershipAdditions {
+	if x != nil {
+		return x.MembershipAdditions
+	}
+	return nil
+}
+
+// MembershipFilter is a Bloom filter of a project's membership keys: the distinct ids of its
+// persons and the keys of its groups, as shared/membership encodes them. A key the filter
+// does not hold has nothing stored about it, so the edge answers without a look-up; a key it
+// holds may (a false positive only costs a look-up). Within a stream the filter is exact:
+// every key the control plane stores reaches the edge as an addition after it commits.
+type MembershipFilter struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	ProjectId int64                  `protobuf:"varint,1,opt,name=project_id,json=projectId,proto3" json:"project_id,omitempty"`
+	// bloom is the filter in github.com/bits-and-blooms/bloom/v3's binary encoding.
+	Bloom []byte `protobuf:"bytes,2,opt,name=bloom,proto3" json:"bloom,omitempty"`
+	// keys is how many keys the filter was built with.
+	Keys          int64 `protobuf:"varint,3,opt,name=keys,proto3" json:"keys,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MembershipFilter) Reset() {
+	*x = MembershipFilter{}
+	mi := &file_sync_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MembershipFilter) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MembershipFilter) ProtoMessage() {}
+
+func (x *MembershipFilter) ProtoReflect() protoreflect.Message {
+	mi := &file_sync_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MembershipFilter.ProtoReflect.Descriptor instead.
+func (*MembershipFilter) Descriptor() ([]byte, []int) {
+	return file_sync_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *MembershipFilter) GetProjectId() int64 {
+	if x != nil {
+		return x.ProjectId
+	}
+	return 0
+}
+
+func (x *MembershipFilter) GetBloom() []byte {
+	if x != nil {
+		return x.Bloom
+	}
+	return nil
+}
+
+func (x *MembershipFilter) GetKeys() int64 {
+	if x != nil {
+		return x.Keys
+	}
+	return 0
+}
+
+// MembershipAdditions are keys stored since the project's filter was sent.
+type MembershipAdditions struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ProjectId     int64                  `protobuf:"varint,1,opt,name=project_id,json=projectId,proto3" json:"project_id,omitempty"`
+	Keys          [][]byte               `protobuf:"bytes,2,rep,name=keys,proto3" json:"keys,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MembershipAdditions) Reset() {
+	*x = MembershipAdditions{}
+	mi := &file_sync_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MembershipAdditions) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MembershipAdditions) ProtoMessage() {}
+
+func (x *MembershipAdditions) ProtoReflect() protoreflect.Message {
+	mi := &file_sync_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MembershipAdditions.ProtoReflect.Descriptor instead.
+func (*MembershipAdditions) Descriptor() ([]byte, []int) {
+	return file_sync_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *MembershipAdditions) GetProjectId() int64 {
+	if x != nil {
+		return x.ProjectId
+	}
+	return 0
+}
+
+func (x *MembershipAdditions) GetKeys() [][]byte {
+	if x != nil {
+		return x.Keys
+	}
+	return nil
+}
+
 // ProjectSnapshot is everything an edge needs to serve one project.
 type ProjectSnapshot struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
@@ -253,7 +402,7 @@ type ProjectSnapshot struct {
 
 func (x *ProjectSnapshot) Reset() {
 	*x = ProjectSnapshot{}
-	mi := &file_sync_proto_msgTypes[2]
+	mi := &file_sync_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -265,7 +414,7 @@ func (x *ProjectSnapshot) String() string {
 func (*ProjectSnapshot) ProtoMessage() {}
 
 func (x *ProjectSnapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_sync_proto_msgTypes[2]
+	mi := &file_sync_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -278,7 +427,7 @@ func (x *ProjectSnapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProjectSnapshot.ProtoReflect.Descriptor instead.
 func (*ProjectSnapshot) Descriptor() ([]byte, []int) {
-	return file_sync_proto_rawDescGZIP(), []int{2}
+	return file_sync_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *ProjectSnapshot) GetProjectId() int64 {
@@ -388,7 +537,7 @@ type ClientConfig struct {
 
 func (x *ClientConfig) Reset() {
 	*x = ClientConfig{}
-	mi := &file_sync_proto_msgTypes[3]
+	mi := &file_sync_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -400,7 +549,7 @@ func (x *ClientConfig) String() string {
 func (*ClientConfig) ProtoMessage() {}
 
 func (x *ClientConfig) ProtoReflect() protoreflect.Message {
-	mi := &file_sync_proto_msgTypes[3]
+	mi := &file_sync_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -413,7 +562,7 @@ func (x *ClientConfig) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClientConfig.ProtoReflect.Descriptor instead.
 func (*ClientConfig) Descriptor() ([]byte, []int) {
-	return file_sync_proto_rawDescGZIP(), []int{3}
+	return file_sync_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *ClientConfig) GetAutocaptureOptOut() bool {
@@ -479,7 +628,7 @@ type EarlyAccessFeature struct {
 
 func (x *EarlyAccessFeature) Reset() {
 	*x = EarlyAccessFeature{}
-	mi := &file_sync_proto_msgTypes[4]
+	mi := &file_sync_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -491,7 +640,7 @@ func (x *EarlyAccessFeature) String() string {
 func (*EarlyAccessFeature) ProtoMessage() {}
 
 func (x *EarlyAccessFeature) ProtoReflect() protoreflect.Message {
-	mi := &file_sync_proto_msgTypes[4]
+	mi := &file_sync_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -504,7 +653,7 @@ func (x *EarlyAccessFeature) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EarlyAccessFeature.ProtoReflect.Descriptor instead.
 func (*EarlyAccessFeature) Descriptor() ([]byte, []int) {
-	return file_sync_proto_rawDescGZIP(), []int{4}
+	return file_sync_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *EarlyAccessFeature) GetId() string {
@@ -573,7 +722,7 @@ type Flag struct {
 
 func (x *Flag) Reset() {
 	*x = Flag{}
-	mi := &file_sync_proto_msgTypes[5]
+	mi := &file_sync_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -585,7 +734,7 @@ func (x *Flag) String() string {
 func (*Flag) ProtoMessage() {}
 
 func (x *Flag) ProtoReflect() protoreflect.Message {
-	mi := &file_sync_proto_msgTypes[5]
+	mi := &file_sync_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -598,7 +747,7 @@ func (x *Flag) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Flag.ProtoReflect.Descriptor instead.
 func (*Flag) Descriptor() ([]byte, []int) {
-	return file_sync_proto_rawDescGZIP(), []int{5}
+	return file_sync_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Flag) GetId() int64 {
@@ -663,7 +812,7 @@ type Cohort struct {
 
 func (x *Cohort) Reset() {
 	*x = Cohort{}
-	mi := &file_sync_proto_msgTypes[6]
+	mi := &file_sync_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -675,7 +824,7 @@ func (x *Cohort) String() string {
 func (*Cohort) ProtoMessage() {}
 
 func (x *Cohort) ProtoReflect() protoreflect.Message {
-	mi := &file_sync_proto_msgTypes[6]
+	mi := &file_sync_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -688,7 +837,7 @@ func (x *Cohort) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Cohort.ProtoReflect.Descriptor instead.
 func (*Cohort) Descriptor() ([]byte, []int) {
-	return file_sync_proto_rawDescGZIP(), []int{6}
+	return file_sync_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Cohort) GetId() int64 {
@@ -729,7 +878,7 @@ type LookupPersonRequest struct {
 
 func (x *LookupPersonRequest) Reset() {
 	*x = LookupPersonRequest{}
-	mi := &file_sync_proto_msgTypes[7]
+	mi := &file_sync_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -741,7 +890,7 @@ func (x *LookupPersonRequest) String() string {
 func (*LookupPersonRequest) ProtoMessage() {}
 
 func (x *LookupPersonRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sync_proto_msgTypes[7]
+	mi := &file_sync_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -754,7 +903,7 @@ func (x *LookupPersonRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LookupPersonRequest.ProtoReflect.Descriptor instead.
 func (*LookupPersonRequest) Descriptor() ([]byte, []int) {
-	return file_sync_proto_rawDescGZIP(), []int{7}
+	return file_sync_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *LookupPersonRequest) GetProjectId() int64 {
@@ -787,7 +936,7 @@ type LookupPersonResponse struct {
 
 func (x *LookupPersonResponse) Reset() {
 	*x = LookupPersonResponse{}
-	mi := &file_sync_proto_msgTypes[8]
+	mi := &file_sync_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -799,7 +948,7 @@ func (x *LookupPersonResponse) String() string {
 func (*LookupPersonResponse) ProtoMessage() {}
 
 func (x *LookupPersonResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sync_proto_msgTypes[8]
+	mi := &file_sync_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -812,7 +961,7 @@ func (x *LookupPersonResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LookupPersonResponse.ProtoReflect.Descriptor instead.
 func (*LookupPersonResponse) Descriptor() ([]byte, []int) {
-	return file_sync_proto_rawDescGZIP(), []int{8}
+	return file_sync_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *LookupPersonResponse) GetFound() bool {
@@ -853,7 +1002,7 @@ type LookupGroupsRequest struct {
 
 func (x *LookupGroupsRequest) Reset() {
 	*x = LookupGroupsRequest{}
-	mi := &file_sync_proto_msgTypes[9]
+	mi := &file_sync_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -865,7 +1014,7 @@ func (x *LookupGroupsRequest) String() string {
 func (*LookupGroupsRequest) ProtoMessage() {}
 
 func (x *LookupGroupsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sync_proto_msgTypes[9]
+	mi := &file_sync_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -878,7 +1027,7 @@ func (x *LookupGroupsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LookupGroupsRequest.ProtoReflect.Descriptor instead.
 func (*LookupGroupsRequest) Descriptor() ([]byte, []int) {
-	return file_sync_proto_rawDescGZIP(), []int{9}
+	return file_sync_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *LookupGroupsRequest) GetProjectId() int64 {
@@ -905,7 +1054,7 @@ type GroupKey struct {
 
 func (x *GroupKey) Reset() {
 	*x = GroupKey{}
-	mi := &file_sync_proto_msgTypes[10]
+	mi := &file_sync_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -917,7 +1066,7 @@ func (x *GroupKey) String() string {
 func (*GroupKey) ProtoMessage() {}
 
 func (x *GroupKey) ProtoReflect() protoreflect.Message {
-	mi := &file_sync_proto_msgTypes[10]
+	mi := &file_sync_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -930,7 +1079,7 @@ func (x *GroupKey) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupKey.ProtoReflect.Descriptor instead.
 func (*GroupKey) Descriptor() ([]byte, []int) {
-	return file_sync_proto_rawDescGZIP(), []int{10}
+	return file_sync_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *GroupKey) GetGroupTypeIndex() int32 {
@@ -957,7 +1106,7 @@ type LookupGroupsResponse struct {
 
 func (x *LookupGroupsResponse) Reset() {
 	*x = LookupGroupsResponse{}
-	mi := &file_sync_proto_msgTypes[11]
+	mi := &file_sync_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -969,7 +1118,7 @@ func (x *LookupGroupsResponse) String() string {
 func (*LookupGroupsResponse) ProtoMessage() {}
 
 func (x *LookupGroupsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sync_proto_msgTypes[11]
+	mi := &file_sync_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -982,7 +1131,7 @@ func (x *LookupGroupsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LookupGroupsResponse.ProtoReflect.Descriptor instead.
 func (*LookupGroupsResponse) Descriptor() ([]byte, []int) {
-	return file_sync_proto_rawDescGZIP(), []int{11}
+	return file_sync_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *LookupGroupsResponse) GetGroups() []*GroupProperties {
@@ -1004,7 +1153,7 @@ type GroupProperties struct {
 
 func (x *GroupProperties) Reset() {
 	*x = GroupProperties{}
-	mi := &file_sync_proto_msgTypes[12]
+	mi := &file_sync_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1016,7 +1165,7 @@ func (x *GroupProperties) String() string {
 func (*GroupProperties) ProtoMessage() {}
 
 func (x *GroupProperties) ProtoReflect() protoreflect.Message {
-	mi := &file_sync_proto_msgTypes[12]
+	mi := &file_sync_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1029,7 +1178,7 @@ func (x *GroupProperties) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupProperties.ProtoReflect.Descriptor instead.
 func (*GroupProperties) Descriptor() ([]byte, []int) {
-	return file_sync_proto_rawDescGZIP(), []int{12}
+	return file_sync_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *GroupProperties) GetGroupTypeIndex() int32 {
@@ -1068,7 +1217,7 @@ type SetHashKeyOverridesRequest struct {
 
 func (x *SetHashKeyOverridesRequest) Reset() {
 	*x = SetHashKeyOverridesRequest{}
-	mi := &file_sync_proto_msgTypes[13]
+	mi := &file_sync_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1080,7 +1229,7 @@ func (x *SetHashKeyOverridesRequest) String() string {
 func (*SetHashKeyOverridesRequest) ProtoMessage() {}
 
 func (x *SetHashKeyOverridesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sync_proto_msgTypes[13]
+	mi := &file_sync_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1093,7 +1242,7 @@ func (x *SetHashKeyOverridesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetHashKeyOverridesRequest.ProtoReflect.Descriptor instead.
 func (*SetHashKeyOverridesRequest) Descriptor() ([]byte, []int) {
-	return file_sync_proto_rawDescGZIP(), []int{13}
+	return file_sync_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *SetHashKeyOverridesRequest) GetProjectId() int64 {
@@ -1134,7 +1283,7 @@ type SetHashKeyOverridesResponse struct {
 
 func (x *SetHashKeyOverridesResponse) Reset() {
 	*x = SetHashKeyOverridesResponse{}
-	mi := &file_sync_proto_msgTypes[14]
+	mi := &file_sync_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1146,7 +1295,7 @@ func (x *SetHashKeyOverridesResponse) String() string {
 func (*SetHashKeyOverridesResponse) ProtoMessage() {}
 
 func (x *SetHashKeyOverridesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sync_proto_msgTypes[14]
+	mi := &file_sync_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1159,7 +1308,7 @@ func (x *SetHashKeyOverridesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetHashKeyOverridesResponse.ProtoReflect.Descriptor instead.
 func (*SetHashKeyOverridesResponse) Descriptor() ([]byte, []int) {
-	return file_sync_proto_rawDescGZIP(), []int{14}
+	return file_sync_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *SetHashKeyOverridesResponse) GetHashKeyOverrides() map[string]string {
@@ -1188,7 +1337,7 @@ type CapturedEvent struct {
 
 func (x *CapturedEvent) Reset() {
 	*x = CapturedEvent{}
-	mi := &file_sync_proto_msgTypes[15]
+	mi := &file_sync_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1200,7 +1349,7 @@ func (x *CapturedEvent) String() string {
 func (*CapturedEvent) ProtoMessage() {}
 
 func (x *CapturedEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_sync_proto_msgTypes[15]
+	mi := &file_sync_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1213,7 +1362,7 @@ func (x *CapturedEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CapturedEvent.ProtoReflect.Descriptor instead.
 func (*CapturedEvent) Descriptor() ([]byte, []int) {
-	return file_sync_proto_rawDescGZIP(), []int{15}
+	return file_sync_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *CapturedEvent) GetUuid() string {
@@ -1271,7 +1420,7 @@ type EventBatch struct {
 
 func (x *EventBatch) Reset() {
 	*x = EventBatch{}
-	mi := &file_sync_proto_msgTypes[16]
+	mi := &file_sync_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1283,7 +1432,7 @@ func (x *EventBatch) String() string {
 func (*EventBatch) ProtoMessage() {}
 
 func (x *EventBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_sync_proto_msgTypes[16]
+	mi := &file_sync_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1296,7 +1445,7 @@ func (x *EventBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EventBatch.ProtoReflect.Descriptor instead.
 func (*EventBatch) Descriptor() ([]byte, []int) {
-	return file_sync_proto_rawDescGZIP(), []int{16}
+	return file_sync_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *EventBatch) GetProjectId() int64 {
@@ -1331,7 +1480,7 @@ type IngestRequest struct {
 
 func (x *IngestRequest) Reset() {
 	*x = IngestRequest{}
-	mi := &file_sync_proto_msgTypes[17]
+	mi := &file_sync_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1343,7 +1492,7 @@ func (x *IngestRequest) String() string {
 func (*IngestRequest) ProtoMessage() {}
 
 func (x *IngestRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sync_proto_msgTypes[17]
+	mi := &file_sync_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1356,7 +1505,7 @@ func (x *IngestRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IngestRequest.ProtoReflect.Descriptor instead.
 func (*IngestRequest) Descriptor() ([]byte, []int) {
-	return file_sync_proto_rawDescGZIP(), []int{17}
+	return file_sync_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *IngestRequest) GetBatches() [][]byte {
@@ -1384,7 +1533,7 @@ type IngestResponse struct {
 
 func (x *IngestResponse) Reset() {
 	*x = IngestResponse{}
-	mi := &file_sync_proto_msgTypes[18]
+	mi := &file_sync_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1396,7 +1545,7 @@ func (x *IngestResponse) String() string {
 func (*IngestResponse) ProtoMessage() {}
 
 func (x *IngestResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sync_proto_msgTypes[18]
+	mi := &file_sync_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1409,7 +1558,7 @@ func (x *IngestResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IngestResponse.ProtoReflect.Descriptor instead.
 func (*IngestResponse) Descriptor() ([]byte, []int) {
-	return file_sync_proto_rawDescGZIP(), []int{18}
+	return file_sync_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *IngestResponse) GetStored() int64 {
@@ -1440,13 +1589,25 @@ const file_sync_proto_rawDesc = "" +
 	"databaseId\x1a@\n" +
 	"\x12KnownVersionsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\x03R\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\xc8\x01\n" +
+	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\xa0\x03\n" +
 	"\rWatchResponse\x12?\n" +
 	"\tsnapshots\x18\x01 \x03(\v2!.flagedge.sync.v1.ProjectSnapshotR\tsnapshots\x12)\n" +
 	"\x10removed_projects\x18\x02 \x03(\x03R\x0fremovedProjects\x12*\n" +
 	"\x11initial_sync_done\x18\x03 \x01(\bR\x0finitialSyncDone\x12\x1f\n" +
 	"\vdatabase_id\x18\x04 \x01(\tR\n" +
-	"databaseId\"\xba\x05\n" +
+	"databaseId\x12)\n" +
+	"\x10membership_reset\x18\x05 \x01(\bR\x0fmembershipReset\x12Q\n" +
+	"\x12membership_filters\x18\x06 \x03(\v2\".flagedge.sync.v1.MembershipFilterR\x11membershipFilters\x12X\n" +
+	"\x14membership_additions\x18\a \x03(\v2%.flagedge.sync.v1.MembershipAdditionsR\x13membershipAdditions\"[\n" +
+	"\x10MembershipFilter\x12\x1d\n" +
+	"\n" +
+	"project_id\x18\x01 \x01(\x03R\tprojectId\x12\x14\n" +
+	"\x05bloom\x18\x02 \x01(\fR\x05bloom\x12\x12\n" +
+	"\x04keys\x18\x03 \x01(\x03R\x04keys\"H\n" +
+	"\x13MembershipAdditions\x12\x1d\n" +
+	"\n" +
+	"project_id\x18\x01 \x01(\x03R\tprojectId\x12\x12\n" +
+	"\x04keys\x18\x02 \x03(\fR\x04keys\"\xba\x05\n" +
 	"\x0fProjectSnapshot\x12\x1d\n" +
 	"\n" +
 	"project_id\x18\x01 \x01(\x03R\tprojectId\x12\x18\n" +
@@ -1585,62 +1746,66 @@ func file_sync_proto_rawDescGZIP() []byte {
 }
 
 var file_sync_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_sync_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
+var file_sync_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
 var file_sync_proto_goTypes = []any{
 	(ProtocolVersion)(0),                // 0: flagedge.sync.v1.ProtocolVersion
 	(*WatchRequest)(nil),                // 1: flagedge.sync.v1.WatchRequest
 	(*WatchResponse)(nil),               // 2: flagedge.sync.v1.WatchResponse
-	(*ProjectSnapshot)(nil),             // 3: flagedge.sync.v1.ProjectSnapshot
-	(*ClientConfig)(nil),                // 4: flagedge.sync.v1.ClientConfig
-	(*EarlyAccessFeature)(nil),          // 5: flagedge.sync.v1.EarlyAccessFeature
-	(*Flag)(nil),                        // 6: flagedge.sync.v1.Flag
-	(*Cohort)(nil),                      // 7: flagedge.sync.v1.Cohort
-	(*LookupPersonRequest)(nil),         // 8: flagedge.sync.v1.LookupPersonRequest
-	(*LookupPersonResponse)(nil),        // 9: flagedge.sync.v1.LookupPersonResponse
-	(*LookupGroupsRequest)(nil),         // 10: flagedge.sync.v1.LookupGroupsRequest
-	(*GroupKey)(nil),                    // 11: flagedge.sync.v1.GroupKey
-	(*LookupGroupsResponse)(nil),        // 12: flagedge.sync.v1.LookupGroupsResponse
-	(*GroupProperties)(nil),             // 13: flagedge.sync.v1.GroupProperties
-	(*SetHashKeyOverridesRequest)(nil),  // 14: flagedge.sync.v1.SetHashKeyOverridesRequest
-	(*SetHashKeyOverridesResponse)(nil), // 15: flagedge.sync.v1.SetHashKeyOverridesResponse
-	(*CapturedEvent)(nil),               // 16: flagedge.sync.v1.CapturedEvent
-	(*EventBatch)(nil),                  // 17: flagedge.sync.v1.EventBatch
-	(*IngestRequest)(nil),               // 18: flagedge.sync.v1.IngestRequest
-	(*IngestResponse)(nil),              // 19: flagedge.sync.v1.IngestResponse
-	nil,                                 // 20: flagedge.sync.v1.WatchRequest.KnownVersionsEntry
-	nil,                                 // 21: flagedge.sync.v1.ProjectSnapshot.GroupTypesEntry
-	nil,                                 // 22: flagedge.sync.v1.LookupPersonResponse.HashKeyOverridesEntry
-	nil,                                 // 23: flagedge.sync.v1.SetHashKeyOverridesResponse.HashKeyOverridesEntry
+	(*MembershipFilter)(nil),            // 3: flagedge.sync.v1.MembershipFilter
+	(*MembershipAdditions)(nil),         // 4: flagedge.sync.v1.MembershipAdditions
+	(*ProjectSnapshot)(nil),             // 5: flagedge.sync.v1.ProjectSnapshot
+	(*ClientConfig)(nil),                // 6: flagedge.sync.v1.ClientConfig
+	(*EarlyAccessFeature)(nil),          // 7: flagedge.sync.v1.EarlyAccessFeature
+	(*Flag)(nil),                        // 8: flagedge.sync.v1.Flag
+	(*Cohort)(nil),                      // 9: flagedge.sync.v1.Cohort
+	(*LookupPersonRequest)(nil),         // 10: flagedge.sync.v1.LookupPersonRequest
+	(*LookupPersonResponse)(nil),        // 11: flagedge.sync.v1.LookupPersonResponse
+	(*LookupGroupsRequest)(nil),         // 12: flagedge.sync.v1.LookupGroupsRequest
+	(*GroupKey)(nil),                    // 13: flagedge.sync.v1.GroupKey
+	(*LookupGroupsResponse)(nil),        // 14: flagedge.sync.v1.LookupGroupsResponse
+	(*GroupProperties)(nil),             // 15: flagedge.sync.v1.GroupProperties
+	(*SetHashKeyOverridesRequest)(nil),  // 16: flagedge.sync.v1.SetHashKeyOverridesRequest
+	(*SetHashKeyOverridesResponse)(nil), // 17: flagedge.sync.v1.SetHashKeyOverridesResponse
+	(*CapturedEvent)(nil),               // 18: flagedge.sync.v1.CapturedEvent
+	(*EventBatch)(nil),                  // 19: flagedge.sync.v1.EventBatch
+	(*IngestRequest)(nil),               // 20: flagedge.sync.v1.IngestRequest
+	(*IngestResponse)(nil),              // 21: flagedge.sync.v1.IngestResponse
+	nil,                                 // 22: flagedge.sync.v1.WatchRequest.KnownVersionsEntry
+	nil,                                 // 23: flagedge.sync.v1.ProjectSnapshot.GroupTypesEntry
+	nil,                                 // 24: flagedge.sync.v1.LookupPersonResponse.HashKeyOverridesEntry
+	nil,                                 // 25: flagedge.sync.v1.SetHashKeyOverridesResponse.HashKeyOverridesEntry
 }
 var file_sync_proto_depIdxs = []int32{
 	0,  // 0: flagedge.sync.v1.WatchRequest.protocol_version:type_name -> flagedge.sync.v1.ProtocolVersion
-	20, // 1: flagedge.sync.v1.WatchRequest.known_versions:type_name -> flagedge.sync.v1.WatchRequest.KnownVersionsEntry
-	3,  // 2: flagedge.sync.v1.WatchResponse.snapshots:type_name -> flagedge.sync.v1.ProjectSnapshot
-	6,  // 3: flagedge.sync.v1.ProjectSnapshot.flags:type_name -> flagedge.sync.v1.Flag
-	7,  // 4: flagedge.sync.v1.ProjectSnapshot.cohorts:type_name -> flagedge.sync.v1.Cohort
-	21, // 5: flagedge.sync.v1.ProjectSnapshot.group_types:type_name -> flagedge.sync.v1.ProjectSnapshot.GroupTypesEntry
-	4,  // 6: flagedge.sync.v1.ProjectSnapshot.client_config:type_name -> flagedge.sync.v1.ClientConfig
-	5,  // 7: flagedge.sync.v1.ProjectSnapshot.early_access_features:type_name -> flagedge.sync.v1.EarlyAccessFeature
-	22, // 8: flagedge.sync.v1.LookupPersonResponse.hash_key_overrides:type_name -> flagedge.sync.v1.LookupPersonResponse.HashKeyOverridesEntry
-	11, // 9: flagedge.sync.v1.LookupGroupsRequest.groups:type_name -> flagedge.sync.v1.GroupKey
-	13, // 10: flagedge.sync.v1.LookupGroupsResponse.groups:type_name -> flagedge.sync.v1.GroupProperties
-	23, // 11: flagedge.sync.v1.SetHashKeyOverridesResponse.hash_key_overrides:type_name -> flagedge.sync.v1.SetHashKeyOverridesResponse.HashKeyOverridesEntry
-	16, // 12: flagedge.sync.v1.EventBatch.events:type_name -> flagedge.sync.v1.CapturedEvent
-	1,  // 13: flagedge.sync.v1.Sync.Watch:input_type -> flagedge.sync.v1.WatchRequest
-	8,  // 14: flagedge.sync.v1.Sync.LookupPerson:input_type -> flagedge.sync.v1.LookupPersonRequest
-	10, // 15: flagedge.sync.v1.Sync.LookupGroups:input_type -> flagedge.sync.v1.LookupGroupsRequest
-	14, // 16: flagedge.sync.v1.Sync.SetHashKeyOverrides:input_type -> flagedge.sync.v1.SetHashKeyOverridesRequest
-	18, // 17: flagedge.sync.v1.Sync.Ingest:input_type -> flagedge.sync.v1.IngestRequest
-	2,  // 18: flagedge.sync.v1.Sync.Watch:output_type -> flagedge.sync.v1.WatchResponse
-	9,  // 19: flagedge.sync.v1.Sync.LookupPerson:output_type -> flagedge.sync.v1.LookupPersonResponse
-	12, // 20: flagedge.sync.v1.Sync.LookupGroups:output_type -> flagedge.sync.v1.LookupGroupsResponse
-	15, // 21: flagedge.sync.v1.Sync.SetHashKeyOverrides:output_type -> flagedge.sync.v1.SetHashKeyOverridesResponse
-	19, // 22: flagedge.sync.v1.Sync.Ingest:output_type -> flagedge.sync.v1.IngestResponse
-	18, // [18:23] is the sub-list for method output_type
-	13, // [13:18] is the sub-list for method input_type
-	13, // [13:13] is the sub-list for extension type_name
-	13, // [13:13] is the sub-list for extension extendee
-	0,  // [0:13] is the sub-list for field type_name
+	22, // 1: flagedge.sync.v1.WatchRequest.known_versions:type_name -> flagedge.sync.v1.WatchRequest.KnownVersionsEntry
+	5,  // 2: flagedge.sync.v1.WatchResponse.snapshots:type_name -> flagedge.sync.v1.ProjectSnapshot
+	3,  // 3: flagedge.sync.v1.WatchResponse.membership_filters:type_name -> flagedge.sync.v1.MembershipFilter
+	4,  // 4: flagedge.sync.v1.WatchResponse.membership_additions:type_name -> flagedge.sync.v1.MembershipAdditions
+	8,  // 5: flagedge.sync.v1.ProjectSnapshot.flags:type_name -> flagedge.sync.v1.Flag
+	9,  // 6: flagedge.sync.v1.ProjectSnapshot.cohorts:type_name -> flagedge.sync.v1.Cohort
+	23, // 7: flagedge.sync.v1.ProjectSnapshot.group_types:type_name -> flagedge.sync.v1.ProjectSnapshot.GroupTypesEntry
+	6,  // 8: flagedge.sync.v1.ProjectSnapshot.client_config:type_name -> flagedge.sync.v1.ClientConfig
+	7,  // 9: flagedge.sync.v1.ProjectSnapshot.early_access_features:type_name -> flagedge.sync.v1.EarlyAccessFeature
+	24, // 10: flagedge.sync.v1.LookupPersonResponse.hash_key_overrides:type_name -> flagedge.sync.v1.LookupPersonResponse.HashKeyOverridesEntry
+	13, // 11: flagedge.sync.v1.LookupGroupsRequest.groups:type_name -> flagedge.sync.v1.GroupKey
+	15, // 12: flagedge.sync.v1.LookupGroupsResponse.groups:type_name -> flagedge.sync.v1.GroupProperties
+	25, // 13: flagedge.sync.v1.SetHashKeyOverridesResponse.hash_key_overrides:type_name -> flagedge.sync.v1.SetHashKeyOverridesResponse.HashKeyOverridesEntry
+	18, // 14: flagedge.sync.v1.EventBatch.events:type_name -> flagedge.sync.v1.CapturedEvent
+	1,  // 15: flagedge.sync.v1.Sync.Watch:input_type -> flagedge.sync.v1.WatchRequest
+	10, // 16: flagedge.sync.v1.Sync.LookupPerson:input_type -> flagedge.sync.v1.LookupPersonRequest
+	12, // 17: flagedge.sync.v1.Sync.LookupGroups:input_type -> flagedge.sync.v1.LookupGroupsRequest
+	16, // 18: flagedge.sync.v1.Sync.SetHashKeyOverrides:input_type -> flagedge.sync.v1.SetHashKeyOverridesRequest
+	20, // 19: flagedge.sync.v1.Sync.Ingest:input_type -> flagedge.sync.v1.IngestRequest
+	2,  // 20: flagedge.sync.v1.Sync.Watch:output_type -> flagedge.sync.v1.WatchResponse
+	11, // 21: flagedge.sync.v1.Sync.LookupPerson:output_type -> flagedge.sync.v1.LookupPersonResponse
+	14, // 22: flagedge.sync.v1.Sync.LookupGroups:output_type -> flagedge.sync.v1.LookupGroupsResponse
+	17, // 23: flagedge.sync.v1.Sync.SetHashKeyOverrides:output_type -> flagedge.sync.v1.SetHashKeyOverridesResponse
+	21, // 24: flagedge.sync.v1.Sync.Ingest:output_type -> flagedge.sync.v1.IngestResponse
+	20, // [20:25] is the sub-list for method output_type
+	15, // [15:20] is the sub-list for method input_type
+	15, // [15:15] is the sub-list for extension type_name
+	15, // [15:15] is the sub-list for extension extendee
+	0,  // [0:15] is the sub-list for field type_name
 }
 
 func init() { file_sync_proto_init() }
@@ -1654,7 +1819,7 @@ func file_sync_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sync_proto_rawDesc), len(file_sync_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   23,
+			NumMessages:   25,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

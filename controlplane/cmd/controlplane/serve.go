@@ -28,6 +28,7 @@ import (
 	"github.com/flagedge/flagedge/controlplane/flageval"
 	"github.com/flagedge/flagedge/controlplane/httpapi"
 	"github.com/flagedge/flagedge/controlplane/logingest"
+	"github.com/flagedge/flagedge/controlplane/membership"
 	"github.com/flagedge/flagedge/controlplane/postgres"
 	"github.com/flagedge/flagedge/controlplane/syncserver"
 	"github.com/flagedge/flagedge/internal/daemon"
@@ -130,6 +131,7 @@ type controlPlane struct {
 	http     *http.Server
 	grpc     *grpc.Server
 	sync     *syncserver.Server
+	members  *membership.Hub
 	edges    *syncserver.EdgeAuth
 	logIn    *logingest.Ingester // nil without --event-log-url
 }
@@ -190,10 +192,23 @@ func assemble(cfg *serveConfig, db *postgres.DB, logger *slog.Logger) (*controlP
 	if err != nil {
 		return nil, err
 	}
-	cp.sync = syncserver.NewServer(postgres.NewSnapshotStore(db), postgres.NewPersonStore(db), postgres.NewEventStore(db, logger), logger, cp.reg)
+	cp.members = membership.NewHub(postgres.NewMemberStore(db), logger, cp.reg)
+	cp.sync = syncserver.NewServer(postgres.NewSnapshotStore(db), postgres.NewPersonStore(db), postgres.NewEventStore(db, logger), logger, cp.reg,
+		syncserver.WithMembership(cp.members))
 	cp.edges = syncserver.NewEdgeAuth(postgres.NewEdgeService(db), logger, cp.reg)
 	cp.grpc = newGRPCServer(cp.sync, cp.edges, grpcTLS, cp.reg)
 	return cp, nil
+}
+
+// announceMembers applies one membership announcement of the database. A payload that does
+// not decode would leave the filters without keys the database has: it is handled as missed
+// announcements (an error makes the listener reconnect and rebuild every filter).
+func (cp *controlPlane) announceMembers(ctx context.Context, payload string) error {
+	projectID, keys, rebuild, err := postgres.ParseMembershipNotice(payload)
+	if err != nil {
+		return err
+	}
+	return cp.members.Announce(ctx, projectID, keys, rebuild)
 }
 
 // connectEventLog connects to the event log's NATS servers when --event-log-url is set and
@@ -244,7 +259,12 @@ func (cp *controlPlane) run(ctx context.Context) error {
 		}
 	}
 	g.Go(func() error {
-		return postgres.Listen(gctx, cfg.DatabaseURL, postgres.SnapshotChannel, cp.log, cp.sync.Notify, cp.sync.Resync)
+		return postgres.Listen(gctx, cfg.DatabaseURL, postgres.SnapshotChannel, cp.log,
+			func(_ context.Context, payload string) error { cp.sync.Notify(payload); return nil },
+			func(context.Context) error { cp.sync.Resync(); return nil })
+	})
+	g.Go(func() error {
+		return postgres.Listen(gctx, cfg.DatabaseURL, postgres.MembershipChannel, cp.log, cp.announceMembers, cp.members.Resync)
 	})
 	g.Go(func() error { cp.edges.Run(gctx); return nil })
 	if cp.logIn != nil {

@@ -31,6 +31,7 @@ import (
 	"github.com/flagedge/flagedge/edge/decide"
 	"github.com/flagedge/flagedge/edge/geocache"
 	"github.com/flagedge/flagedge/edge/httpapi"
+	"github.com/flagedge/flagedge/edge/membership"
 	"github.com/flagedge/flagedge/edge/persons"
 	"github.com/flagedge/flagedge/edge/spool"
 	"github.com/flagedge/flagedge/edge/state"
@@ -65,6 +66,7 @@ type config struct {
 	LookupTimeout   time.Duration
 	PersonTTL       time.Duration
 	PersonMissTTL   time.Duration
+	MembershipMax   int64
 	SpoolFsync      string
 	PprofAddr       string
 	SpoolQuota      int64
@@ -94,6 +96,8 @@ func parseConfig(args []string, stderr io.Writer) (*config, error) {
 	fs.Duration(&cfg.PersonTTL, "person-cache-ttl", "FLAGEDGE_PERSON_CACHE_TTL", persons.DefaultConfig.TTL, "how long stored person and group properties are reused before they are fetched again")
 	fs.Duration(&cfg.PersonMissTTL, "person-cache-miss-ttl", "FLAGEDGE_PERSON_CACHE_MISS_TTL", persons.DefaultConfig.NegativeTTL, "how long \"no such person or group\" is reused")
 	fs.String(&cfg.SpoolFsync, "spool-fsync", "FLAGEDGE_SPOOL_FSYNC", "10ms", "when captured events are fsynced: always, never, or an interval such as 10ms")
+	fs.Int64(&cfg.MembershipMax, "membership-max-bytes", "FLAGEDGE_MEMBERSHIP_MAX_BYTES", persons.DefaultConfig.MembershipMaxBytes,
+		"most bytes all membership filters may take (about 2.4 MB per million distinct ids); past it the largest projects look up every key; 0: no cap")
 	fs.Int64(&cfg.SpoolQuota, "spool-quota", "FLAGEDGE_SPOOL_QUOTA", 1<<30, "most bytes the capture spool may hold; beyond it capture answers 503")
 	fs.String(&cfg.PprofAddr, "pprof-addr", "FLAGEDGE_PPROF_ADDR", "", "address for Go's pprof endpoints (off when empty; keep it on loopback)")
 	fs.String(&cfg.LogLevel, "log-level", "FLAGEDGE_LOG_LEVEL", "info", "debug, info, warn or error")
@@ -119,6 +123,9 @@ func (cfg *config) validate() error {
 	if _, err := clientip.NewResolver(cfg.TrustedProxies); err != nil {
 		return fmt.Errorf("--trusted-proxies: %w", err)
 	}
+	if cfg.MembershipMax < 0 {
+		return errors.New("--membership-max-bytes must not be negative")
+	}
 	if cfg.LookupTimeout <= 0 || cfg.PersonTTL <= 0 || cfg.PersonMissTTL <= 0 {
 		return errors.New("--lookup-timeout, --person-cache-ttl and --person-cache-miss-ttl must be positive")
 	}
@@ -143,6 +150,7 @@ type edge struct {
 	holder    *state.Holder
 	spool     *spool.Spool
 	client    syncpb.SyncClient
+	members   *membership.Set // filled by the snapshot stream, read by look-ups
 	api       *httpapi.Server
 	forwarder *capture.Forwarder
 	closers   []func() // in the order they are to run
@@ -213,11 +221,13 @@ func assemble(cfg *config, log *slog.Logger) (e *edge, err error) {
 
 	storeCfg := persons.DefaultConfig
 	storeCfg.Timeout, storeCfg.TTL, storeCfg.NegativeTTL = cfg.LookupTimeout, cfg.PersonTTL, cfg.PersonMissTTL
-	store, err := persons.NewStore(e.client, storeCfg, cacheMetrics, reg)
+	storeCfg.MembershipMaxBytes = cfg.MembershipMax
+	store, err := persons.NewStore(e.client, storeCfg, cacheMetrics, log, reg)
 	if err != nil {
 		return e, err
 	}
 	e.closers = append(e.closers, store.Close)
+	e.members = store.Membership()
 
 	ips, _ := clientip.NewResolver(cfg.TrustedProxies) // validated
 	e.api = httpapi.New(httpapi.Config{
@@ -312,7 +322,7 @@ func (e *edge) serve(ctx context.Context) error {
 		}
 	}
 	g.Go(func() error {
-		state.Watch(background, e.client, e.holder, e.cfg.EdgeID, e.log)
+		state.Watch(background, e.client, e.holder, e.members, e.cfg.EdgeID, e.log)
 		return nil
 	})
 	g.Go(func() error {

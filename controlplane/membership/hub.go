@@ -1,0 +1,294 @@
+// Package membership keeps, for every project, the Bloom filter of the keys the control plane
+// stores (persons' distinct ids, groups) and streams it to the edges: whole when a stream
+// starts or a filter is rebuilt, then each key as its transaction commits. An edge that finds
+// a key absent answers /decide without a look-up.
+//
+// Exactness rests on one ordering: the filters are built from the tables only after the
+// LISTEN on the announcements is in place, and every announcement processed after the build
+// is added after it. A key committed before the build's snapshot is in the build; one
+// committed after is announced after, and added. A key seen twice is harmless.
+package membership
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/bits-and-blooms/bloom/v3"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/flagedge/flagedge/shared/membership"
+)
+
+// Source reads the keys filters are built from.
+type Source interface {
+	// ScanMembers reads, in one snapshot, the number of keys of each project (every project
+	// when projectID is 0, else that one), then every key.
+	ScanMembers(ctx context.Context, projectID int64, sized func(projectID int64, n int), key func(projectID int64, k []byte)) error
+}
+
+// maxPendingKeys bounds what one stream may have queued: past it, the stream is sent whole
+// filters instead of additions, which are bounded by the filters' size.
+const maxPendingKeys = 1 << 20
+
+// filter is a project's filter as the hub holds it.
+type filter struct {
+	bloom    *bloom.BloomFilter
+	keys     int // keys added, counting repeats
+	capacity int
+}
+
+// Hub holds the filters and the streams that follow them.
+type Hub struct {
+	src Source
+	log *slog.Logger
+
+	mu      sync.Mutex
+	ready   bool // filters are complete: built after the LISTEN, every announcement since applied
+	filters map[int64]*filter
+	subs    map[*Sub]struct{}
+
+	rebuilds  prometheus.Counter
+	keys      prometheus.Counter
+	buildTime prometheus.Histogram
+}
+
+// NewHub returns a hub that builds filters from src. It holds none until Resync.
+func NewHub(src Source, log *slog.Logger, reg prometheus.Registerer) *Hub {
+	h := &Hub{src: src, log: log, filters: map[int64]*filter{}, subs: map[*Sub]struct{}{},
+		rebuilds: prometheus.NewCounter(prometheus.CounterOpts{Name: "flagedge_controlplane_membership_rebuilds_total",
+			Help: "Membership filters of single projects rebuilt from the tables (grown past capacity, or a key too long to announce)."}),
+		keys: prometheus.NewCounter(prometheus.CounterOpts{Name: "flagedge_controlplane_membership_announced_keys_total",
+			Help: "Keys announced by the database and added to membership filters."}),
+		buildTime: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "flagedge_controlplane_membership_build_seconds",
+			Help: "Time to build every project's membership filter from the tables.", Buckets: prometheus.ExponentialBuckets(0.001, 4, 10)}),
+	}
+	if reg != nil {
+		reg.MustRegister(h.rebuilds, h.keys, h.buildTime)
+		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "flagedge_controlplane_membership_filter_bytes",
+			Help: "Bytes of all membership filters held."}, h.filterBytes))
+	}
+	return h
+}
+
+func (h *Hub) filterBytes() float64 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	n := 0
+	for _, f := range h.filters {
+		n += int(f.bloom.Cap() / 8)
+	}
+	return float64(n)
+}
+
+// Resync rebuilds every filter from the tables. Call it once the LISTEN on the announcements
+// is in place, and again whenever that connection was lost (announcements may have been
+// missed): meanwhile streams are told to drop their filters, so edges look keys up.
+func (h *Hub) Resync(ctx context.Context) error {
+	h.mu.Lock()
+	h.ready = false
+	for sub := range h.subs {
+		sub.reset()
+	}
+	h.mu.Unlock()
+
+	start := time.Now()
+	built := map[int64]*filter{}
+	err := h.src.ScanMembers(ctx, 0, func(id int64, n int) {
+		built[id] = &filter{bloom: membership.NewFilter(n), capacity: membership.Capacity(n)}
+	}, func(id int64, k []byte) {
+		if f := built[id]; f != nil {
+			f.bloom.Add(k)
+			f.keys++
+		}
+	})
+	if err != nil {
+		return fmt.Errorf("build membership filters: %w", err)
+	}
+	h.buildTime.Observe(time.Since(start).Seconds())
+
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.filters, h.ready = built, true
+	for sub := range h.subs {
+		h.sendAll(sub)
+	}
+	h.log.Info("membership filters built", "projects", len(built), "took", time.Since(start).Round(time.Millisecond))
+	return nil
+}
+
+// Announce adds keys the database announced for a project, or rebuilds the project's filter
+// from the tables when rebuild is set (the keys did not fit in a notification) or the filter
+// is past its capacity. It is called in the order of the announcements, by the goroutine
+// that reads them: an error means the filter may lack keys, and the caller must Resync.
+func (h *Hub) Announce(ctx context.Context, projectID int64, keys [][]byte, rebuild bool) error {
+	h.mu.Lock()
+	if !h.ready {
+		h.mu.Unlock()
+		return nil // the next Resync reads everything
+	}
+	f := h.filters[projectID]
+	if f == nil { // a project created since the build: every key it has is announced
+		f = &filter{bloom: membership.NewFilter(0), capacity: membership.Capacity(0)}
+		h.filters[projectID] = f
+	}
+	for _, k := range keys {
+		f.bloom.Add(k)
+	}
+	f.keys += len(keys)
+	h.keys.Add(float64(len(keys)))
+	rebuild = rebuild || f.keys > f.capacity
+	if !rebuild {
+		for sub := range h.subs {
+			sub.add(projectID, keys, h)
+		}
+	}
+	h.mu.Unlock()
+	if rebuild {
+		return h.rebuild(ctx, projectID)
+	}
+	return nil
+}
+
+// rebuild reads one project's keys into a new filter sized for them and sends it whole. It
+// runs on the announcements' goroutine, so no announcement is applied meanwhile: any key
+// committed before its snapshot is read, any after is announced after.
+func (h *Hub) rebuild(ctx context.Context, projectID int64) error {
+	h.rebuilds.Inc()
+	var f *filter
+	err := h.src.ScanMembers(ctx, projectID, func(_ int64, n int) {
+		f = &filter{bloom: membership.NewFilter(n), capacity: membership.Capacity(n)}
+	}, func(_ int64, k []byte) {
+		f.bloom.Add(k)
+		f.keys++
+	})
+	if err != nil {
+		return fmt.Errorf("rebuild membership filter of project %d: %w", projectID, err)
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if f == nil { // the project is gone
+		delete(h.filters, projectID)
+		return nil
+	}
+	h.filters[projectID] = f
+	for sub := range h.subs {
+		sub.whole(projectID, f)
+	}
+	return nil
+}
+
+// Subscribe returns a stream's queue: it starts with a reset and, when the filters are
+// complete, every filter whole; then every change.
+func (h *Hub) Subscribe() *Sub {
+	sub := &Sub{wake: make(chan struct{}, 1)}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.subs[sub] = struct{}{}
+	sub.reset()
+	if h.ready {
+		h.sendAll(sub)
+	}
+	return sub
+}
+
+// Unsubscribe forgets a stream's queue.
+func (h *Hub) Unsubscribe(sub *Sub) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	delete(h.subs, sub)
+}
+
+// sendAll queues every filter whole for sub. h.mu is held.
+func (h *Hub) sendAll(sub *Sub) {
+	for id, f := range h.filters {
+		sub.whole(id, f)
+	}
+}
+
+// Sub is one stream's queue of membership changes. It is bounded: additions beyond
+// maxPendingKeys turn into whole filters.
+type Sub struct {
+	mu      sync.Mutex
+	resetQ  bool
+	wholeQ  map[int64]wholeFilter
+	addQ    map[int64][][]byte
+	pending int
+	wake    chan struct{}
+}
+
+// wholeFilter is a copy of a filter, taken when it was queued.
+type wholeFilter struct {
+	bloom *bloom.BloomFilter
+	keys  int
+}
+
+// Wake is signalled when the queue has something.
+func (s *Sub) Wake() <-chan struct{} { return s.wake }
+
+func (s *Sub) signal() {
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (s *Sub) reset() {
+	s.mu.Lock()
+	s.resetQ, s.wholeQ, s.addQ, s.pending = true, map[int64]wholeFilter{}, map[int64][][]byte{}, 0
+	s.mu.Unlock()
+	s.signal()
+}
+
+// whole queues a copy of f, which replaces whatever additions of the project are queued.
+func (s *Sub) whole(projectID int64, f *filter) {
+	s.mu.Lock()
+	s.wholeQ[projectID] = wholeFilter{bloom: f.bloom.Copy(), keys: f.keys}
+	s.pending -= len(s.addQ[projectID])
+	delete(s.addQ, projectID)
+	s.mu.Unlock()
+	s.signal()
+}
+
+// add queues keys; past maxPendingKeys, every filter of h is queued whole instead (h.mu is
+// held by the caller).
+func (s *Sub) add(projectID int64, keys [][]byte, h *Hub) {
+	s.mu.Lock()
+	if s.pending+len(keys) > maxPendingKeys {
+		s.mu.Unlock()
+		h.sendAll(s)
+		return
+	}
+	s.addQ[projectID] = append(s.addQ[projectID], keys...)
+	s.pending += len(keys)
+	s.mu.Unlock()
+	s.signal()
+}
+
+// Changes is what a stream has to send, in this order: drop every filter (Reset), install
+// the whole filters, add the keys.
+type Changes struct {
+	Reset     bool
+	Filters   map[int64]Filter
+	Additions map[int64][][]byte
+}
+
+// Filter is a whole filter to send.
+type Filter struct {
+	Bloom *bloom.BloomFilter
+	Keys  int
+}
+
+// Take empties the queue.
+func (s *Sub) Take() Changes {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c := Changes{Reset: s.resetQ, Filters: make(map[int64]Filter, len(s.wholeQ)), Additions: s.addQ}
+	for id, w := range s.wholeQ {
+		c.Filters[id] = Filter{Bloom: w.bloom, Keys: w.keys}
+	}
+	s.resetQ, s.wholeQ, s.addQ, s.pending = false, map[int64]wholeFilter{}, map[int64][][]byte{}, 0
+	return c
+}

@@ -1,0 +1,267 @@
+// Package membership holds the edge's membership filters: per project, a Bloom filter of
+// every key (distinct id, group) the control plane stores. /decide asks it before a look-up:
+// a key the filter lacks has nothing stored, so the answer needs no round trip — the first
+// visit of every new user. Reads are lock-free; the stream of filters and additions from the
+// control plane is the only writer.
+package membership
+
+import (
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+
+	"github.com/bits-and-blooms/bloom/v3"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/flagedge/flagedge/shared/membership"
+	"github.com/flagedge/flagedge/shared/syncpb"
+)
+
+// deltaCapacity is how many added keys a project's filter takes in its small copy-on-write
+// layer before they are folded into a new copy of the large one.
+const deltaCapacity = 4096
+
+// layers is a project's filter at one moment, never changed once published: the filter the
+// control plane sent (base) and the keys added since (delta, with the keys themselves, to
+// fold them into base later).
+type layers struct {
+	base      *bloom.BloomFilter
+	delta     *bloom.BloomFilter
+	deltaKeys [][]byte
+}
+
+func (l *layers) test(key []byte) bool {
+	return l.base.Test(key) || (l.delta != nil && l.delta.Test(key))
+}
+
+// bytes is the memory of the filter's bits.
+func (l *layers) bytes() int64 {
+	n := int64(l.base.Cap() / 8)
+	if l.delta != nil {
+		n += int64(l.delta.Cap() / 8)
+	}
+	return n
+}
+
+// Set is the membership filters of every project. The zero value is not usable: NewSet.
+type Set struct {
+	// filters maps project ids to their current layers; the map is replaced, never changed.
+	filters atomic.Pointer[map[int64]*layers]
+	mu      sync.Mutex // serialises writers
+	max     int64      // bytes all filters may take; a filter past it is not kept
+	log     *slog.Logger
+	// onAdd is told every key added, after it is in the filter (to forget cached "not found"
+	// answers about it).
+	onAdd func(projectID int64, key membership.Key)
+
+	bytes     atomic.Int64
+	projects  prometheus.GaugeFunc
+	sizeG     prometheus.GaugeFunc
+	refused   prometheus.Counter
+	additions prometheus.Counter
+	checks    [3]prometheus.Counter // by Result
+}
+
+// NewSet returns an empty set: every project is unknown (look keys up) until its filter
+// arrives. maxBytes caps the memory of all filters (0: no cap); onAdd may be nil.
+func NewSet(maxBytes int64, onAdd func(projectID int64, key membership.Key), log *slog.Logger, reg prometheus.Registerer) *Set {
+	s := &Set{max: maxBytes, onAdd: onAdd, log: log}
+	empty := map[int64]*layers{}
+	s.filters.Store(&empty)
+	s.projects = prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "flagedge_edge_membership_projects",
+		Help: "Projects with a membership filter (the others look up every key)."}, func() float64 { return float64(len(*s.filters.Load())) })
+	s.sizeG = prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "flagedge_edge_membership_filter_bytes",
+		Help: "Bytes of all membership filters held."}, func() float64 { return float64(s.bytes.Load()) })
+	s.refused = prometheus.NewCounter(prometheus.CounterOpts{Name: "flagedge_edge_membership_filters_refused_total",
+		Help: "Membership filters not kept because all filters would pass --membership-max-bytes (their projects look up every key)."})
+	s.additions = prometheus.NewCounter(prometheus.CounterOpts{Name: "flagedge_edge_membership_additions_total",
+		Help: "Keys added to membership filters since they were received."})
+	checks := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "flagedge_edge_membership_checks_total",
+		Help: "Membership checks by result: absent (answered without a look-up), present (looked up), unknown (no filter: looked up)."}, []string{"result"})
+	// Resolved once: counting on the /decide path is an atomic add, not a label look-up.
+	s.checks = [3]prometheus.Counter{Unknown: checks.WithLabelValues("unknown"), Absent: checks.WithLabelValues("absent"),
+		Present: checks.WithLabelValues("present")}
+	if reg != nil {
+		reg.MustRegister(s.projects, s.sizeG, s.refused, s.additions, checks)
+	}
+	return s
+}
+
+// Result is what a filter says about a key.
+type Result int
+
+// The results of Check.
+const (
+	// Unknown: the project has no filter; look the key up.
+	Unknown Result = iota
+	// Absent: the control plane stores nothing about the key.
+	Absent
+	// Present: the control plane may store something; look the key up.
+	Present
+)
+
+// CheckPerson says whether the control plane may store a person behind distinctID.
+func (s *Set) CheckPerson(projectID int64, distinctID string) Result {
+	l := (*s.filters.Load())[projectID]
+	if l == nil {
+		return Unknown
+	}
+	var buf [160]byte
+	key := buf[:0]
+	if len(distinctID)+1 > len(buf) {
+		key = make([]byte, 0, len(distinctID)+1)
+	}
+	return result(l.test(membership.PersonKey(key, distinctID)))
+}
+
+// CheckGroup says whether the control plane may store the group.
+func (s *Set) CheckGroup(projectID int64, typeIndex int, groupKey string) Result {
+	l := (*s.filters.Load())[projectID]
+	if l == nil {
+		return Unknown
+	}
+	var buf [160]byte
+	key := buf[:0]
+	if len(groupKey)+2 > len(buf) {
+		key = make([]byte, 0, len(groupKey)+2)
+	}
+	return result(l.test(membership.GroupKey(key, typeIndex, groupKey)))
+}
+
+func result(present bool) Result {
+	if present {
+		return Present
+	}
+	return Absent
+}
+
+// Count records a check's outcome for the metrics.
+func (s *Set) Count(r Result) { s.checks[r].Inc() }
+
+// Apply installs the membership part of a Watch message, in the order the control plane
+// means it: drop every filter (reset), install whole filters, add keys.
+func (s *Set) Apply(msg *syncpb.WatchResponse) error {
+	if !msg.MembershipReset && len(msg.MembershipFilters) == 0 && len(msg.MembershipAdditions) == 0 {
+		return nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	next := map[int64]*layers{}
+	if !msg.MembershipReset {
+		next = cloneMap(*s.filters.Load())
+	}
+	var errs []error
+	for _, f := range msg.MembershipFilters {
+		b := &bloom.BloomFilter{}
+		if err := b.UnmarshalBinary(f.Bloom); err != nil {
+			delete(next, f.ProjectId) // a filter that does not decode must not stay behind
+			errs = append(errs, fmt.Errorf("membership filter of project %d: %w", f.ProjectId, err))
+			continue
+		}
+		next[f.ProjectId] = &layers{base: b}
+	}
+	var added []*syncpb.MembershipAdditions
+	for _, a := range msg.MembershipAdditions {
+		l := next[a.ProjectId]
+		if l == nil {
+			// Not held (refused for size, or it did not decode): the project is looked up.
+			continue
+		}
+		next[a.ProjectId] = l.with(a.Keys)
+		added = append(added, a)
+	}
+	s.keepWithinCap(next)
+	s.filters.Store(&next)
+	for _, a := range added {
+		s.additions.Add(float64(len(a.Keys)))
+		if s.onAdd == nil {
+			continue
+		}
+		for _, k := range a.Keys {
+			if key, err := membership.ParseKey(k); err == nil {
+				s.onAdd(a.ProjectId, key)
+			}
+		}
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("%d membership filters refused: %w", len(errs), errs[0])
+	}
+	return nil
+}
+
+// with returns l with keys added: into a new copy of the small layer, and once that holds
+// deltaCapacity keys, all of them into a new copy of the large one.
+func (l *layers) with(keys [][]byte) *layers {
+	next := &layers{base: l.base}
+	if len(l.deltaKeys)+len(keys) >= deltaCapacity {
+		next.base = l.base.Copy()
+		for _, k := range l.deltaKeys {
+			next.base.Add(k)
+		}
+		for _, k := range keys {
+			next.base.Add(k)
+		}
+		return next
+	}
+	if l.delta == nil {
+		next.delta = membership.NewFilter(deltaCapacity / 2)
+	} else {
+		next.delta = l.delta.Copy()
+	}
+	next.deltaKeys = make([][]byte, 0, len(l.deltaKeys)+len(keys))
+	next.deltaKeys = append(next.deltaKeys, l.deltaKeys...)
+	for _, k := range keys {
+		next.delta.Add(k)
+		next.deltaKeys = append(next.deltaKeys, k)
+	}
+	return next
+}
+
+// Drop forgets the filters of projects the edge no longer holds.
+func (s *Set) Drop(projectIDs []int64) {
+	if len(projectIDs) == 0 {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	next := cloneMap(*s.filters.Load())
+	for _, id := range projectIDs {
+		delete(next, id)
+	}
+	s.keepWithinCap(next)
+	s.filters.Store(&next)
+}
+
+// keepWithinCap drops the largest filters until all fit in s.max, and records the total.
+func (s *Set) keepWithinCap(next map[int64]*layers) {
+	var total int64
+	for _, l := range next {
+		total += l.bytes()
+	}
+	for s.max > 0 && total > s.max {
+		var largest int64 = -1
+		for id, l := range next {
+			if largest < 0 || l.bytes() > next[largest].bytes() {
+				largest = id
+			}
+		}
+		total -= next[largest].bytes()
+		s.log.Warn("membership filter not kept: over --membership-max-bytes; the project looks up every key",
+			"project", largest, "bytes", next[largest].bytes(), "max_bytes", s.max)
+		delete(next, largest)
+		s.refused.Inc()
+	}
+	s.bytes.Store(total)
+}
+
+func cloneMap(m map[int64]*layers) map[int64]*layers {
+	out := make(map[int64]*layers, len(m)+1)
+	for k, v := range m {
+		out[k] = v
+	}
+	return out
+}
+
+// Bytes is the memory all filters take.
+func (s *Set) Bytes() int64 { return s.bytes.Load() }

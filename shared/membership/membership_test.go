@@ -1,0 +1,57 @@
+package membership
+
+import (
+	"fmt"
+	"testing"
+)
+
+func TestKeysRoundTrip(t *testing.T) {
+	for _, want := range []Key{{DistinctID: "user-1"}, {DistinctID: ""}, {DistinctID: "g1x"}, {Group: true, TypeIndex: 4, GroupKey: "acme"}, {Group: true, GroupKey: ""}} {
+		var k []byte
+		if want.Group {
+			k = GroupKey(nil, want.TypeIndex, want.GroupKey)
+		} else {
+			k = PersonKey(nil, want.DistinctID)
+		}
+		got, err := ParseKey(k)
+		if err != nil || got != want {
+			t.Errorf("ParseKey(%q) = %+v, %v; want %+v", k, got, err, want)
+		}
+	}
+	// A distinct id that looks like a group key is still a person's key.
+	if string(PersonKey(nil, "g0acme")) == string(GroupKey(nil, 0, "acme")) {
+		t.Fatal("a person's key equals a group's")
+	}
+	for _, bad := range []string{"", "x", "g", "g9a"} {
+		if _, err := ParseKey([]byte(bad)); err == nil {
+			t.Errorf("ParseKey(%q) accepted", bad)
+		}
+	}
+}
+
+// TestFalsePositiveRate checks the sizing: a filter holding as many keys as its capacity
+// answers about FalsePositiveRate for keys it does not hold, and never misses a key it holds.
+func TestFalsePositiveRate(t *testing.T) {
+	const n = 50_000
+	f := NewFilter(n / 2) // capacity n
+	for i := range n {
+		f.Add(PersonKey(nil, fmt.Sprintf("member-%d", i)))
+	}
+	for i := range n {
+		if !f.Test(PersonKey(nil, fmt.Sprintf("member-%d", i))) {
+			t.Fatalf("member-%d missing", i)
+		}
+	}
+	fp := 0
+	const probes = 100_000
+	for i := range probes {
+		if f.Test(PersonKey(nil, fmt.Sprintf("stranger-%d", i))) {
+			fp++
+		}
+	}
+	rate := float64(fp) / probes
+	t.Logf("false positives at capacity: %.3f%%; %d bytes for %d keys", 100*rate, f.Cap()/8, n)
+	if rate > 2*FalsePositiveRate {
+		t.Fatalf("false-positive rate %.4f, want about %.2f", rate, FalsePositiveRate)
+	}
+}
