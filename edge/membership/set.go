@@ -190,6 +190,23 @@ func (s *Set) Apply(msg *syncpb.WatchResponse) error {
 	return nil
 }
 
+// Add adds keys this edge itself stored at the control plane (a person created by recording
+// hash-key overrides): the control plane announces them too, but a /decide right after the
+// write must not miss them meanwhile. Projects without a filter are left so.
+func (s *Set) Add(projectID int64, keys ...[]byte) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	cur := *s.filters.Load()
+	l := cur[projectID]
+	if l == nil {
+		return
+	}
+	next := cloneMap(cur)
+	next[projectID] = l.with(keys)
+	s.keepWithinCap(next)
+	s.filters.Store(&next)
+}
+
 // with returns l with keys added: into a new copy of the small layer, and once that holds
 // deltaCapacity keys, all of them into a new copy of the large one.
 func (l *layers) with(keys [][]byte) *layers {

@@ -322,6 +322,9 @@ func (s *Store) SetHashKeyOverrides(ctx context.Context, projectID int64, distin
 	if err != nil {
 		return nil, err
 	}
+	// The control plane now stores the person (it may have just created it): the filter must
+	// say so before the next /decide, which is to find these overrides.
+	s.members.Add(projectID, sharedmembership.PersonKey(nil, distinctID))
 	key := cache.Key(projectID, distinctID)
 	if old, ok := s.persons.Get(key); ok && old.projectID == projectID && old.distinctID == distinctID {
 		p := *old
