@@ -192,6 +192,10 @@ func TestControlPlaneOutage(t *testing.T) {
 	decide := func() (int, map[string]any) {
 		return call(t, "POST", e.url+"/decide/?v=3", "", map[string]any{"api_key": s.token, "distinct_id": "outage-user"})
 	}
+	// outage-user is stored: the edge's filter holds it, so its flags need a look-up.
+	s.capture(e, "$identify", "outage-user", map[string]any{"$set": map[string]any{"plan": "pro"}})
+	waitFor(t, "outage-user stored", func() bool { return len(s.persons("distinct_id=outage-user")) == 1 })
+	waitFor(t, "outage-user looked up", func() bool { _, out := decide(); return featureFlags(out)["pro-only"] == true })
 	var non200, calls atomic.Int64
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
@@ -221,6 +225,10 @@ func TestControlPlaneOutage(t *testing.T) {
 	if _, out := decide(); out["errorsWhileComputingFlags"] != true {
 		t.Errorf("with the control plane down, a flag that needs a look-up is not marked: %v", out)
 	}
+	// A user the control plane has never seen needs no look-up: answered in full, unmarked.
+	if _, out := call(t, "POST", e.url+"/decide/?v=3", "", map[string]any{"api_key": s.token, "distinct_id": "new-during-outage"}); out["errorsWhileComputingFlags"] != false || featureFlags(out)["pro-only"] != false {
+		t.Errorf("with the control plane down, a new user's answer: %v", out)
+	}
 	s.startControlPlane()
 	back := time.Now()
 	waitFor(t, "look-ups to work again", func() bool { _, out := decide(); return out["errorsWhileComputingFlags"] == false })
@@ -231,7 +239,7 @@ func TestControlPlaneOutage(t *testing.T) {
 	flagArrived := time.Since(created)
 	close(stop)
 	wg.Wait()
-	s.waitEventCount(20)
+	s.waitEventCount(21)
 	if n := non200.Load(); n != 0 {
 		t.Errorf("%d of %d /decide calls were not 200 during the outage", n, calls.Load())
 	}

@@ -8,6 +8,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"strconv"
+
+	"github.com/flagedge/flagedge/shared/membership"
 )
 
 // MaxGroupTypes is how many group types a project may have (indexes 0–4).
@@ -73,23 +75,16 @@ func NeedsState(e Event) bool {
 	return bytes.Contains(e.Properties, []byte(`"$set`)) || bytes.Contains(e.Properties, []byte(`"$unset"`))
 }
 
-// Refs returns the distinct ids and groups an event touches, for the store to load.
+// Refs returns the distinct ids and groups an event touches, for the store to load: what
+// shared/membership.EventRefs says storing it makes the control plane hold.
 func Refs(e Event) (distinctIDs []string, groups []GroupRef) {
-	distinctIDs = []string{e.DistinctID}
-	props := decode(e.Properties)
-	switch e.Name {
-	case "$identify":
-		if anon := str(props["$anon_distinct_id"]); anon != "" {
-			distinctIDs = append(distinctIDs, anon)
-		}
-	case "$create_alias", "$merge_dangerously":
-		if alias := str(props["alias"]); alias != "" {
-			distinctIDs = append(distinctIDs, alias)
-		}
-	case "$groupidentify":
-		if t, k := str(props["$group_type"]), str(props["$group_key"]); t != "" && k != "" {
-			groups = append(groups, GroupRef{Type: t, Key: k})
-		}
+	var props map[string]any
+	if membership.ReadsProperties(e.Name) {
+		props = decode(e.Properties)
+	}
+	distinctIDs, groupType, groupKey := membership.EventRefs(e.Name, e.DistinctID, props)
+	if groupType != "" {
+		groups = append(groups, GroupRef{Type: groupType, Key: groupKey})
 	}
 	return distinctIDs, groups
 }

@@ -26,6 +26,7 @@ import (
 	"github.com/flagedge/flagedge/edge/state"
 	"github.com/flagedge/flagedge/shared/event"
 	"github.com/flagedge/flagedge/shared/flags"
+	"github.com/flagedge/flagedge/shared/membership"
 	"github.com/flagedge/flagedge/shared/syncpb"
 )
 
@@ -33,9 +34,11 @@ import (
 const MaxBodyBytes = 20 << 20
 
 // PersonCache is told about person property changes the edge captures, so that /decide at
-// this edge sees them before the control plane has stored them.
+// this edge sees them before the control plane has stored them, and about the persons and
+// groups the captured events will make the control plane store (membership keys).
 type PersonCache interface {
 	ApplyPersonUpdate(projectID int64, distinctID string, set, setOnce flags.Properties, unset []string)
+	Captured(projectID int64, keys [][]byte)
 }
 
 // Handler serves the capture endpoints.
@@ -99,6 +102,9 @@ func (c *Handler) Serve(ctx *fasthttp.RequestCtx, engage bool) error {
 			return err
 		}
 		c.updatePersons(project.ID, batch.Events)
+		if c.persons != nil {
+			c.persons.Captured(project.ID, storedKeys(project, batch.Events))
+		}
 	}
 	ctx.SetStatusCode(fasthttp.StatusOK)
 	ctx.SetContentType("application/json")
@@ -241,6 +247,31 @@ func firstArg(ctx *fasthttp.RequestCtx, names ...string) string {
 		}
 	}
 	return ""
+}
+
+// storedKeys returns the membership keys of what storing the events makes the control plane
+// hold: persons for their distinct ids (and merged or aliased ids), groups they identify.
+func storedKeys(project *state.Project, events []*syncpb.CapturedEvent) [][]byte {
+	keys := make([][]byte, 0, len(events))
+	for _, e := range events {
+		var props map[string]any
+		if membership.ReadsProperties(e.Event) {
+			_ = json.Unmarshal(e.Properties, &props) // stamped: an object
+		}
+		ids, groupType, groupKey := membership.EventRefs(e.Event, e.DistinctId, props)
+		for _, id := range ids {
+			keys = append(keys, membership.PersonKey(nil, id))
+		}
+		if groupType == "" {
+			continue
+		}
+		for i := range 5 {
+			if project.Snapshot.GroupTypeName(i) == groupType {
+				keys = append(keys, membership.GroupKey(nil, i, groupKey))
+			}
+		}
+	}
+	return keys
 }
 
 // updatePersons tells the person cache about $set, $set_once and $unset in accepted events.

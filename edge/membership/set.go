@@ -23,12 +23,15 @@ import (
 const deltaCapacity = 4096
 
 // layers is a project's filter at one moment, never changed once published: the filter the
-// control plane sent (base) and the keys added since (delta, with the keys themselves, to
-// fold them into base later).
+// control plane sent (base) and a small one of the keys added since (delta).
 type layers struct {
-	base      *bloom.BloomFilter
-	delta     *bloom.BloomFilter
-	deltaKeys [][]byte
+	base  *bloom.BloomFilter
+	delta *bloom.BloomFilter
+	// added are the keys in delta, to fold into a copy of base once delta is full, and
+	// addedSet the same as a set. Only the writer uses them (readers test base and delta), and
+	// only on the newest layers: they are handed on, not copied.
+	added    [][]byte
+	addedSet map[string]struct{}
 }
 
 func (l *layers) test(key []byte) bool {
@@ -168,7 +171,9 @@ func (s *Set) Apply(msg *syncpb.WatchResponse) error {
 			// Not held (refused for size, or it did not decode): the project is looked up.
 			continue
 		}
-		next[a.ProjectId] = l.with(a.Keys)
+		if fresh := l.missing(a.Keys); len(fresh) > 0 {
+			next[a.ProjectId] = l.with(fresh)
+		}
 		added = append(added, a)
 	}
 	s.keepWithinCap(next)
@@ -190,30 +195,67 @@ func (s *Set) Apply(msg *syncpb.WatchResponse) error {
 	return nil
 }
 
-// Add adds keys this edge itself stored at the control plane (a person created by recording
-// hash-key overrides): the control plane announces them too, but a /decide right after the
-// write must not miss them meanwhile. Projects without a filter are left so.
+// Add adds keys this edge will make the control plane store: the persons and groups of the
+// events it captures (before it acknowledges them), a person it creates by recording hash-key
+// overrides. The control plane announces them once stored, but the edge must not answer
+// "nothing stored" for them meanwhile — nor, if the link breaks before the announcement
+// comes, for as long as it is down. Keys the filter already holds cost nothing; projects
+// without a filter are left so.
 func (s *Set) Add(projectID int64, keys ...[]byte) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	cur := *s.filters.Load()
-	l := cur[projectID]
+	l := (*s.filters.Load())[projectID]
 	if l == nil {
 		return
 	}
+	inBase := true // the common case, checked without the lock: base never changes
+	for _, k := range keys {
+		if !l.base.Test(k) {
+			inBase = false
+			break
+		}
+	}
+	if inBase {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	cur := *s.filters.Load()
+	l = cur[projectID]
+	if l == nil {
+		return
+	}
+	fresh := l.missing(keys)
+	if len(fresh) == 0 {
+		return
+	}
 	next := cloneMap(cur)
-	next[projectID] = l.with(keys)
+	next[projectID] = l.with(fresh)
 	s.keepWithinCap(next)
 	s.filters.Store(&next)
+}
+
+// missing returns the keys l does not surely hold: those neither in base nor added since.
+// A key that delta merely seems to hold (a false positive) is missing: delta is thrown away
+// when it is folded into base, and only the added keys go there.
+func (l *layers) missing(keys [][]byte) [][]byte {
+	var out [][]byte
+	for _, k := range keys {
+		if l.base.Test(k) {
+			continue
+		}
+		if _, ok := l.addedSet[string(k)]; !ok {
+			out = append(out, k)
+		}
+	}
+	return out
 }
 
 // with returns l with keys added: into a new copy of the small layer, and once that holds
 // deltaCapacity keys, all of them into a new copy of the large one.
 func (l *layers) with(keys [][]byte) *layers {
 	next := &layers{base: l.base}
-	if len(l.deltaKeys)+len(keys) >= deltaCapacity {
+	if len(l.added)+len(keys) >= deltaCapacity {
 		next.base = l.base.Copy()
-		for _, k := range l.deltaKeys {
+		for _, k := range l.added {
 			next.base.Add(k)
 		}
 		for _, k := range keys {
@@ -226,11 +268,13 @@ func (l *layers) with(keys [][]byte) *layers {
 	} else {
 		next.delta = l.delta.Copy()
 	}
-	next.deltaKeys = make([][]byte, 0, len(l.deltaKeys)+len(keys))
-	next.deltaKeys = append(next.deltaKeys, l.deltaKeys...)
+	next.added, next.addedSet = append(l.added, keys...), l.addedSet
+	if next.addedSet == nil {
+		next.addedSet = make(map[string]struct{}, deltaCapacity)
+	}
 	for _, k := range keys {
 		next.delta.Add(k)
-		next.deltaKeys = append(next.deltaKeys, k)
+		next.addedSet[string(k)] = struct{}{}
 	}
 	return next
 }

@@ -206,3 +206,37 @@ func BenchmarkCheckPerson(b *testing.B) {
 		s.CheckPerson(1, ids[i%len(ids)])
 	}
 }
+
+// TestLocalAdditions: keys this edge adds itself are held at once, however many, and a key
+// the filter already holds costs nothing.
+func TestLocalAdditions(t *testing.T) {
+	s := newSet(t, 0, nil)
+	s.Add(1, membership.PersonKey(nil, "nobody")) // no filter: nothing to add to
+	if r := s.CheckPerson(1, "nobody"); r != Unknown {
+		t.Fatalf("without a filter: %v", r)
+	}
+	s.Apply(&syncpb.WatchResponse{MembershipReset: true, MembershipFilters: []*syncpb.MembershipFilter{filterMsg(t, 1, "known")}})
+	before := (*s.filters.Load())[1]
+	s.Add(1, membership.PersonKey(nil, "known"))
+	if (*s.filters.Load())[1] != before {
+		t.Fatal("adding a key the filter holds replaced the filter")
+	}
+	var wg sync.WaitGroup
+	for w := range 4 { // captures at once
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 3 * deltaCapacity / 4 {
+				s.Add(1, membership.PersonKey(nil, fmt.Sprintf("w%d-%d", w, i)))
+			}
+		}()
+	}
+	wg.Wait()
+	for w := range 4 {
+		for i := range 3 * deltaCapacity / 4 {
+			if s.CheckPerson(1, fmt.Sprintf("w%d-%d", w, i)) != Present {
+				t.Fatalf("w%d-%d missing", w, i)
+			}
+		}
+	}
+}

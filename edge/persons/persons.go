@@ -135,6 +135,10 @@ func NewStore(lookup Lookup, cfg Config, m *cache.Metrics, log *slog.Logger, reg
 // them.
 func (s *Store) Membership() *membership.Set { return s.members }
 
+// Captured records that this edge accepted events that make the control plane store keys
+// (shared/membership's encoding): from now on the project's filter holds them.
+func (s *Store) Captured(projectID int64, keys [][]byte) { s.members.Add(projectID, keys...) }
+
 // forget drops what is cached about a key the control plane has just stored.
 func (s *Store) forget(projectID int64, k sharedmembership.Key) {
 	if k.Group {

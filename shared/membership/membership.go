@@ -7,6 +7,7 @@ package membership
 
 import (
 	"errors"
+	"strconv"
 
 	"github.com/bits-and-blooms/bloom/v3"
 )
@@ -64,4 +65,49 @@ func ParseKey(k []byte) (Key, error) {
 		return Key{Group: true, TypeIndex: int(k[1] - '0'), GroupKey: string(k[2:])}, nil
 	}
 	return Key{}, ErrBadKey
+}
+
+// EventRefs returns what storing an event makes the control plane hold, and so what a
+// filter must hold once the event is stored: a person for its distinct id (ingestion gives
+// every distinct id one), for the anonymous id an $identify merges, for the alias of
+// $create_alias and $merge_dangerously; the group of $groupidentify (groupType "" when none).
+// props are the event's decoded properties; only those four events read them.
+func EventRefs(name, distinctID string, props map[string]any) (distinctIDs []string, groupType, groupKey string) {
+	distinctIDs = []string{distinctID}
+	switch name {
+	case "$identify":
+		if anon := idString(props["$anon_distinct_id"]); anon != "" {
+			distinctIDs = append(distinctIDs, anon)
+		}
+	case "$create_alias", "$merge_dangerously":
+		if alias := idString(props["alias"]); alias != "" {
+			distinctIDs = append(distinctIDs, alias)
+		}
+	case "$groupidentify":
+		if t, k := idString(props["$group_type"]), idString(props["$group_key"]); t != "" && k != "" {
+			groupType, groupKey = t, k
+		}
+	}
+	return distinctIDs, groupType, groupKey
+}
+
+// ReadsProperties reports whether EventRefs needs the event's properties.
+func ReadsProperties(name string) bool {
+	switch name {
+	case "$identify", "$create_alias", "$merge_dangerously", "$groupidentify":
+		return true
+	}
+	return false
+}
+
+// idString is the string form of an id-like value (strings and numbers), as ingestion
+// stores it.
+func idString(v any) string {
+	switch x := v.(type) {
+	case string:
+		return x
+	case float64:
+		return strconv.FormatFloat(x, 'f', -1, 64)
+	}
+	return ""
 }
