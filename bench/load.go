@@ -28,9 +28,14 @@ type load struct {
 	rate        int           // open loop: requests per second (0: closed loop)
 	duration    time.Duration // bound in time
 	maxRequests int64         // bound in count
-	next        func(i int64) *request
-	// expectBody, when set, checks each answer's body.
+	// next prepares the i-th request. In a closed loop its latency counts from when next
+	// returned, so next may do untimed work first (the regions scenario captures an event).
+	next         func(i int64) *request
 	expectStatus int
+	// check, when set, judges the body of each answer with the expected status, and is
+	// called once after every next, with a nil body after a transport error or another
+	// status. A non-empty verdict is counted under that name in the result's errors.
+	check func(i int64, body []byte) string
 }
 
 // result is what a measurement gives.
@@ -82,8 +87,12 @@ func run(c *fasthttp.HostClient, l load, progress func(string)) result {
 	start := time.Now()
 	deadline := start.Add(l.duration)
 
+	// do sends the i-th request; intended is when it was due (open loop), or zero for now.
 	do := func(local *hdrhistogram.Histogram, i int64, intended time.Time) {
 		r := l.next(i)
+		if intended.IsZero() {
+			intended = time.Now()
+		}
 		req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
 		req.Header.SetMethod(r.method)
 		req.SetRequestURI(r.url)
@@ -94,6 +103,14 @@ func run(c *fasthttp.HostClient, l load, progress func(string)) result {
 		err := c.Do(req, resp)
 		done := time.Now()
 		status := resp.StatusCode()
+		verdict := ""
+		if l.check != nil {
+			var body []byte
+			if err == nil && status == l.expectStatus {
+				body = resp.Body()
+			}
+			verdict = l.check(i, body)
+		}
 		fasthttp.ReleaseRequest(req)
 		fasthttp.ReleaseResponse(resp)
 		_ = local.RecordValue(max(done.Sub(intended).Microseconds(), 1))
@@ -109,6 +126,10 @@ func run(c *fasthttp.HostClient, l load, progress func(string)) result {
 		case status != l.expectStatus:
 			errMu.Lock()
 			errs["status "+strconv.Itoa(status)]++
+			errMu.Unlock()
+		case verdict != "":
+			errMu.Lock()
+			errs[verdict]++
 			errMu.Unlock()
 		default:
 			events.Add(int64(r.events))
@@ -147,7 +168,7 @@ func run(c *fasthttp.HostClient, l load, progress func(string)) result {
 					if l.maxRequests > 0 && i >= l.maxRequests {
 						break
 					}
-					do(local, i, time.Now())
+					do(local, i, time.Time{})
 				}
 				merge(local)
 			}()

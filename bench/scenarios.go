@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/valyala/fasthttp"
+
+	"github.com/flagedge/flagedge/shared/flags/flagstest"
 )
 
 // bench holds one run's setup.
@@ -169,7 +171,9 @@ func (b *bench) single(name string) error {
 	case "mixed":
 		b.measure(b.load("mixed (1 decide : 10 events)", b.cfg.rate, b.work.mixed))
 	case "propagation":
-		return b.propagation(20)
+		p, err := b.propagation(20)
+		b.report.Propagation = p
+		return err
 	case "rss":
 		return b.rss(b.cfg.rssProjects)
 	default:
@@ -178,7 +182,7 @@ func (b *bench) single(name string) error {
 	return nil
 }
 
-// suite is the standard run: every scenario once, bounded to fit in about three minutes.
+// suite is the standard run: every scenario once, bounded to fit in about four minutes.
 func (b *bench) suite() error {
 	d := b.cfg.duration
 	if err := b.measureBaseline(); err != nil {
@@ -205,13 +209,19 @@ func (b *bench) suite() error {
 	}
 	b.cfg.duration = d
 	b.measure(b.load("mixed (1 decide : 10 events)", 0, b.work.mixed))
-	if err := b.propagation(20); err != nil {
+	p, err := b.propagation(20)
+	if err != nil {
 		return err
 	}
+	b.report.Propagation = p
 	if b.cfg.rssProjects > 0 {
 		if err := b.rss(b.cfg.rssProjects); err != nil {
 			return err
 		}
+	}
+	// Last, self-contained: an edge of its own 80 ms from a control plane of its own.
+	if err := b.regions(); err != nil {
+		return err
 	}
 	decide := b.report.Results[1]
 	b.report.Targets["decide closed loop ≥ 60% of the bare ceiling"] = verdict(decide.Ratio >= 0.6, fmt.Sprintf("%.0f%%", 100*decide.Ratio))
@@ -244,7 +254,9 @@ type propagation struct {
 	RawMs  []float64 `json:"rounds_ms"`
 }
 
-func (b *bench) propagation(rounds int) error {
+// propagation measures rounds flag changes: from the PATCH's answer until every edge
+// answers the new value.
+func (b *bench) propagation(rounds int) (*propagation, error) {
 	id := b.project.flags["kill-switch"]
 	var delays []float64
 	for i := range rounds {
@@ -256,7 +268,7 @@ func (b *bench) propagation(rounds int) error {
 		}
 		if err := b.api.call("PATCH", fmt.Sprintf("/api/projects/%d/feature_flags/%d/", b.project.id, id),
 			map[string]any{"filters": map[string]any{"groups": []any{map[string]any{"rollout_percentage": pct}}}}, nil); err != nil {
-			return err
+			return nil, err
 		}
 		answered := time.Now()
 		var wg sync.WaitGroup
@@ -272,16 +284,15 @@ func (b *bench) propagation(rounds int) error {
 		close(errs)
 		for err := range errs {
 			if err != nil {
-				return err
+				return nil, err
 			}
 		}
 		delays = append(delays, float64(time.Since(answered).Microseconds())/1000)
 	}
 	sorted := slices.Clone(delays)
 	slices.Sort(sorted)
-	b.report.Propagation = &propagation{Rounds: rounds, RawMs: delays, P50Ms: sorted[len(sorted)/2],
-		P99Ms: sorted[min(len(sorted)-1, len(sorted)*99/100)], MaxMs: sorted[len(sorted)-1]}
-	return nil
+	return &propagation{Rounds: rounds, RawMs: delays, P50Ms: sorted[len(sorted)/2],
+		P99Ms: sorted[min(len(sorted)-1, len(sorted)*99/100)], MaxMs: sorted[len(sorted)-1]}, nil
 }
 
 func (b *bench) waitValue(edge string, want bool, since time.Time) error {
@@ -291,11 +302,15 @@ func (b *bench) waitValue(edge string, want bool, since time.Time) error {
 	}
 	c := newClient(addr, 1)
 	needle := `"kill-switch":` + strconv.FormatBool(want)
+	// The probe carries every person property the flags read, so its answer never waits for
+	// a person look-up at the control plane: only the snapshot's arrival is measured.
+	props, _ := json.Marshal(flagstest.RealisticPersonProperties())
+	body := `{"api_key":"` + b.project.token + `","distinct_id":"propagation-probe","person_properties":` + string(props) + `}`
 	for time.Since(since) < 10*time.Second {
 		req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
 		req.Header.SetMethod("POST")
 		req.SetRequestURI("http://" + addr + "/decide/?v=3")
-		req.SetBodyString(`{"api_key":"` + b.project.token + `","distinct_id":"propagation-probe"}`)
+		req.SetBodyString(body)
 		err := c.Do(req, resp)
 		ok := err == nil && strings.Contains(string(resp.Body()), needle)
 		fasthttp.ReleaseRequest(req)
