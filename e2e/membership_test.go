@@ -86,6 +86,29 @@ func TestEdgeKnowsWhoHasNothingStored(t *testing.T) {
 		}
 	})
 
+	t.Run("a project created after the control plane started", func(t *testing.T) {
+		code, created := call(t, "POST", "http://"+s.httpAddr+"/api/projects/", s.personal, map[string]any{"name": "later"})
+		if code != 201 {
+			t.Fatalf("create project: %d %v", code, created)
+		}
+		token := created["api_token"].(string)
+		id := int64(created["id"].(float64))
+		code, _ = call(t, "POST", fmt.Sprintf("http://%s/api/projects/%d/feature_flags/", s.httpAddr, id), s.personal, map[string]any{"key": "pro-only",
+			"filters": map[string]any{"groups": []any{map[string]any{"properties": []any{map[string]any{"key": "plan", "value": "pro", "type": "person"}}}}}})
+		if code != 201 {
+			t.Fatalf("create flag: %d", code)
+		}
+		waitFor(t, "the new project at edge-a", func() bool {
+			code, out := call(t, "POST", a.url+"/decide/?v=3", "", map[string]any{"api_key": token, "distinct_id": "x"})
+			return code == 200 && hasKey(featureFlags(out), "pro-only")
+		})
+		waitFor(t, "the new project's filter", func() bool {
+			before := lookups(t, a)
+			call(t, "POST", a.url+"/decide/?v=3", "", map[string]any{"api_key": token, "distinct_id": fmt.Sprintf("n-%d", time.Now().UnixNano())})
+			return lookups(t, a) == before
+		})
+	})
+
 	// waitStored waits until the control plane stores distinctID's person.
 	waitStored := func(distinctID string) time.Time {
 		waitFor(t, distinctID+" stored", func() bool { return len(s.persons("distinct_id="+distinctID)) == 1 })

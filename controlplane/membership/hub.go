@@ -133,6 +133,9 @@ func (h *Hub) Announce(ctx context.Context, projectID int64, keys [][]byte, rebu
 	if f == nil { // a project created since the build: every key it has is announced
 		f = &filter{bloom: membership.NewFilter(0), capacity: membership.Capacity(0)}
 		h.filters[projectID] = f
+		for sub := range h.subs {
+			sub.whole(projectID, f) // the keys below follow as additions
+		}
 	}
 	for _, k := range keys {
 		f.bloom.Add(k)
@@ -150,6 +153,23 @@ func (h *Hub) Announce(ctx context.Context, projectID int64, keys [][]byte, rebu
 		return h.rebuild(ctx, projectID)
 	}
 	return nil
+}
+
+// Ensure gives a project the hub has no filter for an empty one, and sends it. Call it for
+// every project the database is seen to have (the snapshot notifications): a project the
+// last build did not see was created after it, so every key it has is announced, and an
+// empty filter plus the announcements is exact.
+func (h *Hub) Ensure(projectID int64) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if !h.ready || h.filters[projectID] != nil {
+		return
+	}
+	f := &filter{bloom: membership.NewFilter(0), capacity: membership.Capacity(0)}
+	h.filters[projectID] = f
+	for sub := range h.subs {
+		sub.whole(projectID, f)
+	}
 }
 
 // rebuild reads one project's keys into a new filter sized for them and sends it whole. It

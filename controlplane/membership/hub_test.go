@@ -286,3 +286,42 @@ func waitFor(t *testing.T, what string, ok func() bool) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// TestNewProjectGetsAFilter: a project created after the filters were built gets an empty
+// filter as soon as its snapshot is announced, and then the keys stored for it.
+func TestNewProjectGetsAFilter(t *testing.T) {
+	r := newRig(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	m := follow(ctx, r.hub)
+	waitFor(t, "first build", func() bool { return r.resyncs.Load() > 0 })
+	orgID := r.orgID()
+	p, err := postgres.NewProjectService(r.db).CreateProject(ctx, orgID, "later")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.hub.Ensure(p.ID) // as the snapshot notification of the new project does
+	probe := [][]byte{sharedmembership.PersonKey(nil, "nobody")}
+	waitFor(t, "an empty filter for the new project", func() bool {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		return m.filters[p.ID] != nil
+	})
+	if m.missing(p.ID, probe) != 1 {
+		t.Fatal("the new project's filter holds a key never stored")
+	}
+	r.projectID = p.ID
+	r.ingest(r.event("$pageview", "first-user", nil))
+	waitFor(t, "the new project's first user", func() bool {
+		return m.missing(p.ID, [][]byte{sharedmembership.PersonKey(nil, "first-user")}) == 0
+	})
+}
+
+func (r *rig) orgID() int64 {
+	r.t.Helper()
+	var id int64
+	if err := r.db.Pool.QueryRow(context.Background(), `SELECT organization_id FROM projects WHERE id = $1`, r.projectID).Scan(&id); err != nil {
+		r.t.Fatal(err)
+	}
+	return id
+}

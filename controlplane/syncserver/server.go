@@ -115,6 +115,9 @@ func (s *Server) Notify(payload string) {
 		s.log.Warn("bad snapshot notification", "payload", payload)
 		return
 	}
+	if s.members != nil {
+		s.members.Ensure(id)
+	}
 	s.broadcast(id, version, false)
 }
 
