@@ -105,7 +105,7 @@ func runBench(args []string) error {
 		return err
 	}
 	fmt.Print("\n" + b.report.table())
-	fmt.Printf("\nreport: %s/report.md, report.json, latency.svg\n", cfg.out)
+	fmt.Printf("\nreport: %s/report.md, report.json, latency, throughput and compare plots (.svg, .png)\n", cfg.out)
 	return nil
 }
 
