@@ -56,6 +56,9 @@ func envOr(env, def string) string {
 }
 
 func runBench(args []string) error {
+	if handled, err := childMode(args); handled {
+		return err
+	}
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	var cfg config
 	var edges string
@@ -63,7 +66,7 @@ func runBench(args []string) error {
 	fs.StringVar(&edges, "edge", envOr("EDGE", "http://127.0.0.1:8080"), "edge URLs, comma-separated; load goes to the first (env EDGE)")
 	fs.StringVar(&cfg.personalKey, "personal-key", os.Getenv("KEY"), "personal API key with scope * (env KEY)")
 	fs.BoolVar(&cfg.suite, "suite", false, "run the standard suite (what make bench runs)")
-	fs.StringVar(&cfg.scenario, "scenario", "decide", "decide, decide-repeat, flags, capture, mixed, propagation, rss, or eventlog (self-contained: starts its own PostgreSQL and NATS)")
+	fs.StringVar(&cfg.scenario, "scenario", "decide", "decide, decide-repeat, flags, capture, mixed, propagation, rss, eventlog (self-contained: starts its own PostgreSQL and NATS), or pinned (self-contained: the edge vs a bare responder on one pinned core, with wrk)")
 	fs.DurationVar(&cfg.duration, "duration", 10*time.Second, "how long each load runs")
 	fs.IntVar(&cfg.connections, "connections", 32, "concurrent connections (closed loop)")
 	fs.IntVar(&cfg.rate, "rate", 0, "requests per second for an open-loop run; 0 is closed loop")
@@ -82,6 +85,9 @@ func runBench(args []string) error {
 	cfg.edges = strings.Split(edges, ",")
 	if cfg.scenario == "eventlog" { // self-contained: its own PostgreSQL and NATS cluster
 		return eventLogScenario(cfg)
+	}
+	if cfg.scenario == "pinned" { // self-contained: its own PostgreSQL, control plane and edge
+		return pinnedScenario(cfg)
 	}
 	if cfg.personalKey == "" {
 		return errors.New("--personal-key (or KEY) is required: the bench creates its own project")
