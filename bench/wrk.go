@@ -57,23 +57,39 @@ func wrkScript(entries []wrkEntry) string {
 	}
 	b.WriteString(`}
 local n = #entries
-local counter = 0
-local threads = 0
+local path, counter, threads, digits = "/decide/?v=3", 0, 0, 0
+local heads = {}
+
+local function format(e, body)
+  return wrk.format("POST", path, {["Content-Type"] = "application/json", ["X-Forwarded-For"] = e[3]}, body)
+end
 
 function setup(thread)
   thread:set("thread_base", threads * 1e12)
   threads = threads + 1
 end
 
+-- Every request of a thread has an id of as many digits as its first, so each entry's
+-- request line, headers (Content-Length included) and body up to the id are made once here
+-- and request() only joins three strings: the generator spends its core on sending.
 function init(args)
   counter = (thread_base or 0) + tonumber(args[1] or "0")
+  digits = #string.format("%d", counter)
+  for i, e in ipairs(entries) do
+    local body = e[1] .. string.rep("0", digits) .. e[2]
+    local req = format(e, body)
+    heads[i] = req:sub(1, #req - #body) .. e[1]
+  end
 end
 
 function request()
-  local e = entries[(counter % n) + 1]
-  local body = e[1] .. string.format("%d", counter) .. e[2]
+  local i = (counter % n) + 1
+  local id = string.format("%d", counter)
   counter = counter + 1
-  return wrk.format("POST", "/decide/?v=3", {["Content-Type"] = "application/json", ["X-Forwarded-For"] = e[3]}, body)
+  if #id ~= digits then
+    return format(entries[i], entries[i][1] .. id .. entries[i][2])
+  end
+  return heads[i] .. id .. entries[i][2]
 end
 
 function done(summary, latency, requests)

@@ -62,9 +62,14 @@ func TestParseWrk(t *testing.T) {
 	}
 }
 
+// wrkTestBase is 10,000 ids below 10^10, so that the test sees the script's prepared requests
+// and, past the change to 11 digits, the ones it formats whole.
+const wrkTestBase = 1e10 - 10_000
+
 // TestWrkScriptRuns drives a server with wrk and the generated script for one second on
-// loopback (skipped where wrk is not installed): every request is valid JSON, a POST to
-// /decide/?v=3 with a distinct id of its own, counted from the base given after "--".
+// loopback (skipped where wrk is not installed): every request is valid JSON with its
+// headers, a POST to /decide/?v=3 with a distinct id of its own, counted from the base given
+// after "--".
 func TestWrkScriptRuns(t *testing.T) {
 	if _, err := exec.LookPath("wrk"); err != nil || testing.Short() {
 		t.Skip("wrk not installed")
@@ -84,7 +89,8 @@ func TestWrkScriptRuns(t *testing.T) {
 		n, _ := strconv.ParseInt(strings.TrimPrefix(body.DistinctID, "user-42-"), 10, 64)
 		mu.Lock()
 		if err != nil || string(ctx.Method()) != "POST" || string(ctx.RequestURI()) != "/decide/?v=3" || seen[body.DistinctID] ||
-			n < 1e10 || n >= 1e10+1e9 || body.Props["plan"] == nil {
+			n < wrkTestBase || n >= wrkTestBase+1e9 || body.Props["plan"] == nil || string(ctx.Request.Header.ContentType()) != "application/json" ||
+			len(ctx.Request.Header.Peek("X-Forwarded-For")) == 0 {
 			bad = append(bad, fmt.Sprintf("%s %s %s (%v)", ctx.Method(), ctx.RequestURI(), ctx.PostBody(), err))
 		}
 		seen[body.DistinctID] = true
@@ -101,7 +107,7 @@ func TestWrkScriptRuns(t *testing.T) {
 	if err := os.WriteFile(script, []byte(wrkScript(entries)), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	out, err := exec.Command("wrk", "-t1", "-c2", "-d1s", "-s", script, "http://"+ln.Addr().String(), "--", "10000000000").CombinedOutput()
+	out, err := exec.Command("wrk", "-t1", "-c2", "-d1s", "-s", script, "http://"+ln.Addr().String(), "--", strconv.Itoa(wrkTestBase)).CombinedOutput()
 	if err != nil {
 		t.Fatalf("wrk: %v\n%s", err, out)
 	}
@@ -111,6 +117,7 @@ func TestWrkScriptRuns(t *testing.T) {
 	}
 	mu.Lock()
 	defer mu.Unlock()
+	t.Logf("%d requests", res.Requests)
 	if res.Requests == 0 || len(res.Errors) > 0 || len(bad) > 0 || int64(len(seen)) < res.Requests {
 		t.Errorf("wrk: %d requests, errors %v, %d distinct ids, bad requests %d (first: %v)\n%s", res.Requests, res.Errors, len(seen), len(bad), bad[:min(1, len(bad))], out)
 	}
