@@ -472,6 +472,16 @@ func (r *pinnedReport) markdown() string {
 		fmt.Fprintf(&b, "| %s | %.0f | %d | %d | %d | %d | %d | %d | %.0f%% | %.0f%% | %.0f%% | %.0f%% |\n", name, run.Throughput, run.LatencyUs["p50"], run.LatencyUs["p90"],
 			run.LatencyUs["p99"], run.LatencyUs["p99.9"], run.LatencyUs["max"], errs, 100*run.ServerCPU, 100*run.ServerCPUBusy, 100*run.GeneratorCPU, 100*run.ClientCPUBusy)
 	}
+	worst, worstRun := 0.0, ""
+	for _, run := range append(slices.Clone(r.Runs), *r.OpenLoop) {
+		if other := run.ServerCPUBusy - run.ServerCPU; other > worst {
+			worst, worstRun = other, run.Name
+		}
+	}
+	if worst > 0.15 {
+		fmt.Fprintf(&b, "\n**Not a quiet machine**: other processes took up to %.0f%% of CPU %s (in %q); the server did not have its core, and these figures do not measure it. Re-run when the load average is near 0.\n",
+			100*worst, serverCPU, worstRun)
+	}
 	fmt.Fprintf(&b, "\n| goal | result |\n|---|---|\n")
 	fmt.Fprintf(&b, "| edge ≥ 0.60 × bare (median req/s of %d runs each) | %s |\n", pinnedRounds,
 		verdict(r.Ratio >= 0.6, fmt.Sprintf("%.2f: edge %.0f req/s, bare %.0f req/s", r.Ratio, r.EdgeMedian, r.BareMedian)))
