@@ -151,152 +151,45 @@ func pinnedScenario(cfg config) error {
 		EdgeGOGC: os.Getenv("GOGC"), EdgeMemLim: os.Getenv("GOMEMLIMIT")}
 	wrkVersion, _ := exec.Command("wrk", "--version").CombinedOutput()
 	rep.Wrk, _, _ = strings.Cut(strings.SplitN(string(wrkVersion), "\n", 2)[0], " Copyright")
-	root, err := moduleRoot()
+	st, err := startPinnedStack(ctx, cfg.seed, rep)
 	if err != nil {
 		return err
 	}
-	if out, err := exec.Command("git", "-C", root, "describe", "--always", "--dirty").Output(); err == nil {
-		rep.Commit = strings.TrimSpace(string(out))
-	}
-	self, err := os.Executable()
+	defer st.close()
+	script := filepath.Join(st.tmp, "decide.lua")
+	entries, err := wrkEntries(st.work, wrkEntryCount)
 	if err != nil {
 		return err
 	}
-	tmp, err := os.MkdirTemp("", "flagedge-bench-pinned-")
-	if err != nil {
-		return err
-	}
-	defer os.RemoveAll(tmp)
-
-	progress("pinned: building the control plane and the edge")
-	bins := map[string]string{"controlplane": "./controlplane/cmd/controlplane", "edge": "./edge/cmd/edge"}
-	for name, pkg := range bins {
-		cmd := exec.CommandContext(ctx, "go", "build", "-o", filepath.Join(tmp, name), pkg)
-		cmd.Dir = root
-		if out, err := cmd.CombinedOutput(); err != nil {
-			return fmt.Errorf("build %s: %v\n%s", pkg, err, out)
-		}
-	}
-	progress("pinned: starting PostgreSQL")
-	pg, err := pgcluster.Start(ctx, pgcluster.Options{})
-	if err != nil {
-		return err
-	}
-	defer pg.Stop()
-	dbURL := pg.URL("postgres")
-	cp := filepath.Join(tmp, "controlplane")
-	keysOut, err := exec.CommandContext(ctx, cp, "bootstrap", "--database-url", dbURL, "--email", "bench@example.com").Output()
-	if err != nil {
-		return fmt.Errorf("bootstrap: %w", err)
-	}
-	var keys struct {
-		PersonalAPIKey string `json:"personal_api_key"`
-	}
-	if err := json.Unmarshal(keysOut, &keys); err != nil {
-		return fmt.Errorf("bootstrap printed %q: %w", keysOut, err)
-	}
-	// The control plane and PostgreSQL idle during the runs (every request carries its
-	// properties); the control plane is kept off the server's CPU all the same.
-	cpProc, err := startChild(ctx, "control plane", clientCPU, nil, cp, "serve", "--database-url", dbURL,
-		"--http-addr", "127.0.0.1:0", "--grpc-addr", "127.0.0.1:0", "--drain-delay", "0s")
-	if err != nil {
-		return err
-	}
-	defer cpProc.stop()
-	cpAddrs, err := cpProc.listening("control plane listening")
-	if err != nil {
-		return err
-	}
-	tokenOut, err := exec.CommandContext(ctx, cp, "edges", "create", "--database-url", dbURL, "--name", fmt.Sprintf("bench-pinned-%d", time.Now().UnixNano())).Output()
-	if err != nil {
-		return fmt.Errorf("edges create: %w", err)
-	}
-	var edgeToken struct {
-		EdgeToken string `json:"edge_token"`
-	}
-	if err := json.Unmarshal(tokenOut, &edgeToken); err != nil || edgeToken.EdgeToken == "" {
-		return fmt.Errorf("edges create printed %q: %v", tokenOut, err)
-	}
-	edgeArgs := []string{"--http-addr", "127.0.0.1:0", "--control-plane", cpAddrs["grpc_addr"], "--data-dir", filepath.Join(tmp, "edge-data"),
-		"--edge-token", edgeToken.EdgeToken, "--edge-id", "bench-pinned", "--drain-delay", "0s"}
-	// GeoIP as make run and make bench have it, when deploy/fetch-geoip.sh can get it.
-	if out, err := exec.CommandContext(ctx, "bash", filepath.Join(root, "deploy/fetch-geoip.sh"), filepath.Join(root, ".run/geoip")).Output(); err == nil {
-		if path := strings.TrimSpace(string(out)); path != "" {
-			edgeArgs = append(edgeArgs, "--geoip-db", path)
-			rep.GeoIP = true
-		}
-	}
-	edgeProc, err := startChild(ctx, "edge", serverCPU, []string{"GOMAXPROCS=1"}, filepath.Join(tmp, "edge"), edgeArgs...)
-	if err != nil {
-		return err
-	}
-	defer edgeProc.stop()
-	edgeAddrs, err := edgeProc.listening("edge listening")
-	if err != nil {
-		return err
-	}
-	edgeAddr := edgeAddrs["http_addr"]
-
-	progress("pinned: creating a project of 50 flags through the REST API")
-	a := &api{base: "http://" + cpAddrs["http_addr"], key: keys.PersonalAPIKey, http: httpClient}
-	p, err := createProject(a, fmt.Sprintf("bench pinned %d", cfg.seed))
-	if err != nil {
-		return err
-	}
-	work := newWorkload(cfg.seed, p.token, edgeAddr, 1, 1) // every request carries its person properties
-	if rep.BodyBytes, err = decideAnswerSize(ctx, work, len(p.flags)); err != nil {
-		return err
-	}
-	bare, err := startChild(ctx, "bare responder", serverCPU, []string{"GOMAXPROCS=1"}, self,
-		"--serve-bare", "127.0.0.1:0", "--body-bytes", strconv.Itoa(rep.BodyBytes))
-	if err != nil {
-		return err
-	}
-	defer bare.stop()
-	bareAddrs, err := bare.listening("bare listening")
-	if err != nil {
-		return err
-	}
-	entries, err := wrkEntries(work, wrkEntryCount)
-	if err != nil {
-		return err
-	}
-	script := filepath.Join(tmp, "decide.lua")
 	if err := os.WriteFile(script, []byte(wrkScript(entries)), 0o644); err != nil {
 		return err
 	}
-
 	wrkSeconds := max(int(cfg.duration.Round(time.Second)/time.Second), 1)
-	servers := map[string]struct {
-		addr string
-		proc *child
-	}{"edge": {edgeAddr, edgeProc}, "bare": {bareAddrs["http_addr"], bare}}
-	// Distinct ids of run r start at (r+1)·10^10: no run sees another's users, nor the
-	// open-loop run's (which start at 0).
+	servers := map[string]*child{"edge": st.edge, "bare": st.bare}
 	wrkRun := func(server string, seconds int, base int64) (pinnedRun, error) {
-		s := servers[server]
+		proc := servers[server]
 		progress(fmt.Sprintf("pinned: wrk against the %s server for %ds", server, seconds))
-		before := sampleCPU(s.proc.cmd.Process.Pid)
+		before := sampleCPU(proc.cmd.Process.Pid)
 		cmd := exec.CommandContext(ctx, "taskset", "-c", clientCPU, "wrk", "-t1", fmt.Sprintf("-c%d", pinnedConnections),
-			fmt.Sprintf("-d%ds", seconds), "--latency", "-s", script, "http://"+s.addr, "--", strconv.FormatInt(base, 10))
+			fmt.Sprintf("-d%ds", seconds), "--latency", "-s", script, "http://"+proc.addr, "--", strconv.FormatInt(base, 10))
 		out, err := cmd.CombinedOutput()
 		if err != nil {
 			return pinnedRun{}, fmt.Errorf("wrk: %v\n%s", err, out)
 		}
-		run := before.until(sampleCPU(s.proc.cmd.Process.Pid), cmd.ProcessState)
+		run := before.until(sampleCPU(proc.cmd.Process.Pid), cmd.ProcessState)
 		name := "edge, pinned"
 		if server == "bare" {
 			name = fmt.Sprintf("bare fasthttp, pinned, %d B", rep.BodyBytes)
 		}
-		res, err := parseWrk(name, pinnedConnections, string(out))
-		if err != nil {
+		if run.result, err = parseWrk(name, pinnedConnections, string(out)); err != nil {
 			return pinnedRun{}, err
 		}
-		run.result, run.Server = res, server
+		run.Server = server
 		return run, nil
 	}
 	// Warm-up, not reported: the edge's caches (group look-ups, GeoIP pages) and both
-	// servers' connections.
+	// servers' connections. Distinct ids of each run start at a multiple of 10^10 of its
+	// own: no run sees another's users, nor the open-loop run's (which start at 0).
 	if _, err := wrkRun("edge", 2, 99e10); err != nil {
 		return err
 	}
@@ -318,47 +211,174 @@ func pinnedScenario(cfg config) error {
 		rate = cfg.rate
 	}
 	progress(fmt.Sprintf("pinned: open loop at %d/s against the edge", rate))
-	open, err := openLoopRun(ctx, self, edgeProc, edgeAddr, p.token, cfg.seed, rate, time.Duration(wrkSeconds)*time.Second)
+	open, err := openLoopRun(ctx, st, rate, time.Duration(wrkSeconds)*time.Second)
 	if err != nil {
 		return err
 	}
 	rep.OpenLoop = &open
 	rep.LoadAfter = loadAverage()
 	rep.summarise()
-	md := rep.markdown()
-	if err := os.MkdirAll(cfg.out, 0o755); err != nil {
+	return rep.write(cfg.out)
+}
+
+// pinnedStack is what the pinned scenario runs: PostgreSQL, the control plane, the edge and
+// the bare responder, with the bench project on the edge.
+type pinnedStack struct {
+	tmp        string
+	self       string // the bench binary, for its child modes
+	pg         *pgcluster.Cluster
+	cp         *child
+	edge, bare *child
+	token      string
+	work       *workload
+}
+
+// startPinnedStack builds the control plane and the edge from the module bench runs in and
+// starts everything, the servers under test on serverCPU with GOMAXPROCS=1.
+func startPinnedStack(ctx context.Context, seed uint64, rep *pinnedReport) (*pinnedStack, error) {
+	root, err := moduleRoot()
+	if err != nil {
+		return nil, err
+	}
+	if out, err := exec.Command("git", "-C", root, "describe", "--always", "--dirty").Output(); err == nil {
+		rep.Commit = strings.TrimSpace(string(out))
+	}
+	st, started := &pinnedStack{}, false
+	defer func() {
+		if !started {
+			st.close()
+		}
+	}()
+	if st.self, err = os.Executable(); err != nil {
+		return nil, err
+	}
+	if st.tmp, err = os.MkdirTemp("", "flagedge-bench-pinned-"); err != nil {
+		return nil, err
+	}
+	progress("pinned: building the control plane and the edge")
+	for name, pkg := range map[string]string{"controlplane": "./controlplane/cmd/controlplane", "edge": "./edge/cmd/edge"} {
+		cmd := exec.CommandContext(ctx, "go", "build", "-o", filepath.Join(st.tmp, name), pkg)
+		cmd.Dir = root
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return nil, fmt.Errorf("build %s: %v\n%s", pkg, err, out)
+		}
+	}
+	progress("pinned: starting PostgreSQL")
+	if st.pg, err = pgcluster.Start(ctx, pgcluster.Options{}); err != nil {
+		return nil, err
+	}
+	dbURL := st.pg.URL("postgres")
+	cp := filepath.Join(st.tmp, "controlplane")
+	var keys struct {
+		PersonalAPIKey string `json:"personal_api_key"`
+	}
+	if err := runJSON(ctx, &keys, cp, "bootstrap", "--database-url", dbURL, "--email", "bench@example.com"); err != nil {
+		return nil, err
+	}
+	// The control plane and PostgreSQL idle during the runs (every request carries its
+	// properties); the control plane is kept off the server's CPU all the same.
+	if st.cp, err = startChild(ctx, "control plane", clientCPU, nil, "control plane listening", cp, "serve", "--database-url", dbURL,
+		"--http-addr", "127.0.0.1:0", "--grpc-addr", "127.0.0.1:0", "--drain-delay", "0s"); err != nil {
+		return nil, err
+	}
+	var edgeToken struct {
+		EdgeToken string `json:"edge_token"`
+	}
+	if err := runJSON(ctx, &edgeToken, cp, "edges", "create", "--database-url", dbURL, "--name", fmt.Sprintf("bench-pinned-%d", time.Now().UnixNano())); err != nil {
+		return nil, err
+	}
+	edgeArgs := []string{"--http-addr", "127.0.0.1:0", "--control-plane", st.cp.grpcAddr, "--data-dir", filepath.Join(st.tmp, "edge-data"),
+		"--edge-token", edgeToken.EdgeToken, "--edge-id", "bench-pinned", "--drain-delay", "0s"}
+	// GeoIP as make run and make bench have it, when deploy/fetch-geoip.sh can get it.
+	if out, err := exec.CommandContext(ctx, "bash", filepath.Join(root, "deploy/fetch-geoip.sh"), filepath.Join(root, ".run/geoip")).Output(); err == nil {
+		if path := strings.TrimSpace(string(out)); path != "" {
+			edgeArgs = append(edgeArgs, "--geoip-db", path)
+			rep.GeoIP = true
+		}
+	}
+	if st.edge, err = startChild(ctx, "edge", serverCPU, []string{"GOMAXPROCS=1"}, "edge listening", filepath.Join(st.tmp, "edge"), edgeArgs...); err != nil {
+		return nil, err
+	}
+	progress("pinned: creating a project of 50 flags through the REST API")
+	a := &api{base: "http://" + st.cp.addr, key: keys.PersonalAPIKey, http: httpClient}
+	p, err := createProject(a, fmt.Sprintf("bench pinned %d", seed))
+	if err != nil {
+		return nil, err
+	}
+	st.token = p.token
+	st.work = newWorkload(seed, p.token, st.edge.addr, 1, 1) // every request carries its person properties
+	if rep.BodyBytes, err = decideAnswerSize(ctx, st.work, len(p.flags)); err != nil {
+		return nil, err
+	}
+	if st.bare, err = startChild(ctx, "bare responder", serverCPU, []string{"GOMAXPROCS=1"}, "bare listening", st.self,
+		"--serve-bare", "127.0.0.1:0", "--body-bytes", strconv.Itoa(rep.BodyBytes)); err != nil {
+		return nil, err
+	}
+	started = true
+	return st, nil
+}
+
+func (st *pinnedStack) close() {
+	for _, c := range []*child{st.bare, st.edge, st.cp} {
+		if c != nil {
+			c.stop()
+		}
+	}
+	if st.pg != nil {
+		st.pg.Stop()
+	}
+	if st.tmp != "" {
+		os.RemoveAll(st.tmp)
+	}
+}
+
+// runJSON runs a command and decodes the JSON it prints into out.
+func runJSON(ctx context.Context, out any, name string, args ...string) error {
+	raw, err := exec.CommandContext(ctx, name, args...).Output()
+	if err != nil {
+		return fmt.Errorf("%s %s: %w", filepath.Base(name), args[0], err)
+	}
+	if err := json.Unmarshal(raw, out); err != nil {
+		return fmt.Errorf("%s %s printed %q: %w", filepath.Base(name), args[0], raw, err)
+	}
+	return nil
+}
+
+// write saves pinned.md, pinned.json and the pinned-* plots in dir and prints pinned.md.
+func (r *pinnedReport) write(dir string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	raw, err := json.MarshalIndent(rep, "", "  ")
+	raw, err := json.MarshalIndent(r, "", "  ")
 	if err != nil {
 		return err
 	}
-	if err := os.WriteFile(filepath.Join(cfg.out, "pinned.json"), raw, 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, "pinned.json"), raw, 0o644); err != nil {
 		return err
 	}
 	var results []result
-	for _, r := range append(slices.Clone(rep.Runs), open) {
-		results = append(results, r.result)
+	for _, run := range append(slices.Clone(r.Runs), *r.OpenLoop) {
+		results = append(results, run.result)
 	}
-	plots, err := writePlots(cfg.out, "pinned-", results)
+	plots, err := writePlots(dir, "pinned-", results)
 	if err != nil {
 		return err
 	}
-	md += "\nPlots: " + strings.Join(plots, ", ") + "\n"
-	if err := os.WriteFile(filepath.Join(cfg.out, "pinned.md"), []byte(md), 0o644); err != nil {
+	md := r.markdown() + "\nPlots: " + strings.Join(plots, ", ") + "\n"
+	if err := os.WriteFile(filepath.Join(dir, "pinned.md"), []byte(md), 0o644); err != nil {
 		return err
 	}
 	fmt.Print("\n" + md)
-	fmt.Printf("\nreport: %s/pinned.md, pinned.json\n", cfg.out)
+	fmt.Printf("\nreport: %s/pinned.md, pinned.json\n", dir)
 	return nil
 }
 
 // openLoopRun runs bench's open-loop generator in a child process on the client CPU with
-// GOMAXPROCS=1.
-func openLoopRun(ctx context.Context, self string, edge *child, addr, token string, seed uint64, rate int, d time.Duration) (pinnedRun, error) {
-	before := sampleCPU(edge.cmd.Process.Pid)
-	cmd := exec.CommandContext(ctx, "taskset", "-c", clientCPU, self, "--open-loop-child", "--edge", addr, "--token", token,
-		"--seed", strconv.FormatUint(seed, 10), "--rate", strconv.Itoa(rate), "--duration", d.String(),
+// GOMAXPROCS=1 against the stack's edge.
+func openLoopRun(ctx context.Context, st *pinnedStack, rate int, d time.Duration) (pinnedRun, error) {
+	before := sampleCPU(st.edge.cmd.Process.Pid)
+	cmd := exec.CommandContext(ctx, "taskset", "-c", clientCPU, st.self, "--open-loop-child", "--edge", st.edge.addr, "--token", st.token,
+		"--seed", strconv.FormatUint(st.work.seed, 10), "--rate", strconv.Itoa(rate), "--duration", d.String(),
 		"--name", "edge, pinned, open loop (bench generator)")
 	cmd.Env = append(os.Environ(), "GOMAXPROCS=1")
 	cmd.Stderr = os.Stderr
@@ -366,7 +386,7 @@ func openLoopRun(ctx context.Context, self string, edge *child, addr, token stri
 	if err != nil {
 		return pinnedRun{}, fmt.Errorf("open-loop generator: %w", err)
 	}
-	run := before.until(sampleCPU(edge.cmd.Process.Pid), cmd.ProcessState)
+	run := before.until(sampleCPU(st.edge.cmd.Process.Pid), cmd.ProcessState)
 	if err := json.Unmarshal(out, &run.result); err != nil {
 		return pinnedRun{}, fmt.Errorf("open-loop generator printed %q: %w", out, err)
 	}
@@ -501,10 +521,12 @@ func (r *pinnedReport) markdown() string {
 
 // child is a process the pinned scenario started, optionally pinned to a CPU.
 type child struct {
-	name string
-	cmd  *exec.Cmd
-	out  *lockedBuffer
-	done chan struct{}
+	name     string
+	cmd      *exec.Cmd
+	out      *lockedBuffer
+	done     chan struct{}
+	addr     string // the HTTP address it logged it listens on
+	grpcAddr string // the control plane's gRPC address
 }
 
 type lockedBuffer struct {
@@ -524,9 +546,10 @@ func (b *lockedBuffer) String() string {
 	return b.buf.String()
 }
 
-// startChild starts bin with args on cpu ("" for any) with env added to bench's own; the
-// child is killed if bench dies.
-func startChild(ctx context.Context, name, cpu string, env []string, bin string, args ...string) (*child, error) {
+// startChild starts bin with args on cpu ("" for any) with env added to bench's own, and
+// waits for its JSON log line whose msg is listening, which gives the addresses it bound on
+// port 0. The child is killed if bench dies.
+func startChild(ctx context.Context, name, cpu string, env []string, listening, bin string, args ...string) (*child, error) {
 	if cpu != "" {
 		args = append([]string{"-c", cpu, bin}, args...)
 		bin = "taskset"
@@ -549,33 +572,27 @@ func startChild(ctx context.Context, name, cpu string, env []string, bin string,
 		case <-c.done:
 		}
 	}()
-	return c, nil
-}
-
-// listening waits for the child's JSON log line whose msg is msg and returns its string
-// fields (the addresses it bound on port 0).
-func (c *child) listening(msg string) (map[string]string, error) {
 	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) {
 		for _, line := range strings.Split(c.out.String(), "\n") {
-			var entry map[string]any
-			if json.Unmarshal([]byte(line), &entry) == nil && entry["msg"] == msg {
-				fields := map[string]string{}
-				for k, v := range entry {
-					if s, ok := v.(string); ok {
-						fields[k] = s
-					}
-				}
-				return fields, nil
+			var entry struct {
+				Msg      string `json:"msg"`
+				HTTPAddr string `json:"http_addr"`
+				GRPCAddr string `json:"grpc_addr"`
+			}
+			if json.Unmarshal([]byte(line), &entry) == nil && entry.Msg == listening {
+				c.addr, c.grpcAddr = entry.HTTPAddr, entry.GRPCAddr
+				return c, nil
 			}
 		}
 		select {
 		case <-c.done:
-			return nil, fmt.Errorf("%s exited before listening:\n%s", c.name, c.out.String())
+			return nil, fmt.Errorf("%s exited before listening:\n%s", name, c.out.String())
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
-	return nil, fmt.Errorf("%s did not log %q:\n%s", c.name, msg, c.out.String())
+	c.stop()
+	return nil, fmt.Errorf("%s did not log %q:\n%s", name, listening, c.out.String())
 }
 
 // stop sends SIGTERM, then SIGKILL after 10 s.
