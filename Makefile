@@ -28,9 +28,15 @@ test: deps
 	$(GO) test -race -count=1 -timeout 20m $(PKGS)
 
 # The standard benchmark suite against a local stack (throwaway PostgreSQL, control plane, one
-# edge), with the Go micro-benchmarks; the report goes to bench/results/.
+# edge), with the Go micro-benchmarks, then the pinned scenario (self-contained: the edge and
+# a bare responder alone on CPU 1, wrk on CPU 0) once that stack is down; the reports go to
+# one directory of bench/results/.
+ifndef BENCH_OUT
+BENCH_OUT := bench/results/$(shell date -u +%Y%m%d-%H%M%S)
+endif
 bench: deps build
-	@bash deploy/run-local.sh $(GO) run ./bench --suite --go-bench --duration 4s
+	@bash deploy/run-local.sh $(GO) run ./bench --suite --go-bench --duration 4s --out $(BENCH_OUT)
+	$(GO) run ./bench --scenario pinned --duration 4s --out $(BENCH_OUT)
 
 # Regenerates shared/syncpb from sync.proto (needs protoc, protoc-gen-go and protoc-gen-go-grpc;
 # see "Development" in README.md).

@@ -13,8 +13,12 @@ type baseline struct {
 	srv *fasthttp.Server
 }
 
-func startBaseline(bodySize int) (*baseline, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+func startBaseline(bodySize int) (*baseline, error) { return listenBaseline("127.0.0.1:0", bodySize) }
+
+// listenBaseline starts a baseline on addr; the pinned scenario runs one in a process of
+// its own (bench --serve-bare).
+func listenBaseline(addr string, bodySize int) (*baseline, error) {
+	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, err
 	}

@@ -56,6 +56,9 @@ func envOr(env, def string) string {
 }
 
 func runBench(args []string) error {
+	if handled, err := childMode(args); handled {
+		return err
+	}
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	var cfg config
 	var edges string
@@ -63,7 +66,7 @@ func runBench(args []string) error {
 	fs.StringVar(&edges, "edge", envOr("EDGE", "http://127.0.0.1:8080"), "edge URLs, comma-separated; load goes to the first (env EDGE)")
 	fs.StringVar(&cfg.personalKey, "personal-key", os.Getenv("KEY"), "personal API key with scope * (env KEY)")
 	fs.BoolVar(&cfg.suite, "suite", false, "run the standard suite (what make bench runs)")
-	fs.StringVar(&cfg.scenario, "scenario", "decide", "decide, decide-repeat, flags, capture, mixed, propagation, rss, eventlog (self-contained: starts its own PostgreSQL and NATS), or regions (self-contained: its own PostgreSQL, control plane and edge, 80 ms apart)")
+	fs.StringVar(&cfg.scenario, "scenario", "decide", "decide, decide-repeat, flags, capture, mixed, propagation, rss, eventlog (self-contained: starts its own PostgreSQL and NATS), regions (self-contained: its own PostgreSQL, control plane and edge, 80 ms apart), or pinned (self-contained: the edge vs a bare responder on one pinned core, with wrk)")
 	fs.DurationVar(&cfg.duration, "duration", 10*time.Second, "how long each load runs")
 	fs.IntVar(&cfg.connections, "connections", 32, "concurrent connections (closed loop)")
 	fs.IntVar(&cfg.rate, "rate", 0, "requests per second for an open-loop run; 0 is closed loop")
@@ -85,6 +88,9 @@ func runBench(args []string) error {
 	}
 	if cfg.scenario == "regions" { // self-contained: its own PostgreSQL, control plane, proxy and edge
 		return runRegions(cfg)
+	}
+	if cfg.scenario == "pinned" { // self-contained: its own PostgreSQL, control plane and edge
+		return pinnedScenario(cfg)
 	}
 	if cfg.personalKey == "" {
 		return errors.New("--personal-key (or KEY) is required: the bench creates its own project")
@@ -108,7 +114,7 @@ func runBench(args []string) error {
 		return err
 	}
 	fmt.Print("\n" + b.report.table())
-	fmt.Printf("\nreport: %s/report.md, report.json, latency.svg\n", cfg.out)
+	fmt.Printf("\nreport: %s/report.md, report.json, latency, throughput and compare plots (.svg, .png)\n", cfg.out)
 	return nil
 }
 

@@ -708,7 +708,10 @@ func runJSON(ctx context.Context, out any, bin string, args ...string) error {
 	if err != nil {
 		return fmt.Errorf("%s %s: %w: %s", filepath.Base(bin), args[0], err, stderr.String())
 	}
-	return json.Unmarshal(raw, out)
+	if err := json.Unmarshal(raw, out); err != nil {
+		return fmt.Errorf("%s %s printed %q: %w", filepath.Base(bin), args[0], raw, err)
+	}
+	return nil
 }
 
 // waitReady waits until url answers 200.

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Installs what a fresh machine lacks to build, run and test flagedge: the PostgreSQL server
 # binaries (tests and `make run` start throwaway clusters with them), Node.js with npm (the
-# end-to-end tests run the official posthog-node SDK) and Chromium (the console's browser
-# tests drive it headless).
+# end-to-end tests run the official posthog-node SDK), Chromium (the console's browser
+# tests drive it headless) and wrk (the load generator of `bench --scenario pinned`).
 set -euo pipefail
 
 need_pg() {
@@ -30,6 +30,11 @@ if ! command -v chromium >/dev/null; then
   echo "install-deps: installing chromium" >&2
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq chromium >/dev/null
+fi
+if ! command -v wrk >/dev/null; then
+  echo "install-deps: installing wrk" >&2
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq wrk >/dev/null
 fi
 if [ "$(id -u)" -eq 0 ] && ! id postgres >/dev/null 2>&1; then
   useradd --system --home /var/lib/postgresql --shell /bin/bash postgres

@@ -1,0 +1,706 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/flagedge/flagedge/internal/pgcluster"
+)
+
+// The pinned scenario measures /decide throughput and tail with the server alone on one
+// core: `go run ./bench --scenario pinned`. It is self-contained: it builds the control plane
+// and the edge, starts a throwaway PostgreSQL, the control plane and one edge, and creates
+// the 50-flag bench project through the REST API. The server under test — the edge, or a bare
+// fasthttp responder in a process of its own answering a body of the same size — runs on
+// CPU 1 with GOMAXPROCS=1; the load generator runs on CPU 0: wrk (one thread, 16
+// connections) for the closed-loop runs, alternating bare, edge, bare, edge, and bench's own
+// open-loop generator (GOMAXPROCS=1, in a child process) for the tail at a fixed rate.
+
+const (
+	serverCPU, clientCPU = "1", "0"
+	pinnedConnections    = 16
+	pinnedRounds         = 2 // bare, edge, bare, edge
+	pinnedOpenLoopRate   = 5000
+	wrkEntryCount        = 4096
+)
+
+// pinnedRun is one measurement with the CPU the server and the generator used in it, as
+// shares of one core, and how busy each of the two CPUs was with anything (other processes
+// on a shared machine, or the hypervisor's steal, show as busy beyond the server's share).
+type pinnedRun struct {
+	result
+	Server        string  `json:"server"` // "edge" or "bare"
+	ServerCPU     float64 `json:"server_cpu_share"`
+	GeneratorCPU  float64 `json:"generator_cpu_share"`
+	ServerCPUBusy float64 `json:"server_cpu_busy"`
+	ClientCPUBusy float64 `json:"client_cpu_busy"`
+}
+
+// pinnedReport is what pinned.json holds.
+type pinnedReport struct {
+	Machine    string      `json:"machine"`
+	StartedAt  string      `json:"started_at"`
+	Command    string      `json:"command"`
+	LoadBefore string      `json:"load_average_before"`
+	LoadAfter  string      `json:"load_average_after"`
+	Commit     string      `json:"commit"`
+	Wrk        string      `json:"wrk"`
+	GeoIP      bool        `json:"geoip"`
+	BodyBytes  int         `json:"body_bytes"`
+	Seed       uint64      `json:"seed"`
+	Runs       []pinnedRun `json:"runs"`
+	EdgeMedian float64     `json:"edge_median_rps"`
+	BareMedian float64     `json:"bare_median_rps"`
+	Ratio      float64     `json:"ratio"`
+	// Per CPU-second the server process used: less sensitive to neighbours on a shared
+	// machine, though not the goal's measure.
+	EdgePerCPU  float64    `json:"edge_median_rps_per_server_cpu"`
+	BarePerCPU  float64    `json:"bare_median_rps_per_server_cpu"`
+	EdgeP99Us   float64    `json:"edge_median_p99_us"`
+	BareP99Us   float64    `json:"bare_median_p99_us"`
+	OpenLoop    *pinnedRun `json:"open_loop"`
+	EdgeGOGC    string     `json:"edge_gogc,omitempty"`
+	EdgeMemLim  string     `json:"edge_gomemlimit,omitempty"`
+	Environment string     `json:"environment"`
+}
+
+// childMode runs the processes the pinned scenario starts from the bench binary itself:
+// `--serve-bare ADDR --body-bytes N` (the bare responder) and `--open-loop-child …` (the
+// open-loop generator). handled is false for an ordinary bench command line.
+func childMode(args []string) (handled bool, err error) {
+	if len(args) == 0 {
+		return false, nil
+	}
+	switch args[0] {
+	case "--serve-bare", "-serve-bare":
+		return true, serveBare(args)
+	case "--open-loop-child", "-open-loop-child":
+		return true, openLoopChild(args[1:])
+	}
+	return false, nil
+}
+
+// serveBare answers every request with a body of --body-bytes until SIGTERM, logging the
+// address it bound as a JSON line, as the edge does.
+func serveBare(args []string) error {
+	fs := flag.NewFlagSet("serve-bare", flag.ContinueOnError)
+	addr := fs.String("serve-bare", "127.0.0.1:0", "address to listen on")
+	size := fs.Int("body-bytes", 1400, "size of every answer's body")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	b, err := listenBaseline(*addr, *size)
+	if err != nil {
+		return err
+	}
+	line, _ := json.Marshal(map[string]any{"msg": "bare listening", "http_addr": b.addr(), "body_bytes": *size, "gomaxprocs": runtime.GOMAXPROCS(0)})
+	fmt.Println(string(line))
+	stop := make(chan os.Signal, 1)
+	signal.Notify(stop, syscall.SIGTERM, os.Interrupt)
+	<-stop
+	b.close()
+	return nil
+}
+
+// openLoopChild runs the decide workload (all properties sent, a new user each request) at
+// a fixed rate against an edge and prints the result as JSON on stdout.
+func openLoopChild(args []string) error {
+	fs := flag.NewFlagSet("open-loop-child", flag.ContinueOnError)
+	addr := fs.String("edge", "", "edge host:port")
+	token := fs.String("token", "", "project API token")
+	seed := fs.Uint64("seed", 42, "workload seed")
+	rate := fs.Int("rate", pinnedOpenLoopRate, "requests per second")
+	duration := fs.Duration("duration", 10*time.Second, "how long")
+	name := fs.String("name", "open loop", "the result's name")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	w := newWorkload(*seed, *token, *addr, 1, 1)
+	res := run(newClient(*addr, 64), load{name: *name, connections: 64, rate: *rate, duration: *duration,
+		maxRequests: int64(*rate) * int64(duration.Seconds()+1), expectStatus: 200,
+		next: func(i int64) *request { return w.decide(i, "/decide/?v=3", 0) }}, progress)
+	return json.NewEncoder(os.Stdout).Encode(res)
+}
+
+func pinnedScenario(cfg config) error {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if runtime.NumCPU() < 2 {
+		return errors.New("pinned: needs two CPUs (server on CPU 1, load generator on CPU 0)")
+	}
+	for _, tool := range []string{"taskset", "wrk"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			return fmt.Errorf("pinned: %s not found (make deps installs it): %w", tool, err)
+		}
+	}
+	rep := &pinnedReport{Machine: machine(), StartedAt: time.Now().UTC().Format(time.RFC3339), Seed: cfg.seed,
+		Command: "go run ./bench " + strings.Join(os.Args[1:], " "), LoadBefore: loadAverage(),
+		EdgeGOGC: os.Getenv("GOGC"), EdgeMemLim: os.Getenv("GOMEMLIMIT")}
+	wrkVersion, _ := exec.Command("wrk", "--version").CombinedOutput()
+	rep.Wrk, _, _ = strings.Cut(strings.SplitN(string(wrkVersion), "\n", 2)[0], " Copyright")
+	st, err := startPinnedStack(ctx, cfg.seed, rep)
+	if err != nil {
+		return err
+	}
+	defer st.close()
+	script := filepath.Join(st.tmp, "decide.lua")
+	entries, err := wrkEntries(st.work, wrkEntryCount)
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(script, []byte(wrkScript(entries)), 0o644); err != nil {
+		return err
+	}
+	wrkSeconds := max(int(cfg.duration.Round(time.Second)/time.Second), 1)
+	servers := map[string]*child{"edge": st.edge, "bare": st.bare}
+	wrkRun := func(server string, seconds int, base int64) (pinnedRun, error) {
+		proc := servers[server]
+		progress(fmt.Sprintf("pinned: wrk against the %s server for %ds", server, seconds))
+		before := sampleCPU(proc.cmd.Process.Pid)
+		cmd := exec.CommandContext(ctx, "taskset", "-c", clientCPU, "wrk", "-t1", fmt.Sprintf("-c%d", pinnedConnections),
+			fmt.Sprintf("-d%ds", seconds), "--latency", "-s", script, "http://"+proc.addr, "--", strconv.FormatInt(base, 10))
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			return pinnedRun{}, fmt.Errorf("wrk: %v\n%s", err, out)
+		}
+		run := before.until(sampleCPU(proc.cmd.Process.Pid), cmd.ProcessState)
+		name := "edge, pinned"
+		if server == "bare" {
+			name = fmt.Sprintf("bare fasthttp, pinned, %d B", rep.BodyBytes)
+		}
+		if run.result, err = parseWrk(name, pinnedConnections, string(out)); err != nil {
+			return pinnedRun{}, err
+		}
+		run.Server = server
+		return run, nil
+	}
+	// Warm-up, not reported: the edge's caches (group look-ups, GeoIP pages) and both
+	// servers' connections. Distinct ids of each run start at a multiple of 10^10 of its
+	// own: no run sees another's users, nor the open-loop run's (which start at 0).
+	if _, err := wrkRun("edge", 2, 99e10); err != nil {
+		return err
+	}
+	if _, err := wrkRun("bare", 1, 98e10); err != nil {
+		return err
+	}
+	for r := range pinnedRounds {
+		for _, server := range []string{"bare", "edge"} {
+			run, err := wrkRun(server, wrkSeconds, int64(len(rep.Runs)+1)*1e10)
+			if err != nil {
+				return err
+			}
+			run.Name += fmt.Sprintf(", run %d", r+1)
+			rep.Runs = append(rep.Runs, run)
+		}
+	}
+	rate := pinnedOpenLoopRate
+	if cfg.rate > 0 {
+		rate = cfg.rate
+	}
+	progress(fmt.Sprintf("pinned: open loop at %d/s against the edge", rate))
+	open, err := openLoopRun(ctx, st, rate, time.Duration(wrkSeconds)*time.Second)
+	if err != nil {
+		return err
+	}
+	rep.OpenLoop = &open
+	rep.LoadAfter = loadAverage()
+	rep.summarise()
+	return rep.write(cfg.out)
+}
+
+// pinnedStack is what the pinned scenario runs: PostgreSQL, the control plane, the edge and
+// the bare responder, with the bench project on the edge.
+type pinnedStack struct {
+	tmp        string
+	self       string // the bench binary, for its child modes
+	pg         *pgcluster.Cluster
+	cp         *child
+	edge, bare *child
+	token      string
+	work       *workload
+}
+
+// startPinnedStack builds the control plane and the edge from the module bench runs in and
+// starts everything, the servers under test on serverCPU with GOMAXPROCS=1.
+func startPinnedStack(ctx context.Context, seed uint64, rep *pinnedReport) (*pinnedStack, error) {
+	root, err := moduleRoot()
+	if err != nil {
+		return nil, err
+	}
+	if out, err := exec.Command("git", "-C", root, "describe", "--always", "--dirty").Output(); err == nil {
+		rep.Commit = strings.TrimSpace(string(out))
+	}
+	st, started := &pinnedStack{}, false
+	defer func() {
+		if !started {
+			st.close()
+		}
+	}()
+	if st.self, err = os.Executable(); err != nil {
+		return nil, err
+	}
+	if st.tmp, err = os.MkdirTemp("", "flagedge-bench-pinned-"); err != nil {
+		return nil, err
+	}
+	progress("pinned: building the control plane and the edge")
+	for name, pkg := range map[string]string{"controlplane": "./controlplane/cmd/controlplane", "edge": "./edge/cmd/edge"} {
+		cmd := exec.CommandContext(ctx, "go", "build", "-o", filepath.Join(st.tmp, name), pkg)
+		cmd.Dir = root
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return nil, fmt.Errorf("build %s: %v\n%s", pkg, err, out)
+		}
+	}
+	progress("pinned: starting PostgreSQL")
+	if st.pg, err = pgcluster.Start(ctx, pgcluster.Options{}); err != nil {
+		return nil, err
+	}
+	dbURL := st.pg.URL("postgres")
+	cp := filepath.Join(st.tmp, "controlplane")
+	var keys struct {
+		PersonalAPIKey string `json:"personal_api_key"`
+	}
+	if err := runJSON(ctx, &keys, cp, "bootstrap", "--database-url", dbURL, "--email", "bench@example.com"); err != nil {
+		return nil, err
+	}
+	// The control plane and PostgreSQL idle during the runs (every request carries its
+	// properties); the control plane is kept off the server's CPU all the same.
+	if st.cp, err = startChild(ctx, "control plane", clientCPU, nil, "control plane listening", cp, "serve", "--database-url", dbURL,
+		"--http-addr", "127.0.0.1:0", "--grpc-addr", "127.0.0.1:0", "--drain-delay", "0s"); err != nil {
+		return nil, err
+	}
+	var edgeToken struct {
+		EdgeToken string `json:"edge_token"`
+	}
+	if err := runJSON(ctx, &edgeToken, cp, "edges", "create", "--database-url", dbURL, "--name", fmt.Sprintf("bench-pinned-%d", time.Now().UnixNano())); err != nil {
+		return nil, err
+	}
+	edgeArgs := []string{"--http-addr", "127.0.0.1:0", "--control-plane", st.cp.grpcAddr, "--data-dir", filepath.Join(st.tmp, "edge-data"),
+		"--edge-token", edgeToken.EdgeToken, "--edge-id", "bench-pinned", "--drain-delay", "0s"}
+	// GeoIP as make run and make bench have it, when deploy/fetch-geoip.sh can get it.
+	if out, err := exec.CommandContext(ctx, "bash", filepath.Join(root, "deploy/fetch-geoip.sh"), filepath.Join(root, ".run/geoip")).Output(); err == nil {
+		if path := strings.TrimSpace(string(out)); path != "" {
+			edgeArgs = append(edgeArgs, "--geoip-db", path)
+			rep.GeoIP = true
+		}
+	}
+	if st.edge, err = startChild(ctx, "edge", serverCPU, []string{"GOMAXPROCS=1"}, "edge listening", filepath.Join(st.tmp, "edge"), edgeArgs...); err != nil {
+		return nil, err
+	}
+	progress("pinned: creating a project of 50 flags through the REST API")
+	a := &api{base: "http://" + st.cp.addr, key: keys.PersonalAPIKey, http: httpClient}
+	p, err := createProject(a, fmt.Sprintf("bench pinned %d", seed))
+	if err != nil {
+		return nil, err
+	}
+	st.token = p.token
+	st.work = newWorkload(seed, p.token, st.edge.addr, 1, 1) // every request carries its person properties
+	if rep.BodyBytes, err = decideAnswerSize(ctx, st.work, len(p.flags)); err != nil {
+		return nil, err
+	}
+	if st.bare, err = startChild(ctx, "bare responder", serverCPU, []string{"GOMAXPROCS=1"}, "bare listening", st.self,
+		"--serve-bare", "127.0.0.1:0", "--body-bytes", strconv.Itoa(rep.BodyBytes)); err != nil {
+		return nil, err
+	}
+	started = true
+	return st, nil
+}
+
+func (st *pinnedStack) close() {
+	for _, c := range []*child{st.bare, st.edge, st.cp} {
+		if c != nil {
+			c.stop()
+		}
+	}
+	if st.pg != nil {
+		st.pg.Stop()
+	}
+	if st.tmp != "" {
+		os.RemoveAll(st.tmp)
+	}
+}
+
+// write saves pinned.md, pinned.json and the pinned-* plots in dir and prints pinned.md.
+func (r *pinnedReport) write(dir string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	raw, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "pinned.json"), raw, 0o644); err != nil {
+		return err
+	}
+	var results []result
+	for _, run := range append(slices.Clone(r.Runs), *r.OpenLoop) {
+		results = append(results, run.result)
+	}
+	plots, err := writePlots(dir, "pinned-", results)
+	if err != nil {
+		return err
+	}
+	md := r.markdown() + "\nPlots: " + strings.Join(plots, ", ") + "\n"
+	if err := os.WriteFile(filepath.Join(dir, "pinned.md"), []byte(md), 0o644); err != nil {
+		return err
+	}
+	fmt.Print("\n" + md)
+	fmt.Printf("\nreport: %s/pinned.md, pinned.json\n", dir)
+	return nil
+}
+
+// openLoopRun runs bench's open-loop generator in a child process on the client CPU with
+// GOMAXPROCS=1 against the stack's edge.
+func openLoopRun(ctx context.Context, st *pinnedStack, rate int, d time.Duration) (pinnedRun, error) {
+	before := sampleCPU(st.edge.cmd.Process.Pid)
+	cmd := exec.CommandContext(ctx, "taskset", "-c", clientCPU, st.self, "--open-loop-child", "--edge", st.edge.addr, "--token", st.token,
+		"--seed", strconv.FormatUint(st.work.seed, 10), "--rate", strconv.Itoa(rate), "--duration", d.String(),
+		"--name", "edge, pinned, open loop (bench generator)")
+	cmd.Env = append(os.Environ(), "GOMAXPROCS=1")
+	cmd.Stderr = os.Stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return pinnedRun{}, fmt.Errorf("open-loop generator: %w", err)
+	}
+	run := before.until(sampleCPU(st.edge.cmd.Process.Pid), cmd.ProcessState)
+	if err := json.Unmarshal(out, &run.result); err != nil {
+		return pinnedRun{}, fmt.Errorf("open-loop generator printed %q: %w", out, err)
+	}
+	run.Server = "edge"
+	return run, nil
+}
+
+// decideAnswerSize waits until the edge serves the project's flags and returns the mean size
+// of its answers to the workload's requests: the bare responder answers as many bytes.
+func decideAnswerSize(ctx context.Context, w *workload, flags int) (int, error) {
+	c := newClient(w.edge, 1)
+	deadline := time.Now().Add(30 * time.Second)
+	total, n := 0, 0
+	for i := int64(0); n < 64; i++ {
+		if ctx.Err() != nil {
+			return 0, ctx.Err()
+		}
+		r := w.decide(97e10+i, "/decide/?v=3", 0)
+		req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
+		req.Header.SetMethod(r.method)
+		req.SetRequestURI(r.url)
+		req.SetBody(r.body)
+		err := c.Do(req, resp)
+		status, body := resp.StatusCode(), slices.Clone(resp.Body())
+		fasthttp.ReleaseRequest(req)
+		fasthttp.ReleaseResponse(resp)
+		var answer struct {
+			FeatureFlags map[string]any `json:"featureFlags"`
+		}
+		switch {
+		case err == nil && status == 200 && json.Unmarshal(body, &answer) == nil && len(answer.FeatureFlags) == flags:
+			total += len(body)
+			n++
+		case time.Now().After(deadline):
+			return 0, fmt.Errorf("pinned: the edge does not serve the bench project's %d flags (%d, %v: %s)", flags, status, err, body)
+		default:
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	return total / n, nil
+}
+
+func (r *pinnedReport) summarise() {
+	var edge, bare []pinnedRun
+	for _, run := range r.Runs {
+		if run.Server == "edge" {
+			edge = append(edge, run)
+		} else {
+			bare = append(bare, run)
+		}
+	}
+	rps := func(x pinnedRun) float64 { return x.Throughput }
+	p99 := func(x pinnedRun) float64 { return float64(x.LatencyUs["p99"]) }
+	r.EdgeMedian, r.BareMedian = median(edge, rps), median(bare, rps)
+	r.EdgeP99Us, r.BareP99Us = median(edge, p99), median(bare, p99)
+	perCPU := func(x pinnedRun) float64 { return x.Throughput / max(x.ServerCPU, 0.01) }
+	r.EdgePerCPU, r.BarePerCPU = median(edge, perCPU), median(bare, perCPU)
+	if r.BareMedian > 0 {
+		r.Ratio = r.EdgeMedian / r.BareMedian
+	}
+}
+
+func median[T any](xs []T, f func(T) float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	v := make([]float64, len(xs))
+	for i, x := range xs {
+		v[i] = f(x)
+	}
+	slices.Sort(v)
+	if len(v)%2 == 1 {
+		return v[len(v)/2]
+	}
+	return (v[len(v)/2-1] + v[len(v)/2]) / 2
+}
+
+func (r *pinnedReport) markdown() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "## /decide on one pinned core: the edge vs a bare fasthttp responder\n\n")
+	fmt.Fprintf(&b, "- command: `%s` (commit %s), started %s\n", r.Command, r.Commit, r.StartedAt)
+	fmt.Fprintf(&b, "- machine: %s\n", r.Machine)
+	fmt.Fprintf(&b, "- load average (1, 5, 15 min) before the run: %s; after: %s\n", r.LoadBefore, r.LoadAfter)
+	gc := "Go's defaults"
+	if r.EdgeGOGC != "" || r.EdgeMemLim != "" {
+		gc = fmt.Sprintf("GOGC=%q GOMEMLIMIT=%q", r.EdgeGOGC, r.EdgeMemLim)
+	}
+	fmt.Fprintf(&b, "- server under test on CPU %s (taskset), GOMAXPROCS=1, %s: the edge (50 flags, GeoIP %v) or the bare responder (its own process, %d B answers, the edge's mean answer size)\n",
+		serverCPU, gc, r.GeoIP, r.BodyBytes)
+	fmt.Fprintf(&b, "- load generator on CPU %s: %s, `-t1 -c%d --latency`, Lua script generated from bench's workload (decide v3, a new user each request, all person properties sent, seed %d); the open-loop run: bench's own generator, GOMAXPROCS=1, latency counted from each request's scheduled time\n",
+		clientCPU, r.Wrk, pinnedConnections, r.Seed)
+	fmt.Fprintf(&b, "- control plane (CPU %s) and PostgreSQL idle during the runs\n", clientCPU)
+	fmt.Fprintf(&b, "- server and generator: the share of one core each process used during the run; CPU %s and CPU %s busy: with anything (other processes, steal) — busy well beyond the server's share means the machine was not quiet\n\n", serverCPU, clientCPU)
+	fmt.Fprintf(&b, "| run | req/s | p50 µs | p90 µs | p99 µs | p99.9 µs | max µs | errors | server | CPU %s busy | generator | CPU %s busy |\n", serverCPU, clientCPU)
+	fmt.Fprintf(&b, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	for _, run := range append(slices.Clone(r.Runs), *r.OpenLoop) {
+		var errs int64
+		for _, n := range run.Errors {
+			errs += n
+		}
+		name := run.Name
+		if run.TargetRate > 0 {
+			name += fmt.Sprintf(" at %d/s", run.TargetRate)
+		}
+		fmt.Fprintf(&b, "| %s | %.0f | %d | %d | %d | %d | %d | %d | %.0f%% | %.0f%% | %.0f%% | %.0f%% |\n", name, run.Throughput, run.LatencyUs["p50"], run.LatencyUs["p90"],
+			run.LatencyUs["p99"], run.LatencyUs["p99.9"], run.LatencyUs["max"], errs, 100*run.ServerCPU, 100*run.ServerCPUBusy, 100*run.GeneratorCPU, 100*run.ClientCPUBusy)
+	}
+	worst, worstRun := 0.0, ""
+	for _, run := range append(slices.Clone(r.Runs), *r.OpenLoop) {
+		if other := run.ServerCPUBusy - run.ServerCPU; other > worst {
+			worst, worstRun = other, run.Name
+		}
+	}
+	if worst > 0.15 {
+		fmt.Fprintf(&b, "\n**Not a quiet machine**: other processes took up to %.0f%% of CPU %s (in %q); the server did not have its core, and these figures do not measure it. Re-run when the load average is near 0.\n",
+			100*worst, serverCPU, worstRun)
+	}
+	fmt.Fprintf(&b, "\n| goal | result |\n|---|---|\n")
+	fmt.Fprintf(&b, "| edge ≥ 0.60 × bare (median req/s of %d runs each) | %s |\n", pinnedRounds,
+		verdict(r.Ratio >= 0.6, fmt.Sprintf("%.2f: edge %.0f req/s, bare %.0f req/s", r.Ratio, r.EdgeMedian, r.BareMedian)))
+	if r.BarePerCPU > 0 {
+		fmt.Fprintf(&b, "| (not a goal) the same per CPU-second the server used, less sensitive to neighbours | %.2f: edge %.0f, bare %.0f |\n",
+			r.EdgePerCPU/r.BarePerCPU, r.EdgePerCPU, r.BarePerCPU)
+	}
+	fmt.Fprintf(&b, "| edge p99 at %d connections ≤ 3 × bare p99 (medians) | %s |\n", pinnedConnections,
+		verdict(r.EdgeP99Us <= 3*r.BareP99Us, fmt.Sprintf("edge %.0f µs, bare %.0f µs × 3 = %.0f µs", r.EdgeP99Us, r.BareP99Us, 3*r.BareP99Us)))
+	o := r.OpenLoop
+	fmt.Fprintf(&b, "| open loop at %d/s: p99 ≤ 1 ms, p99.9 ≤ 5 ms | %s |\n", o.TargetRate,
+		verdict(o.LatencyUs["p99"] <= 1000 && o.LatencyUs["p99.9"] <= 5000, fmt.Sprintf("p50 %d µs, p99 %d µs, p99.9 %d µs, %.0f req/s",
+			o.LatencyUs["p50"], o.LatencyUs["p99"], o.LatencyUs["p99.9"], o.Throughput)))
+	for _, run := range r.Runs {
+		if run.Server == "bare" && run.GeneratorCPU > 0.9 {
+			fmt.Fprintf(&b, "\nwrk used %.0f%% of its core against the bare responder in %q: the generator may be its limit, which flatters the ratio.\n", 100*run.GeneratorCPU, run.Name)
+		}
+	}
+	return b.String()
+}
+
+// child is a process the pinned scenario started, optionally pinned to a CPU.
+type child struct {
+	name     string
+	cmd      *exec.Cmd
+	out      *lockedBuffer
+	done     chan struct{}
+	addr     string // the HTTP address it logged it listens on
+	grpcAddr string // the control plane's gRPC address
+}
+
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// startChild starts bin with args on cpu ("" for any) with env added to bench's own, and
+// waits for its JSON log line whose msg is listening, which gives the addresses it bound on
+// port 0. The child is killed if bench dies.
+func startChild(ctx context.Context, name, cpu string, env []string, listening, bin string, args ...string) (*child, error) {
+	if cpu != "" {
+		args = append([]string{"-c", cpu, bin}, args...)
+		bin = "taskset"
+	}
+	c := &child{name: name, cmd: exec.Command(bin, args...), out: &lockedBuffer{}, done: make(chan struct{})}
+	c.cmd.Env = append(os.Environ(), env...)
+	c.cmd.Stdout, c.cmd.Stderr = c.out, c.out
+	c.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := c.cmd.Start(); err != nil { // taskset execs bin: the PID is bin's
+		return nil, fmt.Errorf("start %s: %w", name, err)
+	}
+	go func() {
+		_ = c.cmd.Wait()
+		close(c.done)
+	}()
+	go func() {
+		select {
+		case <-ctx.Done():
+			c.stop()
+		case <-c.done:
+		}
+	}()
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		for _, line := range strings.Split(c.out.String(), "\n") {
+			var entry struct {
+				Msg      string `json:"msg"`
+				HTTPAddr string `json:"http_addr"`
+				GRPCAddr string `json:"grpc_addr"`
+			}
+			if json.Unmarshal([]byte(line), &entry) == nil && entry.Msg == listening {
+				c.addr, c.grpcAddr = entry.HTTPAddr, entry.GRPCAddr
+				return c, nil
+			}
+		}
+		select {
+		case <-c.done:
+			return nil, fmt.Errorf("%s exited before listening:\n%s", name, c.out.String())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	c.stop()
+	return nil, fmt.Errorf("%s did not log %q:\n%s", name, listening, c.out.String())
+}
+
+// stop sends SIGTERM, then SIGKILL after 10 s.
+func (c *child) stop() {
+	select {
+	case <-c.done:
+		return
+	default:
+	}
+	_ = c.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-c.done:
+	case <-time.After(10 * time.Second):
+		_ = c.cmd.Process.Kill()
+		<-c.done
+	}
+}
+
+// cpuSample is the CPU time the server process and each CPU had used at one moment.
+type cpuSample struct {
+	at        time.Time
+	server    time.Duration
+	serverCPU [2]int64 // busy and total jiffies of the server's CPU
+	clientCPU [2]int64
+}
+
+func sampleCPU(serverPID int) cpuSample {
+	s := cpuSample{at: time.Now(), server: procCPU(serverPID)}
+	s.serverCPU, s.clientCPU = cpuJiffies(serverCPU), cpuJiffies(clientCPU)
+	return s
+}
+
+// until is the run between s and end, the generator having exited with state.
+func (s cpuSample) until(end cpuSample, generator *os.ProcessState) pinnedRun {
+	wall := end.at.Sub(s.at).Seconds()
+	share := func(a, b [2]int64) float64 {
+		if b[1] <= a[1] {
+			return 0
+		}
+		return float64(b[0]-a[0]) / float64(b[1]-a[1])
+	}
+	return pinnedRun{ServerCPU: (end.server - s.server).Seconds() / wall,
+		GeneratorCPU:  (generator.UserTime() + generator.SystemTime()).Seconds() / wall,
+		ServerCPUBusy: share(s.serverCPU, end.serverCPU), ClientCPUBusy: share(s.clientCPU, end.clientCPU)}
+}
+
+// procCPU is the CPU time (user + system, all threads) process pid has used, from
+// /proc/PID/stat in clock ticks of 10 ms (USER_HZ is 100 on Linux).
+func procCPU(pid int) time.Duration {
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	// Fields after the command name, which is in parentheses and may hold spaces: state is
+	// field 3, utime 14 and stime 15.
+	fields := strings.Fields(string(raw[bytes.LastIndexByte(raw, ')')+1:]))
+	if len(fields) < 13 {
+		return 0
+	}
+	utime, _ := strconv.ParseInt(fields[11], 10, 64)
+	stime, _ := strconv.ParseInt(fields[12], 10, 64)
+	return time.Duration(utime+stime) * 10 * time.Millisecond
+}
+
+// cpuJiffies returns the busy and total time of CPU cpu from /proc/stat: busy is all but
+// idle and iowait, so it counts every process on the CPU and the hypervisor's steal.
+func cpuJiffies(cpu string) [2]int64 {
+	raw, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return [2]int64{}
+	}
+	for _, line := range strings.Split(string(raw), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 9 || f[0] != "cpu"+cpu {
+			continue
+		}
+		var total, idle int64
+		for i, v := range f[1:9] { // user nice system idle iowait irq softirq steal
+			n, _ := strconv.ParseInt(v, 10, 64)
+			total += n
+			if i == 3 || i == 4 {
+				idle += n
+			}
+		}
+		return [2]int64{total - idle, total}
+	}
+	return [2]int64{}
+}
+
+func loadAverage() string {
+	raw, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "unknown"
+	}
+	f := strings.Fields(string(raw))
+	if len(f) < 3 {
+		return "unknown"
+	}
+	return strings.Join(f[:3], " ")
+}
+
+// moduleRoot is the directory of the go.mod bench is run from.
+func moduleRoot() (string, error) {
+	out, err := exec.Command("go", "env", "GOMOD").Output()
+	if err != nil {
+		return "", err
+	}
+	mod := strings.TrimSpace(string(out))
+	if mod == "" || mod == os.DevNull {
+		return "", errors.New("pinned: run bench from inside the flagedge module (go run ./bench)")
+	}
+	return filepath.Dir(mod), nil
+}
