@@ -64,6 +64,10 @@ func TestStaticStability(t *testing.T) {
 		waitFor(t, "flag at "+e.name, func() bool { return featureFlags(s.decide(e, req))["stable"] == true })
 	}
 
+	// A user the control plane stores (captured at edge-a, never looked up there).
+	s.capture(a, "$identify", "stored-user", map[string]any{"$set": map[string]any{"plan": "pro"}})
+	waitFor(t, "stored-user stored", func() bool { return len(s.persons("distinct_id=stored-user")) == 1 })
+
 	s.cp.stop()
 	for _, e := range []*edge{a, b} {
 		if got := featureFlags(s.decide(e, req))["stable"]; got != true {
@@ -72,9 +76,14 @@ func TestStaticStability(t *testing.T) {
 	}
 	// A flag that needs a stored property the request lacks cannot be computed now: it is
 	// left out and the answer says so, with a 200.
+	stored := s.decide(a, map[string]any{"distinct_id": "stored-user"})
+	if hasKey(featureFlags(stored), "stable") || stored["errorsWhileComputingFlags"] != true {
+		t.Errorf("failed look-up: %v", stored)
+	}
+	// A user the control plane has never seen needs no look-up: answered in full.
 	unknown := s.decide(a, map[string]any{"distinct_id": "someone-new"})
-	if hasKey(featureFlags(unknown), "stable") || unknown["errorsWhileComputingFlags"] != true {
-		t.Errorf("failed look-up: %v", unknown)
+	if featureFlags(unknown)["stable"] != false || unknown["errorsWhileComputingFlags"] != false {
+		t.Errorf("a new user with the control plane down: %v", unknown)
 	}
 
 	b.stop()

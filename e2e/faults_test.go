@@ -246,7 +246,7 @@ func TestControlPlaneOutage(t *testing.T) {
 	if lookupsBack > 2*time.Second {
 		t.Errorf("look-ups failed for %v after the control plane came back, want about 1s", lookupsBack)
 	}
-	t.Logf("outage of %v: %d /decide calls, all 200; look-ups back %v after the control plane; a new flag arrived in %v; 20 events stored once",
+	t.Logf("outage of %v: %d /decide calls, all 200; look-ups back %v after the control plane; a new flag arrived in %v; 21 events stored once",
 		back.Sub(down).Round(time.Millisecond), calls.Load(), lookupsBack.Round(time.Millisecond), flagArrived.Round(time.Millisecond))
 }
 
