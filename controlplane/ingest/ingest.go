@@ -7,7 +7,6 @@ package ingest
 import (
 	"bytes"
 	"encoding/json"
-	"strconv"
 
 	"github.com/flagedge/flagedge/shared/membership"
 )
@@ -100,14 +99,14 @@ func (v *View) Apply(e Event) {
 	p := v.person(e.DistinctID)
 	switch e.Name {
 	case "$identify":
-		if anon := str(props["$anon_distinct_id"]); anon != "" && anon != e.DistinctID {
+		if anon := membership.IDString(props["$anon_distinct_id"]); anon != "" && anon != e.DistinctID {
 			p = v.merge(p, anon)
 		}
 		if !p.Identified {
 			p.Identified, p.Dirty = true, true
 		}
 	case "$create_alias", "$merge_dangerously":
-		if alias := str(props["alias"]); alias != "" && alias != e.DistinctID {
+		if alias := membership.IDString(props["alias"]); alias != "" && alias != e.DistinctID {
 			p = v.merge(p, alias)
 		}
 	case "$groupidentify":
@@ -187,7 +186,7 @@ func (p *Person) applySet(props map[string]any) {
 	}
 	if unset, ok := props["$unset"].([]any); ok {
 		for _, k := range unset {
-			if key := str(k); key != "" {
+			if key := membership.IDString(k); key != "" {
 				if _, exists := p.Properties[key]; exists {
 					delete(p.Properties, key)
 					p.Dirty = true
@@ -200,7 +199,7 @@ func (p *Person) applySet(props map[string]any) {
 // identifyGroup creates or updates a group from a $groupidentify event. A new group type
 // gets the next free index; a sixth type is ignored and counted.
 func (v *View) identifyGroup(props map[string]any) {
-	typ, key := str(props["$group_type"]), str(props["$group_key"])
+	typ, key := membership.IDString(props["$group_type"]), membership.IDString(props["$group_key"])
 	if typ == "" || key == "" {
 		return
 	}
@@ -234,15 +233,4 @@ func decode(raw json.RawMessage) map[string]any {
 		_ = json.Unmarshal(raw, &m) // the edge checked the properties are an object
 	}
 	return m
-}
-
-// str is the string form of an id-like value (strings and numbers).
-func str(v any) string {
-	switch x := v.(type) {
-	case string:
-		return x
-	case float64:
-		return strconv.FormatFloat(x, 'f', -1, 64)
-	}
-	return ""
 }

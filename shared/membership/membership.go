@@ -76,15 +76,15 @@ func EventRefs(name, distinctID string, props map[string]any) (distinctIDs []str
 	distinctIDs = []string{distinctID}
 	switch name {
 	case "$identify":
-		if anon := idString(props["$anon_distinct_id"]); anon != "" {
+		if anon := IDString(props["$anon_distinct_id"]); anon != "" {
 			distinctIDs = append(distinctIDs, anon)
 		}
 	case "$create_alias", "$merge_dangerously":
-		if alias := idString(props["alias"]); alias != "" {
+		if alias := IDString(props["alias"]); alias != "" {
 			distinctIDs = append(distinctIDs, alias)
 		}
 	case "$groupidentify":
-		if t, k := idString(props["$group_type"]), idString(props["$group_key"]); t != "" && k != "" {
+		if t, k := IDString(props["$group_type"]), IDString(props["$group_key"]); t != "" && k != "" {
 			groupType, groupKey = t, k
 		}
 	}
@@ -100,9 +100,9 @@ func ReadsProperties(name string) bool {
 	return false
 }
 
-// idString is the string form of an id-like value (strings and numbers), as ingestion
-// stores it.
-func idString(v any) string {
+// IDString is the string form of an id-like property value (strings and numbers), as
+// ingestion stores distinct ids, aliases and group keys; "" for anything else.
+func IDString(v any) string {
 	switch x := v.(type) {
 	case string:
 		return x
