@@ -55,3 +55,26 @@ func TestFalsePositiveRate(t *testing.T) {
 		t.Fatalf("false-positive rate %.4f, want about %.2f", rate, FalsePositiveRate)
 	}
 }
+
+// TestSizePerMillion states what a filter costs as the control plane builds it: for n keys,
+// sized for 2n. Run with -v to read the figures.
+func TestSizePerMillion(t *testing.T) {
+	const n = 1_000_000
+	f := NewFilter(n)
+	for i := range n {
+		f.Add(PersonKey(nil, fmt.Sprintf("0192e0c4-7d1b-7c3e-9f1a-%012d", i)))
+	}
+	fp := 0
+	const probes = 1_000_000
+	for i := range probes {
+		if f.Test(PersonKey(nil, fmt.Sprintf("stranger-%d", i))) {
+			fp++
+		}
+	}
+	bytes := f.Cap() / 8
+	t.Logf("1,000,000 distinct ids: %.2f MB, false positives %.3f%% as built (capacity 2,000,000 keys at %.0f%%)",
+		float64(bytes)/1e6, 100*float64(fp)/probes, 100*FalsePositiveRate)
+	if bytes > 2_500_000 || float64(fp)/probes > FalsePositiveRate/4 {
+		t.Fatalf("%d bytes, %d false positives", bytes, fp)
+	}
+}
