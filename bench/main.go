@@ -37,6 +37,7 @@ type config struct {
 	out          string
 	goBench      bool
 	rssProjects  int
+	rssPersons   int
 	// streamReplicas is the eventlog scenario's stream replication.
 	streamReplicas int
 }
@@ -78,6 +79,7 @@ func runBench(args []string) error {
 	fs.StringVar(&cfg.out, "out", "bench/results/"+time.Now().UTC().Format("20060102-150405"), "where the report goes")
 	fs.BoolVar(&cfg.goBench, "go-bench", false, "also run the Go micro-benchmarks once and include them")
 	fs.IntVar(&cfg.rssProjects, "rss-projects", 1000, "projects (of 50 flags) the rss scenario creates")
+	fs.IntVar(&cfg.rssPersons, "rss-persons", 1_000_000, "distinct ids the rss scenario then has the control plane store, through the edge's /batch (0: none)")
 	fs.IntVar(&cfg.streamReplicas, "event-log-replicas", 3, "replicas of the event log's stream in the eventlog scenario")
 	if err := fs.Parse(args); err != nil {
 		return err
