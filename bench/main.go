@@ -1,9 +1,10 @@
 // Command bench measures what a flagedge edge sustains: /decide and /flags latency and
 // throughput (closed loop at C connections, or open loop at a constant rate with latency
 // counted from each request's scheduled time), capture throughput, a browser-like mix, flag
-// propagation to every edge, and the edge's memory holding many projects. Every result is
-// also given as a ratio to a bare fasthttp server measured in the same run with the same
-// client. It drives loopback addresses only, and every load is bounded in time and count.
+// propagation to every edge, and the edge's memory holding many projects and known persons.
+// Every result is also given as a ratio to a bare fasthttp server measured in the same run
+// with the same client. It drives loopback addresses only, and every load is bounded in time
+// and count.
 //
 //	go run ./bench --control-plane http://127.0.0.1:8000 --edge http://127.0.0.1:8080 --personal-key phx_… --suite
 package main

@@ -182,7 +182,8 @@ func (b *bench) single(name string) error {
 	return nil
 }
 
-// suite is the standard run: every scenario once, bounded to fit in about four minutes.
+// suite is the standard run: every scenario once, bounded: about four minutes of loads, then
+// the rss scenario (about three minutes with its default million persons) and regions.
 func (b *bench) suite() error {
 	d := b.cfg.duration
 	if err := b.measureBaseline(); err != nil {
