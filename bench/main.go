@@ -1,9 +1,10 @@
 // Command bench measures what a flagedge edge sustains: /decide and /flags latency and
 // throughput (closed loop at C connections, or open loop at a constant rate with latency
 // counted from each request's scheduled time), capture throughput, a browser-like mix, flag
-// propagation to every edge, and the edge's memory holding many projects. Every result is
-// also given as a ratio to a bare fasthttp server measured in the same run with the same
-// client. It drives loopback addresses only, and every load is bounded in time and count.
+// propagation to every edge, and the edge's memory holding many projects and known persons.
+// Every result is also given as a ratio to a bare fasthttp server measured in the same run
+// with the same client. It drives loopback addresses only, and every load is bounded in time
+// and count.
 //
 //	go run ./bench --control-plane http://127.0.0.1:8000 --edge http://127.0.0.1:8080 --personal-key phx_… --suite
 package main
@@ -37,6 +38,7 @@ type config struct {
 	out          string
 	goBench      bool
 	rssProjects  int
+	rssPersons   int
 	// streamReplicas is the eventlog scenario's stream replication.
 	streamReplicas int
 }
@@ -78,6 +80,7 @@ func runBench(args []string) error {
 	fs.StringVar(&cfg.out, "out", "bench/results/"+time.Now().UTC().Format("20060102-150405"), "where the report goes")
 	fs.BoolVar(&cfg.goBench, "go-bench", false, "also run the Go micro-benchmarks once and include them")
 	fs.IntVar(&cfg.rssProjects, "rss-projects", 1000, "projects (of 50 flags) the rss scenario creates")
+	fs.IntVar(&cfg.rssPersons, "rss-persons", 1_000_000, "distinct ids the rss scenario then has the control plane store, through the edge's /batch (0: none)")
 	fs.IntVar(&cfg.streamReplicas, "event-log-replicas", 3, "replicas of the event log's stream in the eventlog scenario")
 	if err := fs.Parse(args); err != nil {
 		return err

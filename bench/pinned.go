@@ -15,13 +15,10 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
 	"github.com/valyala/fasthttp"
-
-	"github.com/flagedge/flagedge/internal/pgcluster"
 )
 
 // The pinned scenario measures /decide throughput and tail with the server alone on one
@@ -160,7 +157,7 @@ func pinnedScenario(cfg config) error {
 		return err
 	}
 	defer st.close()
-	script := filepath.Join(st.tmp, "decide.lua")
+	script := filepath.Join(st.dir, "decide.lua")
 	entries, err := wrkEntries(st.work, wrkEntryCount)
 	if err != nil {
 		return err
@@ -169,13 +166,13 @@ func pinnedScenario(cfg config) error {
 		return err
 	}
 	wrkSeconds := max(int(cfg.duration.Round(time.Second)/time.Second), 1)
-	servers := map[string]*child{"edge": st.edge, "bare": st.bare}
+	servers := map[string]*process{"edge": st.edge, "bare": st.bare}
 	wrkRun := func(server string, seconds int, base int64) (pinnedRun, error) {
 		proc := servers[server]
 		progress(fmt.Sprintf("pinned: wrk against the %s server for %ds", server, seconds))
 		before := sampleCPU(proc.cmd.Process.Pid)
 		cmd := exec.CommandContext(ctx, "taskset", "-c", clientCPU, "wrk", "-t1", fmt.Sprintf("-c%d", pinnedConnections),
-			fmt.Sprintf("-d%ds", seconds), "--latency", "-s", script, "http://"+proc.addr, "--", strconv.FormatInt(base, 10))
+			fmt.Sprintf("-d%ds", seconds), "--latency", "-s", script, "http://"+proc.httpAddr, "--", strconv.FormatInt(base, 10))
 		out, err := cmd.CombinedOutput()
 		if err != nil {
 			return pinnedRun{}, fmt.Errorf("wrk: %v\n%s", err, out)
@@ -225,21 +222,21 @@ func pinnedScenario(cfg config) error {
 	return rep.write(cfg.out)
 }
 
-// pinnedStack is what the pinned scenario runs: PostgreSQL, the control plane, the edge and
-// the bare responder, with the bench project on the edge.
+// pinnedStack is what the pinned scenario runs: the self-contained stack with its edge on
+// serverCPU, and the bare responder beside it, with the bench project on the edge.
 type pinnedStack struct {
-	tmp        string
-	self       string // the bench binary, for its child modes
-	pg         *pgcluster.Cluster
-	cp         *child
-	edge, bare *child
-	token      string
-	work       *workload
+	*selfStack
+	self  string // the bench binary, for its child modes
+	bare  *process
+	token string
+	work  *workload
 }
 
-// startPinnedStack builds the control plane and the edge from the module bench runs in and
-// starts everything, the servers under test on serverCPU with GOMAXPROCS=1.
-func startPinnedStack(ctx context.Context, seed uint64, rep *pinnedReport) (*pinnedStack, error) {
+// startPinnedStack starts the stack, the servers under test on serverCPU with GOMAXPROCS=1
+// (the control plane and PostgreSQL idle during the runs, since every request carries its
+// properties; the control plane is kept off the server's CPU all the same), creates the bench
+// project, and starts the bare responder answering as many bytes as the edge.
+func startPinnedStack(ctx context.Context, seed uint64, rep *pinnedReport) (_ *pinnedStack, err error) {
 	root, err := moduleRoot()
 	if err != nil {
 		return nil, err
@@ -247,93 +244,47 @@ func startPinnedStack(ctx context.Context, seed uint64, rep *pinnedReport) (*pin
 	if out, err := exec.Command("git", "-C", root, "describe", "--always", "--dirty").Output(); err == nil {
 		rep.Commit = strings.TrimSpace(string(out))
 	}
-	st, started := &pinnedStack{}, false
-	defer func() {
-		if !started {
-			st.close()
-		}
-	}()
+	st := &pinnedStack{}
 	if st.self, err = os.Executable(); err != nil {
 		return nil, err
 	}
-	if st.tmp, err = os.MkdirTemp("", "flagedge-bench-pinned-"); err != nil {
-		return nil, err
-	}
-	progress("pinned: building the control plane and the edge")
-	for name, pkg := range map[string]string{"controlplane": "./controlplane/cmd/controlplane", "edge": "./edge/cmd/edge"} {
-		cmd := exec.CommandContext(ctx, "go", "build", "-o", filepath.Join(st.tmp, name), pkg)
-		cmd.Dir = root
-		if out, err := cmd.CombinedOutput(); err != nil {
-			return nil, fmt.Errorf("build %s: %v\n%s", pkg, err, out)
-		}
-	}
-	progress("pinned: starting PostgreSQL")
-	if st.pg, err = pgcluster.Start(ctx, pgcluster.Options{}); err != nil {
-		return nil, err
-	}
-	dbURL := st.pg.URL("postgres")
-	cp := filepath.Join(st.tmp, "controlplane")
-	var keys struct {
-		PersonalAPIKey string `json:"personal_api_key"`
-	}
-	if err := runJSON(ctx, &keys, cp, "bootstrap", "--database-url", dbURL, "--email", "bench@example.com"); err != nil {
-		return nil, err
-	}
-	// The control plane and PostgreSQL idle during the runs (every request carries its
-	// properties); the control plane is kept off the server's CPU all the same.
-	if st.cp, err = startChild(ctx, "control plane", clientCPU, nil, "control plane listening", cp, "serve", "--database-url", dbURL,
-		"--http-addr", "127.0.0.1:0", "--grpc-addr", "127.0.0.1:0", "--drain-delay", "0s"); err != nil {
-		return nil, err
-	}
-	var edgeToken struct {
-		EdgeToken string `json:"edge_token"`
-	}
-	if err := runJSON(ctx, &edgeToken, cp, "edges", "create", "--database-url", dbURL, "--name", fmt.Sprintf("bench-pinned-%d", time.Now().UnixNano())); err != nil {
-		return nil, err
-	}
-	edgeArgs := []string{"--http-addr", "127.0.0.1:0", "--control-plane", st.cp.grpcAddr, "--data-dir", filepath.Join(st.tmp, "edge-data"),
-		"--edge-token", edgeToken.EdgeToken, "--edge-id", "bench-pinned", "--drain-delay", "0s"}
+	opts := stackOptions{name: "pinned", controlPlaneCPU: clientCPU, edgeCPU: serverCPU, edgeEnv: []string{"GOMAXPROCS=1"}}
 	// GeoIP as make run and make bench have it, when deploy/fetch-geoip.sh can get it.
 	if out, err := exec.CommandContext(ctx, "bash", filepath.Join(root, "deploy/fetch-geoip.sh"), filepath.Join(root, ".run/geoip")).Output(); err == nil {
 		if path := strings.TrimSpace(string(out)); path != "" {
-			edgeArgs = append(edgeArgs, "--geoip-db", path)
+			opts.edgeArgs = []string{"--geoip-db", path}
 			rep.GeoIP = true
 		}
 	}
-	if st.edge, err = startChild(ctx, "edge", serverCPU, []string{"GOMAXPROCS=1"}, "edge listening", filepath.Join(st.tmp, "edge"), edgeArgs...); err != nil {
+	if st.selfStack, err = startSelfStack(ctx, opts); err != nil {
 		return nil, err
 	}
+	defer func() {
+		if err != nil {
+			st.close()
+		}
+	}()
 	progress("pinned: creating a project of 50 flags through the REST API")
-	a := &api{base: "http://" + st.cp.addr, key: keys.PersonalAPIKey, http: httpClient}
+	a := &api{base: st.controlPlaneURL(), key: st.personalKey, http: httpClient}
 	p, err := createProject(a, fmt.Sprintf("bench pinned %d", seed))
 	if err != nil {
 		return nil, err
 	}
 	st.token = p.token
-	st.work = newWorkload(seed, p.token, st.edge.addr, 1, 1) // every request carries its person properties
+	st.work = newWorkload(seed, p.token, st.edge.httpAddr, 1, 1) // every request carries its person properties
 	if rep.BodyBytes, err = decideAnswerSize(ctx, st.work, len(p.flags)); err != nil {
 		return nil, err
 	}
-	if st.bare, err = startChild(ctx, "bare responder", serverCPU, []string{"GOMAXPROCS=1"}, "bare listening", st.self,
-		"--serve-bare", "127.0.0.1:0", "--body-bytes", strconv.Itoa(rep.BodyBytes)); err != nil {
-		return nil, err
-	}
-	started = true
-	return st, nil
+	st.bare, err = startProcess(ctx, st.dir, command{name: "bare", cpu: serverCPU, env: []string{"GOMAXPROCS=1"}, listening: "bare listening",
+		bin: st.self, args: []string{"--serve-bare", "127.0.0.1:0", "--body-bytes", strconv.Itoa(rep.BodyBytes)}})
+	return st, err
 }
 
 func (st *pinnedStack) close() {
-	for _, c := range []*child{st.bare, st.edge, st.cp} {
-		if c != nil {
-			c.stop()
-		}
+	if st.bare != nil {
+		st.bare.stop()
 	}
-	if st.pg != nil {
-		st.pg.Stop()
-	}
-	if st.tmp != "" {
-		os.RemoveAll(st.tmp)
-	}
+	st.selfStack.close()
 }
 
 // write saves pinned.md, pinned.json and the pinned-* plots in dir and prints pinned.md.
@@ -369,7 +320,7 @@ func (r *pinnedReport) write(dir string) error {
 // GOMAXPROCS=1 against the stack's edge.
 func openLoopRun(ctx context.Context, st *pinnedStack, rate int, d time.Duration) (pinnedRun, error) {
 	before := sampleCPU(st.edge.cmd.Process.Pid)
-	cmd := exec.CommandContext(ctx, "taskset", "-c", clientCPU, st.self, "--open-loop-child", "--edge", st.edge.addr, "--token", st.token,
+	cmd := exec.CommandContext(ctx, "taskset", "-c", clientCPU, st.self, "--open-loop-child", "--edge", st.edge.httpAddr, "--token", st.token,
 		"--seed", strconv.FormatUint(st.work.seed, 10), "--rate", strconv.Itoa(rate), "--duration", d.String(),
 		"--name", "edge, pinned, open loop (bench generator)")
 	cmd.Env = append(os.Environ(), "GOMAXPROCS=1")
@@ -517,98 +468,6 @@ func (r *pinnedReport) markdown() string {
 	return b.String()
 }
 
-// child is a process the pinned scenario started, optionally pinned to a CPU.
-type child struct {
-	name     string
-	cmd      *exec.Cmd
-	out      *lockedBuffer
-	done     chan struct{}
-	addr     string // the HTTP address it logged it listens on
-	grpcAddr string // the control plane's gRPC address
-}
-
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
-// startChild starts bin with args on cpu ("" for any) with env added to bench's own, and
-// waits for its JSON log line whose msg is listening, which gives the addresses it bound on
-// port 0. The child is killed if bench dies.
-func startChild(ctx context.Context, name, cpu string, env []string, listening, bin string, args ...string) (*child, error) {
-	if cpu != "" {
-		args = append([]string{"-c", cpu, bin}, args...)
-		bin = "taskset"
-	}
-	c := &child{name: name, cmd: exec.Command(bin, args...), out: &lockedBuffer{}, done: make(chan struct{})}
-	c.cmd.Env = append(os.Environ(), env...)
-	c.cmd.Stdout, c.cmd.Stderr = c.out, c.out
-	c.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := c.cmd.Start(); err != nil { // taskset execs bin: the PID is bin's
-		return nil, fmt.Errorf("start %s: %w", name, err)
-	}
-	go func() {
-		_ = c.cmd.Wait()
-		close(c.done)
-	}()
-	go func() {
-		select {
-		case <-ctx.Done():
-			c.stop()
-		case <-c.done:
-		}
-	}()
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
-		for _, line := range strings.Split(c.out.String(), "\n") {
-			var entry struct {
-				Msg      string `json:"msg"`
-				HTTPAddr string `json:"http_addr"`
-				GRPCAddr string `json:"grpc_addr"`
-			}
-			if json.Unmarshal([]byte(line), &entry) == nil && entry.Msg == listening {
-				c.addr, c.grpcAddr = entry.HTTPAddr, entry.GRPCAddr
-				return c, nil
-			}
-		}
-		select {
-		case <-c.done:
-			return nil, fmt.Errorf("%s exited before listening:\n%s", name, c.out.String())
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
-	c.stop()
-	return nil, fmt.Errorf("%s did not log %q:\n%s", name, listening, c.out.String())
-}
-
-// stop sends SIGTERM, then SIGKILL after 10 s.
-func (c *child) stop() {
-	select {
-	case <-c.done:
-		return
-	default:
-	}
-	_ = c.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-c.done:
-	case <-time.After(10 * time.Second):
-		_ = c.cmd.Process.Kill()
-		<-c.done
-	}
-}
-
 // cpuSample is the CPU time the server process and each CPU had used at one moment.
 type cpuSample struct {
 	at        time.Time
@@ -690,17 +549,4 @@ func loadAverage() string {
 		return "unknown"
 	}
 	return strings.Join(f[:3], " ")
-}
-
-// moduleRoot is the directory of the go.mod bench is run from.
-func moduleRoot() (string, error) {
-	out, err := exec.Command("go", "env", "GOMOD").Output()
-	if err != nil {
-		return "", err
-	}
-	mod := strings.TrimSpace(string(out))
-	if mod == "" || mod == os.DevNull {
-		return "", errors.New("pinned: run bench from inside the flagedge module (go run ./bench)")
-	}
-	return filepath.Dir(mod), nil
 }

@@ -4,11 +4,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"maps"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
 	"slices"
@@ -26,7 +24,6 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/flagedge/flagedge/edge/cpclient"
-	"github.com/flagedge/flagedge/internal/pgcluster"
 	"github.com/flagedge/flagedge/shared/syncpb"
 )
 
@@ -61,11 +58,7 @@ type regionsOutcome struct {
 // regions is one run of the scenario: its processes, proxy and project.
 type regions struct {
 	cfg    config
-	dir    string // binaries, logs and the edge's data directory
-	pg     *pgcluster.Cluster
-	dbURL  string
-	cp     *process
-	edge   *process
+	stack  *selfStack
 	proxy  *toxiproxy.Proxy
 	bench  *bench
 	token  string       // a second edge credential, for the bench's own calls to the control plane
@@ -102,19 +95,13 @@ func (b *bench) regions() error {
 // regionsScenario sets everything up, measures, tears it down, and writes regions.md into
 // cfg.out (and prints it).
 func regionsScenario(cfg config) (*regionsOutcome, error) {
-	dir, err := os.MkdirTemp("", "flagedge-bench-regions-")
-	if err != nil {
-		return nil, err
-	}
-	defer os.RemoveAll(dir)
 	if err := os.MkdirAll(cfg.out, 0o755); err != nil {
 		return nil, err
 	}
-	r := &regions{cfg: cfg, dir: dir}
+	r := &regions{cfg: cfg}
 	r.cfg.connections = min(cfg.connections, regionsMaxConnections)
 	out, err := r.run()
 	r.close()
-	r.keepLogs()
 	if err != nil {
 		return nil, fmt.Errorf("regions: %w (logs: %s/regions-*.log)", err, cfg.out)
 	}
@@ -259,7 +246,7 @@ func (r *regions) stopped() ([]result, error) {
 	if err := r.warm("down-"); err != nil {
 		return nil, err
 	}
-	if err := r.cp.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+	if err := r.stack.cp.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 		return nil, err
 	}
 	var down []result
@@ -279,7 +266,7 @@ func (r *regions) stopped() ([]result, error) {
 		down = append(down, b.measure(l))
 		failed = append(failed, r.failed.Load())
 	}
-	if err := r.cp.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+	if err := r.stack.cp.cmd.Process.Signal(syscall.SIGCONT); err != nil {
 		return nil, err
 	}
 	fmt.Fprintf(&r.md, "With the control plane stopped (SIGSTOP after the returning users of this part were looked up; SIGCONT after):\n\n")
@@ -298,80 +285,43 @@ func (r *regions) row(res result) {
 		res.LatencyUs["p50"], res.LatencyUs["p99"], res.LatencyUs["p99.9"], res.LatencyUs["max"], res.Errors["errorsWhileComputingFlags"], res.Errors["wrong answer"])
 }
 
-// start builds the binaries and starts PostgreSQL, the control plane, the proxy and the
-// edge, then creates the bench project through the REST API.
+// start starts the stack with the proxy on the edge's link to the control plane, then
+// creates the bench project through the REST API.
 func (r *regions) start(ctx context.Context) error {
-	progress("regions: building bin/controlplane and bin/edge")
-	build := exec.CommandContext(ctx, "go", "build", "-o", r.dir+"/", "./controlplane/cmd/controlplane", "./edge/cmd/edge")
-	if out, err := build.CombinedOutput(); err != nil {
-		return fmt.Errorf("go build: %w\n%s", err, out)
-	}
-	progress("regions: starting PostgreSQL")
-	pg, err := pgcluster.Start(ctx, pgcluster.Options{})
+	var err error
+	r.stack, err = startSelfStack(ctx, stackOptions{name: "regions", controlPlaneLink: r.startProxy})
 	if err != nil {
-		return err
-	}
-	r.pg, r.dbURL = pg, pg.URL("postgres")
-	controlplane := filepath.Join(r.dir, "controlplane")
-	var keys struct {
-		PersonalAPIKey string `json:"personal_api_key"`
-	}
-	if err := runJSON(ctx, &keys, controlplane, "bootstrap", "--database-url", r.dbURL, "--email", "bench@example.com", "--project-name", "regions"); err != nil {
-		return err
-	}
-	var edge struct {
-		EdgeToken string `json:"edge_token"`
-	}
-	if err := runJSON(ctx, &edge, controlplane, "edges", "create", "--database-url", r.dbURL, "--name", "regions-edge"); err != nil {
 		return err
 	}
 	// The bench's own credential: the link probe and the returning users' storage.
-	var probe struct {
-		EdgeToken string `json:"edge_token"`
-	}
-	if err := runJSON(ctx, &probe, controlplane, "edges", "create", "--database-url", r.dbURL, "--name", "regions-bench"); err != nil {
-		return err
-	}
-	r.token = probe.EdgeToken
-	if r.cp, err = r.startProcess("controlplane", controlplane, "serve", "--database-url", r.dbURL,
-		"--http-addr", "127.0.0.1:0", "--grpc-addr", "127.0.0.1:0", "--drain-delay", "0s"); err != nil {
-		return err
-	}
-	cpAddrs, err := r.cp.listening("control plane listening")
-	if err != nil {
-		return err
-	}
-	// The proxy: every byte between the edge and the control plane waits regionsOneWay in
-	// each direction. No toxiproxy server: the proxy and its toxics are made in process.
-	server := toxiproxy.NewServer(toxiproxy.NewMetricsContainer(nil), zerolog.Nop())
-	r.proxy = toxiproxy.NewProxy(server, "control-plane", "127.0.0.1:0", cpAddrs["grpc_addr"])
-	if err := r.proxy.Start(); err != nil {
-		return err
-	}
-	for _, stream := range []string{"upstream", "downstream"} {
-		toxic := fmt.Sprintf(`{"name": "latency_%s", "type": "latency", "stream": %q, "attributes": {"latency": %d}}`, stream, stream, regionsOneWay.Milliseconds())
-		if _, err := r.proxy.Toxics.AddToxicJson(strings.NewReader(toxic)); err != nil {
-			return fmt.Errorf("toxic %s: %w", stream, err)
-		}
-	}
-	if r.edge, err = r.startProcess("edge", filepath.Join(r.dir, "edge"), "--http-addr", "127.0.0.1:0", "--control-plane", r.proxy.Listen,
-		"--edge-token", edge.EdgeToken, "--data-dir", filepath.Join(r.dir, "edge-data"), "--edge-id", "regions-edge", "--drain-delay", "0s"); err != nil {
-		return err
-	}
-	edgeAddrs, err := r.edge.listening("edge listening")
-	if err != nil {
-		return err
-	}
-	if err := waitReady("http://" + edgeAddrs["http_addr"] + "/_ready"); err != nil {
+	if r.token, err = r.stack.createEdge(ctx, "regions-bench"); err != nil {
 		return err
 	}
 	cfg := r.cfg
-	cfg.controlPlane, cfg.edges, cfg.personalKey = "http://"+cpAddrs["http_addr"], []string{"http://" + edgeAddrs["http_addr"]}, keys.PersonalAPIKey
+	cfg.controlPlane, cfg.edges, cfg.personalKey = r.stack.controlPlaneURL(), []string{"http://" + r.stack.edge.httpAddr}, r.stack.personalKey
 	if r.bench, err = newBench(cfg); err != nil {
 		return err
 	}
 	r.flags = len(r.bench.project.flags)
 	return nil
+}
+
+// startProxy starts the proxy in front of the control plane's gRPC address and returns the
+// address the edge dials: every byte between them waits regionsOneWay in each direction. No
+// toxiproxy server: the proxy and its toxics are made in process.
+func (r *regions) startProxy(grpcAddr string) (string, error) {
+	server := toxiproxy.NewServer(toxiproxy.NewMetricsContainer(nil), zerolog.Nop())
+	r.proxy = toxiproxy.NewProxy(server, "control-plane", "127.0.0.1:0", grpcAddr)
+	if err := r.proxy.Start(); err != nil {
+		return "", err
+	}
+	for _, stream := range []string{"upstream", "downstream"} {
+		toxic := fmt.Sprintf(`{"name": "latency_%s", "type": "latency", "stream": %q, "attributes": {"latency": %d}}`, stream, stream, regionsOneWay.Milliseconds())
+		if _, err := r.proxy.Toxics.AddToxicJson(strings.NewReader(toxic)); err != nil {
+			return "", fmt.Errorf("toxic %s: %w", stream, err)
+		}
+	}
+	return r.proxy.Listen, nil
 }
 
 // linkTimes are single gRPC calls over the link.
@@ -603,132 +553,14 @@ func roundsResult(name string, p *propagation) result {
 	return res
 }
 
-// close stops what the run started, the control plane last but one (it may be stopped by
-// SIGSTOP: SIGCONT first), PostgreSQL last.
+// close stops what the run started, keeping the processes' logs beside the report: the
+// stack (the edge first), then the proxy.
 func (r *regions) close() {
-	if r.edge != nil {
-		r.edge.stop()
-	}
-	if r.cp != nil {
-		_ = r.cp.cmd.Process.Signal(syscall.SIGCONT)
-		r.cp.stop()
+	if r.stack != nil {
+		r.stack.keepLogs(r.cfg.out, "regions-")
+		r.stack.close()
 	}
 	if r.proxy != nil {
 		r.proxy.Stop()
-	}
-	if r.pg != nil {
-		r.pg.Stop()
-	}
-}
-
-// keepLogs copies the processes' logs beside the report.
-func (r *regions) keepLogs() {
-	for _, p := range []*process{r.cp, r.edge} {
-		if p == nil {
-			continue
-		}
-		if data, err := os.ReadFile(p.log); err == nil {
-			_ = os.WriteFile(filepath.Join(r.cfg.out, "regions-"+p.name+".log"), data, 0o644)
-		}
-	}
-}
-
-// process is a started binary whose output goes to a log file.
-type process struct {
-	name string
-	cmd  *exec.Cmd
-	log  string
-	done chan struct{}
-}
-
-func (r *regions) startProcess(name, bin string, args ...string) (*process, error) {
-	p := &process{name: name, cmd: exec.Command(bin, args...), log: filepath.Join(r.dir, name+".log"), done: make(chan struct{})}
-	f, err := os.Create(p.log)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	p.cmd.Stdout, p.cmd.Stderr = f, f
-	if err := p.cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start %s: %w", name, err)
-	}
-	go func() {
-		_ = p.cmd.Wait()
-		close(p.done)
-	}()
-	return p, nil
-}
-
-// listening waits for the process's "… listening" log line and returns its string fields:
-// the binaries listen on port 0 and say which addresses they bound.
-func (p *process) listening(msg string) (map[string]string, error) {
-	// Either binary starts in well under a second; 30 s allows for a machine busy compiling.
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
-		data, _ := os.ReadFile(p.log)
-		for _, line := range strings.Split(string(data), "\n") {
-			var entry map[string]any
-			if json.Unmarshal([]byte(line), &entry) == nil && entry["msg"] == msg {
-				fields := map[string]string{}
-				for k, v := range entry {
-					if s, ok := v.(string); ok {
-						fields[k] = s
-					}
-				}
-				return fields, nil
-			}
-		}
-		select {
-		case <-p.done:
-			return nil, fmt.Errorf("%s exited before listening", p.name)
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
-	return nil, fmt.Errorf("%s did not log %q", p.name, msg)
-}
-
-// stop sends SIGTERM and waits; after 20 s (the binaries' own shutdown bound is 15 s),
-// SIGKILL.
-func (p *process) stop() {
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-p.done:
-	case <-time.After(20 * time.Second):
-		_ = p.cmd.Process.Kill()
-		<-p.done
-	}
-}
-
-// runJSON runs a command and decodes its JSON output into out.
-func runJSON(ctx context.Context, out any, bin string, args ...string) error {
-	cmd := exec.CommandContext(ctx, bin, args...)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	raw, err := cmd.Output()
-	if err != nil {
-		return fmt.Errorf("%s %s: %w: %s", filepath.Base(bin), args[0], err, stderr.String())
-	}
-	if err := json.Unmarshal(raw, out); err != nil {
-		return fmt.Errorf("%s %s printed %q: %w", filepath.Base(bin), args[0], raw, err)
-	}
-	return nil
-}
-
-// waitReady waits until url answers 200.
-func waitReady(url string) error {
-	// Readiness comes with the first snapshot over the link: a few round trips.
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		resp, err := httpClient.Get(url)
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == 200 {
-				return nil
-			}
-		}
-		if time.Now().After(deadline) {
-			return errors.New(url + " is not ready after 30 s")
-		}
-		time.Sleep(50 * time.Millisecond)
 	}
 }

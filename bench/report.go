@@ -54,7 +54,7 @@ func (r *report) table() string {
 			p.Rounds, p.P50Ms, p.P99Ms, p.MaxMs)
 	}
 	if s := r.RSS; s != nil {
-		fmt.Fprintf(&b, "\nedge RSS holding %d projects × %d flags: %.1f MB (Go heap in use %.1f MB)\n", s.Projects, s.FlagsPerProject, s.RSSMB, s.HeapMB)
+		b.WriteString(s.markdown())
 	}
 	if len(r.Targets) > 0 {
 		fmt.Fprintf(&b, "\ntargets:\n")
