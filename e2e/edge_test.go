@@ -65,8 +65,7 @@ func TestStaticStability(t *testing.T) {
 	}
 
 	// A user the control plane stores (captured at edge-a, never looked up there).
-	s.capture(a, "$identify", "stored-user", map[string]any{"$set": map[string]any{"plan": "pro"}})
-	waitFor(t, "stored-user stored", func() bool { return len(s.persons("distinct_id=stored-user")) == 1 })
+	s.captureStored(a, "$identify", "stored-user", map[string]any{"$set": map[string]any{"plan": "pro"}})
 
 	s.cp.stop()
 	for _, e := range []*edge{a, b} {

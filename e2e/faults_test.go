@@ -193,8 +193,7 @@ func TestControlPlaneOutage(t *testing.T) {
 		return call(t, "POST", e.url+"/decide/?v=3", "", map[string]any{"api_key": s.token, "distinct_id": "outage-user"})
 	}
 	// outage-user is stored: the edge's filter holds it, so its flags need a look-up.
-	s.capture(e, "$identify", "outage-user", map[string]any{"$set": map[string]any{"plan": "pro"}})
-	waitFor(t, "outage-user stored", func() bool { return len(s.persons("distinct_id=outage-user")) == 1 })
+	s.captureStored(e, "$identify", "outage-user", map[string]any{"$set": map[string]any{"plan": "pro"}})
 	waitFor(t, "outage-user looked up", func() bool { _, out := decide(); return featureFlags(out)["pro-only"] == true })
 	var non200, calls atomic.Int64
 	stop := make(chan struct{})

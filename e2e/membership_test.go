@@ -13,6 +13,15 @@ import (
 
 // lookups returns how many person and group look-ups an edge has made at the control plane.
 func lookups(t *testing.T, e *edge) int {
+	return metricSum(t, e, "flagedge_edge_lookup_duration_seconds_count{", "hash_key_overrides")
+}
+
+// announced returns how many keys the control plane has announced to an edge.
+func announced(t *testing.T, e *edge) int { return metricSum(t, e, "flagedge_edge_membership_additions_total", "") }
+
+// metricSum adds up the edge's series whose line starts with prefix, leaving out lines that
+// contain skip (when not empty).
+func metricSum(t *testing.T, e *edge, prefix, skip string) int {
 	t.Helper()
 	resp, err := http.Get(e.url + "/metrics")
 	if err != nil {
@@ -23,12 +32,23 @@ func lookups(t *testing.T, e *edge) int {
 	sc := bufio.NewScanner(resp.Body)
 	for sc.Scan() {
 		line := sc.Text()
-		if strings.HasPrefix(line, "flagedge_edge_lookup_duration_seconds_count{") && !strings.Contains(line, "hash_key_overrides") {
+		if strings.HasPrefix(line, prefix) && (skip == "" || !strings.Contains(line, skip)) {
 			v, _ := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64)
 			n += int(v)
 		}
 	}
 	return n
+}
+
+// captureStored captures an event at an edge and waits until the control plane has stored
+// the person and announced it back to that edge (so the edge no longer counts the person as
+// one it created itself).
+func (s *stack) captureStored(e *edge, event, distinctID string, props map[string]any) {
+	s.t.Helper()
+	before := announced(s.t, e)
+	s.capture(e, event, distinctID, props)
+	waitFor(s.t, distinctID+" stored", func() bool { return len(s.persons("distinct_id="+distinctID)) == 1 })
+	waitFor(s.t, distinctID+" announced to "+e.name, func() bool { return announced(s.t, e) > before })
 }
 
 // capture sends one event to an edge.
@@ -126,6 +146,17 @@ func TestEdgeKnowsWhoHasNothingStored(t *testing.T) {
 		}
 		t.Logf("%s: edge-a answers from the stored data %v after it was stored", what, time.Since(since).Round(time.Millisecond))
 	}
+
+	t.Run("a new user captured here needs no look-up", func(t *testing.T) {
+		before := lookups(t, a)
+		s.capture(a, "$identify", "newcomer", map[string]any{"$set": map[string]any{"plan": "pro"}})
+		if v := flag(a, "newcomer", "pro-only", nil); v != true {
+			t.Fatalf("right after its capture: pro-only %v", v)
+		}
+		if n := lookups(t, a) - before; n != 0 {
+			t.Fatalf("%d look-ups for a user this edge created", n)
+		}
+	})
 
 	t.Run("a person stored through another edge", func(t *testing.T) {
 		if v := flag(a, "buyer", "pro-only", nil); v != false {

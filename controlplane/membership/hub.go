@@ -142,12 +142,12 @@ func (h *Hub) Announce(ctx context.Context, projectID int64, keys [][]byte, rebu
 	}
 	f.keys += len(keys)
 	h.keys.Add(float64(len(keys)))
-	rebuild = rebuild || f.keys > f.capacity
-	if !rebuild {
-		for sub := range h.subs {
-			sub.add(projectID, keys, h)
-		}
+	// The keys go out as additions even when a rebuild follows: an edge forgets what it
+	// cached about a key when the key is announced, not when a whole filter holds it.
+	for sub := range h.subs {
+		sub.add(projectID, keys, h)
 	}
+	rebuild = rebuild || f.keys > f.capacity
 	h.mu.Unlock()
 	if rebuild {
 		return h.rebuild(ctx, projectID)

@@ -18,6 +18,11 @@ import (
 	"github.com/flagedge/flagedge/shared/syncpb"
 )
 
+// smallFilterBytes is the size up to which a filter is copied whole to add keys (a project of
+// up to about 13,000 stored keys): below it a second layer would take more memory than the
+// copies cost.
+const smallFilterBytes = 16 << 10
+
 // deltaCapacity is how many added keys a project's filter takes in its small copy-on-write
 // layer before they are folded into a new copy of the large one.
 const deltaCapacity = 4096
@@ -54,9 +59,11 @@ type Set struct {
 	mu      sync.Mutex // serialises writers
 	max     int64      // bytes all filters may take; a filter past it is not kept
 	log     *slog.Logger
-	// onAdd is told every key added, after it is in the filter (to forget cached "not found"
-	// answers about it).
-	onAdd func(projectID int64, key membership.Key)
+	// onAdd is told every key the control plane announces, after it is in the filter (to
+	// forget cached "not found" answers about it); onReplace, that filters were replaced whole
+	// (keys may have come without an announcement: forget every "not found").
+	onAdd     func(projectID int64, key membership.Key)
+	onReplace func()
 
 	bytes     atomic.Int64
 	projects  prometheus.GaugeFunc
@@ -66,10 +73,19 @@ type Set struct {
 	checks    [3]prometheus.Counter // by Result
 }
 
+// Hooks are told what the control plane's stream changes; either may be nil.
+type Hooks struct {
+	// Announced is told every key the control plane announces, once it is in the filter.
+	Announced func(projectID int64, key membership.Key)
+	// Replaced is told that filters were replaced whole: keys may have arrived without being
+	// announced one by one.
+	Replaced func()
+}
+
 // NewSet returns an empty set: every project is unknown (look keys up) until its filter
-// arrives. maxBytes caps the memory of all filters (0: no cap); onAdd may be nil.
-func NewSet(maxBytes int64, onAdd func(projectID int64, key membership.Key), log *slog.Logger, reg prometheus.Registerer) *Set {
-	s := &Set{max: maxBytes, onAdd: onAdd, log: log}
+// arrives. maxBytes caps the memory of all filters (0: no cap).
+func NewSet(maxBytes int64, hooks Hooks, log *slog.Logger, reg prometheus.Registerer) *Set {
+	s := &Set{max: maxBytes, onAdd: hooks.Announced, onReplace: hooks.Replaced, log: log}
 	empty := map[int64]*layers{}
 	s.filters.Store(&empty)
 	s.projects = prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "flagedge_edge_membership_projects",
@@ -155,7 +171,9 @@ func (s *Set) Apply(msg *syncpb.WatchResponse) error {
 		next = cloneMap(*s.filters.Load())
 	}
 	var errs []error
+	replaced := msg.MembershipReset
 	for _, f := range msg.MembershipFilters {
+		replaced = replaced || next[f.ProjectId] != nil
 		b := &bloom.BloomFilter{}
 		if err := b.UnmarshalBinary(f.Bloom); err != nil {
 			delete(next, f.ProjectId) // a filter that does not decode must not stay behind
@@ -178,6 +196,9 @@ func (s *Set) Apply(msg *syncpb.WatchResponse) error {
 	}
 	s.keepWithinCap(next)
 	s.filters.Store(&next)
+	if replaced && s.onReplace != nil {
+		s.onReplace()
+	}
 	for _, a := range added {
 		s.additions.Add(float64(len(a.Keys)))
 		if s.onAdd == nil {
@@ -201,10 +222,12 @@ func (s *Set) Apply(msg *syncpb.WatchResponse) error {
 // "nothing stored" for them meanwhile — nor, if the link breaks before the announcement
 // comes, for as long as it is down. Keys the filter already holds cost nothing; projects
 // without a filter are left so.
-func (s *Set) Add(projectID int64, keys ...[]byte) {
+//
+// It returns the keys the filter did not hold before.
+func (s *Set) Add(projectID int64, keys ...[]byte) (fresh [][]byte) {
 	l := (*s.filters.Load())[projectID]
 	if l == nil {
-		return
+		return nil
 	}
 	inBase := true // the common case, checked without the lock: base never changes
 	for _, k := range keys {
@@ -214,23 +237,24 @@ func (s *Set) Add(projectID int64, keys ...[]byte) {
 		}
 	}
 	if inBase {
-		return
+		return nil
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	cur := *s.filters.Load()
 	l = cur[projectID]
 	if l == nil {
-		return
+		return nil
 	}
-	fresh := l.missing(keys)
+	fresh = l.missing(keys)
 	if len(fresh) == 0 {
-		return
+		return nil
 	}
 	next := cloneMap(cur)
 	next[projectID] = l.with(fresh)
 	s.keepWithinCap(next)
 	s.filters.Store(&next)
+	return fresh
 }
 
 // missing returns the keys l does not surely hold: those neither in base nor added since.
@@ -249,11 +273,12 @@ func (l *layers) missing(keys [][]byte) [][]byte {
 	return out
 }
 
-// with returns l with keys added: into a new copy of the small layer, and once that holds
-// deltaCapacity keys, all of them into a new copy of the large one.
+// with returns l with keys added: into a new copy of a small filter; for a large one into a
+// new copy of the small layer, and once that holds deltaCapacity keys, all of them into a new
+// copy of the large one.
 func (l *layers) with(keys [][]byte) *layers {
 	next := &layers{base: l.base}
-	if len(l.added)+len(keys) >= deltaCapacity {
+	if l.base.Cap()/8 <= smallFilterBytes || len(l.added)+len(keys) >= deltaCapacity {
 		next.base = l.base.Copy()
 		for _, k := range l.added {
 			next.base.Add(k)
@@ -270,7 +295,7 @@ func (l *layers) with(keys [][]byte) *layers {
 	}
 	next.added, next.addedSet = append(l.added, keys...), l.addedSet
 	if next.addedSet == nil {
-		next.addedSet = make(map[string]struct{}, deltaCapacity)
+		next.addedSet = map[string]struct{}{}
 	}
 	for _, k := range keys {
 		next.delta.Add(k)

@@ -35,7 +35,7 @@ func personKeys(ids ...string) [][]byte {
 
 func newSet(t *testing.T, max int64, onAdd func(int64, membership.Key)) *Set {
 	t.Helper()
-	return NewSet(max, onAdd, slog.New(slog.DiscardHandler), prometheus.NewRegistry())
+	return NewSet(max, Hooks{Announced: onAdd}, slog.New(slog.DiscardHandler), prometheus.NewRegistry())
 }
 
 func TestUnknownUntilAFilterArrives(t *testing.T) {
@@ -82,9 +82,20 @@ func TestResetDropsEveryFilter(t *testing.T) {
 // TestAdditionsAreNeverLost adds keys in messages of varied sizes, across the folds of the
 // small layer into the large one, and checks every key after every message.
 func TestAdditionsAreNeverLost(t *testing.T) {
+	var stored []string
+	for i := range 20_000 {
+		stored = append(stored, fmt.Sprint("stored-", i))
+	}
+	t.Run("small filter, copied whole", func(t *testing.T) { additionsAreNeverLost(t, filterMsg(t, 7)) })
+	t.Run("large filter, with a small layer", func(t *testing.T) { additionsAreNeverLost(t, filterMsg(t, 7, stored...)) })
+}
+
+func additionsAreNeverLost(t *testing.T, base *syncpb.MembershipFilter) {
 	var forgotten []string
 	s := newSet(t, 0, func(p int64, k membership.Key) { forgotten = append(forgotten, k.DistinctID) })
-	s.Apply(&syncpb.WatchResponse{MembershipReset: true, MembershipFilters: []*syncpb.MembershipFilter{filterMsg(t, 7)}})
+	s.Apply(&syncpb.WatchResponse{MembershipReset: true, MembershipFilters: []*syncpb.MembershipFilter{base}})
+	large := len(base.Bloom) > smallFilterBytes
+	layered := false
 	var all []string
 	for batch := 0; len(all) < 3*deltaCapacity; batch++ {
 		var ids []string
@@ -99,6 +110,7 @@ func TestAdditionsAreNeverLost(t *testing.T) {
 			t.Fatal(err)
 		}
 		all = append(all, ids...)
+		layered = layered || (*s.filters.Load())[7].delta != nil
 		for _, id := range all {
 			if s.CheckPerson(7, id) != Present {
 				t.Fatalf("after batch %d: %s missing", batch, id)
@@ -112,6 +124,9 @@ func TestAdditionsAreNeverLost(t *testing.T) {
 	}
 	if len(forgotten) < len(all) {
 		t.Fatalf("onAdd told of %d keys, want ≥ %d", len(forgotten), len(all))
+	}
+	if layered != large {
+		t.Fatalf("a filter of %d bytes used a small layer: %v", len(base.Bloom), layered)
 	}
 }
 
@@ -190,7 +205,7 @@ func TestUndecodableFilterIsNotKept(t *testing.T) {
 }
 
 func BenchmarkCheckPerson(b *testing.B) {
-	s := NewSet(0, nil, slog.New(slog.DiscardHandler), nil)
+	s := NewSet(0, Hooks{}, slog.New(slog.DiscardHandler), nil)
 	var ids []string
 	for i := range 100_000 {
 		ids = append(ids, fmt.Sprintf("0192e0c4-7d1b-7c3e-9f1a-%012d", i))

@@ -40,7 +40,10 @@ type Person struct {
 	distinctID string
 	// version is the project's snapshot version when the person was fetched: static cohort
 	// memberships change with the snapshot.
-	version          int64
+	version int64
+	// epoch is the store's replaced count when a "not found" was fetched: it is not used once
+	// filters were replaced whole since.
+	epoch            uint64
 	Found            bool
 	Properties       flags.Properties
 	StaticCohorts    []int64
@@ -53,6 +56,7 @@ type group struct {
 	typeIndex  int
 	key        string
 	properties flags.Properties // nil when the group does not exist
+	epoch      uint64           // as Person's, for a group that does not exist
 }
 
 // Config tunes the store.
@@ -89,7 +93,15 @@ type Store struct {
 	// found nothing is not cached when one was forgotten while it was under way, since the
 	// answer may predate the key.
 	forgotten atomic.Uint64
-	calls     *prometheus.HistogramVec // control-plane calls by kind and result
+	// replaced counts whole replacements of membership filters: keys may then have become
+	// stored without being announced one by one, so every cached "not found" (and every mark
+	// of a person this edge created) from before is disregarded.
+	replaced atomic.Uint64
+	// originated marks persons this edge's captures created: their distinct ids were in no
+	// filter when captured, so what the control plane stores about them is what this edge sent
+	// (the overlay) until it announces them. They are answered without a look-up meanwhile.
+	originated *cache.Cache[originMark]
+	calls      *prometheus.HistogramVec // control-plane calls by kind and result
 }
 
 // overlay is what this edge captured about a person's properties and the control plane may
@@ -100,6 +112,13 @@ type overlay struct {
 	set        flags.Properties
 	setOnce    flags.Properties
 	unset      []string
+}
+
+// originMark marks a person this edge created, as of a filter epoch.
+type originMark struct {
+	projectID  int64
+	distinctID string
+	epoch      uint64
 }
 
 // overlayTTL covers the time from capture to storage at the control plane, including a
@@ -120,14 +139,18 @@ func NewStore(lookup Lookup, cfg Config, m *cache.Metrics, log *slog.Logger, reg
 	if err != nil {
 		return nil, err
 	}
+	originated, err := cache.New[originMark]("persons_originated", cfg.MaxEntries/4+1, overlayTTL, m)
+	if err != nil {
+		return nil, err
+	}
 	calls := prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "flagedge_edge_lookup_duration_seconds",
 		Help:    "Look-ups of stored properties at the control plane, by kind (person, groups, hash_key_overrides) and result (ok, error).",
 		Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1}}, []string{"kind", "result"})
 	if reg != nil {
 		reg.MustRegister(calls)
 	}
-	s := &Store{lookup: lookup, cfg: cfg, persons: persons, groups: groups, overlays: overlays, calls: calls}
-	s.members = membership.NewSet(cfg.MembershipMaxBytes, s.forget, log, reg)
+	s := &Store{lookup: lookup, cfg: cfg, persons: persons, groups: groups, overlays: overlays, originated: originated, calls: calls}
+	s.members = membership.NewSet(cfg.MembershipMaxBytes, membership.Hooks{Announced: s.forget, Replaced: func() { s.replaced.Add(1) }}, log, reg)
 	return s, nil
 }
 
@@ -137,7 +160,29 @@ func (s *Store) Membership() *membership.Set { return s.members }
 
 // Captured records that this edge accepted events that make the control plane store keys
 // (shared/membership's encoding): from now on the project's filter holds them.
-func (s *Store) Captured(projectID int64, keys [][]byte) { s.members.Add(projectID, keys...) }
+//
+// A person whose distinct id no filter held is marked as created by this edge: until the
+// control plane announces it, /decide answers it from the overlay, without a look-up.
+func (s *Store) Captured(projectID int64, keys [][]byte) {
+	marked := false
+	epoch := s.replaced.Load()
+	for _, k := range s.members.Add(projectID, keys...) {
+		if key, err := sharedmembership.ParseKey(k); err == nil && !key.Group {
+			s.originated.Set(cache.Key(projectID, key.DistinctID), originMark{projectID: projectID, distinctID: key.DistinctID, epoch: epoch})
+			marked = true
+		}
+	}
+	if marked {
+		s.originated.Wait() // before the capture is acknowledged
+	}
+}
+
+// createdHere reports whether this edge created the person and the control plane has not
+// announced it since.
+func (s *Store) createdHere(projectID int64, distinctID string) bool {
+	m, ok := s.originated.Get(cache.Key(projectID, distinctID))
+	return ok && m.projectID == projectID && m.distinctID == distinctID && m.epoch == s.replaced.Load()
+}
 
 // forget drops what is cached about a key the control plane has just stored.
 func (s *Store) forget(projectID int64, k sharedmembership.Key) {
@@ -162,6 +207,7 @@ func (s *Store) Close() {
 	s.persons.Close()
 	s.groups.Close()
 	s.overlays.Close()
+	s.originated.Close()
 }
 
 // Person returns the stored person behind distinctID (Found false when there is none).
@@ -171,23 +217,24 @@ func (s *Store) Close() {
 func (s *Store) Person(ctx context.Context, projectID, version int64, memberships bool, distinctID string) (*Person, error) {
 	r := s.members.CheckPerson(projectID, distinctID)
 	s.members.Count(r)
-	if r == membership.Absent {
+	if r == membership.Absent || (r == membership.Present && s.createdHere(projectID, distinctID)) {
 		return s.Unstored(projectID, distinctID), nil
 	}
 	key := cache.Key(projectID, distinctID)
-	if p, ok := s.persons.Get(key); ok && p.projectID == projectID && p.distinctID == distinctID && (!memberships || p.version >= version) {
+	if p, ok := s.persons.Get(key); ok && p.projectID == projectID && p.distinctID == distinctID && (!memberships || p.version >= version) &&
+		(p.Found || p.epoch == s.replaced.Load()) {
 		return s.withOverlay(key, p), nil
 	}
 	v, err, _ := s.flight.Do("p"+strconv.FormatInt(projectID, 10)+":"+strconv.FormatInt(version, 10)+":"+distinctID, func() (any, error) {
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.Timeout)
 		defer cancel()
-		start, forgotten := time.Now(), s.forgotten.Load()
+		start, forgotten, epoch := time.Now(), s.forgotten.Load(), s.replaced.Load()
 		resp, err := s.lookup.LookupPerson(ctx, &syncpb.LookupPersonRequest{ProjectId: projectID, DistinctId: distinctID})
 		s.observe("person", start, err)
 		if err != nil {
 			return nil, err
 		}
-		p := &Person{projectID: projectID, distinctID: strings.Clone(distinctID), version: version, Found: resp.Found, StaticCohorts: resp.StaticCohortIds,
+		p := &Person{projectID: projectID, distinctID: strings.Clone(distinctID), version: version, epoch: epoch, Found: resp.Found, StaticCohorts: resp.StaticCohortIds,
 			HashKeyOverrides: resp.HashKeyOverrides}
 		if len(resp.Properties) > 0 {
 			if err := json.Unmarshal(resp.Properties, &p.Properties); err != nil {
@@ -226,7 +273,9 @@ func (s *Store) Unstored(projectID int64, distinctID string) *Person {
 // (a cached "not found" would now be wrong).
 func (s *Store) ForgetPerson(projectID int64, distinctID string) {
 	s.forgotten.Add(1)
-	s.persons.Delete(cache.Key(projectID, distinctID))
+	key := cache.Key(projectID, distinctID)
+	s.persons.Delete(key)
+	s.originated.Delete(key)
 }
 
 // ForgetGroup drops what is cached about a group the control plane has just stored.
@@ -357,7 +406,8 @@ func (s *Store) Groups(ctx context.Context, projectID int64, refs []GroupRef) (m
 		if m == membership.Absent {
 			continue // nothing stored: the group has no properties
 		}
-		if g, ok := s.groups.Get(groupKey(projectID, r)); ok && g.projectID == projectID && g.typeIndex == r.TypeIndex && g.key == r.Key {
+		if g, ok := s.groups.Get(groupKey(projectID, r)); ok && g.projectID == projectID && g.typeIndex == r.TypeIndex && g.key == r.Key &&
+			(g.properties != nil || g.epoch == s.replaced.Load()) {
 			if g.properties != nil {
 				out[r.Name] = g.properties
 			}
@@ -371,7 +421,7 @@ func (s *Store) Groups(ctx context.Context, projectID int64, refs []GroupRef) (m
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
 	defer cancel()
-	start, forgotten := time.Now(), s.forgotten.Load()
+	start, forgotten, epoch := time.Now(), s.forgotten.Load(), s.replaced.Load()
 	resp, err := s.lookup.LookupGroups(ctx, req)
 	s.observe("groups", start, err)
 	if err != nil {
@@ -390,7 +440,7 @@ func (s *Store) Groups(ctx context.Context, projectID int64, refs []GroupRef) (m
 	}
 	for _, r := range missing {
 		props := found[GroupRef{TypeIndex: r.TypeIndex, Key: r.Key}]
-		entry := &group{projectID: projectID, typeIndex: r.TypeIndex, key: strings.Clone(r.Key), properties: props}
+		entry := &group{projectID: projectID, typeIndex: r.TypeIndex, key: strings.Clone(r.Key), properties: props, epoch: epoch}
 		if props != nil {
 			out[r.Name] = props // r.Name is the snapshot's, not the request's
 			s.groups.Set(groupKey(projectID, r), entry)
