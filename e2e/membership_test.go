@@ -17,7 +17,9 @@ func lookups(t *testing.T, e *edge) int {
 }
 
 // announced returns how many keys the control plane has announced to an edge.
-func announced(t *testing.T, e *edge) int { return metricSum(t, e, "flagedge_edge_membership_additions_total", "") }
+func announced(t *testing.T, e *edge) int {
+	return metricSum(t, e, "flagedge_edge_membership_additions_total", "")
+}
 
 // metricSum adds up the edge's series whose line starts with prefix, leaving out lines that
 // contain skip (when not empty).
