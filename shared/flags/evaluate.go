@@ -122,7 +122,10 @@ func (s *Snapshot) Evaluate(req *Request, out []Result) []Result {
 		e.now = time.Now()
 	}
 	for _, i := range s.evalOrder {
-		out[i] = e.flag(&s.flags[i])
+		e.flag(&s.flags[i], &out[i])
+	}
+	if e.hasher != nil {
+		hashers.Put(e.hasher)
 	}
 	return out
 }
@@ -140,22 +143,30 @@ type evaluation struct {
 	failed     bool
 	hashSubj   string
 	groupIndex int
+	// rolloutHash is the flag's rollout hash once computed (haveRollout): every condition
+	// of a flag hashes the same input.
+	rolloutHash float64
+	haveRollout bool
+
+	hasher *hasher // taken from hashers at the first hash
 }
 
-func (e *evaluation) flag(f *compiledFlag) Result {
-	r := Result{Key: f.def.Key, ID: f.def.ID, Version: f.def.Version, Active: f.def.Active, ConditionIndex: -1}
+// flag evaluates one flag into r, in place: a Result is too large to return by value for
+// every flag.
+func (e *evaluation) flag(f *compiledFlag, r *Result) {
+	*r = Result{Key: f.def.Key, ID: f.def.ID, Version: f.def.Version, Active: f.def.Active, ConditionIndex: -1}
 	if !f.def.Active {
 		r.Reason = ReasonDisabled
-		return r
+		return
 	}
-	e.current, e.failed, e.groupIndex = f, false, f.groupIndex
+	e.current, e.failed, e.groupIndex, e.haveRollout = f, false, f.groupIndex, false
 	e.hashSubj = e.req.DistinctID
 	if f.groupIndex >= 0 {
 		e.groupName = e.snap.groupTypes[f.groupIndex]
 		key, ok := e.req.Groups[e.groupName]
 		if e.groupName == "" || !ok || key == "" {
 			r.Reason = ReasonNoGroupType
-			return r
+			return
 		}
 		e.groupKey, e.hashSubj = key, key
 	} else if f.def.EnsureExperienceContinuity {
@@ -168,15 +179,17 @@ func (e *evaluation) flag(f *compiledFlag) Result {
 		matched, _ := e.condition(&f.super[0])
 		r.Reason, r.ConditionIndex = ReasonSuperConditionValue, 0
 		if matched {
-			e.enable(&r, f, -1)
+			e.enable(r, f, -1)
 		}
-		return e.finish(r)
+		e.finish(r)
+		return
 	}
 	for i := range f.holdout {
 		h := &f.holdout[i]
-		if ok, _ := e.propertiesMatch(h); ok && (!h.hasRollout || holdoutHash(e.hashSubj) <= h.rollout/100) {
+		if ok, _ := e.propertiesMatch(h); ok && (!h.hasRollout || e.hash("holdout-", false, "") <= h.rollout/100) {
 			r.Enabled, r.Variant, r.Reason, r.ConditionIndex = true, h.rawVariant, ReasonHoldoutConditionValue, i
-			return e.finish(r)
+			e.finish(r)
+			return
 		}
 	}
 
@@ -186,23 +199,31 @@ func (e *evaluation) flag(f *compiledFlag) Result {
 		matched, reason := e.condition(c)
 		if matched {
 			r.Reason, r.ConditionIndex = ReasonConditionMatch, i
-			e.enable(&r, f, c.variant)
-			return e.finish(r)
+			e.enable(r, f, c.variant)
+			e.finish(r)
+			return
 		}
 		if reason >= best {
 			best, bestIndex = reason, i
 		}
 	}
 	r.Reason, r.ConditionIndex = best, bestIndex
-	return e.finish(r)
+	e.finish(r)
 }
 
 // finish marks a flag failed when it read a property that could not be fetched.
-func (e *evaluation) finish(r Result) Result {
+func (e *evaluation) finish(r *Result) {
 	if e.failed {
 		r.Failed, r.Enabled, r.Variant, r.Payload, r.Reason, r.ConditionIndex = true, false, "", nil, ReasonError, -1
 	}
-	return r
+}
+
+// hash is PostHog's hash of prefix + "." (with sep) + the hash subject + salt.
+func (e *evaluation) hash(prefix string, sep bool, salt string) float64 {
+	if e.hasher == nil {
+		e.hasher = hashers.Get().(*hasher)
+	}
+	return e.hasher.hash(prefix, sep, e.hashSubj, salt)
 }
 
 // enable sets the value of a matched flag: the override variant, else the hashed variant,
@@ -211,7 +232,7 @@ func (e *evaluation) enable(r *Result, f *compiledFlag, override int) {
 	r.Enabled = true
 	vi := override
 	if vi < 0 && len(f.variants) > 0 {
-		v := hash(f.def.Key, e.hashSubj, "variant")
+		v := e.hash(f.def.Key, true, "variant")
 		for i := range f.variants {
 			if v >= f.variants[i].lower && v < f.variants[i].upper {
 				vi = i
@@ -232,8 +253,13 @@ func (e *evaluation) condition(c *condition) (bool, Reason) {
 		return false, ReasonNoConditionMatch
 	}
 	// The hash is at most 1, so a 100% rollout needs none.
-	if c.hasRollout && c.rollout < 100 && hash(e.current.def.Key, e.hashSubj, "") > c.rollout/100 {
-		return false, ReasonOutOfRolloutBound
+	if c.hasRollout && c.rollout < 100 {
+		if !e.haveRollout {
+			e.rolloutHash, e.haveRollout = e.hash(e.current.def.Key, true, ""), true
+		}
+		if e.rolloutHash > c.rollout/100 {
+			return false, ReasonOutOfRolloutBound
+		}
 	}
 	return true, ReasonConditionMatch
 }
