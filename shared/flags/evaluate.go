@@ -78,21 +78,23 @@ func (r Reason) Description(index int) string {
 	return "Error evaluating flag"
 }
 
-// Result is one flag's evaluation.
+// Result is one flag's evaluation. (Its fields are ordered to keep it small: an evaluation
+// writes one per flag.)
 type Result struct {
-	Key     string
+	Key string
+	// Variant is the variant key of an enabled multivariate flag, else "".
+	Variant string
+	// Payload is the payload of the value, as stored (compact JSON), or nil. It is shared
+	// with the snapshot and every other result: it must not be changed.
+	Payload json.RawMessage
 	ID      int64
 	Version int
+	// ConditionIndex is the index of the deciding condition, or -1.
+	ConditionIndex int
 	// Active is false for inactive flags, which evaluate to false with ReasonDisabled.
 	Active  bool
 	Enabled bool
-	// Variant is the variant key of an enabled multivariate flag, else "".
-	Variant string
-	// Payload is the payload of the value, as stored (compact JSON), or nil.
-	Payload json.RawMessage
 	Reason  Reason
-	// ConditionIndex is the index of the deciding condition, or -1.
-	ConditionIndex int
 	// Failed reports that the flag could not be computed: properties it needs could not be
 	// fetched. It is then disabled with ReasonError.
 	Failed bool
@@ -121,8 +123,14 @@ func (s *Snapshot) Evaluate(req *Request, out []Result) []Result {
 	if e.now.IsZero() {
 		e.now = time.Now()
 	}
-	for _, i := range s.evalOrder {
-		e.flag(&s.flags[i], &out[i])
+	if s.evalOrder == nil {
+		for i := range s.flags {
+			e.flag(&s.flags[i], &out[i])
+		}
+	} else {
+		for _, i := range s.evalOrder {
+			e.flag(&s.flags[i], &out[i])
+		}
 	}
 	if e.hasher != nil {
 		hashers.Put(e.hasher)
@@ -149,17 +157,18 @@ type evaluation struct {
 	haveRollout bool
 
 	hasher *hasher // taken from hashers at the first hash
+	memo   memo
 }
 
 // flag evaluates one flag into r, in place: a Result is too large to return by value for
 // every flag.
 func (e *evaluation) flag(f *compiledFlag, r *Result) {
-	*r = Result{Key: f.def.Key, ID: f.def.ID, Version: f.def.Version, Active: f.def.Active, ConditionIndex: -1}
-	if !f.def.Active {
+	*r = Result{Key: f.key, ID: f.id, Version: f.version, ConditionIndex: -1, Active: f.active}
+	if !f.active {
 		r.Reason = ReasonDisabled
 		return
 	}
-	e.current, e.failed, e.groupIndex, e.haveRollout = f, false, f.groupIndex, false
+	e.current, e.failed, e.groupIndex, e.haveRollout = f, false, int(f.groupIndex), false
 	e.hashSubj = e.req.DistinctID
 	if f.groupIndex >= 0 {
 		e.groupName = e.snap.groupTypes[f.groupIndex]
@@ -169,28 +178,15 @@ func (e *evaluation) flag(f *compiledFlag, r *Result) {
 			return
 		}
 		e.groupKey, e.hashSubj = key, key
-	} else if f.def.EnsureExperienceContinuity {
-		if override, ok := e.req.HashKeyOverrides[f.def.Key]; ok && override != "" {
+	} else if f.continuity {
+		if override, ok := e.req.HashKeyOverrides[f.key]; ok && override != "" {
 			e.hashSubj = override
 		}
 	}
 
-	if len(f.super) > 0 && e.superConditionSet(&f.super[0]) {
-		matched, _ := e.condition(&f.super[0])
-		r.Reason, r.ConditionIndex = ReasonSuperConditionValue, 0
-		if matched {
-			e.enable(r, f, -1)
-		}
+	if f.rare != nil && e.rareConditions(f, r) {
 		e.finish(r)
 		return
-	}
-	for i := range f.holdout {
-		h := &f.holdout[i]
-		if ok, _ := e.propertiesMatch(h); ok && (!h.hasRollout || e.hash("holdout-", false, "") <= h.rollout/100) {
-			r.Enabled, r.Variant, r.Reason, r.ConditionIndex = true, h.rawVariant, ReasonHoldoutConditionValue, i
-			e.finish(r)
-			return
-		}
 	}
 
 	best, bestIndex := ReasonNoConditionMatch, -1
@@ -209,6 +205,27 @@ func (e *evaluation) flag(f *compiledFlag, r *Result) {
 	}
 	r.Reason, r.ConditionIndex = best, bestIndex
 	e.finish(r)
+}
+
+// rareConditions applies a flag's super condition and holdouts, and reports whether one of
+// them decided the flag.
+func (e *evaluation) rareConditions(f *compiledFlag, r *Result) bool {
+	if super := f.rare.super; len(super) > 0 && e.superConditionSet(&super[0]) {
+		matched, _ := e.condition(&super[0])
+		r.Reason, r.ConditionIndex = ReasonSuperConditionValue, 0
+		if matched {
+			e.enable(r, f, -1)
+		}
+		return true
+	}
+	for i := range f.rare.holdout {
+		h := &f.rare.holdout[i]
+		if ok, _ := e.propertiesMatch(&h.condition); ok && (h.threshold >= 1 || e.hash("holdout-", false, "") <= h.threshold) {
+			r.Enabled, r.Variant, r.Reason, r.ConditionIndex = true, h.variantKey, ReasonHoldoutConditionValue, i
+			return true
+		}
+	}
+	return false
 }
 
 // finish marks a flag failed when it read a property that could not be fetched.
@@ -231,20 +248,23 @@ func (e *evaluation) hash(prefix string, sep bool, salt string) float64 {
 func (e *evaluation) enable(r *Result, f *compiledFlag, override int) {
 	r.Enabled = true
 	vi := override
-	if vi < 0 && len(f.variants) > 0 {
-		v := e.hash(f.def.Key, true, "variant")
-		for i := range f.variants {
-			if v >= f.variants[i].lower && v < f.variants[i].upper {
+	if f.values == nil {
+		return
+	}
+	if variants := f.values.variants; vi < 0 && len(variants) > 0 {
+		v := e.hash(f.key, true, "variant")
+		for i := range variants {
+			if v >= variants[i].lower && v < variants[i].upper {
 				vi = i
 				break
 			}
 		}
 	}
 	if vi >= 0 {
-		r.Variant, r.Payload = f.variants[vi].key, f.payloads[vi]
+		r.Variant, r.Payload = f.values.variants[vi].key, f.values.variants[vi].payload
 		return
 	}
-	r.Payload = f.payloadTrue
+	r.Payload = f.values.payloadTrue
 }
 
 // condition reports whether a condition matches, or the reason it does not.
@@ -252,12 +272,11 @@ func (e *evaluation) condition(c *condition) (bool, Reason) {
 	if ok, _ := e.propertiesMatch(c); !ok {
 		return false, ReasonNoConditionMatch
 	}
-	// The hash is at most 1, so a 100% rollout needs none.
-	if c.hasRollout && c.rollout < 100 {
+	if c.threshold < 1 {
 		if !e.haveRollout {
-			e.rolloutHash, e.haveRollout = e.hash(e.current.def.Key, true, ""), true
+			e.rolloutHash, e.haveRollout = e.hash(e.current.key, true, ""), true
 		}
-		if e.rolloutHash > c.rollout/100 {
+		if e.rolloutHash > c.threshold {
 			return false, ReasonOutOfRolloutBound
 		}
 	}
@@ -283,8 +302,8 @@ func (e *evaluation) propertiesMatch(c *condition) (bool, Reason) {
 	return true, ReasonConditionMatch
 }
 
-// match evaluates one filter, negation included.
-func (e *evaluation) match(m *matcher) bool {
+// matchFilter evaluates one filter, negation included.
+func (e *evaluation) matchFilter(m *matcher) bool {
 	var ok bool
 	switch m.source {
 	case sourcePerson, sourceGroup:

@@ -73,25 +73,25 @@ func (op opcode) whenMissing() bool {
 // matcher is one compiled property filter: its operand parsed once into the forms its
 // operator compares with.
 type matcher struct {
-	source     source
-	op         opcode
-	negation   bool
-	key        string
-	groupIndex int
-
-	lowers   []string // exact/is_not: lower-case string forms of the operand(s)
-	boolMode bool     // exact/is_not compare as booleans
-	bools    []bool
-	str      string  // the operand's string form
-	lower    string  // lower case of str
-	num      float64 // gt…lte: the operand as a number
-	numOK    bool
-	re       *regexp.Regexp // nil for an invalid pattern: never matches
-	cohort   *cohort
+	key    string
+	lowers []string       // exact/is_not: lower-case string forms of the operand(s)
+	bools  []bool         // exact/is_not in boolMode: the operand(s) as booleans
+	str    string         // the operand's string form
+	lower  string         // lower case of str
+	num    float64        // gt…lte: the operand as a number
+	re     *regexp.Regexp // nil for an invalid pattern: never matches
+	cohort *cohort
 
 	// *rareOperand holds the operands of date, semver and flag filters; nil for the others,
 	// which are most filters: it keeps a matcher small, and a snapshot holds many.
 	*rareOperand
+
+	groupIndex int
+	source     source
+	op         opcode
+	negation   bool
+	boolMode   bool // exact/is_not compare as booleans
+	numOK      bool
 }
 
 // rareOperand is the part of a matcher that only some operators use.
@@ -350,5 +350,5 @@ type propertyGroup struct {
 
 type groupItem struct {
 	group   *propertyGroup
-	matcher *matcher
+	matcher matcherRef
 }
