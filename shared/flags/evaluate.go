@@ -119,10 +119,7 @@ func (s *Snapshot) Evaluate(req *Request, out []Result) []Result {
 		out = make([]Result, len(s.flags))
 	}
 	out = out[:len(s.flags)]
-	e := evaluation{snap: s, req: req, results: out, now: req.Now}
-	if e.now.IsZero() {
-		e.now = time.Now()
-	}
+	e := evaluation{snap: s, req: *req, results: out, now: req.Now}
 	if s.evalOrder == nil {
 		for i := range s.flags {
 			e.flag(&s.flags[i], &out[i])
@@ -140,8 +137,10 @@ func (s *Snapshot) Evaluate(req *Request, out []Result) []Result {
 
 // evaluation is the state of one Evaluate call.
 type evaluation struct {
-	snap    *Snapshot
-	req     *Request
+	snap *Snapshot
+	// req is a copy: a pointer would make every caller's Request escape to the heap (escape
+	// analysis cannot tell it from the evaluation's other pointers, which do).
+	req     Request
 	results []Result
 	now     time.Time
 	// Set while evaluating one flag:
@@ -158,6 +157,43 @@ type evaluation struct {
 
 	hasher *hasher // taken from hashers at the first hash
 	memo   memo
+	parsed parsedValues
+}
+
+// parsedValues keeps the last property value read as a version and as a date, with what it
+// read: flags often test one property (app_version, signup_date) with several operators.
+type parsedValues struct {
+	versionText string
+	versionOf   semver
+	versionOK   bool
+	haveVersion bool
+
+	dateText string
+	dateOf   time.Time
+	dateOK   bool
+	haveDate bool
+}
+
+// version is parseSemver(s), read once for consecutive equal s.
+func (p *parsedValues) version(s string) (semver, bool) {
+	if !p.haveVersion || s != p.versionText {
+		p.versionOf, p.versionOK = parseSemver(s)
+		p.versionText, p.haveVersion = s, true
+	}
+	return p.versionOf, p.versionOK
+}
+
+// date is personDate(v), read once for consecutive equal strings.
+func (p *parsedValues) date(v any) (time.Time, bool) {
+	s, ok := v.(string)
+	if !ok {
+		return personDate(v)
+	}
+	if !p.haveDate || s != p.dateText {
+		p.dateOf, p.dateOK = personDate(s)
+		p.dateText, p.haveDate = s, true
+	}
+	return p.dateOf, p.dateOK
 }
 
 // flag evaluates one flag into r, in place: a Result is too large to return by value for
@@ -330,7 +366,16 @@ func (e *evaluation) matchProperty(m *matcher) bool {
 	if !ok {
 		return m.op.whenMissing()
 	}
-	return m.matchValue(v, e.now)
+	return m.matchValue(v, e)
+}
+
+// clock returns the time relative dates count back from: the request's, else the time the
+// evaluation first needs it (most evaluations never do), the same for every later filter.
+func (e *evaluation) clock() time.Time {
+	if e.now.IsZero() {
+		e.now = time.Now()
+	}
+	return e.now
 }
 
 func (e *evaluation) lookupPerson(m *matcher) (any, bool) {
