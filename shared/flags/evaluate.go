@@ -199,7 +199,11 @@ func (p *parsedValues) date(v any) (time.Time, bool) {
 // flag evaluates one flag into r, in place: a Result is too large to return by value for
 // every flag.
 func (e *evaluation) flag(f *compiledFlag, r *Result) {
-	*r = Result{Key: f.key, ID: f.id, Version: f.version, ConditionIndex: -1, Active: f.active}
+	// Field by field: a composite literal would be built on the stack and then copied, with
+	// stalls that cost about 7% of an evaluation.
+	r.Key, r.Variant, r.Payload = f.key, "", nil
+	r.ID, r.Version, r.ConditionIndex = f.id, f.version, -1
+	r.Active, r.Enabled, r.Reason, r.Failed = f.active, false, 0, false
 	if !f.active {
 		r.Reason = ReasonDisabled
 		return
