@@ -76,5 +76,8 @@ func (h *hasher) hash(prefix string, sep bool, id, salt string) float64 {
 	if err != nil || len(st) < 12 {
 		return hashString(prefix, sep, id, salt)
 	}
-	return float64(binary.BigEndian.Uint64(st[4:12])>>4) / longScale
+	// h0 and h1 are read as the two words they were written as: one 8-byte load of two
+	// 4-byte stores would wait for them to reach the cache.
+	first := uint64(binary.BigEndian.Uint32(st[4:8]))<<32 | uint64(binary.BigEndian.Uint32(st[8:12]))
+	return float64(first>>4) / longScale
 }
