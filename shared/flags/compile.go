@@ -98,9 +98,9 @@ type rareConditions struct {
 
 type condition struct {
 	matchers []matcherRef
-	// threshold is the rollout as a fraction; 1 without a rollout, which matches whatever
-	// the hash (it is at most 1), so a threshold of 1 needs no hash.
-	threshold float64
+	// rollout is the largest hash value in the rollout: maxHash without a rollout or at
+	// 100%, which need no hash.
+	rollout int64
 	variant   int // index of the override variant, -1 for none
 }
 
@@ -112,7 +112,7 @@ type holdout struct {
 
 type variant struct {
 	key          string
-	lower, upper float64
+	above, upTo  int64 // the hash values of the variant: above < x <= upTo
 	payload      json.RawMessage
 }
 
@@ -210,7 +210,7 @@ func (c *compiler) compileFlag(cf *compiledFlag, d FlagDefinition) error {
 		lower := 0.0
 		for i, v := range f.Multivariate.Variants {
 			upper := lower + v.RolloutPercentage/100
-			cf.values.variants = append(cf.values.variants, variant{key: v.Key, lower: lower, upper: upper})
+			cf.values.variants = append(cf.values.variants, variant{key: v.Key, above: lastBelow(lower), upTo: lastBelow(upper)})
 			variantIndex[v.Key] = i
 			lower = upper
 		}
@@ -266,9 +266,9 @@ func (c *compiler) compileFlag(cf *compiledFlag, d FlagDefinition) error {
 }
 
 func (c *compiler) compileCondition(cond Condition, cf *compiledFlag, variants map[string]int) (condition, error) {
-	out := condition{threshold: 1, variant: -1}
+	out := condition{rollout: maxHash, variant: -1}
 	if cond.RolloutPercentage != nil {
-		out.threshold = *cond.RolloutPercentage / 100
+		out.rollout = lastAtMost(*cond.RolloutPercentage / 100)
 	}
 	if cond.Variant != nil {
 		if i, ok := variants[*cond.Variant]; ok {

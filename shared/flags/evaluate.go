@@ -152,7 +152,7 @@ type evaluation struct {
 	groupIndex int
 	// rolloutHash is the flag's rollout hash once computed (haveRollout): every condition
 	// of a flag hashes the same input.
-	rolloutHash float64
+	rolloutHash int64
 	haveRollout bool
 
 	hasher *hasher // taken from hashers at the first hash
@@ -260,7 +260,7 @@ func (e *evaluation) rareConditions(f *compiledFlag, r *Result) bool {
 	}
 	for i := range f.rare.holdout {
 		h := &f.rare.holdout[i]
-		if ok, _ := e.propertiesMatch(&h.condition); ok && (h.threshold >= 1 || e.hash("holdout-", false, "") <= h.threshold) {
+		if ok, _ := e.propertiesMatch(&h.condition); ok && (h.rollout == maxHash || int64(e.hash("holdout-", false, "")) <= h.rollout) {
 			r.Enabled, r.Variant, r.Reason, r.ConditionIndex = true, h.variantKey, ReasonHoldoutConditionValue, i
 			return true
 		}
@@ -275,8 +275,8 @@ func (e *evaluation) finish(r *Result) {
 	}
 }
 
-// hash is PostHog's hash of prefix + "." (with sep) + the hash subject + salt.
-func (e *evaluation) hash(prefix string, sep bool, salt string) float64 {
+// hash is PostHog's hash value of prefix + "." (with sep) + the hash subject + salt.
+func (e *evaluation) hash(prefix string, sep bool, salt string) uint64 {
 	if e.hasher == nil {
 		e.hasher = hashers.Get().(*hasher)
 	}
@@ -292,9 +292,9 @@ func (e *evaluation) enable(r *Result, f *compiledFlag, override int) {
 		return
 	}
 	if variants := f.values.variants; vi < 0 && len(variants) > 0 {
-		v := e.hash(f.key, true, "variant")
+		x := int64(e.hash(f.key, true, "variant"))
 		for i := range variants {
-			if v >= variants[i].lower && v < variants[i].upper {
+			if x > variants[i].above && x <= variants[i].upTo {
 				vi = i
 				break
 			}
@@ -312,11 +312,11 @@ func (e *evaluation) condition(c *condition) (bool, Reason) {
 	if ok, _ := e.propertiesMatch(c); !ok {
 		return false, ReasonNoConditionMatch
 	}
-	if c.threshold < 1 {
+	if c.rollout < maxHash {
 		if !e.haveRollout {
-			e.rolloutHash, e.haveRollout = e.hash(e.current.key, true, ""), true
+			e.rolloutHash, e.haveRollout = int64(e.hash(e.current.key, true, "")), true
 		}
-		if e.rolloutHash > c.threshold {
+		if e.rolloutHash > c.rollout {
 			return false, ReasonOutOfRolloutBound
 		}
 	}

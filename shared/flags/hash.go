@@ -8,15 +8,54 @@ import (
 	"sync"
 )
 
-// longScale is 0xFFFFFFFFFFFFFFF (15 hex digits) as a float64, PostHog's hash denominator.
+// PostHog buckets a user by a hash in [0, 1]: the first 15 hex digits of a SHA-1 digest as
+// a number (a hash value, 60 bits), over 0xFFFFFFFFFFFFFFF, in float64; a rollout or a
+// variant is a range of that fraction. The engine compares hash values instead, against the
+// bounds of the same ranges translated once at compilation (see lastWhere): the same answers
+// without a conversion and a division per hash.
+
+// maxHash is the largest hash value.
+const maxHash = 1<<60 - 1
+
+// longScale is 0xFFFFFFFFFFFFFFF as a float64, PostHog's hash denominator.
 const longScale = float64(0xFFFFFFFFFFFFFFF)
 
-// hashString returns PostHog's bucketing hash of prefix + sep + id + salt in [0, 1]: the
-// first 15 hex digits of the SHA-1 digest as a number, over 0xFFFFFFFFFFFFFFF.
-func hashString(prefix string, sep bool, id, salt string) float64 {
+// fraction is the hash PostHog compares for the hash value x.
+func fraction(x uint64) float64 { return float64(x) / longScale }
+
+// lastWhere returns the largest hash value x for which ok(fraction(x)) holds, or -1 when
+// there is none. ok must hold for small fractions and fail from some point on, like
+// "f <= 0.3": fraction never decreases as x grows, so those x are a prefix of [0, maxHash].
+func lastWhere(ok func(f float64) bool) int64 {
+	if !ok(fraction(0)) {
+		return -1
+	}
+	lo, hi := uint64(0), uint64(maxHash) // ok holds at lo
+	if ok(fraction(hi)) {
+		return maxHash
+	}
+	for hi-lo > 1 { // ok fails at hi
+		if mid := lo + (hi-lo)/2; ok(fraction(mid)) {
+			lo = mid
+		} else {
+			hi = mid
+		}
+	}
+	return int64(lo)
+}
+
+// lastAtMost is the largest hash value whose fraction is at most t (a rollout), -1 for none.
+func lastAtMost(t float64) int64 { return lastWhere(func(f float64) bool { return f <= t }) }
+
+// lastBelow is the largest hash value whose fraction is below t (a variant's bound), -1 for
+// none.
+func lastBelow(t float64) int64 { return lastWhere(func(f float64) bool { return f < t }) }
+
+// hashString returns PostHog's hash value of prefix + sep + id + salt.
+func hashString(prefix string, sep bool, id, salt string) uint64 {
 	var buf [256]byte
 	sum := sha1.Sum(appendHashInput(buf[:0], prefix, sep, id, salt))
-	return float64(binary.BigEndian.Uint64(sum[:8])>>4) / longScale
+	return binary.BigEndian.Uint64(sum[:8]) >> 4
 }
 
 func appendHashInput(b []byte, prefix string, sep bool, id, salt string) []byte {
@@ -57,7 +96,7 @@ func newHasher() *hasher {
 }
 
 // hash is hashString through the reused state.
-func (h *hasher) hash(prefix string, sep bool, id, salt string) float64 {
+func (h *hasher) hash(prefix string, sep bool, id, salt string) uint64 {
 	n := len(prefix) + len(id) + len(salt)
 	if sep {
 		n++
@@ -79,5 +118,5 @@ func (h *hasher) hash(prefix string, sep bool, id, salt string) float64 {
 	// h0 and h1 are read as the two words they were written as: one 8-byte load of two
 	// 4-byte stores would wait for them to reach the cache.
 	first := uint64(binary.BigEndian.Uint32(st[4:8]))<<32 | uint64(binary.BigEndian.Uint32(st[8:12]))
-	return float64(first>>4) / longScale
+	return first >> 4
 }

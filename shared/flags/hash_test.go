@@ -3,6 +3,8 @@ package flags
 import (
 	"encoding/json"
 	"fmt"
+	"math"
+	"math/rand/v2"
 	"strings"
 	"testing"
 )
@@ -54,7 +56,7 @@ func TestRolloutAndVariantHashes(t *testing.T) {
 		plan := []string{"pro", "free", "team"}[i%3]
 		out = snap.Evaluate(&Request{DistinctID: id, PersonProperties: Properties{"plan": plan}}, out)
 		wantVariant := "y"
-		if hashString("a-full", true, id, "variant") < 0.5 {
+		if fraction(hashString("a-full", true, id, "variant")) < 0.5 {
 			wantVariant = "x"
 		}
 		if r := out[0]; !r.Enabled || r.Variant != wantVariant {
@@ -62,7 +64,7 @@ func TestRolloutAndVariantHashes(t *testing.T) {
 		}
 		seen[out[0].Variant]++
 		for j, key := range []string{"b-two", "c-two"} {
-			h := hashString(key, true, id, "")
+			h := fraction(hashString(key, true, id, ""))
 			want := (plan == "pro" && h <= 0.3) || (plan != "free" && h <= 0.6)
 			if r := out[1+j]; r.Enabled != want {
 				t.Errorf("%s plan %s: %s is %v (%s), want %v (hash %.3f)", id, plan, key, r.Enabled, r.Reason, want, h)
@@ -71,5 +73,50 @@ func TestRolloutAndVariantHashes(t *testing.T) {
 	}
 	if seen["x"] < 150 || seen["y"] < 150 {
 		t.Errorf("variant split %v", seen)
+	}
+}
+
+// TestHashBounds checks that comparing hash values with the bounds computed at compilation
+// answers as comparing PostHog's fractions does: at the bounds, around them, and anywhere.
+func TestHashBounds(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	var thresholds []float64
+	for r := 0; r <= 10000; r += 7 {
+		thresholds = append(thresholds, float64(r)/100/100) // rollouts with two decimals, as fractions
+	}
+	sum := 0.0
+	for _, pct := range []float64{33.3, 33.3, 33.4, 12.5, 0.01, 20.99} { // variant bounds: running sums
+		sum += pct / 100
+		thresholds = append(thresholds, sum)
+	}
+	thresholds = append(thresholds, 0, 1, 0.5, 1.0/3, math.Nextafter(1, 0), math.Nextafter(0, 1), 1e-18, 1-1e-16)
+	for _, th := range thresholds {
+		for _, c := range []struct {
+			name string
+			last int64
+			ok   func(f float64) bool
+		}{
+			{"at most", lastAtMost(th), func(f float64) bool { return f <= th }},
+			{"below", lastBelow(th), func(f float64) bool { return f < th }},
+		} {
+			check := func(x uint64) {
+				if x > maxHash {
+					return
+				}
+				if got, want := int64(x) <= c.last, c.ok(fraction(x)); got != want {
+					t.Fatalf("%s %v: hash value %d: %v, the fraction %v says %v", c.name, th, x, got, fraction(x), want)
+				}
+			}
+			for d := int64(-3); d <= 3; d++ {
+				if x := c.last + d; x >= 0 {
+					check(uint64(x))
+				}
+			}
+			for range 200 {
+				check(rng.Uint64() >> 4)
+			}
+			check(0)
+			check(maxHash)
+		}
 	}
 }
