@@ -101,7 +101,7 @@ type condition struct {
 	// rollout is the largest hash value in the rollout: maxHash without a rollout or at
 	// 100%, which need no hash.
 	rollout int64
-	variant   int // index of the override variant, -1 for none
+	variant int // index of the override variant, -1 for none
 }
 
 // holdout is a holdout condition: it names a variant of its own (e.g. "holdout-7").
@@ -111,9 +111,9 @@ type holdout struct {
 }
 
 type variant struct {
-	key          string
-	above, upTo  int64 // the hash values of the variant: above < x <= upTo
-	payload      json.RawMessage
+	key         string
+	above, upTo int64 // the hash values of the variant: above < x <= upTo
+	payload     json.RawMessage
 }
 
 type cohortSource struct {
