@@ -5,6 +5,7 @@ import (
 	"encoding"
 	"encoding/binary"
 	"hash"
+	"reflect"
 	"sync"
 )
 
@@ -67,16 +68,18 @@ func appendHashInput(b []byte, prefix string, sep bool, id, salt string) []byte 
 	return append(b, salt...)
 }
 
-// hasher computes the same hashes as hashString at about 60% of its cost, which matters
+// hasher computes the same hashes as hashString at about half its cost, which matters
 // because an evaluation hashes about once per flag: sha1.Sum spends as long copying the
 // input and padding through its buffer as compressing the one block. The hasher pads the
-// input itself, feeds the whole blocks to a reused SHA-1 state, and reads the digest from
-// the state's binary form (after the last padded block the state is the digest).
+// input itself, feeds the whole blocks to a reused SHA-1 state and reads the digest from the
+// state (after the last padded block the state is the digest): its words in place when
+// crypto/sha1's digest has the layout checked by stateWords, else its binary form.
 type hasher struct {
 	d     hash.Hash
-	state encoding.BinaryAppender // d's state; nil when it cannot be read (then hashString is used)
+	words *[5]uint32              // d's words h0…h4 in place; nil when not as checked
+	state encoding.BinaryAppender // d's binary form; nil when neither works (then hashString is used)
 	buf   [256]byte               // the padded input
-	out   [128]byte               // d's marshaled state: "sha\x01", then h0…h4 big-endian
+	out   [128]byte               // d's binary form: "sha\x01", then h0…h4 big-endian
 }
 
 // hashers holds hashers between evaluations: the SHA-1 state is on the heap.
@@ -84,15 +87,32 @@ var hashers = sync.Pool{New: func() any { return newHasher() }}
 
 func newHasher() *hasher {
 	h := &hasher{d: sha1.New()}
-	if st, ok := h.d.(encoding.BinaryAppender); ok {
-		h.state = st
-		// The state's layout is crypto/sha1's; check it once rather than trust it.
-		const in = "layout-check.user-1variant"
-		if h.hash(in, false, "", "") != hashString(in, false, "", "") {
-			h.state = nil
-		}
+	h.words = stateWords(h.d)
+	h.state, _ = h.d.(encoding.BinaryAppender)
+	// Check the ways of reading the state once rather than trust them, the fastest first.
+	const in = "layout-check.user-1variant"
+	want := hashString(in, false, "", "")
+	if h.words != nil && h.hash(in, false, "", "") != want {
+		h.words = nil
+	}
+	if h.words == nil && h.state != nil && h.hash(in, false, "", "") != want {
+		h.state = nil
 	}
 	return h
+}
+
+// stateWords returns the words of a crypto/sha1 digest, when the digest is a struct whose
+// first field is h [5]uint32 (as it has been since Go 1), else nil. Reading them in place
+// saves a sixth of a hash: the binary form is 96 bytes written to be read 8.
+func stateWords(d hash.Hash) *[5]uint32 {
+	t := reflect.TypeOf(d)
+	if t.Kind() != reflect.Pointer || t.Elem().Kind() != reflect.Struct || t.Elem().PkgPath() != "crypto/sha1" {
+		return nil
+	}
+	if f := t.Elem().Field(0); f.Name != "h" || f.Offset != 0 || f.Type != reflect.TypeFor[[5]uint32]() {
+		return nil
+	}
+	return (*[5]uint32)(reflect.ValueOf(d).UnsafePointer())
 }
 
 // hash is hashString through the reused state.
@@ -102,7 +122,7 @@ func (h *hasher) hash(prefix string, sep bool, id, salt string) uint64 {
 		n++
 	}
 	padded := ((n+8)/sha1.BlockSize + 1) * sha1.BlockSize // room for 0x80 and the 8-byte length
-	if h.state == nil || padded > len(h.buf) {
+	if (h.words == nil && h.state == nil) || padded > len(h.buf) {
 		return hashString(prefix, sep, id, salt)
 	}
 	b := appendHashInput(h.buf[:0], prefix, sep, id, salt)
@@ -111,6 +131,9 @@ func (h *hasher) hash(prefix string, sep bool, id, salt string) uint64 {
 	binary.BigEndian.PutUint64(h.buf[padded-8:padded], uint64(n)*8)
 	h.d.Reset()
 	h.d.Write(h.buf[:padded])
+	if h.words != nil {
+		return (uint64(h.words[0])<<32 | uint64(h.words[1])) >> 4
+	}
 	st, err := h.state.AppendBinary(h.out[:0])
 	if err != nil || len(st) < 12 {
 		return hashString(prefix, sep, id, salt)
