@@ -5,10 +5,10 @@ import (
 	"unique"
 )
 
-// interned is a string held once however many snapshots hold an equal one: an edge holds
-// every version of every project, and most of their definitions repeat (an unchanged flag
-// across versions, the same targeting across projects). The text lives as long as any
-// snapshot holds it. The zero value is the empty text.
+// interned is a string held once however many snapshots hold an equal one: an edge holds a
+// snapshot of every project, and definitions repeat (the same targeting across projects, an
+// unchanged flag in the next version of its project, compiled while the previous one still
+// serves). The text lives as long as any snapshot holds it. The zero value is the empty text.
 type interned struct {
 	h unique.Handle[string]
 }
