@@ -23,6 +23,10 @@ type input struct {
 	geoipDisable       bool
 	disableFlags       bool
 	flagKeysToEvaluate []string
+
+	// values and groupMaps are memory reused across requests for the property values.
+	values    values
+	groupMaps []map[string]any
 }
 
 var errNotObject = errors.New("expected a JSON object")
@@ -30,7 +34,7 @@ var errNotObject = errors.New("expected a JSON object")
 // parse decodes body into s.in, reusing the scratch's parser and maps.
 func (s *scratch) parse(body []byte) error {
 	in := &s.in
-	*in = input{groups: s.in.groups, flagKeysToEvaluate: s.in.flagKeysToEvaluate[:0]}
+	*in = input{groups: in.groups, flagKeysToEvaluate: in.flagKeysToEvaluate[:0], values: in.values.reset(), groupMaps: in.groupMaps}
 	clear(s.person)
 	clear(s.groupProps)
 	clear(in.groups)
@@ -58,7 +62,7 @@ func (s *scratch) parse(body []byte) error {
 			in.anonDistinctID = idOf(v)
 		case "person_properties":
 			if o, err := v.Object(); err == nil {
-				o.Visit(func(k []byte, pv *fastjson.Value) { s.person[bytesString(k)] = valueOf(pv) })
+				o.Visit(func(k []byte, pv *fastjson.Value) { s.person[bytesString(k)] = in.values.of(pv) })
 				in.personProperties = s.person
 			}
 		case "groups":
@@ -74,10 +78,20 @@ func (s *scratch) parse(body []byte) error {
 			}
 		case "group_properties":
 			if o, err := v.Object(); err == nil {
+				n := 0
 				o.Visit(func(k []byte, gv *fastjson.Value) {
-					if props, ok := valueOf(gv).(map[string]any); ok {
-						s.groupProps[bytesString(k)] = props
+					props, err := gv.Object()
+					if err != nil {
+						return
 					}
+					if n == len(in.groupMaps) {
+						in.groupMaps = append(in.groupMaps, map[string]any{})
+					}
+					m := in.groupMaps[n]
+					n++
+					clear(m)
+					props.Visit(func(pk []byte, pv *fastjson.Value) { m[bytesString(pk)] = in.values.of(pv) })
+					s.groupProps[bytesString(k)] = m
 				})
 				in.groupProperties = s.groupProps
 			}
@@ -144,14 +158,39 @@ func truthy(v *fastjson.Value) bool {
 	return false
 }
 
-// valueOf converts a JSON value into the engine's property form.
-func valueOf(v *fastjson.Value) any {
+// values holds the strings and numbers of a request's property values where the
+// interfaces carrying them to the engine point: converting a string or a float64 to an
+// interface allocates, about eight times per request. Like the parser's memory that the
+// strings view, the slots are reused by the next request of the scratch.
+type values struct {
+	strs []string
+	nums []float64
+}
+
+// eface is the layout of an interface{} value: its type and a pointer to the value.
+type eface struct {
+	typ, data unsafe.Pointer
+}
+
+var stringType, float64Type = typeOf(""), typeOf(0.0)
+
+func typeOf(v any) unsafe.Pointer { return (*eface)(unsafe.Pointer(&v)).typ }
+
+// reset makes the slots free for the next request.
+func (vs values) reset() values { return values{strs: vs.strs[:0], nums: vs.nums[:0]} }
+
+// of converts a JSON value into the engine's property form.
+func (vs *values) of(v *fastjson.Value) any {
 	switch v.Type() {
 	case fastjson.TypeString:
-		return bytesString(v.GetStringBytes())
+		vs.strs = grown(vs.strs)
+		vs.strs = append(vs.strs, bytesString(v.GetStringBytes()))
+		return boxed(stringType, unsafe.Pointer(&vs.strs[len(vs.strs)-1]))
 	case fastjson.TypeNumber:
 		f, _ := v.Float64()
-		return f
+		vs.nums = grown(vs.nums)
+		vs.nums = append(vs.nums, f)
+		return boxed(float64Type, unsafe.Pointer(&vs.nums[len(vs.nums)-1]))
 	case fastjson.TypeTrue:
 		return true
 	case fastjson.TypeFalse:
@@ -160,14 +199,31 @@ func valueOf(v *fastjson.Value) any {
 		arr, _ := v.Array()
 		out := make([]any, len(arr))
 		for i, e := range arr {
-			out[i] = valueOf(e)
+			out[i] = vs.of(e)
 		}
 		return out
 	case fastjson.TypeObject:
 		o, _ := v.Object()
 		out := make(map[string]any, o.Len())
-		o.Visit(func(k []byte, e *fastjson.Value) { out[bytesString(k)] = valueOf(e) })
+		o.Visit(func(k []byte, e *fastjson.Value) { out[bytesString(k)] = vs.of(e) })
 		return out
 	}
 	return nil
+}
+
+// grown returns s with room for one more element. A full s is replaced, not grown: the
+// interfaces made so far point into it and must keep their values.
+func grown[T any](s []T) []T {
+	if len(s) < cap(s) {
+		return s
+	}
+	return make([]T, 0, max(16, 2*cap(s)))
+}
+
+// boxed is the interface of type typ holding *data.
+func boxed(typ, data unsafe.Pointer) any {
+	var v any
+	e := (*eface)(unsafe.Pointer(&v))
+	e.typ, e.data = typ, data
+	return v
 }

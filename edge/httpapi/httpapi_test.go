@@ -29,6 +29,7 @@ import (
 	"github.com/flagedge/flagedge/edge/state"
 	"github.com/flagedge/flagedge/geoip"
 	"github.com/flagedge/flagedge/geoip/geoiptest"
+	"github.com/flagedge/flagedge/shared/flags"
 	"github.com/flagedge/flagedge/shared/syncpb"
 )
 
@@ -462,6 +463,73 @@ func TestOversizedBodyIs413(t *testing.T) {
 		if resp.StatusCode() != 413 || !strings.Contains(string(resp.Body()), `"code":"request_too_large"`) ||
 			string(resp.Header.Peek("Access-Control-Allow-Origin")) != "https://app.example" {
 			t.Errorf("%s: %d %s %s", path, resp.StatusCode(), resp.Header.Peek("Access-Control-Allow-Origin"), resp.Body())
+		}
+	}
+}
+
+// TestDecidePropertiesOfConsecutiveRequests sends requests with property values of every
+// JSON kind, one after the other through the same handler (which reuses its memory for them
+// across requests), and compares each answer with the engine's for the same properties
+// decoded on their own.
+func TestDecidePropertiesOfConsecutiveRequests(t *testing.T) {
+	filters := map[string]string{
+		"older":      `{"groups": [{"properties": [{"key": "age", "value": 30, "operator": "gt"}]}]}`,
+		"pro":        `{"groups": [{"properties": [{"key": "plan", "value": "pro"}]}]}`,
+		"tagged":     `{"groups": [{"properties": [{"key": "tags", "value": "b"}]}]}`,
+		"nested":     `{"groups": [{"properties": [{"key": "address", "operator": "is_set", "value": "is_set"}]}]}`,
+		"beta":       `{"groups": [{"properties": [{"key": "beta", "value": true}]}]}`,
+		"big-co":     `{"aggregation_group_type_index": 0, "groups": [{"properties": [{"key": "seats", "value": 50, "operator": "gte", "type": "group", "group_type_index": 0}]}]}`,
+		"paid-team":  `{"aggregation_group_type_index": 1, "groups": [{"properties": [{"key": "plan", "value": "paid", "type": "group", "group_type_index": 1}]}]}`,
+		"old-client": `{"groups": [{"properties": [{"key": "version", "value": "2.0.0", "operator": "semver_lt"}]}]}`,
+	}
+	pb := &syncpb.ProjectSnapshot{ProjectId: 1, Version: 1, ApiToken: token, GroupTypes: map[int32]string{0: "company", 1: "team"}}
+	project := flags.Project{GroupTypes: map[int]string{0: "company", 1: "team"}}
+	id := int64(0)
+	for key, f := range filters {
+		id++
+		pb.Flags = append(pb.Flags, &syncpb.Flag{Id: id, Key: key, Active: true, Version: 1, Filters: []byte(f)})
+		project.Flags = append(project.Flags, flags.FlagDefinition{ID: id, Key: key, Active: true, Version: 1, Filters: json.RawMessage(f)})
+	}
+	snap, err := flags.Compile(project)
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	holder := state.NewHolder("", log, nil)
+	if err := holder.Apply(&syncpb.WatchResponse{Snapshots: []*syncpb.ProjectSnapshot{pb}, InitialSyncDone: true}); err != nil {
+		t.Fatal(err)
+	}
+	e := &env{t: t, holder: holder, handler: httpapi.New(httpapi.Config{State: holder, Decide: decide.NewHandler(holder, nil, nil, nil, log), Logger: log}).Handler()}
+	pick := func(i int, options ...any) any { return options[i%len(options)] }
+	for i := range 300 {
+		person := map[string]any{"age": pick(i, 25, 31, "40", 30.5, nil), "plan": pick(i/2, "pro", "free", 7, false),
+			"tags": pick(i/3, []any{"a", "b"}, []any{"c"}, "b", []any{}), "address": pick(i/5, map[string]any{"city": "Paris"}, nil, "x"),
+			"beta": pick(i/7, true, "true", false, 1), "version": pick(i/11, "1.9.9", "2.0.0", "v10", 2)}
+		groupProps := map[string]any{"company": map[string]any{"seats": pick(i/13, 10, 50, "60", nil)}}
+		if i%3 == 0 {
+			groupProps["company"] = map[string]any{"name": "no seats"}
+		}
+		if i%4 != 0 {
+			groupProps["team"] = map[string]any{"plan": pick(i/17, "paid", "free")}
+		}
+		body := map[string]any{"token": token, "distinct_id": fmt.Sprint("user-", i), "person_properties": person,
+			"groups": map[string]any{"company": "acme", "team": "core"}, "group_properties": groupProps}
+		raw, _ := json.Marshal(body)
+		var decoded struct {
+			Person flags.Properties            `json:"person_properties"`
+			Groups map[string]flags.Properties `json:"group_properties"`
+		}
+		if err := json.Unmarshal(raw, &decoded); err != nil {
+			t.Fatal(err)
+		}
+		want := map[string]any{}
+		for _, r := range snap.Evaluate(&flags.Request{DistinctID: fmt.Sprint("user-", i), PersonProperties: decoded.Person,
+			Groups: map[string]string{"company": "acme", "team": "core"}, GroupProperties: decoded.Groups}, nil) {
+			want[r.Key] = r.Value()
+		}
+		got := e.call("POST", "/decide/?v=3", raw)
+		if diff := cmp.Diff(want, got.json["featureFlags"]); diff != "" {
+			t.Fatalf("request %d %s (-engine +edge):\n%s", i, raw, diff)
 		}
 	}
 }

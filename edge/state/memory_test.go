@@ -12,7 +12,9 @@ import (
 )
 
 // TestMemoryOf1000Projects holds 1,000 projects of the realistic 50 flags and reports the
-// heap they take: the edge's memory budget is 150 MB of RSS for that.
+// heap they take: the edge's memory budget is 150 MB of RSS for that, with Go's default GOGC
+// (the heap may grow to twice what is live) and everything else the edge holds. About 28 MB
+// today; the limit catches a regression well before the budget.
 func TestMemoryOf1000Projects(t *testing.T) {
 	if testing.Short() {
 		t.Skip("measures memory over 50,000 flags")
@@ -40,7 +42,7 @@ func TestMemoryOf1000Projects(t *testing.T) {
 	runtime.ReadMemStats(&after)
 	mb := float64(after.HeapInuse-before.HeapInuse) / 1e6
 	t.Logf("1,000 projects × 50 flags: %.1f MB of heap (%.1f KB per flag)", mb, mb*1000/50000)
-	if mb > 100 {
+	if mb > 40 {
 		t.Errorf("%.1f MB of heap for 50,000 flags: over budget", mb)
 	}
 	runtime.KeepAlive(h)

@@ -40,9 +40,8 @@ type Project struct {
 	// control plane's order.
 	EarlyAccessFeatures []EarlyAccessFeature
 
-	// def is what the snapshot was compiled from; the SDK definitions bodies are built from
-	// it on first request (most edges never serve them, and they are the largest part).
-	def         flags.Project
+	// definitions are the SDK definitions bodies, built from the snapshot's source on first
+	// request: most edges never serve them, and they are the largest part.
 	definitions [2]definitions // without ([0]) and with ([1]) cohorts
 
 	secret    [sha256.Size]byte
@@ -86,7 +85,7 @@ func (p *Project) Definitions(sendCohorts bool) (body []byte, etag string, err e
 		d = &p.definitions[1]
 	}
 	d.once.Do(func() {
-		d.body, d.err = flags.DefinitionsBody(p.ID, p.def, sendCohorts)
+		d.body, d.err = flags.DefinitionsBody(p.ID, p.Snapshot.Source(), sendCohorts)
 		d.etag = flags.ETag(d.body)
 	})
 	return d.body, d.etag, d.err
@@ -134,7 +133,7 @@ func compileProject(pb *syncpb.ProjectSnapshot) (*Project, error) {
 	if err != nil {
 		return nil, fmt.Errorf("project %d version %d: %w", pb.ProjectId, pb.Version, err)
 	}
-	p.Snapshot, p.def = snap, def
+	p.Snapshot = snap
 	for _, f := range pb.Flags {
 		parsed, err := flags.ParseFilters(f.Filters)
 		if err == nil {

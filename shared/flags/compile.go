@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"sort"
 	"strconv"
 )
@@ -47,49 +48,86 @@ func (e *CompileError) Error() string {
 }
 
 // Snapshot is a project's compiled, immutable flag set. It is safe for concurrent use.
+//
+// An edge holds a snapshot of every project it serves, so its size is the edge's memory:
+// the structures below hold only what evaluation reads, and what the SDK definitions need
+// besides (the filters as compact JSON) is interned, shared with every snapshot holding the
+// same text.
 type Snapshot struct {
 	flags      []compiledFlag // in output order: by key
-	evalOrder  []int          // dependencies before dependents
-	byKey      map[string]int
+	evalOrder  []int          // dependencies before dependents; nil when that is the output order
 	groupTypes [maxGroupTypes]string
 
 	personKeys    []string
 	groupKeys     [maxGroupTypes][]string
 	staticCohorts bool
+
+	// What Source returns besides the flags.
+	cohortSources []cohortSource
+	groupTypeMap  map[int]string
 }
 
 const maxGroupTypes = 5
 
 type compiledFlag struct {
-	def         FlagDefinition
-	groupIndex  int // -1 for person flags
-	conditions  []condition
-	super       []condition
-	holdout     []condition
-	variants    []variantRange
+	key        string
+	conditions []condition
+	id         int64
+	version    int
+	values     *flagValues     // nil for a boolean flag without a payload
+	rare       *rareConditions // nil for the many flags without super conditions or holdouts
+	filters    interned        // the definition's filters as compact JSON, for Source
+	name       interned        // for Source
+	groupIndex int8            // -1 for person flags
+	active     bool
+	continuity bool // ensure_experience_continuity
+}
+
+// flagValues are what an enabled flag can be besides a plain true: its variants, and the
+// payloads of its values.
+type flagValues struct {
+	variants    []variant
 	payloadTrue json.RawMessage
-	payloads    []json.RawMessage // by variant index
-	deps        []int
+}
+
+// rareConditions are the kinds of condition few flags have.
+type rareConditions struct {
+	super   []condition
+	holdout []holdout
 }
 
 type condition struct {
-	matchers   []*matcher
-	rollout    float64
-	hasRollout bool
-	variant    int    // index of the override variant, -1 for none
-	rawVariant string // the override as written (holdouts name variants of their own)
+	matchers []matcherRef
+	// rollout is the largest hash value in the rollout: maxHash without a rollout or at
+	// 100%, which need no hash.
+	rollout int64
+	variant int // index of the override variant, -1 for none
 }
 
-type variantRange struct {
-	key          string
-	lower, upper float64
+// holdout is a holdout condition: it names a variant of its own (e.g. "holdout-7").
+type holdout struct {
+	condition
+	variantKey string
+}
+
+type variant struct {
+	key         string
+	above, upTo int64 // the hash values of the variant: above < x <= upTo
+	payload     json.RawMessage
+}
+
+type cohortSource struct {
+	id      int64
+	static  bool
+	filters interned
 }
 
 // Compile parses and compiles a project's flags and cohorts. Definitions that cannot be
 // compiled are reported together in a *CompileError.
 func Compile(p Project) (*Snapshot, error) {
-	s := &Snapshot{byKey: make(map[string]int, len(p.Flags))}
+	s := &Snapshot{groupTypeMap: make(map[int]string, len(p.GroupTypes))}
 	for i, name := range p.GroupTypes {
+		s.groupTypeMap[i] = name
 		if i >= 0 && i < maxGroupTypes {
 			s.groupTypes[i] = name
 		}
@@ -97,19 +135,24 @@ func Compile(p Project) (*Snapshot, error) {
 	defs := make([]FlagDefinition, len(p.Flags))
 	copy(defs, p.Flags)
 	sort.SliceStable(defs, func(i, j int) bool { return defs[i].Key < defs[j].Key })
+	byKey := make(map[string]int, len(defs))
 	byID := make(map[string]int, len(defs))
 	for i, d := range defs {
-		s.byKey[d.Key] = i
+		byKey[d.Key] = i
 		byID[strconv.FormatInt(d.ID, 10)] = i
 	}
-	c := &compiler{snap: s, byKey: s.byKey, byID: byID, cohortDefs: map[int64]*CohortDefinition{},
-		cohorts: map[int64]*cohort{}, personKeys: map[string]bool{}}
+	c := &compiler{snap: s, byKey: byKey, byID: byID, cohortDefs: map[int64]*CohortDefinition{},
+		cohorts: map[int64]*cohort{}, personKeys: map[string]bool{}, matchers: map[string]*matcher{},
+		deps: make([][]int, len(defs))}
 	for i := range p.Cohorts {
-		c.cohortDefs[p.Cohorts[i].ID] = &p.Cohorts[i]
+		cd := &p.Cohorts[i]
+		c.cohortDefs[cd.ID] = cd
+		s.cohortSources = append(s.cohortSources, cohortSource{id: cd.ID, static: cd.Static, filters: internJSON(cd.Filters)})
 	}
 	var problems []string
 	s.flags = make([]compiledFlag, len(defs))
 	for i, d := range defs {
+		c.index = i
 		if err := c.compileFlag(&s.flags[i], d); err != nil {
 			problems = append(problems, fmt.Sprintf("flag %q: %v", d.Key, err))
 		}
@@ -117,7 +160,7 @@ func Compile(p Project) (*Snapshot, error) {
 	if len(problems) > 0 {
 		return nil, &CompileError{Problems: problems}
 	}
-	s.evalOrder = evaluationOrder(s.flags)
+	s.evalOrder = evaluationOrder(s.flags, c.deps)
 	for k := range c.personKeys {
 		s.personKeys = append(s.personKeys, k)
 	}
@@ -125,6 +168,7 @@ func Compile(p Project) (*Snapshot, error) {
 	for i := range s.groupKeys {
 		sort.Strings(s.groupKeys[i])
 	}
+	s.assignMemoSlots()
 	return s, nil
 }
 
@@ -136,12 +180,18 @@ type compiler struct {
 	cohorts    map[int64]*cohort
 	personKeys map[string]bool
 	groupSeen  [maxGroupTypes]map[string]bool
-	flagIndex  int
+	flagIndex  int // the index the compiled flag's key names (the last of equal keys)
+	index      int // the compiled flag's own index
+	// matchers holds the snapshot's person and group property matchers by filter, so that
+	// flags with the same filter share one matcher (and one memo slot in an evaluation).
+	matchers map[string]*matcher
+	deps     [][]int // by flag index: the flags it depends on
 }
 
 func (c *compiler) compileFlag(cf *compiledFlag, d FlagDefinition) error {
 	c.flagIndex = c.byKey[d.Key]
-	cf.def = d
+	cf.key, cf.id, cf.version, cf.active, cf.continuity = d.Key, d.ID, d.Version, d.Active, d.EnsureExperienceContinuity
+	cf.filters, cf.name = internJSON(d.Filters), internString(d.Name)
 	raw := d.Filters
 	if len(bytes.TrimSpace(raw)) == 0 {
 		raw = json.RawMessage(`{}`)
@@ -152,72 +202,108 @@ func (c *compiler) compileFlag(cf *compiledFlag, d FlagDefinition) error {
 	}
 	cf.groupIndex = -1
 	if f.AggregationGroupTypeIndex != nil {
-		cf.groupIndex = *f.AggregationGroupTypeIndex
+		cf.groupIndex = int8(*f.AggregationGroupTypeIndex) // 0–4: Validate checked
 	}
 	variantIndex := map[string]int{}
-	if f.Multivariate != nil {
+	if f.Multivariate != nil && len(f.Multivariate.Variants) > 0 {
+		cf.values = &flagValues{variants: make([]variant, 0, len(f.Multivariate.Variants))}
 		lower := 0.0
 		for i, v := range f.Multivariate.Variants {
 			upper := lower + v.RolloutPercentage/100
-			cf.variants = append(cf.variants, variantRange{key: v.Key, lower: lower, upper: upper})
+			cf.values.variants = append(cf.values.variants, variant{key: v.Key, above: lastBelow(lower), upTo: lastBelow(upper)})
 			variantIndex[v.Key] = i
 			lower = upper
 		}
 	}
-	cf.payloads = make([]json.RawMessage, len(cf.variants))
 	for k, payload := range f.Payloads {
 		if isJSONNull(payload) {
 			continue
 		}
 		compact := compactJSON(payload)
 		if i, ok := variantIndex[k]; ok {
-			cf.payloads[i] = compact
+			cf.values.variants[i].payload = compact
 		} else if k == "true" {
-			cf.payloadTrue = compact
+			if cf.values == nil {
+				cf.values = &flagValues{}
+			}
+			cf.values.payloadTrue = compact
 		}
 	}
-	for _, set := range []struct {
-		dst *[]condition
-		src []Condition
-	}{{&cf.conditions, f.Groups}, {&cf.super, f.SuperGroups}, {&cf.holdout, f.HoldoutGroups}} {
-		for _, cond := range set.src {
-			cc, err := c.compileCondition(cond, cf, variantIndex)
-			if err != nil {
-				return err
-			}
-			*set.dst = append(*set.dst, cc)
+	compile := func(src []Condition) ([]condition, error) {
+		if len(src) == 0 {
+			return nil, nil
 		}
+		out := make([]condition, len(src))
+		for i, cond := range src {
+			if out[i], err = c.compileCondition(cond, cf, variantIndex); err != nil {
+				return nil, err
+			}
+		}
+		return out, nil
+	}
+	if cf.conditions, err = compile(f.Groups); err != nil {
+		return err
+	}
+	if len(f.SuperGroups) == 0 && len(f.HoldoutGroups) == 0 {
+		return nil
+	}
+	cf.rare = &rareConditions{}
+	if cf.rare.super, err = compile(f.SuperGroups); err != nil {
+		return err
+	}
+	holdouts, err := compile(f.HoldoutGroups)
+	if err != nil {
+		return err
+	}
+	for i, h := range holdouts {
+		key := ""
+		if v := f.HoldoutGroups[i].Variant; v != nil {
+			key = *v
+		}
+		cf.rare.holdout = append(cf.rare.holdout, holdout{condition: h, variantKey: key})
 	}
 	return nil
 }
 
 func (c *compiler) compileCondition(cond Condition, cf *compiledFlag, variants map[string]int) (condition, error) {
-	out := condition{variant: -1}
+	out := condition{rollout: maxHash, variant: -1}
 	if cond.RolloutPercentage != nil {
-		out.rollout, out.hasRollout = *cond.RolloutPercentage, true
+		out.rollout = lastAtMost(*cond.RolloutPercentage / 100)
 	}
 	if cond.Variant != nil {
-		out.rawVariant = *cond.Variant
 		if i, ok := variants[*cond.Variant]; ok {
 			out.variant = i
 		}
 	}
+	if len(cond.Properties) > 0 {
+		out.matchers = make([]matcherRef, 0, len(cond.Properties))
+	}
 	for _, p := range cond.Properties {
-		m, err := c.compileProperty(p, cf.groupIndex)
+		m, err := c.compileProperty(p, int(cf.groupIndex))
 		if err != nil {
 			return out, err
 		}
 		if m.source == sourceFlag && m.flagIndex >= 0 {
-			cf.deps = append(cf.deps, m.flagIndex)
+			c.deps[c.index] = append(c.deps[c.index], m.flagIndex)
 		}
-		out.matchers = append(out.matchers, m)
+		out.matchers = append(out.matchers, matcherRef{matcher: m, slot: noSlot})
 	}
 	return out, nil
 }
 
 // compileProperty compiles one filter and records which properties it reads.
 func (c *compiler) compileProperty(p Property, groupIndex int) (*matcher, error) {
-	m, err := newMatcher(p)
+	gi := -1
+	if p.Type == TypeGroup {
+		gi = groupIndex
+		if p.GroupTypeIndex != nil {
+			gi = *p.GroupTypeIndex
+		}
+		if gi < 0 || gi >= maxGroupTypes {
+			return nil, errors.New("group property without a valid group_type_index")
+		}
+	}
+	m, err := c.propertyMatcher(p, gi)
 	if err != nil {
 		return nil, err
 	}
@@ -225,14 +311,6 @@ func (c *compiler) compileProperty(p Property, groupIndex int) (*matcher, error)
 	case sourcePerson:
 		c.personKeys[m.key] = true
 	case sourceGroup:
-		gi := groupIndex
-		if p.GroupTypeIndex != nil {
-			gi = *p.GroupTypeIndex
-		}
-		if gi < 0 || gi >= maxGroupTypes {
-			return nil, errors.New("group property without a valid group_type_index")
-		}
-		m.groupIndex = gi
 		if c.groupSeen[gi] == nil {
 			c.groupSeen[gi] = map[string]bool{}
 		}
@@ -254,6 +332,37 @@ func (c *compiler) compileProperty(p Property, groupIndex int) (*matcher, error)
 			m.flagIndex = -1 // a flag that depends on itself never matches
 		}
 	}
+	return m, nil
+}
+
+// propertyMatcher compiles a filter; person and group filters equal to one compiled before
+// get that matcher. Cohort and flag filters always get their own: cycles are cut per flag.
+func (c *compiler) propertyMatcher(p Property, groupIndex int) (*matcher, error) {
+	typ := p.Type
+	if typ == "" {
+		typ = TypePerson
+	}
+	if typ != TypePerson && typ != TypeGroup {
+		return newMatcher(p)
+	}
+	key, err := json.Marshal(struct {
+		Type, Operator, Key string
+		Negation            bool
+		Group               int
+		Value               any
+	}{typ, defaultOperator(typ, p.Operator), p.Key, p.Negation, groupIndex, p.Value})
+	if err != nil {
+		return newMatcher(p)
+	}
+	if m, ok := c.matchers[string(key)]; ok {
+		return m, nil
+	}
+	m, err := newMatcher(p)
+	if err != nil {
+		return nil, err
+	}
+	m.groupIndex = groupIndex
+	c.matchers[string(key)] = m
 	return m, nil
 }
 
@@ -303,7 +412,7 @@ func (c *compiler) compileGroup(g *PropertyGroup, visiting map[int64]bool) (*pro
 			if p.Type == TypeGroup || p.Type == TypeFlag {
 				return nil, fmt.Errorf("cohorts may not use %s properties", p.Type)
 			}
-			m, err := newMatcher(p)
+			m, err := c.propertyMatcher(p, -1)
 			if err != nil {
 				return nil, err
 			}
@@ -314,15 +423,16 @@ func (c *compiler) compileGroup(g *PropertyGroup, visiting map[int64]bool) (*pro
 				id, _ := cohortID(p.Value)
 				m.cohort = c.cohort(id, visiting)
 			}
-			out.items = append(out.items, groupItem{matcher: m})
+			out.items = append(out.items, groupItem{matcher: matcherRef{matcher: m, slot: noSlot}})
 		}
 	}
 	return out, nil
 }
 
-// evaluationOrder orders flags so that every flag comes after the flags it depends on.
-// Flags in a dependency cycle keep their place; their references to each other never match.
-func evaluationOrder(flags []compiledFlag) []int {
+// evaluationOrder orders flags so that every flag comes after the flags it depends on; nil
+// when the output order already is such an order. Flags in a dependency cycle keep their
+// place; their references to each other never match.
+func evaluationOrder(flags []compiledFlag, deps [][]int) []int {
 	const (
 		unvisited = iota
 		active
@@ -333,7 +443,7 @@ func evaluationOrder(flags []compiledFlag) []int {
 	var visit func(i int)
 	visit = func(i int) {
 		state[i] = active
-		for _, d := range flags[i].deps {
+		for _, d := range deps[i] {
 			switch state[d] {
 			case unvisited:
 				visit(d)
@@ -349,29 +459,37 @@ func evaluationOrder(flags []compiledFlag) []int {
 			visit(i)
 		}
 	}
-	return order
+	for i, f := range order {
+		if i != f {
+			return order
+		}
+	}
+	return nil
 }
 
 func cutDependency(f *compiledFlag, dep int) {
-	for _, set := range [][]condition{f.conditions, f.super, f.holdout} {
-		for _, cond := range set {
-			for _, m := range cond.matchers {
-				if m.source == sourceFlag && m.flagIndex == dep {
-					m.flagIndex = -1
-				}
+	f.forEachCondition(func(c *condition) {
+		for _, m := range c.matchers {
+			if m.source == sourceFlag && m.flagIndex == dep {
+				m.flagIndex = -1
 			}
 		}
-	}
+	})
 }
 
 func isJSONNull(raw json.RawMessage) bool { return bytes.Equal(bytes.TrimSpace(raw), []byte("null")) }
 
+// compactJSON returns raw without insignificant space, in a slice of its own length; raw
+// itself when it is not valid JSON.
 func compactJSON(raw json.RawMessage) json.RawMessage {
-	var buf bytes.Buffer
-	if err := json.Compact(&buf, raw); err != nil {
+	buf := bytes.NewBuffer(make([]byte, 0, len(raw)))
+	if err := json.Compact(buf, raw); err != nil {
 		return raw
 	}
-	return buf.Bytes()
+	if buf.Len() == len(raw) {
+		return buf.Bytes()
+	}
+	return bytes.Clone(buf.Bytes())
 }
 
 // PropertyGroup is a nested AND/OR group of property filters, as cohorts define them.
@@ -407,10 +525,28 @@ func (s *Snapshot) Len() int { return len(s.flags) }
 
 // Lookup returns the index of the flag with the given key in results, or -1.
 func (s *Snapshot) Lookup(key string) int {
-	if i, ok := s.byKey[key]; ok {
-		return i
+	// Flags are sorted by key; of equal keys the last one is the one found.
+	i := sort.Search(len(s.flags), func(i int) bool { return s.flags[i].key > key })
+	if i > 0 && s.flags[i-1].key == key {
+		return i - 1
 	}
 	return -1
+}
+
+// Source returns the definitions the snapshot was compiled from, for DefinitionsBody: the
+// flags (sorted by key), the cohorts and the group types, filters as compact JSON. An edge
+// keeps no other copy of them.
+func (s *Snapshot) Source() Project {
+	p := Project{Flags: make([]FlagDefinition, len(s.flags)), GroupTypes: maps.Clone(s.groupTypeMap)}
+	for i := range s.flags {
+		f := &s.flags[i]
+		p.Flags[i] = FlagDefinition{ID: f.id, Key: f.key, Name: f.name.String(), Active: f.active, Version: f.version,
+			EnsureExperienceContinuity: f.continuity, Filters: f.filters.rawMessage()}
+	}
+	for _, c := range s.cohortSources {
+		p.Cohorts = append(p.Cohorts, CohortDefinition{ID: c.id, Static: c.static, Filters: c.filters.rawMessage()})
+	}
+	return p
 }
 
 // PersonPropertyKeys lists the person properties any flag or cohort reads, sorted.

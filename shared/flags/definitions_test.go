@@ -7,6 +7,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/flagedge/flagedge/shared/flags"
+	"github.com/flagedge/flagedge/shared/flags/flagstest"
 )
 
 func TestDefinitionsBody(t *testing.T) {
@@ -70,5 +71,31 @@ func TestDefinitionsBody(t *testing.T) {
 	}
 	if p := withCohorts["flags"].([]any)[0].(map[string]any)["filters"].(map[string]any)["groups"].([]any)[0].(map[string]any)["properties"].([]any)[0].(map[string]any); p["type"] != "cohort" {
 		t.Errorf("with send_cohorts the cohort filter stays: %v", p)
+	}
+}
+
+// TestDefinitionsFromSnapshot checks that a snapshot's Source, which is all an edge keeps of
+// the definitions (filters compacted and shared), gives the same definitions body as what
+// it was compiled from.
+func TestDefinitionsFromSnapshot(t *testing.T) {
+	spaced := flagstest.RealisticProject()
+	spaced.Flags = append(spaced.Flags, flags.FlagDefinition{ID: 99, Key: "spaced", Name: "Spaced out", Active: true, Version: 7,
+		EnsureExperienceContinuity: true, Filters: json.RawMessage("{ \"groups\" : [ { \"properties\" : [ ] ,\n\t\"rollout_percentage\" : 1.50 } ] ,\"payloads\":{\"true\": \" {\\\"a\\\" : 1} \"} }")},
+		flags.FlagDefinition{ID: 100, Key: "empty", Active: false})
+	spaced.Cohorts = append(spaced.Cohorts, flags.CohortDefinition{ID: 5, Static: true},
+		flags.CohortDefinition{ID: 6, Filters: json.RawMessage(`{"properties": {"type": "AND", "values": [ {"key": "id", "value": 1, "type": "cohort"} ]}}`)})
+	spaced.GroupTypes[3] = "team"
+	for _, sendCohorts := range []bool{false, true} {
+		want, err := flags.DefinitionsBody(7, spaced, sendCohorts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := flags.DefinitionsBody(7, mustCompile(t, spaced).Source(), sendCohorts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if diff := cmp.Diff(string(want), string(got)); diff != "" {
+			t.Errorf("send_cohorts %v (-want +got):\n%s", sendCohorts, diff)
+		}
 	}
 }

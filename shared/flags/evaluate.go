@@ -78,21 +78,23 @@ func (r Reason) Description(index int) string {
 	return "Error evaluating flag"
 }
 
-// Result is one flag's evaluation.
+// Result is one flag's evaluation. (Its fields are ordered to keep it small: an evaluation
+// writes one per flag.)
 type Result struct {
-	Key     string
+	Key string
+	// Variant is the variant key of an enabled multivariate flag, else "".
+	Variant string
+	// Payload is the payload of the value, as stored (compact JSON), or nil. It is shared
+	// with the snapshot and every other result: it must not be changed.
+	Payload json.RawMessage
 	ID      int64
 	Version int
+	// ConditionIndex is the index of the deciding condition, or -1.
+	ConditionIndex int
 	// Active is false for inactive flags, which evaluate to false with ReasonDisabled.
 	Active  bool
 	Enabled bool
-	// Variant is the variant key of an enabled multivariate flag, else "".
-	Variant string
-	// Payload is the payload of the value, as stored (compact JSON), or nil.
-	Payload json.RawMessage
 	Reason  Reason
-	// ConditionIndex is the index of the deciding condition, or -1.
-	ConditionIndex int
 	// Failed reports that the flag could not be computed: properties it needs could not be
 	// fetched. It is then disabled with ReasonError.
 	Failed bool
@@ -117,20 +119,28 @@ func (s *Snapshot) Evaluate(req *Request, out []Result) []Result {
 		out = make([]Result, len(s.flags))
 	}
 	out = out[:len(s.flags)]
-	e := evaluation{snap: s, req: req, results: out, now: req.Now}
-	if e.now.IsZero() {
-		e.now = time.Now()
+	e := evaluation{snap: s, req: *req, results: out, now: req.Now}
+	if s.evalOrder == nil {
+		for i := range s.flags {
+			e.flag(&s.flags[i], &out[i])
+		}
+	} else {
+		for _, i := range s.evalOrder {
+			e.flag(&s.flags[i], &out[i])
+		}
 	}
-	for _, i := range s.evalOrder {
-		out[i] = e.flag(&s.flags[i])
+	if e.hasher != nil {
+		hashers.Put(e.hasher)
 	}
 	return out
 }
 
 // evaluation is the state of one Evaluate call.
 type evaluation struct {
-	snap    *Snapshot
-	req     *Request
+	snap *Snapshot
+	// req is a copy: a pointer would make every caller's Request escape to the heap (escape
+	// analysis cannot tell it from the evaluation's other pointers, which do).
+	req     Request
 	results []Result
 	now     time.Time
 	// Set while evaluating one flag:
@@ -140,44 +150,83 @@ type evaluation struct {
 	failed     bool
 	hashSubj   string
 	groupIndex int
+	// rolloutHash is the flag's rollout hash once computed (haveRollout): every condition
+	// of a flag hashes the same input.
+	rolloutHash int64
+	haveRollout bool
+
+	hasher *hasher // taken from hashers at the first hash
+	memo   memo
+	parsed parsedValues
 }
 
-func (e *evaluation) flag(f *compiledFlag) Result {
-	r := Result{Key: f.def.Key, ID: f.def.ID, Version: f.def.Version, Active: f.def.Active, ConditionIndex: -1}
-	if !f.def.Active {
-		r.Reason = ReasonDisabled
-		return r
+// parsedValues keeps the last property value read as a version and as a date, with what it
+// read: flags often test one property (app_version, signup_date) with several operators.
+type parsedValues struct {
+	versionText string
+	versionOf   semver
+	versionOK   bool
+	haveVersion bool
+
+	dateText string
+	dateOf   time.Time
+	dateOK   bool
+	haveDate bool
+}
+
+// version is parseSemver(s), read once for consecutive equal s.
+func (p *parsedValues) version(s string) (semver, bool) {
+	if !p.haveVersion || s != p.versionText {
+		p.versionOf, p.versionOK = parseSemver(s)
+		p.versionText, p.haveVersion = s, true
 	}
-	e.current, e.failed, e.groupIndex = f, false, f.groupIndex
+	return p.versionOf, p.versionOK
+}
+
+// date is personDate(v), read once for consecutive equal strings.
+func (p *parsedValues) date(v any) (time.Time, bool) {
+	s, ok := v.(string)
+	if !ok {
+		return personDate(v)
+	}
+	if !p.haveDate || s != p.dateText {
+		p.dateOf, p.dateOK = personDate(s)
+		p.dateText, p.haveDate = s, true
+	}
+	return p.dateOf, p.dateOK
+}
+
+// flag evaluates one flag into r, in place: a Result is too large to return by value for
+// every flag.
+func (e *evaluation) flag(f *compiledFlag, r *Result) {
+	// Field by field: a composite literal would be built on the stack and then copied, with
+	// stalls that cost about 7% of an evaluation.
+	r.Key, r.Variant, r.Payload = f.key, "", nil
+	r.ID, r.Version, r.ConditionIndex = f.id, f.version, -1
+	r.Active, r.Enabled, r.Reason, r.Failed = f.active, false, 0, false
+	if !f.active {
+		r.Reason = ReasonDisabled
+		return
+	}
+	e.current, e.failed, e.groupIndex, e.haveRollout = f, false, int(f.groupIndex), false
 	e.hashSubj = e.req.DistinctID
 	if f.groupIndex >= 0 {
 		e.groupName = e.snap.groupTypes[f.groupIndex]
 		key, ok := e.req.Groups[e.groupName]
 		if e.groupName == "" || !ok || key == "" {
 			r.Reason = ReasonNoGroupType
-			return r
+			return
 		}
 		e.groupKey, e.hashSubj = key, key
-	} else if f.def.EnsureExperienceContinuity {
-		if override, ok := e.req.HashKeyOverrides[f.def.Key]; ok && override != "" {
+	} else if f.continuity {
+		if override, ok := e.req.HashKeyOverrides[f.key]; ok && override != "" {
 			e.hashSubj = override
 		}
 	}
 
-	if len(f.super) > 0 && e.superConditionSet(&f.super[0]) {
-		matched, _ := e.condition(&f.super[0])
-		r.Reason, r.ConditionIndex = ReasonSuperConditionValue, 0
-		if matched {
-			e.enable(&r, f, -1)
-		}
-		return e.finish(r)
-	}
-	for i := range f.holdout {
-		h := &f.holdout[i]
-		if ok, _ := e.propertiesMatch(h); ok && (!h.hasRollout || holdoutHash(e.hashSubj) <= h.rollout/100) {
-			r.Enabled, r.Variant, r.Reason, r.ConditionIndex = true, h.rawVariant, ReasonHoldoutConditionValue, i
-			return e.finish(r)
-		}
+	if f.rare != nil && e.rareConditions(f, r) {
+		e.finish(r)
+		return
 	}
 
 	best, bestIndex := ReasonNoConditionMatch, -1
@@ -186,23 +235,52 @@ func (e *evaluation) flag(f *compiledFlag) Result {
 		matched, reason := e.condition(c)
 		if matched {
 			r.Reason, r.ConditionIndex = ReasonConditionMatch, i
-			e.enable(&r, f, c.variant)
-			return e.finish(r)
+			e.enable(r, f, c.variant)
+			e.finish(r)
+			return
 		}
 		if reason >= best {
 			best, bestIndex = reason, i
 		}
 	}
 	r.Reason, r.ConditionIndex = best, bestIndex
-	return e.finish(r)
+	e.finish(r)
+}
+
+// rareConditions applies a flag's super condition and holdouts, and reports whether one of
+// them decided the flag.
+func (e *evaluation) rareConditions(f *compiledFlag, r *Result) bool {
+	if super := f.rare.super; len(super) > 0 && e.superConditionSet(&super[0]) {
+		matched, _ := e.condition(&super[0])
+		r.Reason, r.ConditionIndex = ReasonSuperConditionValue, 0
+		if matched {
+			e.enable(r, f, -1)
+		}
+		return true
+	}
+	for i := range f.rare.holdout {
+		h := &f.rare.holdout[i]
+		if ok, _ := e.propertiesMatch(&h.condition); ok && (h.rollout == maxHash || int64(e.hash("holdout-", false, "")) <= h.rollout) {
+			r.Enabled, r.Variant, r.Reason, r.ConditionIndex = true, h.variantKey, ReasonHoldoutConditionValue, i
+			return true
+		}
+	}
+	return false
 }
 
 // finish marks a flag failed when it read a property that could not be fetched.
-func (e *evaluation) finish(r Result) Result {
+func (e *evaluation) finish(r *Result) {
 	if e.failed {
 		r.Failed, r.Enabled, r.Variant, r.Payload, r.Reason, r.ConditionIndex = true, false, "", nil, ReasonError, -1
 	}
-	return r
+}
+
+// hash is PostHog's hash value of prefix + "." (with sep) + the hash subject + salt.
+func (e *evaluation) hash(prefix string, sep bool, salt string) uint64 {
+	if e.hasher == nil {
+		e.hasher = hashers.Get().(*hasher)
+	}
+	return e.hasher.hash(prefix, sep, e.hashSubj, salt)
 }
 
 // enable sets the value of a matched flag: the override variant, else the hashed variant,
@@ -210,20 +288,23 @@ func (e *evaluation) finish(r Result) Result {
 func (e *evaluation) enable(r *Result, f *compiledFlag, override int) {
 	r.Enabled = true
 	vi := override
-	if vi < 0 && len(f.variants) > 0 {
-		v := hash(f.def.Key, e.hashSubj, "variant")
-		for i := range f.variants {
-			if v >= f.variants[i].lower && v < f.variants[i].upper {
+	if f.values == nil {
+		return
+	}
+	if variants := f.values.variants; vi < 0 && len(variants) > 0 {
+		x := int64(e.hash(f.key, true, "variant"))
+		for i := range variants {
+			if x > variants[i].above && x <= variants[i].upTo {
 				vi = i
 				break
 			}
 		}
 	}
 	if vi >= 0 {
-		r.Variant, r.Payload = f.variants[vi].key, f.payloads[vi]
+		r.Variant, r.Payload = f.values.variants[vi].key, f.values.variants[vi].payload
 		return
 	}
-	r.Payload = f.payloadTrue
+	r.Payload = f.values.payloadTrue
 }
 
 // condition reports whether a condition matches, or the reason it does not.
@@ -231,9 +312,13 @@ func (e *evaluation) condition(c *condition) (bool, Reason) {
 	if ok, _ := e.propertiesMatch(c); !ok {
 		return false, ReasonNoConditionMatch
 	}
-	// The hash is at most 1, so a 100% rollout needs none.
-	if c.hasRollout && c.rollout < 100 && hash(e.current.def.Key, e.hashSubj, "") > c.rollout/100 {
-		return false, ReasonOutOfRolloutBound
+	if c.rollout < maxHash {
+		if !e.haveRollout {
+			e.rolloutHash, e.haveRollout = int64(e.hash(e.current.key, true, "")), true
+		}
+		if e.rolloutHash > c.rollout {
+			return false, ReasonOutOfRolloutBound
+		}
 	}
 	return true, ReasonConditionMatch
 }
@@ -257,8 +342,8 @@ func (e *evaluation) propertiesMatch(c *condition) (bool, Reason) {
 	return true, ReasonConditionMatch
 }
 
-// match evaluates one filter, negation included.
-func (e *evaluation) match(m *matcher) bool {
+// matchFilter evaluates one filter, negation included.
+func (e *evaluation) matchFilter(m *matcher) bool {
 	var ok bool
 	switch m.source {
 	case sourcePerson, sourceGroup:
@@ -285,7 +370,16 @@ func (e *evaluation) matchProperty(m *matcher) bool {
 	if !ok {
 		return m.op.whenMissing()
 	}
-	return m.matchValue(v, e.now)
+	return m.matchValue(v, e)
+}
+
+// clock returns the time relative dates count back from: the request's, else the time the
+// evaluation first needs it (most evaluations never do), the same for every later filter.
+func (e *evaluation) clock() time.Time {
+	if e.now.IsZero() {
+		e.now = time.Now()
+	}
+	return e.now
 }
 
 func (e *evaluation) lookupPerson(m *matcher) (any, bool) {

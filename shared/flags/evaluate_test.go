@@ -316,3 +316,61 @@ func TestCompileErrors(t *testing.T) {
 		t.Fatalf("got %v", err)
 	}
 }
+
+// TestRepeatedFilters covers filters that several conditions share, which an evaluation
+// tests once: every flag that reads a property that could not be fetched is failed (not
+// only the first), negation and the operator keep filters apart, and a cohort's condition
+// written again in a flag gives the same answer in both.
+func TestRepeatedFilters(t *testing.T) {
+	snap := mustCompile(t, flags.Project{
+		Cohorts: []flags.CohortDefinition{{ID: 1, Filters: json.RawMessage(`{"properties": {"type": "AND", "values": [
+			{"key": "plan", "value": ["pro"], "type": "person"}]}}`)}},
+		Flags: []flags.FlagDefinition{
+			flag(1, "a-plan", `{"groups": [{"properties": [{"key": "plan", "value": ["pro"], "operator": "exact"}]}]}`),
+			flag(2, "b-plan", `{"groups": [{"properties": [{"key": "plan", "value": ["pro"]}]}, {"rollout_percentage": 100}]}`),
+			flag(3, "c-not-plan", `{"groups": [{"properties": [{"key": "plan", "value": ["pro"], "negation": true}]}]}`),
+			flag(4, "d-is-not", `{"groups": [{"properties": [{"key": "plan", "value": ["pro"], "operator": "is_not"}]}]}`),
+			flag(5, "e-cohort", `{"groups": [{"properties": [{"key": "id", "value": 1, "type": "cohort"}]}]}`),
+			flag(6, "f-email", `{"groups": [{"properties": [{"key": "email", "value": "x", "operator": "icontains"}]}]}`),
+		},
+	})
+	for _, tc := range []struct {
+		name string
+		req  flags.Request
+		want map[string]outcome
+	}{
+		{"pro", flags.Request{PersonProperties: flags.Properties{"plan": "Pro", "email": "x@y"}}, map[string]outcome{
+			"a-plan":     {Value: true, Reason: "condition_match", Index: 0},
+			"b-plan":     {Value: true, Reason: "condition_match", Index: 0},
+			"c-not-plan": {Value: false, Reason: "no_condition_match", Index: 0},
+			"d-is-not":   {Value: false, Reason: "no_condition_match", Index: 0},
+			"e-cohort":   {Value: true, Reason: "condition_match", Index: 0},
+			"f-email":    {Value: true, Reason: "condition_match", Index: 0},
+		}},
+		{"free", flags.Request{PersonProperties: flags.Properties{"plan": "free", "email": "x@y"}}, map[string]outcome{
+			"a-plan":     {Value: false, Reason: "no_condition_match", Index: 0},
+			"b-plan":     {Value: true, Reason: "condition_match", Index: 1},
+			"c-not-plan": {Value: true, Reason: "condition_match", Index: 0},
+			"d-is-not":   {Value: true, Reason: "condition_match", Index: 0},
+			"e-cohort":   {Value: false, Reason: "no_condition_match", Index: 0},
+			"f-email":    {Value: true, Reason: "condition_match", Index: 0},
+		}},
+		{"plan not fetched", flags.Request{PersonLookupFailed: true, PersonProperties: flags.Properties{"email": "x@y"}}, map[string]outcome{
+			"a-plan":     {Value: false, Reason: "error", Index: -1, Failed: true},
+			"b-plan":     {Value: false, Reason: "error", Index: -1, Failed: true},
+			"c-not-plan": {Value: false, Reason: "error", Index: -1, Failed: true},
+			"d-is-not":   {Value: false, Reason: "error", Index: -1, Failed: true},
+			"e-cohort":   {Value: false, Reason: "error", Index: -1, Failed: true},
+			"f-email":    {Value: true, Reason: "condition_match", Index: 0},
+		}},
+	} {
+		tc.req.DistinctID = "u"
+		got := map[string]outcome{}
+		for _, r := range snap.Evaluate(&tc.req, nil) {
+			got[r.Key] = outcomeOf(r)
+		}
+		if diff := cmp.Diff(tc.want, got); diff != "" {
+			t.Errorf("%s (-want +got):\n%s", tc.name, diff)
+		}
+	}
+}

@@ -2,33 +2,144 @@ package flags
 
 import (
 	"crypto/sha1"
+	"encoding"
 	"encoding/binary"
+	"hash"
+	"reflect"
+	"sync"
 )
 
-// longScale is 0xFFFFFFFFFFFFFFF (15 hex digits) as a float64, PostHog's hash denominator.
+// PostHog buckets a user by a hash in [0, 1]: the first 15 hex digits of a SHA-1 digest as
+// a number (a hash value, 60 bits), over 0xFFFFFFFFFFFFFFF, in float64; a rollout or a
+// variant is a range of that fraction. The engine compares hash values instead, against the
+// bounds of the same ranges translated once at compilation (see lastWhere): the same answers
+// without a conversion and a division per hash.
+
+// maxHash is the largest hash value.
+const maxHash = 1<<60 - 1
+
+// longScale is 0xFFFFFFFFFFFFFFF as a float64, PostHog's hash denominator.
 const longScale = float64(0xFFFFFFFFFFFFFFF)
 
-// hashString returns PostHog's bucketing hash of prefix + sep + id + salt in [0, 1]: the
-// first 15 hex digits of the SHA-1 digest as a number, over 0xFFFFFFFFFFFFFFF.
-func hashString(prefix string, sep bool, id, salt string) float64 {
-	var buf [256]byte
-	n := len(prefix) + len(id) + len(salt) + 1
-	in := buf[:0]
-	if n > len(buf) {
-		in = make([]byte, 0, n)
+// fraction is the hash PostHog compares for the hash value x.
+func fraction(x uint64) float64 { return float64(x) / longScale }
+
+// lastWhere returns the largest hash value x for which ok(fraction(x)) holds, or -1 when
+// there is none. ok must hold for small fractions and fail from some point on, like
+// "f <= 0.3": fraction never decreases as x grows, so those x are a prefix of [0, maxHash].
+func lastWhere(ok func(f float64) bool) int64 {
+	if !ok(fraction(0)) {
+		return -1
 	}
-	in = append(in, prefix...)
-	if sep {
-		in = append(in, '.')
+	lo, hi := uint64(0), uint64(maxHash) // ok holds at lo
+	if ok(fraction(hi)) {
+		return maxHash
 	}
-	in = append(in, id...)
-	in = append(in, salt...)
-	sum := sha1.Sum(in)
-	return float64(binary.BigEndian.Uint64(sum[:8])>>4) / longScale
+	for hi-lo > 1 { // ok fails at hi
+		if mid := lo + (hi-lo)/2; ok(fraction(mid)) {
+			lo = mid
+		} else {
+			hi = mid
+		}
+	}
+	return int64(lo)
 }
 
-// hash is the flag hash: sha1(key + "." + id + salt).
-func hash(key, id, salt string) float64 { return hashString(key, true, id, salt) }
+// lastAtMost is the largest hash value whose fraction is at most t (a rollout), -1 for none.
+func lastAtMost(t float64) int64 { return lastWhere(func(f float64) bool { return f <= t }) }
 
-// holdoutHash is the holdout hash: sha1("holdout-" + id), independent of the flag.
-func holdoutHash(id string) float64 { return hashString("holdout-", false, id, "") }
+// lastBelow is the largest hash value whose fraction is below t (a variant's bound), -1 for
+// none.
+func lastBelow(t float64) int64 { return lastWhere(func(f float64) bool { return f < t }) }
+
+// hashString returns PostHog's hash value of prefix + sep + id + salt.
+func hashString(prefix string, sep bool, id, salt string) uint64 {
+	var buf [256]byte
+	sum := sha1.Sum(appendHashInput(buf[:0], prefix, sep, id, salt))
+	return binary.BigEndian.Uint64(sum[:8]) >> 4
+}
+
+func appendHashInput(b []byte, prefix string, sep bool, id, salt string) []byte {
+	b = append(b, prefix...)
+	if sep {
+		b = append(b, '.')
+	}
+	b = append(b, id...)
+	return append(b, salt...)
+}
+
+// hasher computes the same hashes as hashString at about half its cost, which matters
+// because an evaluation hashes about once per flag: sha1.Sum spends as long copying the
+// input and padding through its buffer as compressing the one block. The hasher pads the
+// input itself, feeds the whole blocks to a reused SHA-1 state and reads the digest from the
+// state (after the last padded block the state is the digest): its words in place when
+// crypto/sha1's digest has the layout checked by stateWords, else its binary form.
+type hasher struct {
+	d     hash.Hash
+	words *[5]uint32              // d's words h0…h4 in place; nil when not as checked
+	state encoding.BinaryAppender // d's binary form; nil when neither works (then hashString is used)
+	buf   [256]byte               // the padded input
+	out   [128]byte               // d's binary form: "sha\x01", then h0…h4 big-endian
+}
+
+// hashers holds hashers between evaluations: the SHA-1 state is on the heap.
+var hashers = sync.Pool{New: func() any { return newHasher() }}
+
+func newHasher() *hasher {
+	h := &hasher{d: sha1.New()}
+	h.words = stateWords(h.d)
+	h.state, _ = h.d.(encoding.BinaryAppender)
+	// Check the ways of reading the state once rather than trust them, the fastest first.
+	const in = "layout-check.user-1variant"
+	want := hashString(in, false, "", "")
+	if h.words != nil && h.hash(in, false, "", "") != want {
+		h.words = nil
+	}
+	if h.words == nil && h.state != nil && h.hash(in, false, "", "") != want {
+		h.state = nil
+	}
+	return h
+}
+
+// stateWords returns the words of a crypto/sha1 digest, when the digest is a struct whose
+// first field is h [5]uint32 (as it has been since Go 1), else nil. Reading them in place
+// saves a sixth of a hash: the binary form is 96 bytes written to be read 8.
+func stateWords(d hash.Hash) *[5]uint32 {
+	t := reflect.TypeOf(d)
+	if t.Kind() != reflect.Pointer || t.Elem().Kind() != reflect.Struct || t.Elem().PkgPath() != "crypto/sha1" {
+		return nil
+	}
+	if f := t.Elem().Field(0); f.Name != "h" || f.Offset != 0 || f.Type != reflect.TypeFor[[5]uint32]() {
+		return nil
+	}
+	return (*[5]uint32)(reflect.ValueOf(d).UnsafePointer())
+}
+
+// hash is hashString through the reused state.
+func (h *hasher) hash(prefix string, sep bool, id, salt string) uint64 {
+	n := len(prefix) + len(id) + len(salt)
+	if sep {
+		n++
+	}
+	padded := ((n+8)/sha1.BlockSize + 1) * sha1.BlockSize // room for 0x80 and the 8-byte length
+	if (h.words == nil && h.state == nil) || padded > len(h.buf) {
+		return hashString(prefix, sep, id, salt)
+	}
+	b := appendHashInput(h.buf[:0], prefix, sep, id, salt)
+	b = append(b, 0x80)
+	clear(h.buf[len(b) : padded-8])
+	binary.BigEndian.PutUint64(h.buf[padded-8:padded], uint64(n)*8)
+	h.d.Reset()
+	h.d.Write(h.buf[:padded])
+	if h.words != nil {
+		return (uint64(h.words[0])<<32 | uint64(h.words[1])) >> 4
+	}
+	st, err := h.state.AppendBinary(h.out[:0])
+	if err != nil || len(st) < 12 {
+		return hashString(prefix, sep, id, salt)
+	}
+	// h0 and h1 are read as the two words they were written as: one 8-byte load of two
+	// 4-byte stores would wait for them to reach the cache.
+	first := uint64(binary.BigEndian.Uint32(st[4:8]))<<32 | uint64(binary.BigEndian.Uint32(st[8:12]))
+	return first >> 4
+}

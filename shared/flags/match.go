@@ -3,7 +3,6 @@ package flags
 import (
 	"regexp"
 	"strings"
-	"time"
 )
 
 type source uint8
@@ -73,25 +72,25 @@ func (op opcode) whenMissing() bool {
 // matcher is one compiled property filter: its operand parsed once into the forms its
 // operator compares with.
 type matcher struct {
-	source     source
-	op         opcode
-	negation   bool
-	key        string
-	groupIndex int
-
-	lowers   []string // exact/is_not: lower-case string forms of the operand(s)
-	boolMode bool     // exact/is_not compare as booleans
-	bools    []bool
-	str      string  // the operand's string form
-	lower    string  // lower case of str
-	num      float64 // gt…lte: the operand as a number
-	numOK    bool
-	re       *regexp.Regexp // nil for an invalid pattern: never matches
-	cohort   *cohort
+	key    string
+	lowers []string       // exact/is_not: lower-case string forms of the operand(s)
+	bools  []bool         // exact/is_not in boolMode: the operand(s) as booleans
+	str    string         // the operand's string form
+	lower  string         // lower case of str
+	num    float64        // gt…lte: the operand as a number
+	re     *regexp.Regexp // nil for an invalid pattern: never matches
+	cohort *cohort
 
 	// *rareOperand holds the operands of date, semver and flag filters; nil for the others,
 	// which are most filters: it keeps a matcher small, and a snapshot holds many.
 	*rareOperand
+
+	groupIndex int
+	source     source
+	op         opcode
+	negation   bool
+	boolMode   bool // exact/is_not compare as booleans
+	numOK      bool
 }
 
 // rareOperand is the part of a matcher that only some operators use.
@@ -182,7 +181,7 @@ func newMatcher(p Property) (*matcher, error) {
 }
 
 // matchValue applies the operator to a present property value (before negation).
-func (m *matcher) matchValue(v any, now time.Time) bool {
+func (m *matcher) matchValue(v any, e *evaluation) bool {
 	switch m.op {
 	case opExact, opIsNot:
 		var buf [32]byte
@@ -192,7 +191,7 @@ func (m *matcher) matchValue(v any, now time.Time) bool {
 	case opIsNotSet:
 		return false
 	case opDateBefore, opDateAfter, opDateExact:
-		return m.matchDate(v, now)
+		return m.matchDate(v, e)
 	case opGT, opGTE, opLT, opLTE:
 		return m.compareOrdered(v)
 	}
@@ -218,7 +217,7 @@ func (m *matcher) matchValue(v any, now time.Time) bool {
 	case opNotRegex:
 		return m.re != nil && !m.re.MatchString(s)
 	case opSemverEq, opSemverNeq, opSemverGT, opSemverGTE, opSemverLT, opSemverLTE:
-		pv, ok := parseSemver(s)
+		pv, ok := e.parsed.version(s)
 		if !ok {
 			return false
 		}
@@ -237,7 +236,7 @@ func (m *matcher) matchValue(v any, now time.Time) bool {
 		}
 		return c <= 0
 	case opSemverRange:
-		pv, ok := parseSemver(s)
+		pv, ok := e.parsed.version(s)
 		return ok && m.vrange.contains(pv)
 	}
 	return false
@@ -315,12 +314,12 @@ func (m *matcher) compareOrdered(v any) bool {
 	return c <= 0
 }
 
-func (m *matcher) matchDate(v any, now time.Time) bool {
-	pt, ok := personDate(v)
+func (m *matcher) matchDate(v any, e *evaluation) bool {
+	pt, ok := e.parsed.date(v)
 	if !ok {
 		return false
 	}
-	ft := m.date.resolve(now)
+	ft := m.date.resolve(e.clock())
 	switch m.op {
 	case opDateBefore:
 		return pt.Before(ft)
@@ -350,5 +349,5 @@ type propertyGroup struct {
 
 type groupItem struct {
 	group   *propertyGroup
-	matcher *matcher
+	matcher matcherRef
 }

@@ -169,6 +169,9 @@ func TestOperatorSemver(t *testing.T) {
 		{"1.2.3", "garbage", false}, {"1.2.3", absent, false}, {"1.2.3", "1.2.3.9", true}, {"1.2.3", "01.2.3", false},
 	})
 	runOperatorCases(t, "semver_neq", []operatorCase{{"1.2.3", "1.2.4", true}, {"1.2.3", "1.2.3", false}, {"1.0.0", absent, false}})
+	// The largest part is math.MaxInt64; one more is not a version.
+	runOperatorCases(t, "semver_gt", []operatorCase{{"1.0.0", "9223372036854775807", true}, {"1.0.0", "9223372036854775808", false},
+		{"1.0.0", "1.92233720368547758070", false}})
 	runOperatorCases(t, "semver_gt", []operatorCase{{"1.2.3", "1.10.0", true}, {"1.2.3", "1.2.3", false}, {"1.2.3", "0.9", false}})
 	runOperatorCases(t, "semver_gte", []operatorCase{{"1.2.3", "1.2.3", true}, {"2.0.0", "1.99.99", false}})
 	runOperatorCases(t, "semver_lt", []operatorCase{{"1.2.3", "1.2.2", true}, {"1.2.3", "1.2.3", false}})

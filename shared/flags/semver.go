@@ -1,7 +1,7 @@
 package flags
 
 import (
-	"strconv"
+	"math"
 	"strings"
 )
 
@@ -28,8 +28,11 @@ func parseSemver(s string) (semver, bool) {
 	if s != "" && (s[0] == 'v' || s[0] == 'V') {
 		s = s[1:]
 	}
-	if i := strings.IndexAny(s, "-+"); i >= 0 {
-		s = s[:i]
+	for i := 0; i < len(s); i++ {
+		if s[i] == '-' || s[i] == '+' {
+			s = s[:i]
+			break
+		}
 	}
 	if s == "" {
 		return semver{}, false
@@ -50,17 +53,20 @@ func parseSemver(s string) (semver, bool) {
 	return v, true
 }
 
+// semverNumber reads a part: decimal digits without a leading zero, at most math.MaxInt64.
 func semverNumber(p string) (int64, bool) {
 	if p == "" || (len(p) > 1 && p[0] == '0') {
 		return 0, false
 	}
+	var n int64
 	for i := 0; i < len(p); i++ {
-		if p[i] < '0' || p[i] > '9' {
+		d := int64(p[i]) - '0'
+		if d < 0 || d > 9 || n > (math.MaxInt64-d)/10 {
 			return 0, false
 		}
+		n = n*10 + d
 	}
-	n, err := strconv.ParseInt(p, 10, 64)
-	return n, err == nil
+	return n, true
 }
 
 // semverRange is the half-open interval [lower, upper) of versions an operator accepts.
