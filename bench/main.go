@@ -41,6 +41,9 @@ type config struct {
 	rssPersons   int
 	// streamReplicas is the eventlog scenario's stream replication.
 	streamReplicas int
+	// edgeBin is the edge binary the self-contained scenarios (pinned, regions) run instead of
+	// building one from the tree: to measure another build side by side.
+	edgeBin string
 }
 
 func main() {
@@ -81,6 +84,7 @@ func runBench(args []string) error {
 	fs.BoolVar(&cfg.goBench, "go-bench", false, "also run the Go micro-benchmarks once and include them")
 	fs.IntVar(&cfg.rssProjects, "rss-projects", 1000, "projects (of 50 flags) the rss scenario creates")
 	fs.IntVar(&cfg.rssPersons, "rss-persons", 1_000_000, "distinct ids the rss scenario then has the control plane store, through the edge's /batch (0: none)")
+	fs.StringVar(&cfg.edgeBin, "edge-bin", "", "pinned and regions: run this edge binary instead of one built from the tree (compare builds)")
 	fs.IntVar(&cfg.streamReplicas, "event-log-replicas", 3, "replicas of the event log's stream in the eventlog scenario")
 	if err := fs.Parse(args); err != nil {
 		return err

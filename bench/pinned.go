@@ -152,7 +152,7 @@ func pinnedScenario(cfg config) error {
 		EdgeGOGC: os.Getenv("GOGC"), EdgeMemLim: os.Getenv("GOMEMLIMIT")}
 	wrkVersion, _ := exec.Command("wrk", "--version").CombinedOutput()
 	rep.Wrk, _, _ = strings.Cut(strings.SplitN(string(wrkVersion), "\n", 2)[0], " Copyright")
-	st, err := startPinnedStack(ctx, cfg.seed, rep)
+	st, err := startPinnedStack(ctx, cfg.seed, cfg.edgeBin, rep)
 	if err != nil {
 		return err
 	}
@@ -232,11 +232,11 @@ type pinnedStack struct {
 	work  *workload
 }
 
-// startPinnedStack starts the stack, the servers under test on serverCPU with GOMAXPROCS=1
+// startPinnedStack starts the stack (with edgeBin as the edge when set), the servers under test on serverCPU with GOMAXPROCS=1
 // (the control plane and PostgreSQL idle during the runs, since every request carries its
 // properties; the control plane is kept off the server's CPU all the same), creates the bench
 // project, and starts the bare responder answering as many bytes as the edge.
-func startPinnedStack(ctx context.Context, seed uint64, rep *pinnedReport) (_ *pinnedStack, err error) {
+func startPinnedStack(ctx context.Context, seed uint64, edgeBin string, rep *pinnedReport) (_ *pinnedStack, err error) {
 	root, err := moduleRoot()
 	if err != nil {
 		return nil, err
@@ -248,7 +248,7 @@ func startPinnedStack(ctx context.Context, seed uint64, rep *pinnedReport) (_ *p
 	if st.self, err = os.Executable(); err != nil {
 		return nil, err
 	}
-	opts := stackOptions{name: "pinned", controlPlaneCPU: clientCPU, edgeCPU: serverCPU, edgeEnv: []string{"GOMAXPROCS=1"}}
+	opts := stackOptions{name: "pinned", controlPlaneCPU: clientCPU, edgeCPU: serverCPU, edgeEnv: []string{"GOMAXPROCS=1"}, edgeBin: edgeBin}
 	// GeoIP as make run and make bench have it, when deploy/fetch-geoip.sh can get it.
 	if out, err := exec.CommandContext(ctx, "bash", filepath.Join(root, "deploy/fetch-geoip.sh"), filepath.Join(root, ".run/geoip")).Output(); err == nil {
 		if path := strings.TrimSpace(string(out)); path != "" {

@@ -289,7 +289,7 @@ func (r *regions) row(res result) {
 // creates the bench project through the REST API.
 func (r *regions) start(ctx context.Context) error {
 	var err error
-	r.stack, err = startSelfStack(ctx, stackOptions{name: "regions", controlPlaneLink: r.startProxy})
+	r.stack, err = startSelfStack(ctx, stackOptions{name: "regions", controlPlaneLink: r.startProxy, edgeBin: r.cfg.edgeBin})
 	if err != nil {
 		return err
 	}

@@ -33,6 +33,9 @@ type stackOptions struct {
 	edgeEnv []string
 	// edgeArgs are added to the edge's command line (e.g. --geoip-db).
 	edgeArgs []string
+	// edgeBin, when set, is the edge binary to run instead of the one built from the tree
+	// (to measure another build of the edge against this control plane).
+	edgeBin string
 	// controlPlaneLink, when set, returns the address the edge dials for the control plane's
 	// gRPC address — a proxy in front of it (regions); nil: the edge dials it directly.
 	controlPlaneLink func(grpcAddr string) (string, error)
@@ -100,8 +103,12 @@ func startSelfStack(ctx context.Context, opts stackOptions) (_ *selfStack, err e
 	}
 	edgeArgs := append([]string{"--http-addr", "127.0.0.1:0", "--control-plane", link, "--edge-token", edgeToken,
 		"--data-dir", filepath.Join(s.dir, "edge-data"), "--edge-id", opts.name + "-edge", "--drain-delay", "0s"}, opts.edgeArgs...)
+	edgeBin := filepath.Join(s.dir, "edge")
+	if opts.edgeBin != "" {
+		edgeBin = opts.edgeBin
+	}
 	if s.edge, err = startProcess(ctx, s.dir, command{name: "edge", cpu: opts.edgeCPU, env: opts.edgeEnv, listening: "edge listening",
-		bin: filepath.Join(s.dir, "edge"), args: edgeArgs}); err != nil {
+		bin: edgeBin, args: edgeArgs}); err != nil {
 		return nil, err
 	}
 	if err := waitReady("http://" + s.edge.httpAddr + "/_ready"); err != nil {
