@@ -226,9 +226,15 @@ func TestEdgeKnowsWhoHasNothingStored(t *testing.T) {
 			INSERT INTO person_distinct_ids (project_id, distinct_id, person_id) SELECT $1, 'offline-buyer', id FROM p`, s.projectID); err != nil {
 			t.Fatal(err)
 		}
-		stored := time.Now()
 		s.startControlPlane()
-		eventually("written while the control plane was down", stored, func() any { return flag(a, "offline-buyer", "pro-only", nil) }, true)
+		// Once the edge counts itself connected again, the filters it kept from before must
+		// not answer for a user stored meanwhile: the first answer is right.
+		waitFor(t, "edge-a connected again", func() bool {
+			return metricSum(t, a, "flagedge_edge_control_plane_connected", "") == 1
+		})
+		if v := flag(a, "offline-buyer", "pro-only", nil); v != true {
+			t.Fatalf("first answer once connected again: pro-only %v, want true", v)
+		}
 	})
 
 	t.Run("stored while the edge was down", func(t *testing.T) {

@@ -119,6 +119,18 @@ func (h *Hub) Resync(ctx context.Context) error {
 	return nil
 }
 
+// Lost says announcements can no longer be trusted to arrive (the LISTEN connection is
+// lost): every stream is told to drop its filters at once, and none is sent until Resync
+// has rebuilt them.
+func (h *Hub) Lost() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.ready = false
+	for sub := range h.subs {
+		sub.reset()
+	}
+}
+
 // Announce adds keys the database announced for a project, or rebuilds the project's filter
 // from the tables when rebuild is set (the keys did not fit in a notification) or the filter
 // is past its capacity. It is called in the order of the announcements, by the goroutine
@@ -142,8 +154,9 @@ func (h *Hub) Announce(ctx context.Context, projectID int64, keys [][]byte, rebu
 	}
 	f.keys += len(keys)
 	h.keys.Add(float64(len(keys)))
-	// The keys go out as additions even when a rebuild follows: an edge forgets what it
-	// cached about a key when the key is announced, not when a whole filter holds it.
+	// The keys go out as additions even when a rebuild follows; a stream that has not taken
+	// them by then gets them within the whole filter instead, and an edge that receives a
+	// whole filter forgets every "not found" it cached.
 	for sub := range h.subs {
 		sub.add(projectID, keys, h)
 	}

@@ -131,7 +131,7 @@ func newRig(t *testing.T) *rig {
 		}, func(ctx context.Context) error {
 			r.resyncs.Add(1)
 			return r.hub.Resync(ctx)
-		})
+		}, r.hub.Lost)
 	}()
 	return r
 }
@@ -261,7 +261,7 @@ func TestFilterGrowsAndTakesLongKeys(t *testing.T) {
 		}
 		r.ingest(batch...)
 	}
-	long := strings.Repeat("x", 3000)
+	long := strings.Repeat("x", 9000) // too long for a notification: announced as "rebuild"
 	r.ingest(r.event("$pageview", long, nil))
 	r.settle(m, "grow")
 	keys := storedKeys(t, r.db, r.projectID)
@@ -324,4 +324,30 @@ func (r *rig) orgID() int64 {
 		r.t.Fatal(err)
 	}
 	return id
+}
+
+// TestLostAnnouncementsDropFilters: once announcements may be missed, every stream drops its
+// filters at once (its edge looks keys up) until they are rebuilt.
+func TestLostAnnouncementsDropFilters(t *testing.T) {
+	r := newRig(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	m := follow(ctx, r.hub)
+	has := func() bool {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		return m.filters[r.projectID] != nil
+	}
+	waitFor(t, "a filter", has)
+	r.hub.Lost()
+	waitFor(t, "the filter dropped", func() bool { return !has() })
+	r.hub.Ensure(r.projectID) // a snapshot notice meanwhile must not bring an empty filter
+	time.Sleep(50 * time.Millisecond)
+	if has() {
+		t.Fatal("a filter was sent while announcements may be missed")
+	}
+	if err := r.hub.Resync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the filter back", has)
 }

@@ -5,11 +5,13 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/flagedge/flagedge/controlplane/membership"
+	sharedmembership "github.com/flagedge/flagedge/shared/membership"
 	"github.com/flagedge/flagedge/shared/syncpb"
 )
 
 // membershipMessageBytes is about the most filter bytes or keys one Watch message carries;
-// a larger filter goes alone (the edge accepts messages up to 128 MiB).
+// a larger filter goes alone (up to shared/membership.MaxFilterBytes; the edge accepts
+// messages of twice that).
 const membershipMessageBytes = 1 << 20
 
 // sendMembership sends a stream's membership changes in order: the reset, the whole filters,
@@ -31,6 +33,9 @@ func sendMembership(stream syncpb.Sync_WatchServer, c membership.Changes) error 
 		return nil
 	}
 	for id, f := range c.Filters {
+		if f.Bloom.Cap()/8 > sharedmembership.MaxFilterBytes {
+			continue // the edge looks this project's keys up (its additions are dropped there too)
+		}
 		raw, err := f.Bloom.MarshalBinary()
 		if err != nil {
 			return status.Errorf(codes.Internal, "encode membership filter: %v", err)

@@ -174,7 +174,10 @@ func (s *Server) Watch(req *syncpb.WatchRequest, stream syncpb.Sync_WatchServer)
 		s.log.Warn("edge holds snapshots of another database; sending everything afresh", "edge_id", req.EdgeId,
 			"edge_database_id", req.DatabaseId, "database_id", dbID)
 	}
-	if err := stream.Send(&syncpb.WatchResponse{DatabaseId: dbID}); err != nil {
+	// The edge drops the filters it kept from its last stream before it may count itself
+	// connected again (after this stream's catch-up): keys stored while it was away were not
+	// announced to it. The filters follow the catch-up.
+	if err := stream.Send(&syncpb.WatchResponse{DatabaseId: dbID, MembershipReset: s.members != nil}); err != nil {
 		return err
 	}
 	// The membership queue starts with a reset and every filter: sent once the snapshots are.

@@ -23,6 +23,7 @@ import (
 	"google.golang.org/grpc/resolver/manual"
 
 	"github.com/flagedge/flagedge/internal/daemon"
+	"github.com/flagedge/flagedge/shared/membership"
 )
 
 // Config says how to reach the control plane.
@@ -165,6 +166,6 @@ func (t token) GetRequestMetadata(context.Context, ...string) (map[string]string
 // anything else is TLS unless the operator said --control-plane-insecure.
 func (t token) RequireTransportSecurity() bool { return false }
 
-// MaxMessageBytes is the largest message the edge accepts from the control plane: a
-// membership filter of about 50 million distinct ids.
-const MaxMessageBytes = 128 << 20
+// MaxMessageBytes is the largest message the edge accepts from the control plane: twice the
+// largest membership filter it is sent (shared/membership.MaxFilterBytes).
+const MaxMessageBytes = 2 * membership.MaxFilterBytes

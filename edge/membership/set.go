@@ -52,11 +52,17 @@ func (l *layers) bytes() int64 {
 	return n
 }
 
+// slot holds a project's current layers: adding keys replaces them here, without copying
+// the map of every project.
+type slot struct{ cur atomic.Pointer[layers] }
+
 // Set is the membership filters of every project. The zero value is not usable: NewSet.
 type Set struct {
-	// filters maps project ids to their current layers; the map is replaced, never changed.
-	filters atomic.Pointer[map[int64]*layers]
-	mu      sync.Mutex // serialises writers
+	// filters maps project ids to their slots; the map is replaced (never changed) when
+	// projects get or lose a filter, the slots' layers as keys are added.
+	filters atomic.Pointer[map[int64]*slot]
+	mu      sync.Mutex // serialises writers, and guards total
+	total   int64      // bytes of all layers
 	max     int64      // bytes all filters may take; a filter past it is not kept
 	log     *slog.Logger
 	// onAdd is told every key the control plane announces, after it is in the filter (to
@@ -86,7 +92,7 @@ type Hooks struct {
 // arrives. maxBytes caps the memory of all filters (0: no cap).
 func NewSet(maxBytes int64, hooks Hooks, log *slog.Logger, reg prometheus.Registerer) *Set {
 	s := &Set{max: maxBytes, onAdd: hooks.Announced, onReplace: hooks.Replaced, log: log}
-	empty := map[int64]*layers{}
+	empty := map[int64]*slot{}
 	s.filters.Store(&empty)
 	s.projects = prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "flagedge_edge_membership_projects",
 		Help: "Projects with a membership filter (the others look up every key)."}, func() float64 { return float64(len(*s.filters.Load())) })
@@ -122,11 +128,12 @@ const (
 
 // CheckPerson says whether the control plane may store a person behind distinctID.
 func (s *Set) CheckPerson(projectID int64, distinctID string) Result {
-	l := (*s.filters.Load())[projectID]
-	if l == nil {
+	sl := (*s.filters.Load())[projectID]
+	if sl == nil {
 		return Unknown
 	}
-	var buf [160]byte
+	l := sl.cur.Load()
+	var buf [256]byte
 	key := buf[:0]
 	if len(distinctID)+1 > len(buf) {
 		key = make([]byte, 0, len(distinctID)+1)
@@ -136,11 +143,12 @@ func (s *Set) CheckPerson(projectID int64, distinctID string) Result {
 
 // CheckGroup says whether the control plane may store the group.
 func (s *Set) CheckGroup(projectID int64, typeIndex int, groupKey string) Result {
-	l := (*s.filters.Load())[projectID]
-	if l == nil {
+	sl := (*s.filters.Load())[projectID]
+	if sl == nil {
 		return Unknown
 	}
-	var buf [160]byte
+	l := sl.cur.Load()
+	var buf [256]byte
 	key := buf[:0]
 	if len(groupKey)+2 > len(buf) {
 		key = make([]byte, 0, len(groupKey)+2)
@@ -166,40 +174,50 @@ func (s *Set) Apply(msg *syncpb.WatchResponse) error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	next := map[int64]*layers{}
-	if !msg.MembershipReset {
-		next = cloneMap(*s.filters.Load())
+	cur := *s.filters.Load()
+	next, cloned := cur, false
+	clone := func() {
+		if !cloned {
+			next, cloned = cloneMap(cur), true
+		}
+	}
+	if msg.MembershipReset {
+		next, cloned, s.total = map[int64]*slot{}, true, 0
 	}
 	var errs []error
-	replaced := msg.MembershipReset
 	for _, f := range msg.MembershipFilters {
-		replaced = replaced || next[f.ProjectId] != nil
 		b := &bloom.BloomFilter{}
 		if err := b.UnmarshalBinary(f.Bloom); err != nil {
-			delete(next, f.ProjectId) // a filter that does not decode must not stay behind
+			if sl := next[f.ProjectId]; sl != nil { // a filter that does not decode must not stay behind
+				clone()
+				s.total -= sl.cur.Load().bytes()
+				delete(next, f.ProjectId)
+			}
 			errs = append(errs, fmt.Errorf("membership filter of project %d: %w", f.ProjectId, err))
 			continue
 		}
-		next[f.ProjectId] = &layers{base: b}
+		s.put(next[f.ProjectId], &layers{base: b}, func(sl *slot) { clone(); next[f.ProjectId] = sl })
 	}
-	var added []*syncpb.MembershipAdditions
 	for _, a := range msg.MembershipAdditions {
-		l := next[a.ProjectId]
-		if l == nil {
-			// Not held (refused for size, or it did not decode): the project is looked up.
-			continue
+		if sl := next[a.ProjectId]; sl != nil { // else not held (refused, or did not decode): looked up
+			if l := sl.cur.Load(); len(l.missing(a.Keys)) > 0 {
+				s.put(sl, l.with(l.missing(a.Keys)), nil)
+			}
 		}
-		if fresh := l.missing(a.Keys); len(fresh) > 0 {
-			next[a.ProjectId] = l.with(fresh)
-		}
-		added = append(added, a)
 	}
-	s.keepWithinCap(next)
-	s.filters.Store(&next)
-	if replaced && s.onReplace != nil {
+	if s.overCap() {
+		clone()
+		s.evict(next)
+	}
+	if cloned {
+		s.filters.Store(&next)
+	}
+	s.bytes.Store(s.total)
+	// Keys may have arrived whole without being announced one by one.
+	if (msg.MembershipReset || len(msg.MembershipFilters) > 0) && s.onReplace != nil {
 		s.onReplace()
 	}
-	for _, a := range added {
+	for _, a := range msg.MembershipAdditions { // a project without a filter forgets too
 		s.additions.Add(float64(len(a.Keys)))
 		if s.onAdd == nil {
 			continue
@@ -216,6 +234,19 @@ func (s *Set) Apply(msg *syncpb.WatchResponse) error {
 	return nil
 }
 
+// put makes l the layers of sl, or of a new slot handed to add when sl is nil, and keeps
+// the total. s.mu is held.
+func (s *Set) put(sl *slot, l *layers, add func(*slot)) {
+	if sl == nil {
+		sl = &slot{}
+		add(sl)
+	} else {
+		s.total -= sl.cur.Load().bytes()
+	}
+	sl.cur.Store(l)
+	s.total += l.bytes()
+}
+
 // Add adds keys this edge will make the control plane store: the persons and groups of the
 // events it captures (before it acknowledges them), a person it creates by recording hash-key
 // overrides. The control plane announces them once stored, but the edge must not answer
@@ -225,13 +256,13 @@ func (s *Set) Apply(msg *syncpb.WatchResponse) error {
 //
 // It returns the keys the filter did not hold before.
 func (s *Set) Add(projectID int64, keys ...[]byte) (fresh [][]byte) {
-	l := (*s.filters.Load())[projectID]
-	if l == nil {
+	sl := (*s.filters.Load())[projectID]
+	if sl == nil {
 		return nil
 	}
-	inBase := true // the common case, checked without the lock: base never changes
+	inBase := true // the common case, checked without the lock: a base never changes
 	for _, k := range keys {
-		if !l.base.Test(k) {
+		if !sl.cur.Load().base.Test(k) {
 			inBase = false
 			break
 		}
@@ -241,19 +272,20 @@ func (s *Set) Add(projectID int64, keys ...[]byte) (fresh [][]byte) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	cur := *s.filters.Load()
-	l = cur[projectID]
-	if l == nil {
+	if sl = (*s.filters.Load())[projectID]; sl == nil {
 		return nil
 	}
-	fresh = l.missing(keys)
-	if len(fresh) == 0 {
+	l := sl.cur.Load()
+	if fresh = l.missing(keys); len(fresh) == 0 {
 		return nil
 	}
-	next := cloneMap(cur)
-	next[projectID] = l.with(fresh)
-	s.keepWithinCap(next)
-	s.filters.Store(&next)
+	s.put(sl, l.with(fresh), nil)
+	if s.overCap() {
+		next := cloneMap(*s.filters.Load())
+		s.evict(next)
+		s.filters.Store(&next)
+	}
+	s.bytes.Store(s.total)
 	return fresh
 }
 
@@ -313,36 +345,38 @@ func (s *Set) Drop(projectIDs []int64) {
 	defer s.mu.Unlock()
 	next := cloneMap(*s.filters.Load())
 	for _, id := range projectIDs {
-		delete(next, id)
+		if sl := next[id]; sl != nil {
+			s.total -= sl.cur.Load().bytes()
+			delete(next, id)
+		}
 	}
-	s.keepWithinCap(next)
 	s.filters.Store(&next)
+	s.bytes.Store(s.total)
 }
 
-// keepWithinCap drops the largest filters until all fit in s.max, and records the total.
-func (s *Set) keepWithinCap(next map[int64]*layers) {
-	var total int64
-	for _, l := range next {
-		total += l.bytes()
-	}
-	for s.max > 0 && total > s.max {
-		var largest int64 = -1
-		for id, l := range next {
-			if largest < 0 || l.bytes() > next[largest].bytes() {
-				largest = id
+// overCap reports whether the filters take more than s.max. s.mu is held.
+func (s *Set) overCap() bool { return s.max > 0 && s.total > s.max }
+
+// evict drops the largest filters of next until the rest fit in s.max. s.mu is held.
+func (s *Set) evict(next map[int64]*slot) {
+	for s.overCap() && len(next) > 0 {
+		var largest int64
+		var most int64 = -1
+		for id, sl := range next {
+			if b := sl.cur.Load().bytes(); b > most {
+				largest, most = id, b
 			}
 		}
-		total -= next[largest].bytes()
 		s.log.Warn("membership filter not kept: over --membership-max-bytes; the project looks up every key",
-			"project", largest, "bytes", next[largest].bytes(), "max_bytes", s.max)
+			"project", largest, "bytes", most, "max_bytes", s.max)
 		delete(next, largest)
+		s.total -= most
 		s.refused.Inc()
 	}
-	s.bytes.Store(total)
 }
 
-func cloneMap(m map[int64]*layers) map[int64]*layers {
-	out := make(map[int64]*layers, len(m)+1)
+func cloneMap(m map[int64]*slot) map[int64]*slot {
+	out := make(map[int64]*slot, len(m)+1)
 	for k, v := range m {
 		out[k] = v
 	}

@@ -110,7 +110,7 @@ func additionsAreNeverLost(t *testing.T, base *syncpb.MembershipFilter) {
 			t.Fatal(err)
 		}
 		all = append(all, ids...)
-		layered = layered || (*s.filters.Load())[7].delta != nil
+		layered = layered || (*s.filters.Load())[7].cur.Load().delta != nil
 		for _, id := range all {
 			if s.CheckPerson(7, id) != Present {
 				t.Fatalf("after batch %d: %s missing", batch, id)
@@ -133,8 +133,12 @@ func additionsAreNeverLost(t *testing.T, base *syncpb.MembershipFilter) {
 // TestConcurrentReadsAndWrites runs checks while additions and replacements arrive; with
 // -race it proves the read path safe without a lock.
 func TestConcurrentReadsAndWrites(t *testing.T) {
+	many := []string{"seed"}
+	for i := range 20_000 { // large enough for the small layer and its folds
+		many = append(many, fmt.Sprint("stored-", i))
+	}
 	s := newSet(t, 0, nil)
-	s.Apply(&syncpb.WatchResponse{MembershipReset: true, MembershipFilters: []*syncpb.MembershipFilter{filterMsg(t, 1, "seed")}})
+	s.Apply(&syncpb.WatchResponse{MembershipReset: true, MembershipFilters: []*syncpb.MembershipFilter{filterMsg(t, 1, many...)}})
 	var wg sync.WaitGroup
 	stop := make(chan struct{})
 	for range 2 {
@@ -155,10 +159,11 @@ func TestConcurrentReadsAndWrites(t *testing.T) {
 			}
 		}()
 	}
-	for i := range 2000 {
+	for i := range 6000 {
 		s.Apply(&syncpb.WatchResponse{MembershipAdditions: []*syncpb.MembershipAdditions{{ProjectId: 1, Keys: personKeys(fmt.Sprint("k", i))}}})
-		if i%500 == 0 {
-			s.Apply(&syncpb.WatchResponse{MembershipFilters: []*syncpb.MembershipFilter{filterMsg(t, 1, "seed")}})
+		s.Add(1, membership.PersonKey(nil, fmt.Sprint("local", i)))
+		if i%2500 == 0 {
+			s.Apply(&syncpb.WatchResponse{MembershipFilters: []*syncpb.MembershipFilter{filterMsg(t, 1, many...)}})
 		}
 	}
 	close(stop)
@@ -231,9 +236,9 @@ func TestLocalAdditions(t *testing.T) {
 		t.Fatalf("without a filter: %v", r)
 	}
 	s.Apply(&syncpb.WatchResponse{MembershipReset: true, MembershipFilters: []*syncpb.MembershipFilter{filterMsg(t, 1, "known")}})
-	before := (*s.filters.Load())[1]
+	before := (*s.filters.Load())[1].cur.Load()
 	s.Add(1, membership.PersonKey(nil, "known"))
-	if (*s.filters.Load())[1] != before {
+	if (*s.filters.Load())[1].cur.Load() != before {
 		t.Fatal("adding a key the filter holds replaced the filter")
 	}
 	var wg sync.WaitGroup
@@ -253,5 +258,15 @@ func TestLocalAdditions(t *testing.T) {
 				t.Fatalf("w%d-%d missing", w, i)
 			}
 		}
+	}
+}
+
+// TestCheckDoesNotAllocate: the check is on the /decide path.
+func TestCheckDoesNotAllocate(t *testing.T) {
+	s := newSet(t, 0, nil)
+	s.Apply(&syncpb.WatchResponse{MembershipReset: true, MembershipFilters: []*syncpb.MembershipFilter{filterMsg(t, 1, "a")}})
+	id := "0192e0c4-7d1b-7c3e-9f1a-000000000042"
+	if n := testing.AllocsPerRun(100, func() { s.CheckPerson(1, id); s.CheckGroup(1, 0, id); s.Count(Absent) }); n != 0 {
+		t.Fatalf("%v allocations per check", n)
 	}
 }

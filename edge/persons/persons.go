@@ -164,17 +164,26 @@ func (s *Store) Membership() *membership.Set { return s.members }
 // A person whose distinct id no filter held is marked as created by this edge: until the
 // control plane announces it, /decide answers it from the overlay, without a look-up.
 func (s *Store) Captured(projectID int64, keys [][]byte) {
-	marked := false
-	epoch := s.replaced.Load()
+	epoch, forgotten := s.replaced.Load(), s.forgotten.Load()
+	var marked []uint64
 	for _, k := range s.members.Add(projectID, keys...) {
 		if key, err := sharedmembership.ParseKey(k); err == nil && !key.Group {
-			s.originated.Set(cache.Key(projectID, key.DistinctID), originMark{projectID: projectID, distinctID: key.DistinctID, epoch: epoch})
-			marked = true
+			c := cache.Key(projectID, key.DistinctID)
+			s.originated.Set(c, originMark{projectID: projectID, distinctID: key.DistinctID, epoch: epoch})
+			marked = append(marked, c)
 		}
 	}
-	if marked {
-		s.originated.Wait() // before the capture is acknowledged
+	if len(marked) == 0 {
+		return
 	}
+	if s.forgotten.Load() != forgotten {
+		// An announcement came meanwhile, maybe of one of these (the forwarder may have sent
+		// them already): its forget may have run before the mark was set, so the marks go.
+		for _, c := range marked {
+			s.originated.Delete(c)
+		}
+	}
+	s.originated.Wait() // before the capture is acknowledged
 }
 
 // createdHere reports whether this edge created the person and the control plane has not

@@ -29,6 +29,11 @@ func NewFilter(n int) *bloom.BloomFilter {
 	return bloom.NewWithEstimates(uint(Capacity(n)), FalsePositiveRate)
 }
 
+// MaxFilterBytes is the largest filter the control plane sends (about 28 million distinct
+// ids as built): a project past it has no filter, and its edges look up every key. Edges
+// accept messages of twice this size.
+const MaxFilterBytes = 64 << 20
+
 // The first byte of a key says what it stands for.
 const (
 	personPrefix = 'p'

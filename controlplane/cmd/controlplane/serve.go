@@ -261,10 +261,10 @@ func (cp *controlPlane) run(ctx context.Context) error {
 	g.Go(func() error {
 		return postgres.Listen(gctx, cfg.DatabaseURL, postgres.SnapshotChannel, cp.log,
 			func(_ context.Context, payload string) error { cp.sync.Notify(payload); return nil },
-			func(context.Context) error { cp.sync.Resync(); return nil })
+			func(context.Context) error { cp.sync.Resync(); return nil }, nil)
 	})
 	g.Go(func() error {
-		return postgres.Listen(gctx, cfg.DatabaseURL, postgres.MembershipChannel, cp.log, cp.announceMembers, cp.members.Resync)
+		return postgres.Listen(gctx, cfg.DatabaseURL, postgres.MembershipChannel, cp.log, cp.announceMembers, cp.members.Resync, cp.members.Lost)
 	})
 	g.Go(func() error { cp.edges.Run(gctx); return nil })
 	if cp.logIn != nil {

@@ -6,9 +6,10 @@
 --
 -- Payloads: "<project id> p <JSON array of distinct ids>", "<project id> g <JSON array of
 -- [group type index, group key]>", or "<project id> rebuild" when the keys do not fit in one
--- notification (a single key of over ~1,900 bytes): the listener then reads that project's
--- keys from the table. Keys are sent in chunks of about 6,000 bytes, below NOTIFY's limit of
--- 8,000.
+-- notification: the listener then reads that project's keys from the tables. Keys are sent in
+-- chunks of 6,000 bytes plus at most one key, below NOTIFY's limit of 8,000; ids as capture
+-- and /decide cut them (200 characters) always fit, so only a key over about 1,800 bytes
+-- written by some other path can lead to a rebuild.
 
 CREATE FUNCTION membership_announce(project bigint, kind text, keys text) RETURNS void
 LANGUAGE plpgsql AS $$
