@@ -7,6 +7,8 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
+	"net"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -152,7 +154,7 @@ func pinnedScenario(cfg config) error {
 		EdgeGOGC: os.Getenv("GOGC"), EdgeMemLim: os.Getenv("GOMEMLIMIT")}
 	wrkVersion, _ := exec.Command("wrk", "--version").CombinedOutput()
 	rep.Wrk, _, _ = strings.Cut(strings.SplitN(string(wrkVersion), "\n", 2)[0], " Copyright")
-	st, err := startPinnedStack(ctx, cfg.seed, cfg.edgeBin, rep)
+	st, err := startPinnedStack(ctx, cfg.seed, cfg.edgeBin, cfg.profile, rep)
 	if err != nil {
 		return err
 	}
@@ -207,6 +209,14 @@ func pinnedScenario(cfg config) error {
 			rep.Runs = append(rep.Runs, run)
 		}
 	}
+	if st.pprofAddr != "" {
+		if err := profileEdge(ctx, st, cfg.out, func(seconds int) error {
+			_, err := wrkRun("edge", seconds, 97e10)
+			return err
+		}); err != nil {
+			return err
+		}
+	}
 	rate := pinnedOpenLoopRate
 	if cfg.rate > 0 {
 		rate = cfg.rate
@@ -226,17 +236,19 @@ func pinnedScenario(cfg config) error {
 // serverCPU, and the bare responder beside it, with the bench project on the edge.
 type pinnedStack struct {
 	*selfStack
-	self  string // the bench binary, for its child modes
-	bare  *process
-	token string
-	work  *workload
+	self string // the bench binary, for its child modes
+	// pprofAddr is the edge's --pprof-addr with --profile, else "".
+	pprofAddr string
+	bare      *process
+	token     string
+	work      *workload
 }
 
 // startPinnedStack starts the stack (with edgeBin as the edge when set), the servers under test on serverCPU with GOMAXPROCS=1
 // (the control plane and PostgreSQL idle during the runs, since every request carries its
 // properties; the control plane is kept off the server's CPU all the same), creates the bench
 // project, and starts the bare responder answering as many bytes as the edge.
-func startPinnedStack(ctx context.Context, seed uint64, edgeBin string, rep *pinnedReport) (_ *pinnedStack, err error) {
+func startPinnedStack(ctx context.Context, seed uint64, edgeBin string, profile bool, rep *pinnedReport) (_ *pinnedStack, err error) {
 	root, err := moduleRoot()
 	if err != nil {
 		return nil, err
@@ -255,6 +267,12 @@ func startPinnedStack(ctx context.Context, seed uint64, edgeBin string, rep *pin
 			opts.edgeArgs = []string{"--geoip-db", path}
 			rep.GeoIP = true
 		}
+	}
+	if profile {
+		if st.pprofAddr, err = freeAddr(); err != nil {
+			return nil, err
+		}
+		opts.edgeArgs = append(opts.edgeArgs, "--pprof-addr", st.pprofAddr)
 	}
 	if st.selfStack, err = startSelfStack(ctx, opts); err != nil {
 		return nil, err
@@ -549,4 +567,50 @@ func loadAverage() string {
 		return "unknown"
 	}
 	return strings.Join(f[:3], " ")
+}
+
+// profileEdge takes a CPU profile of the edge while load runs against it (not reported as a
+// run), and writes it with its top functions into dir: pinned-edge-cpu.pprof and .txt.
+func profileEdge(ctx context.Context, st *pinnedStack, dir string, load func(seconds int) error) error {
+	const seconds = 5
+	progress("pinned: profiling the edge under load")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	path := filepath.Join(dir, "pinned-edge-cpu.pprof")
+	done := make(chan error, 1)
+	go func() {
+		resp, err := httpClient.Get(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", st.pprofAddr, seconds))
+		if err != nil {
+			done <- err
+			return
+		}
+		defer resp.Body.Close()
+		raw, err := io.ReadAll(resp.Body)
+		if err == nil {
+			err = os.WriteFile(path, raw, 0o644)
+		}
+		done <- err
+	}()
+	if err := load(seconds + 1); err != nil {
+		return err
+	}
+	if err := <-done; err != nil {
+		return fmt.Errorf("edge profile: %w", err)
+	}
+	top, err := exec.CommandContext(ctx, "go", "tool", "pprof", "-top", "-nodecount", "40", path).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("go tool pprof: %v\n%s", err, top)
+	}
+	return os.WriteFile(filepath.Join(dir, "pinned-edge-cpu.txt"), top, 0o644)
+}
+
+// freeAddr returns a loopback address with a port free at the moment.
+func freeAddr() (string, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer ln.Close()
+	return ln.Addr().String(), nil
 }
