@@ -70,14 +70,16 @@ type pinnedReport struct {
 	Ratio      float64     `json:"ratio"`
 	// Per CPU-second the server process used: less sensitive to neighbours on a shared
 	// machine, though not the goal's measure.
-	EdgePerCPU  float64    `json:"edge_median_rps_per_server_cpu"`
-	BarePerCPU  float64    `json:"bare_median_rps_per_server_cpu"`
-	EdgeP99Us   float64    `json:"edge_median_p99_us"`
-	BareP99Us   float64    `json:"bare_median_p99_us"`
-	OpenLoop    *pinnedRun `json:"open_loop"`
-	EdgeGOGC    string     `json:"edge_gogc,omitempty"`
-	EdgeMemLim  string     `json:"edge_gomemlimit,omitempty"`
-	Environment string     `json:"environment"`
+	EdgePerCPU float64    `json:"edge_median_rps_per_server_cpu"`
+	BarePerCPU float64    `json:"bare_median_rps_per_server_cpu"`
+	EdgeP99Us  float64    `json:"edge_median_p99_us"`
+	BareP99Us  float64    `json:"bare_median_p99_us"`
+	OpenLoop   *pinnedRun `json:"open_loop"`
+	// OpenLoopBare is the same open-loop run against the bare responder.
+	OpenLoopBare *pinnedRun `json:"open_loop_bare"`
+	EdgeGOGC     string     `json:"edge_gogc,omitempty"`
+	EdgeMemLim   string     `json:"edge_gomemlimit,omitempty"`
+	Environment  string     `json:"environment"`
 }
 
 // childMode runs the processes the pinned scenario starts from the bench binary itself:
@@ -222,11 +224,19 @@ func pinnedScenario(cfg config) error {
 		rate = cfg.rate
 	}
 	progress(fmt.Sprintf("pinned: open loop at %d/s against the edge", rate))
-	open, err := openLoopRun(ctx, st, rate, time.Duration(wrkSeconds)*time.Second)
+	open, err := openLoopRun(ctx, st, "edge", st.edge, rate, time.Duration(wrkSeconds)*time.Second)
 	if err != nil {
 		return err
 	}
 	rep.OpenLoop = &open
+	// The same generator against the bare responder: the floor the generator and the loopback
+	// put under any server's open-loop latency on these cores.
+	progress(fmt.Sprintf("pinned: open loop at %d/s against the bare responder", rate))
+	bareOpen, err := openLoopRun(ctx, st, "bare", st.bare, rate, time.Duration(wrkSeconds)*time.Second)
+	if err != nil {
+		return err
+	}
+	rep.OpenLoopBare = &bareOpen
 	rep.LoadAfter = loadAverage()
 	rep.summarise()
 	return rep.write(cfg.out)
@@ -318,7 +328,7 @@ func (r *pinnedReport) write(dir string) error {
 		return err
 	}
 	var results []result
-	for _, run := range append(slices.Clone(r.Runs), *r.OpenLoop) {
+	for _, run := range r.allRuns() {
 		results = append(results, run.result)
 	}
 	plots, err := writePlots(dir, "pinned-", results)
@@ -336,22 +346,22 @@ func (r *pinnedReport) write(dir string) error {
 
 // openLoopRun runs bench's open-loop generator in a child process on the client CPU with
 // GOMAXPROCS=1 against the stack's edge.
-func openLoopRun(ctx context.Context, st *pinnedStack, rate int, d time.Duration) (pinnedRun, error) {
-	before := sampleCPU(st.edge.cmd.Process.Pid)
-	cmd := exec.CommandContext(ctx, "taskset", "-c", clientCPU, st.self, "--open-loop-child", "--edge", st.edge.httpAddr, "--token", st.token,
+func openLoopRun(ctx context.Context, st *pinnedStack, server string, proc *process, rate int, d time.Duration) (pinnedRun, error) {
+	before := sampleCPU(proc.cmd.Process.Pid)
+	cmd := exec.CommandContext(ctx, "taskset", "-c", clientCPU, st.self, "--open-loop-child", "--edge", proc.httpAddr, "--token", st.token,
 		"--seed", strconv.FormatUint(st.work.seed, 10), "--rate", strconv.Itoa(rate), "--duration", d.String(),
-		"--name", "edge, pinned, open loop (bench generator)")
+		"--name", server+", pinned, open loop (bench generator)")
 	cmd.Env = append(os.Environ(), "GOMAXPROCS=1")
 	cmd.Stderr = os.Stderr
 	out, err := cmd.Output()
 	if err != nil {
 		return pinnedRun{}, fmt.Errorf("open-loop generator: %w", err)
 	}
-	run := before.until(sampleCPU(st.edge.cmd.Process.Pid), cmd.ProcessState)
+	run := before.until(sampleCPU(proc.cmd.Process.Pid), cmd.ProcessState)
 	if err := json.Unmarshal(out, &run.result); err != nil {
 		return pinnedRun{}, fmt.Errorf("open-loop generator printed %q: %w", out, err)
 	}
-	run.Server = "edge"
+	run.Server = server
 	return run, nil
 }
 
@@ -443,7 +453,7 @@ func (r *pinnedReport) markdown() string {
 	fmt.Fprintf(&b, "- server and generator: the share of one core each process used during the run; CPU %s and CPU %s busy: with anything (other processes, steal) — busy well beyond the server's share means the machine was not quiet\n\n", serverCPU, clientCPU)
 	fmt.Fprintf(&b, "| run | req/s | p50 µs | p90 µs | p99 µs | p99.9 µs | max µs | errors | server | CPU %s busy | generator | CPU %s busy |\n", serverCPU, clientCPU)
 	fmt.Fprintf(&b, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
-	for _, run := range append(slices.Clone(r.Runs), *r.OpenLoop) {
+	for _, run := range r.allRuns() {
 		var errs int64
 		for _, n := range run.Errors {
 			errs += n
@@ -456,7 +466,7 @@ func (r *pinnedReport) markdown() string {
 			run.LatencyUs["p99"], run.LatencyUs["p99.9"], run.LatencyUs["max"], errs, 100*run.ServerCPU, 100*run.ServerCPUBusy, 100*run.GeneratorCPU, 100*run.ClientCPUBusy)
 	}
 	worst, worstRun := 0.0, ""
-	for _, run := range append(slices.Clone(r.Runs), *r.OpenLoop) {
+	for _, run := range r.allRuns() {
 		if other := run.ServerCPUBusy - run.ServerCPU; other > worst {
 			worst, worstRun = other, run.Name
 		}
@@ -478,12 +488,25 @@ func (r *pinnedReport) markdown() string {
 	fmt.Fprintf(&b, "| open loop at %d/s: p99 ≤ 1 ms, p99.9 ≤ 5 ms | %s |\n", o.TargetRate,
 		verdict(o.LatencyUs["p99"] <= 1000 && o.LatencyUs["p99.9"] <= 5000, fmt.Sprintf("p50 %d µs, p99 %d µs, p99.9 %d µs, %.0f req/s",
 			o.LatencyUs["p50"], o.LatencyUs["p99"], o.LatencyUs["p99.9"], o.Throughput)))
+	if ob := r.OpenLoopBare; ob != nil {
+		fmt.Fprintf(&b, "| (not a goal) the same open loop against the bare responder: the generator's floor | p50 %d µs, p99 %d µs, p99.9 %d µs |\n",
+			ob.LatencyUs["p50"], ob.LatencyUs["p99"], ob.LatencyUs["p99.9"])
+	}
 	for _, run := range r.Runs {
 		if run.Server == "bare" && run.GeneratorCPU > 0.9 {
 			fmt.Fprintf(&b, "\nwrk used %.0f%% of its core against the bare responder in %q: the generator may be its limit, which flatters the ratio.\n", 100*run.GeneratorCPU, run.Name)
 		}
 	}
 	return b.String()
+}
+
+// allRuns is every run: the closed-loop ones, then the open-loop ones.
+func (r *pinnedReport) allRuns() []pinnedRun {
+	runs := append(slices.Clone(r.Runs), *r.OpenLoop)
+	if r.OpenLoopBare != nil {
+		runs = append(runs, *r.OpenLoopBare)
+	}
+	return runs
 }
 
 // cpuSample is the CPU time the server process and each CPU had used at one moment.
