@@ -100,7 +100,7 @@ type Store struct {
 	// originated marks persons this edge's captures created: their distinct ids were in no
 	// filter when captured, so what the control plane stores about them is what this edge sent
 	// (the overlay) until it announces them. They are answered without a look-up meanwhile.
-	originated *cache.Cache[originMark]
+	originated *marks
 	calls      *prometheus.HistogramVec // control-plane calls by kind and result
 }
 
@@ -112,13 +112,6 @@ type overlay struct {
 	set        flags.Properties
 	setOnce    flags.Properties
 	unset      []string
-}
-
-// originMark marks a person this edge created, as of a filter epoch.
-type originMark struct {
-	projectID  int64
-	distinctID string
-	epoch      uint64
 }
 
 // overlayTTL covers the time from capture to storage at the control plane, including a
@@ -139,10 +132,7 @@ func NewStore(lookup Lookup, cfg Config, m *cache.Metrics, log *slog.Logger, reg
 	if err != nil {
 		return nil, err
 	}
-	originated, err := cache.New[originMark]("persons_originated", cfg.MaxEntries/4+1, overlayTTL, m)
-	if err != nil {
-		return nil, err
-	}
+	originated := newMarks(overlayTTL, int(cfg.MaxEntries/4+1))
 	calls := prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "flagedge_edge_lookup_duration_seconds",
 		Help:    "Look-ups of stored properties at the control plane, by kind (person, groups, hash_key_overrides) and result (ok, error).",
 		Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1}}, []string{"kind", "result"})
@@ -169,7 +159,7 @@ func (s *Store) Captured(projectID int64, keys [][]byte) {
 	for _, k := range s.members.Add(projectID, keys...) {
 		if key, err := sharedmembership.ParseKey(k); err == nil && !key.Group {
 			c := cache.Key(projectID, key.DistinctID)
-			s.originated.Set(c, originMark{projectID: projectID, distinctID: key.DistinctID, epoch: epoch})
+			s.originated.set(c, epoch)
 			marked = append(marked, c)
 		}
 	}
@@ -180,17 +170,15 @@ func (s *Store) Captured(projectID int64, keys [][]byte) {
 		// An announcement came meanwhile, maybe of one of these (the forwarder may have sent
 		// them already): its forget may have run before the mark was set, so the marks go.
 		for _, c := range marked {
-			s.originated.Delete(c)
+			s.originated.remove(c)
 		}
 	}
-	s.originated.Wait() // before the capture is acknowledged
 }
 
 // createdHere reports whether this edge created the person and the control plane has not
 // announced it since.
 func (s *Store) createdHere(projectID int64, distinctID string) bool {
-	m, ok := s.originated.Get(cache.Key(projectID, distinctID))
-	return ok && m.projectID == projectID && m.distinctID == distinctID && m.epoch == s.replaced.Load()
+	return s.originated.has(cache.Key(projectID, distinctID), s.replaced.Load())
 }
 
 // forget drops what is cached about a key the control plane has just stored.
@@ -216,7 +204,6 @@ func (s *Store) Close() {
 	s.persons.Close()
 	s.groups.Close()
 	s.overlays.Close()
-	s.originated.Close()
 }
 
 // Person returns the stored person behind distinctID (Found false when there is none).
@@ -284,7 +271,7 @@ func (s *Store) ForgetPerson(projectID int64, distinctID string) {
 	s.forgotten.Add(1)
 	key := cache.Key(projectID, distinctID)
 	s.persons.Delete(key)
-	s.originated.Delete(key)
+	s.originated.remove(key)
 }
 
 // ForgetGroup drops what is cached about a group the control plane has just stored.
