@@ -87,10 +87,14 @@ func runBench(args []string) error {
 	fs.IntVar(&cfg.rssProjects, "rss-projects", 1000, "projects (of 50 flags) the rss scenario creates")
 	fs.IntVar(&cfg.rssPersons, "rss-persons", 1_000_000, "distinct ids the rss scenario then has the control plane store, through the edge's /batch (0: none)")
 	fs.StringVar(&cfg.edgeBin, "edge-bin", "", "pinned and regions: run this edge binary instead of one built from the tree (compare builds)")
+	combine := fs.String("plot", "", "only draw combined-* plots into --out from these report.json / pinned.json files (comma-separated)")
 	fs.BoolVar(&cfg.profile, "profile", false, "pinned: also take a CPU profile of the edge under load (pinned-edge-cpu.pprof and .txt)")
 	fs.IntVar(&cfg.streamReplicas, "event-log-replicas", 3, "replicas of the event log's stream in the eventlog scenario")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if *combine != "" {
+		return combinePlots(*combine, cfg.out)
 	}
 	cfg.edges = strings.Split(edges, ",")
 	if cfg.scenario == "eventlog" { // self-contained: its own PostgreSQL and NATS cluster
