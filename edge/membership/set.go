@@ -128,32 +128,31 @@ const (
 
 // CheckPerson says whether the control plane may store a person behind distinctID.
 func (s *Set) CheckPerson(projectID int64, distinctID string) Result {
-	sl := (*s.filters.Load())[projectID]
-	if sl == nil {
-		return Unknown
-	}
-	l := sl.cur.Load()
-	var buf [256]byte
-	key := buf[:0]
-	if len(distinctID)+1 > len(buf) {
-		key = make([]byte, 0, len(distinctID)+1)
-	}
-	return result(l.test(membership.PersonKey(key, distinctID)))
+	return s.check(projectID, false, 0, distinctID)
 }
 
 // CheckGroup says whether the control plane may store the group.
 func (s *Set) CheckGroup(projectID int64, typeIndex int, groupKey string) Result {
+	return s.check(projectID, true, typeIndex, groupKey)
+}
+
+// check tests the key of a person (id a distinct id) or a group, built on the stack.
+func (s *Set) check(projectID int64, group bool, typeIndex int, id string) Result {
 	sl := (*s.filters.Load())[projectID]
 	if sl == nil {
 		return Unknown
 	}
-	l := sl.cur.Load()
 	var buf [256]byte
 	key := buf[:0]
-	if len(groupKey)+2 > len(buf) {
-		key = make([]byte, 0, len(groupKey)+2)
+	if len(id)+2 > len(buf) {
+		key = make([]byte, 0, len(id)+2)
 	}
-	return result(l.test(membership.GroupKey(key, typeIndex, groupKey)))
+	if group {
+		key = membership.GroupKey(key, typeIndex, id)
+	} else {
+		key = membership.PersonKey(key, id)
+	}
+	return result(sl.cur.Load().test(key))
 }
 
 func result(present bool) Result {
