@@ -184,9 +184,9 @@ func (s *Store) createdHere(projectID int64, distinctID string) bool {
 // forget drops what is cached about a key the control plane has just stored.
 func (s *Store) forget(projectID int64, k sharedmembership.Key) {
 	if k.Group {
-		s.ForgetGroup(projectID, k.TypeIndex, k.GroupKey)
+		s.forgetGroup(projectID, k.TypeIndex, k.GroupKey)
 	} else {
-		s.ForgetPerson(projectID, k.DistinctID)
+		s.forgetPerson(projectID, k.DistinctID)
 	}
 }
 
@@ -214,7 +214,7 @@ func (s *Store) Person(ctx context.Context, projectID, version int64, membership
 	r := s.members.CheckPerson(projectID, distinctID)
 	s.members.Count(r)
 	if r == membership.Absent || (r == membership.Present && s.createdHere(projectID, distinctID)) {
-		return s.Unstored(projectID, distinctID), nil
+		return s.unstored(projectID, distinctID), nil
 	}
 	key := cache.Key(projectID, distinctID)
 	if p, ok := s.persons.Get(key); ok && p.projectID == projectID && p.distinctID == distinctID && (!memberships || p.version >= version) &&
@@ -254,10 +254,10 @@ func (s *Store) Person(ctx context.Context, projectID, version int64, membership
 // nobody is a person with nothing stored.
 var nobody = &Person{}
 
-// Unstored returns the person behind distinctID when the control plane stores nothing about
+// unstored returns the person behind distinctID when the control plane stores nothing about
 // it (its membership filter says so): only what this edge captured about it, without a
 // look-up.
-func (s *Store) Unstored(projectID int64, distinctID string) *Person {
+func (s *Store) unstored(projectID int64, distinctID string) *Person {
 	key := cache.Key(projectID, distinctID)
 	if ov, ok := s.overlays.Get(key); ok && ov.projectID == projectID && ov.distinctID == distinctID {
 		return ov.apply(&Person{projectID: projectID, distinctID: distinctID})
@@ -265,17 +265,17 @@ func (s *Store) Unstored(projectID int64, distinctID string) *Person {
 	return nobody
 }
 
-// ForgetPerson drops what is cached about distinctID: the control plane has just stored it
+// forgetPerson drops what is cached about distinctID: the control plane has just stored it
 // (a cached "not found" would now be wrong).
-func (s *Store) ForgetPerson(projectID int64, distinctID string) {
+func (s *Store) forgetPerson(projectID int64, distinctID string) {
 	s.forgotten.Add(1)
 	key := cache.Key(projectID, distinctID)
 	s.persons.Delete(key)
 	s.originated.remove(key)
 }
 
-// ForgetGroup drops what is cached about a group the control plane has just stored.
-func (s *Store) ForgetGroup(projectID int64, typeIndex int, key string) {
+// forgetGroup drops what is cached about a group the control plane has just stored.
+func (s *Store) forgetGroup(projectID int64, typeIndex int, key string) {
 	s.forgotten.Add(1)
 	s.groups.Delete(groupKey(projectID, GroupRef{TypeIndex: typeIndex, Key: key}))
 }
