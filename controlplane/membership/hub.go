@@ -245,17 +245,9 @@ func (h *Hub) sendAll(sub *Sub) {
 // maxPendingKeys turn into whole filters.
 type Sub struct {
 	mu      sync.Mutex
-	resetQ  bool
-	wholeQ  map[int64]wholeFilter
-	addQ    map[int64][][]byte
-	pending int
+	q       Changes // what is queued, in the order Changes says
+	pending int     // keys in q.Additions
 	wake    chan struct{}
-}
-
-// wholeFilter is a copy of a filter, taken when it was queued.
-type wholeFilter struct {
-	bloom *bloom.BloomFilter
-	keys  int
 }
 
 // Wake is signalled when the queue has something.
@@ -270,7 +262,7 @@ func (s *Sub) signal() {
 
 func (s *Sub) reset() {
 	s.mu.Lock()
-	s.resetQ, s.wholeQ, s.addQ, s.pending = true, map[int64]wholeFilter{}, map[int64][][]byte{}, 0
+	s.q, s.pending = Changes{Reset: true, Filters: map[int64]Filter{}, Additions: map[int64][][]byte{}}, 0
 	s.mu.Unlock()
 	s.signal()
 }
@@ -278,9 +270,9 @@ func (s *Sub) reset() {
 // whole queues a copy of f, which replaces whatever additions of the project are queued.
 func (s *Sub) whole(projectID int64, f *filter) {
 	s.mu.Lock()
-	s.wholeQ[projectID] = wholeFilter{bloom: f.bloom.Copy(), keys: f.keys}
-	s.pending -= len(s.addQ[projectID])
-	delete(s.addQ, projectID)
+	s.q.Filters[projectID] = Filter{Bloom: f.bloom.Copy(), Keys: f.keys}
+	s.pending -= len(s.q.Additions[projectID])
+	delete(s.q.Additions, projectID)
 	s.mu.Unlock()
 	s.signal()
 }
@@ -294,14 +286,14 @@ func (s *Sub) add(projectID int64, keys [][]byte, h *Hub) {
 		h.sendAll(s)
 		return
 	}
-	s.addQ[projectID] = append(s.addQ[projectID], keys...)
+	s.q.Additions[projectID] = append(s.q.Additions[projectID], keys...)
 	s.pending += len(keys)
 	s.mu.Unlock()
 	s.signal()
 }
 
 // Changes is what a stream has to send, in this order: drop every filter (Reset), install
-// the whole filters, add the keys.
+// the whole filters (copies taken when they were queued), add the keys.
 type Changes struct {
 	Reset     bool
 	Filters   map[int64]Filter
@@ -318,10 +310,7 @@ type Filter struct {
 func (s *Sub) Take() Changes {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	c := Changes{Reset: s.resetQ, Filters: make(map[int64]Filter, len(s.wholeQ)), Additions: s.addQ}
-	for id, w := range s.wholeQ {
-		c.Filters[id] = Filter{Bloom: w.bloom, Keys: w.keys}
-	}
-	s.resetQ, s.wholeQ, s.addQ, s.pending = false, map[int64]wholeFilter{}, map[int64][][]byte{}, 0
+	c := s.q
+	s.q, s.pending = Changes{Filters: map[int64]Filter{}, Additions: map[int64][][]byte{}}, 0
 	return c
 }

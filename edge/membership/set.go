@@ -199,8 +199,9 @@ func (s *Set) Apply(msg *syncpb.WatchResponse) error {
 	}
 	for _, a := range msg.MembershipAdditions {
 		if sl := next[a.ProjectId]; sl != nil { // else not held (refused, or did not decode): looked up
-			if l := sl.cur.Load(); len(l.missing(a.Keys)) > 0 {
-				s.put(sl, l.with(l.missing(a.Keys)), nil)
+			l := sl.cur.Load()
+			if fresh := l.missing(a.Keys); len(fresh) > 0 {
+				s.put(sl, l.with(fresh), nil)
 			}
 		}
 	}
