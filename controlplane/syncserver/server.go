@@ -18,7 +18,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/flagedge/flagedge/controlplane"
-	"github.com/flagedge/flagedge/controlplane/membership"
+	"github.com/flagedge/flagedge/controlplane/bloomhub"
 	"github.com/flagedge/flagedge/shared/syncpb"
 )
 
@@ -40,7 +40,7 @@ type Server struct {
 	builds singleflight.Group
 	cache  sync.Map // project id → *syncpb.ProjectSnapshot, the latest built
 
-	members *membership.Hub // nil: no membership filters are sent
+	members *bloomhub.Hub // nil: no membership filters are sent
 
 	streams      prometheus.Gauge
 	sent         prometheus.Counter
@@ -53,7 +53,7 @@ type Option func(*Server)
 
 // WithMembership makes Watch streams carry the membership filters of hub. Without it no
 // filter is sent, and edges look up every key their flags need.
-func WithMembership(hub *membership.Hub) Option { return func(s *Server) { s.members = hub } }
+func WithMembership(hub *bloomhub.Hub) Option { return func(s *Server) { s.members = hub } }
 
 // NewServer returns a sync server. Call Notify for each change and Resync after missed ones.
 func NewServer(snapshots controlplane.SnapshotStore, persons controlplane.PersonStore, events controlplane.EventStore, log *slog.Logger, reg prometheus.Registerer, opts ...Option) *Server {
@@ -181,7 +181,7 @@ func (s *Server) Watch(req *syncpb.WatchRequest, stream syncpb.Sync_WatchServer)
 		return err
 	}
 	// The membership queue starts with a reset and every filter: sent once the snapshots are.
-	var members *membership.Sub
+	var members *bloomhub.Sub
 	var membersWake <-chan struct{}
 	if s.members != nil {
 		members = s.members.Subscribe()

@@ -16,11 +16,11 @@ import (
 	"github.com/valyala/fastjson"
 
 	"github.com/flagedge/flagedge/edge/apierror"
-	"github.com/flagedge/flagedge/edge/clientip"
 	"github.com/flagedge/flagedge/edge/geocache"
 	"github.com/flagedge/flagedge/edge/persons"
 	"github.com/flagedge/flagedge/edge/reqbody"
 	"github.com/flagedge/flagedge/edge/state"
+	"github.com/flagedge/flagedge/shared/clientip"
 	"github.com/flagedge/flagedge/shared/event"
 	"github.com/flagedge/flagedge/shared/flags"
 )

@@ -1,4 +1,4 @@
-// Package membership keeps, for every project, the Bloom filter of the keys the control plane
+// Package bloomhub keeps, for every project, the Bloom filter of the keys the control plane
 // stores (persons' distinct ids, groups) and streams it to the edges: whole when a stream
 // starts or a filter is rebuilt, then each key as its transaction commits. An edge that finds
 // a key absent answers /decide without a look-up.
@@ -7,7 +7,7 @@
 // LISTEN on the announcements is in place, and every announcement processed after the build
 // is added after it. A key committed before the build's snapshot is in the build; one
 // committed after is announced after, and added. A key seen twice is harmless.
-package membership
+package bloomhub
 
 import (
 	"context"
@@ -19,7 +19,7 @@ import (
 	"github.com/bits-and-blooms/bloom/v3"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/flagedge/flagedge/shared/membership"
+	"github.com/flagedge/flagedge/shared/bloomkeys"
 )
 
 // Source reads the keys filters are built from.
@@ -97,7 +97,7 @@ func (h *Hub) Resync(ctx context.Context) error {
 	start := time.Now()
 	built := map[int64]*filter{}
 	err := h.src.ScanMembers(ctx, 0, func(id int64, n int) {
-		built[id] = &filter{bloom: membership.NewFilter(n), capacity: membership.Capacity(n)}
+		built[id] = &filter{bloom: bloomkeys.NewFilter(n), capacity: bloomkeys.Capacity(n)}
 	}, func(id int64, k []byte) {
 		if f := built[id]; f != nil {
 			f.bloom.Add(k)
@@ -143,7 +143,7 @@ func (h *Hub) Announce(ctx context.Context, projectID int64, keys [][]byte, rebu
 	}
 	f := h.filters[projectID]
 	if f == nil { // a project created since the build: every key it has is announced
-		f = &filter{bloom: membership.NewFilter(0), capacity: membership.Capacity(0)}
+		f = &filter{bloom: bloomkeys.NewFilter(0), capacity: bloomkeys.Capacity(0)}
 		h.filters[projectID] = f
 		for sub := range h.subs {
 			sub.whole(projectID, f) // the keys below follow as additions
@@ -178,7 +178,7 @@ func (h *Hub) Ensure(projectID int64) {
 	if !h.ready || h.filters[projectID] != nil {
 		return
 	}
-	f := &filter{bloom: membership.NewFilter(0), capacity: membership.Capacity(0)}
+	f := &filter{bloom: bloomkeys.NewFilter(0), capacity: bloomkeys.Capacity(0)}
 	h.filters[projectID] = f
 	for sub := range h.subs {
 		sub.whole(projectID, f)
@@ -192,7 +192,7 @@ func (h *Hub) rebuild(ctx context.Context, projectID int64) error {
 	h.rebuilds.Inc()
 	var f *filter
 	err := h.src.ScanMembers(ctx, projectID, func(_ int64, n int) {
-		f = &filter{bloom: membership.NewFilter(n), capacity: membership.Capacity(n)}
+		f = &filter{bloom: bloomkeys.NewFilter(n), capacity: bloomkeys.Capacity(n)}
 	}, func(_ int64, k []byte) {
 		f.bloom.Add(k)
 		f.keys++
