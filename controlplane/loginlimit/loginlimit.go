@@ -101,39 +101,68 @@ func New(cfg Config, reg prometheus.Registerer) *Limiter {
 // Succeeded is called, once.
 type Attempt struct {
 	l           *Limiter
-	addr, email uint64
+	addr, email uint64 // email 0: none
 }
 
-// Begin admits a login from addr for email (compared without case or surrounding space), or
-// refuses it. An admitted login must end with Failed or Succeeded.
+// Begin admits a login from addr for email (compared without case or surrounding space; ""
+// for a password check that names no account, such as setting one from an invitation), or
+// refuses it. An admitted login must end with Failed, Succeeded or Done.
 func (l *Limiter) Begin(ctx context.Context, addr netip.Addr, email string) (*Attempt, *Refusal) {
-	a := &Attempt{l: l, addr: l.key(addr.String()), email: l.key(strings.ToLower(strings.TrimSpace(email)))}
-	if left := l.addresses.blocked(a.addr, l.cfg.PerAddress, l.cfg.Now()); left > 0 {
-		return nil, l.refuse(ReasonAddress, left)
+	a := &Attempt{l: l, addr: l.key(addr.String())}
+	if email != "" {
+		a.email = l.key(strings.ToLower(strings.TrimSpace(email)))
 	}
-	if left := l.emails.blocked(a.email, l.cfg.PerEmail, l.cfg.Now()); left > 0 {
-		return nil, l.refuse(ReasonEmail, left)
+	if r := l.gates(a); r != nil {
+		return nil, r
 	}
+	if !l.takeHash(ctx) {
+		return nil, l.refuse(ReasonBusy, time.Second)
+	}
+	// Failures recorded while this login waited for its hash count too: without this second
+	// look, every login waiting when the limit was reached would still be checked.
+	if r := l.gates(a); r != nil {
+		<-l.hashes
+		return nil, r
+	}
+	return a, nil
+}
+
+// gates checks the failures of the attempt's address and email (0: no email).
+func (l *Limiter) gates(a *Attempt) *Refusal {
+	now := l.cfg.Now()
+	if left := l.addresses.blocked(a.addr, l.cfg.PerAddress, now); left > 0 {
+		return l.refuse(ReasonAddress, left)
+	}
+	if a.email != 0 {
+		if left := l.emails.blocked(a.email, l.cfg.PerEmail, now); left > 0 {
+			return l.refuse(ReasonEmail, left)
+		}
+	}
+	return nil
+}
+
+// takeHash takes a hash slot, waiting up to HashWait among at most 8 waiters a slot.
+func (l *Limiter) takeHash(ctx context.Context) bool {
 	select {
 	case l.hashes <- struct{}{}:
-		return a, nil
+		return true
 	default:
 	}
 	select {
 	case l.waiters <- struct{}{}:
 	default:
-		return nil, l.refuse(ReasonBusy, time.Second)
+		return false
 	}
 	defer func() { <-l.waiters }()
 	t := time.NewTimer(l.cfg.HashWait)
 	defer t.Stop()
 	select {
 	case l.hashes <- struct{}{}:
-		return a, nil
+		return true
 	case <-t.C:
 	case <-ctx.Done():
 	}
-	return nil, l.refuse(ReasonBusy, time.Second)
+	return false
 }
 
 func (l *Limiter) refuse(reason string, retryAfter time.Duration) *Refusal {
@@ -148,7 +177,9 @@ func (l *Limiter) key(s string) uint64 { return maphash.String(l.seed, s) }
 func (a *Attempt) Failed() {
 	now := a.l.cfg.Now()
 	a.l.addresses.fail(a.addr, now)
-	a.l.emails.fail(a.email, now)
+	if a.email != 0 {
+		a.l.emails.fail(a.email, now)
+	}
 	<-a.l.hashes
 }
 

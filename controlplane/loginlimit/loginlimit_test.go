@@ -187,3 +187,32 @@ func refusals(t *testing.T, reg *prometheus.Registry) map[string]float64 {
 	}
 	return out
 }
+
+// TestWaitersSeeNewFailures: logins that passed the gates and then waited for a hash are
+// looked at again once they have it, so a burst from one address gets no more hashes than
+// its limit.
+func TestWaitersSeeNewFailures(t *testing.T) {
+	l, _, _ := newLimiter(t, Config{PerAddress: 3, PerEmail: 100, Window: time.Minute, MaxHashes: 1, HashWait: 5 * time.Second, Entries: 100})
+	var admitted sync.WaitGroup
+	var mu sync.Mutex
+	n := 0
+	for i := range 9 {
+		admitted.Add(1)
+		go func() {
+			defer admitted.Done()
+			a, r := l.Begin(context.Background(), addrA, fmt.Sprintf("u%d@example.com", i))
+			if r != nil {
+				return
+			}
+			mu.Lock()
+			n++
+			mu.Unlock()
+			time.Sleep(5 * time.Millisecond) // the hash
+			a.Failed()
+		}()
+	}
+	admitted.Wait()
+	if n != 3 {
+		t.Errorf("%d logins from one address were checked, want its limit of 3", n)
+	}
+}

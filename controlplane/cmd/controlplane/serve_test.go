@@ -136,4 +136,3 @@ func TestLoginLimitsBehindProxy(t *testing.T) {
 		t.Errorf("an email that is not UTF-8: %d, want 400", code)
 	}
 }
-
