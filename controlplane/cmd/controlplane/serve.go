@@ -24,11 +24,11 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/keepalive"
 
+	"github.com/flagedge/flagedge/controlplane/bloomhub"
 	"github.com/flagedge/flagedge/controlplane/console"
 	"github.com/flagedge/flagedge/controlplane/flageval"
 	"github.com/flagedge/flagedge/controlplane/httpapi"
 	"github.com/flagedge/flagedge/controlplane/logingest"
-	"github.com/flagedge/flagedge/controlplane/membership"
 	"github.com/flagedge/flagedge/controlplane/postgres"
 	"github.com/flagedge/flagedge/controlplane/syncserver"
 	"github.com/flagedge/flagedge/internal/daemon"
@@ -131,7 +131,7 @@ type controlPlane struct {
 	http     *http.Server
 	grpc     *grpc.Server
 	sync     *syncserver.Server
-	members  *membership.Hub
+	members  *bloomhub.Hub
 	edges    *syncserver.EdgeAuth
 	logIn    *logingest.Ingester // nil without --event-log-url
 }
@@ -192,7 +192,7 @@ func assemble(cfg *serveConfig, db *postgres.DB, logger *slog.Logger) (*controlP
 	if err != nil {
 		return nil, err
 	}
-	cp.members = membership.NewHub(postgres.NewMemberStore(db), logger, cp.reg)
+	cp.members = bloomhub.NewHub(postgres.NewMemberStore(db), logger, cp.reg)
 	cp.sync = syncserver.NewServer(postgres.NewSnapshotStore(db), postgres.NewPersonStore(db), postgres.NewEventStore(db, logger), logger, cp.reg,
 		syncserver.WithMembership(cp.members))
 	cp.edges = syncserver.NewEdgeAuth(postgres.NewEdgeService(db), logger, cp.reg)

@@ -25,14 +25,13 @@ import (
 	"github.com/valyala/fasthttp"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/flagedge/flagedge/edge/bloomset"
 	"github.com/flagedge/flagedge/edge/cache"
 	"github.com/flagedge/flagedge/edge/capture"
-	"github.com/flagedge/flagedge/edge/clientip"
 	"github.com/flagedge/flagedge/edge/cpclient"
 	"github.com/flagedge/flagedge/edge/decide"
 	"github.com/flagedge/flagedge/edge/geocache"
 	"github.com/flagedge/flagedge/edge/httpapi"
-	"github.com/flagedge/flagedge/edge/membership"
 	"github.com/flagedge/flagedge/edge/ofrep"
 	"github.com/flagedge/flagedge/edge/persons"
 	"github.com/flagedge/flagedge/edge/spool"
@@ -40,6 +39,7 @@ import (
 	"github.com/flagedge/flagedge/geoip"
 	"github.com/flagedge/flagedge/internal/daemon"
 	"github.com/flagedge/flagedge/internal/version"
+	"github.com/flagedge/flagedge/shared/clientip"
 	"github.com/flagedge/flagedge/shared/eventlog"
 	"github.com/flagedge/flagedge/shared/syncpb"
 )
@@ -171,7 +171,7 @@ type edge struct {
 	holder    *state.Holder
 	spool     *spool.Spool
 	client    syncpb.SyncClient
-	members   *membership.Set // filled by the snapshot stream, read by look-ups
+	members   *bloomset.Set // filled by the snapshot stream, read by look-ups
 	api       *httpapi.Server
 	streams   *ofrep.Hub // nil when streaming is off
 	forwarder *capture.Forwarder
