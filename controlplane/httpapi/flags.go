@@ -91,10 +91,18 @@ func (s *Server) flagJSON(r *http.Request, c *call, f *controlplane.Flag) (flagJ
 	return newFlagJSON(f, editable[f.ID]), nil
 }
 
+// SnapshotVersionHeader carries, on every flag write, the project's snapshot version that
+// contains it: the version to wait for (rollout_status, wait-for-edges) and the one edges name
+// in the same header of the answers they compute from it.
+const SnapshotVersionHeader = "X-Flagedge-Snapshot-Version"
+
 func (s *Server) writeFlag(w http.ResponseWriter, r *http.Request, c *call, f *controlplane.Flag, status int) error {
 	out, err := s.flagJSON(r, c, f)
 	if err != nil {
 		return err
+	}
+	if f.SnapshotVersion > 0 {
+		w.Header().Set(SnapshotVersionHeader, strconv.FormatInt(f.SnapshotVersion, 10))
 	}
 	writeJSON(w, status, out)
 	return nil

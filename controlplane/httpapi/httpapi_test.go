@@ -73,6 +73,7 @@ type response struct {
 	raw         []byte
 	body        map[string]any
 	contentType string
+	header      http.Header
 }
 
 func (r response) str(k string) string { s, _ := r.body[k].(string); return s }
@@ -110,7 +111,7 @@ func (e *env) do(method, path, key string, body any) response {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	out := response{status: resp.StatusCode, raw: raw, contentType: resp.Header.Get("Content-Type")}
+	out := response{status: resp.StatusCode, raw: raw, contentType: resp.Header.Get("Content-Type"), header: resp.Header}
 	if len(raw) > 0 && raw[0] == '{' {
 		if err := json.Unmarshal(raw, &out.body); err != nil {
 			e.t.Fatalf("%s %s: bad JSON %q: %v", method, path, raw, err)

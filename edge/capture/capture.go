@@ -19,12 +19,12 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/flagedge/flagedge/edge/apierror"
-	"github.com/flagedge/flagedge/edge/clientip"
 	"github.com/flagedge/flagedge/edge/geocache"
 	"github.com/flagedge/flagedge/edge/reqbody"
 	"github.com/flagedge/flagedge/edge/spool"
 	"github.com/flagedge/flagedge/edge/state"
 	"github.com/flagedge/flagedge/shared/bloomkeys"
+	"github.com/flagedge/flagedge/shared/clientip"
 	"github.com/flagedge/flagedge/shared/event"
 	"github.com/flagedge/flagedge/shared/flags"
 	"github.com/flagedge/flagedge/shared/syncpb"

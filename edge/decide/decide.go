@@ -16,11 +16,11 @@ import (
 	"github.com/valyala/fastjson"
 
 	"github.com/flagedge/flagedge/edge/apierror"
-	"github.com/flagedge/flagedge/edge/clientip"
 	"github.com/flagedge/flagedge/edge/geocache"
 	"github.com/flagedge/flagedge/edge/persons"
 	"github.com/flagedge/flagedge/edge/reqbody"
 	"github.com/flagedge/flagedge/edge/state"
+	"github.com/flagedge/flagedge/shared/clientip"
 	"github.com/flagedge/flagedge/shared/event"
 	"github.com/flagedge/flagedge/shared/flags"
 )
@@ -86,8 +86,9 @@ func (d *Handler) Serve(ctx *fasthttp.RequestCtx, ep Endpoint) error {
 	if !s.in.disableFlags {
 		errored = d.evaluate(ctx, project, s)
 	}
-	s.out = encode(s.out[:0], project.ConfigMembers, ctx.QueryArgs(), ep, s.results, s.in.flagKeysToEvaluate, errored)
+	s.out = encode(s.out[:0], project, ctx.QueryArgs(), ep, s.results, s.in.flagKeysToEvaluate, errored)
 	ctx.SetContentType("application/json")
+	ctx.Response.Header.SetCanonical(state.VersionHeader, project.VersionText)
 	ctx.SetBody(s.out)
 	return nil
 }
@@ -153,15 +154,17 @@ func (d *Handler) evaluate(ctx *fasthttp.RequestCtx, project *state.Project, s *
 }
 
 // encode writes the answer in the shape the endpoint and its ?v= and ?config= ask for.
-func encode(b, members []byte, args *fasthttp.Args, ep Endpoint, results []flags.Result, only []string, errored bool) []byte {
+// The /flags shape gives each flag's metadata the snapshot version too.
+func encode(b []byte, project *state.Project, args *fasthttp.Args, ep Endpoint, results []flags.Result, only []string, errored bool) []byte {
+	members := project.ConfigMembers
 	version, _ := strconv.Atoi(bytesString(args.Peek("v")))
 	switch {
 	case ep == Flags && (version >= 2 || (version == 0 && !args.Has("config"))):
-		return appendFlagsV2(b, members, results, only, errored, args.GetBool("config"))
+		return appendFlagsV2(b, members, project.VersionText, results, only, errored, args.GetBool("config"))
 	case ep == Flags:
 		return appendDecide(b, members, results, only, errored, 3)
 	case version >= 4:
-		return appendFlagsV2(b, members, results, only, errored, true)
+		return appendFlagsV2(b, members, project.VersionText, results, only, errored, true)
 	}
 	return appendDecide(b, members, results, only, errored, version)
 }

@@ -27,7 +27,6 @@ import (
 	"github.com/flagedge/flagedge/edge/bloomset"
 	"github.com/flagedge/flagedge/edge/cache"
 	"github.com/flagedge/flagedge/edge/capture"
-	"github.com/flagedge/flagedge/edge/clientip"
 	"github.com/flagedge/flagedge/edge/cpclient"
 	"github.com/flagedge/flagedge/edge/decide"
 	"github.com/flagedge/flagedge/edge/geocache"
@@ -38,6 +37,7 @@ import (
 	"github.com/flagedge/flagedge/geoip"
 	"github.com/flagedge/flagedge/internal/daemon"
 	"github.com/flagedge/flagedge/internal/version"
+	"github.com/flagedge/flagedge/shared/clientip"
 	"github.com/flagedge/flagedge/shared/eventlog"
 	"github.com/flagedge/flagedge/shared/syncpb"
 )
