@@ -5,6 +5,7 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/tls"
 	"errors"
 	"flag"
@@ -31,6 +32,7 @@ import (
 	"github.com/flagedge/flagedge/edge/decide"
 	"github.com/flagedge/flagedge/edge/geocache"
 	"github.com/flagedge/flagedge/edge/httpapi"
+	"github.com/flagedge/flagedge/edge/ofrep"
 	"github.com/flagedge/flagedge/edge/persons"
 	"github.com/flagedge/flagedge/edge/spool"
 	"github.com/flagedge/flagedge/edge/state"
@@ -77,6 +79,11 @@ type config struct {
 	EventLog        eventlog.Config
 	BootstrapBundle string
 	BundlePublicKey string
+	// OFREP change streams.
+	Streams       bool
+	StreamKey     string
+	StreamMax     int64
+	StreamMaxAddr int64
 }
 
 func parseConfig(args []string, stderr io.Writer) (*config, error) {
@@ -111,6 +118,14 @@ func parseConfig(args []string, stderr io.Writer) (*config, error) {
 	fs.Duration(&cfg.ShutdownTimeout, "shutdown-timeout", "FLAGEDGE_SHUTDOWN_TIMEOUT", 15*time.Second, "how long finishing in-flight requests may take")
 	fs.String(&cfg.BootstrapBundle, "bootstrap-bundle", "FLAGEDGE_BOOTSTRAP_BUNDLE", "", "a signed snapshot bundle (controlplane snapshots export) to serve from when the data directory holds no snapshot; the control plane's snapshots replace it as soon as it answers")
 	fs.String(&cfg.BundlePublicKey, "bundle-public-key", "FLAGEDGE_BUNDLE_PUBLIC_KEY", "", "the Ed25519 public key (PEM, from controlplane snapshots keygen) that --bootstrap-bundle must be signed with")
+	fs.Bool(&cfg.Streams, "ofrep-streams", "FLAGEDGE_OFREP_STREAMS", false,
+		"serve OFREP change streams (server-sent events) and announce them in bulk evaluations, so browsers see flag changes within a second")
+	fs.String(&cfg.StreamKey, "ofrep-stream-key", "FLAGEDGE_OFREP_STREAM_KEY", "",
+		"secret that signs OFREP stream URLs; every edge behind one address needs the same (at least 32 characters); empty: a random key of this process")
+	fs.Int64(&cfg.StreamMax, "ofrep-stream-max", "FLAGEDGE_OFREP_STREAM_MAX", int64(ofrep.DefaultStreamConfig.MaxStreams),
+		"most OFREP change streams this edge keeps open (about 15 KB each); more are refused with 429")
+	fs.Int64(&cfg.StreamMaxAddr, "ofrep-stream-max-per-ip", "FLAGEDGE_OFREP_STREAM_MAX_PER_IP", int64(ofrep.DefaultStreamConfig.MaxPerAddr),
+		"most OFREP change streams open from one client address; more are refused with 429")
 	cfg.EventLog.Register(fs)
 	if err := fs.Parse(args); err != nil {
 		return nil, err
@@ -137,6 +152,12 @@ func (cfg *config) validate() error {
 	if cfg.DrainDelay < 0 {
 		return errors.New("--drain-delay must not be negative")
 	}
+	if cfg.StreamKey != "" && len(cfg.StreamKey) < 32 {
+		return errors.New("--ofrep-stream-key must have at least 32 characters")
+	}
+	if cfg.StreamMax <= 0 || cfg.StreamMaxAddr <= 0 {
+		return errors.New("--ofrep-stream-max and --ofrep-stream-max-per-ip must be positive")
+	}
 	if cfg.DataDir == "" {
 		return errors.New("--data-dir is required: it holds the snapshot copy and the capture spool")
 	}
@@ -160,6 +181,7 @@ type edge struct {
 	client    syncpb.SyncClient
 	members   *bloomset.Set // filled by the snapshot stream, read by look-ups
 	api       *httpapi.Server
+	streams   *ofrep.Hub // nil when streaming is off
 	forwarder *capture.Forwarder
 	closers   []func() // in the order they are to run
 }
@@ -243,9 +265,21 @@ func assemble(cfg *config, log *slog.Logger) (e *edge, err error) {
 	e.members = store.Membership()
 
 	ips, _ := clientip.NewResolver(cfg.TrustedProxies) // validated
+	if cfg.Streams {
+		sc := ofrep.DefaultStreamConfig
+		sc.Key, sc.MaxStreams, sc.MaxPerAddr = []byte(cfg.StreamKey), int(cfg.StreamMax), int(cfg.StreamMaxAddr)
+		if cfg.StreamKey == "" {
+			sc.Key = make([]byte, 32)
+			rand.Read(sc.Key)
+			log.Info("OFREP stream URLs are signed with a key of this process: set --ofrep-stream-key when several edges share an address")
+		}
+		e.streams = ofrep.NewHub(sc, e.holder, ips, log, reg)
+	}
+	dec := decide.NewHandler(e.holder, store, locator, ips, log)
 	e.api = httpapi.New(httpapi.Config{
 		State:     e.holder,
-		Decide:    decide.NewHandler(e.holder, store, locator, ips, log),
+		Decide:    dec,
+		OFREP:     ofrep.New(ofrep.Config{State: e.holder, Decide: dec, Streams: e.streams, Logger: log}),
 		Capture:   capture.NewHandler(e.holder, e.spool, locator, ips, store, log, reg),
 		Logger:    log,
 		Registry:  reg,
@@ -375,6 +409,12 @@ func (e *edge) serve(ctx context.Context) error {
 		e.forwarder.Run(background)
 		return nil
 	})
+	if e.streams != nil {
+		g.Go(func() error {
+			e.streams.Run(gctx) // closes the streams when shutdown begins, so pages reconnect elsewhere
+			return nil
+		})
+	}
 	g.Go(func() error { return srv.Serve(ln) })
 	g.Go(func() error {
 		<-gctx.Done()
