@@ -17,6 +17,7 @@ import (
 	"golang.org/x/crypto/bcrypt"
 
 	"github.com/flagedge/flagedge/controlplane"
+	"github.com/flagedge/flagedge/controlplane/authz"
 	"github.com/flagedge/flagedge/controlplane/console"
 	"github.com/flagedge/flagedge/controlplane/flageval"
 	"github.com/flagedge/flagedge/controlplane/httpapi"
@@ -50,18 +51,14 @@ func newSite(t *testing.T) *site {
 	if err != nil {
 		t.Fatal(err)
 	}
-	users := postgres.NewUserService(db, bcrypt.MinCost)
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	flagStore, persons := postgres.NewFlagService(db), postgres.NewPersonStore(db)
+	services, persons := authz.Wrap(postgres.NewServices(db, bcrypt.MinCost)), postgres.NewPersonStore(db)
 	api := httpapi.New(httpapi.Config{
-		Auth: postgres.NewAuthService(db), Projects: postgres.NewProjectService(db), Flags: flagStore,
-		Activity: postgres.NewActivityService(db), Events: postgres.NewEventReader(db), Annotations: postgres.NewAnnotationService(db),
-		Roles: postgres.NewRoleService(db), Cohorts: postgres.NewCohortService(db), Dashboards: flagStore,
-		Users: users, Keys: postgres.NewKeyService(db),
+		Services:  services,
 		Evaluator: &flageval.Evaluator{Snapshots: postgres.NewSnapshotStore(db), Persons: persons, Scanner: persons},
 		Ready:     db.Ping, Logger: log,
 	})
-	web, err := console.New(console.Config{API: api, Users: users, Sessions: postgres.NewSessionService(db), Logger: log})
+	web, err := console.New(console.Config{API: api, Users: services.Users, Sessions: services.Sessions, Logger: log})
 	if err != nil {
 		t.Fatal(err)
 	}
