@@ -227,3 +227,39 @@ func TestSlowClients(t *testing.T) {
 		t.Errorf("64 KiB header with --max-header-bytes 8192: %d, want 431", resp.StatusCode)
 	}
 }
+
+// TestEveryAnswerCounted: console pages, static files, health and paths nothing serves are
+// all in flagedge_controlplane_http_requests_total, each under a route of a bounded set.
+func TestEveryAnswerCounted(t *testing.T) {
+	s := startServe(t)
+	for _, path := range []string{"/login", "/static/console.css", "/static/nothing-here.css", "/_health", "/no/such/page", "/no/such/page/either", "/"} {
+		resp, err := http.DefaultTransport.RoundTrip(mustRequest(t, s.url+path))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+	}
+	for series, want := range map[string]float64{
+		`{code="200",route="GET /login"}`:        1,
+		`{code="200",route="GET /static/"}`:      1,
+		`{code="404",route="GET /static/"}`:      1,
+		`{code="404",route="console_unmatched"}`: 2,
+		`{code="303",route="GET /{$}"}`:          1,
+	} {
+		if got := s.metric("flagedge_controlplane_http_requests_total" + series); got != want {
+			t.Errorf("flagedge_controlplane_http_requests_total%s = %v, want %v", series, got, want)
+		}
+	}
+	if got := s.metric(`flagedge_controlplane_http_requests_total{code="200",route="GET /_health"}`); got < 1 {
+		t.Errorf("health answers counted %v, want at least 1", got)
+	}
+}
+
+func mustRequest(t *testing.T, url string) *http.Request {
+	t.Helper()
+	req, err := http.NewRequest("GET", url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return req
+}
