@@ -20,6 +20,7 @@ import (
 	"github.com/flagedge/flagedge/controlplane/flageval"
 	"github.com/flagedge/flagedge/controlplane/httpapi"
 	"github.com/flagedge/flagedge/controlplane/postgres"
+	"github.com/flagedge/flagedge/controlplane/rollout"
 	"github.com/flagedge/flagedge/internal/pgtest"
 )
 
@@ -55,6 +56,7 @@ func newEnv(t *testing.T) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
+	sessions := postgres.NewEdgeSessionStore(db)
 	api := httpapi.New(httpapi.Config{
 		Auth: postgres.NewAuthService(db), Projects: postgres.NewProjectService(db),
 		Flags: postgres.NewFlagService(db), Activity: postgres.NewActivityService(db), Events: postgres.NewEventReader(db),
@@ -63,6 +65,7 @@ func newEnv(t *testing.T) *env {
 		Users: postgres.NewUserService(db, bcrypt.MinCost), Keys: postgres.NewKeyService(db),
 		Evaluator: &flageval.Evaluator{Snapshots: postgres.NewSnapshotStore(db), Persons: postgres.NewPersonStore(db), Scanner: postgres.NewPersonStore(db)},
 		Ready:     db.Ping, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		EdgeSessions: sessions, Rollout: rollout.New(sessions),
 	})
 	srv := httptest.NewServer(api)
 	t.Cleanup(srv.Close)

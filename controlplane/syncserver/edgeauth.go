@@ -145,13 +145,15 @@ func (a *EdgeAuth) authenticate(ctx context.Context) (*controlplane.Edge, error)
 	return nil, errUnauthenticated
 }
 
-// UnaryInterceptor admits unary calls (look-ups, ingestion) from live edges only.
+// UnaryInterceptor admits unary calls (look-ups, ingestion, acknowledgements) from live
+// edges only; the handler finds the edge in its context (edgeName).
 func (a *EdgeAuth) UnaryInterceptor() grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-		if _, err := a.authenticate(ctx); err != nil {
+		edge, err := a.authenticate(ctx)
+		if err != nil {
 			return nil, err
 		}
-		return handler(ctx, req)
+		return handler(context.WithValue(ctx, edgeKey{}, edge), req)
 	}
 }
 
