@@ -10,13 +10,13 @@ import (
 
 // edgeView is a connected edge as the API lists it.
 type edgeView struct {
-	Name               string     `json:"name"`
-	EdgeID             string     `json:"edge_id"`
-	Replica            string     `json:"replica"`
-	ConnectedAt        time.Time  `json:"connected_at"`
-	Version            int64      `json:"version"`
-	Lag                int64      `json:"lag"`
-	LastAcknowledgedAt time.Time  `json:"last_acknowledged_at"` // zero: never
+	Name               string    `json:"name"`
+	EdgeID             string    `json:"edge_id"`
+	Replica            string    `json:"replica"`
+	ConnectedAt        time.Time `json:"connected_at"`
+	Version            int64     `json:"version"`
+	Lag                int64     `json:"lag"`
+	LastAcknowledgedAt time.Time `json:"last_acknowledged_at"` // zero: never
 }
 
 // rolloutView is rollout_status's answer: how many of the connected edges serve a version.
