@@ -214,9 +214,11 @@ func (h *Hub) rebuild(ctx context.Context, projectID int64) error {
 }
 
 // Subscribe returns a stream's queue: it starts with a reset and, when the filters are
-// complete, every filter whole; then every change.
-func (h *Hub) Subscribe() *Sub {
-	sub := &Sub{wake: make(chan struct{}, 1)}
+// complete, every filter whole; then every change. It holds only the projects serves
+// accepts (every project when serves is nil): an edge scoped to some projects learns nothing
+// of the others' keys.
+func (h *Hub) Subscribe(serves func(projectID int64) bool) *Sub {
+	sub := &Sub{serves: serves, wake: make(chan struct{}, 1)}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.subs[sub] = struct{}{}
@@ -244,6 +246,7 @@ func (h *Hub) sendAll(sub *Sub) {
 // Sub is one stream's queue of membership changes. It is bounded: additions beyond
 // maxPendingKeys turn into whole filters.
 type Sub struct {
+	serves  func(projectID int64) bool // nil: every project
 	mu      sync.Mutex
 	q       Changes // what is queued, in the order Changes says
 	pending int     // keys in q.Additions
@@ -269,6 +272,9 @@ func (s *Sub) reset() {
 
 // whole queues a copy of f, which replaces whatever additions of the project are queued.
 func (s *Sub) whole(projectID int64, f *filter) {
+	if s.serves != nil && !s.serves(projectID) {
+		return
+	}
 	s.mu.Lock()
 	s.q.Filters[projectID] = Filter{Bloom: f.bloom.Copy(), Keys: f.keys}
 	s.pending -= len(s.q.Additions[projectID])
@@ -280,6 +286,9 @@ func (s *Sub) whole(projectID int64, f *filter) {
 // add queues keys; past maxPendingKeys, every filter of h is queued whole instead (h.mu is
 // held by the caller).
 func (s *Sub) add(projectID int64, keys [][]byte, h *Hub) {
+	if s.serves != nil && !s.serves(projectID) {
+		return
+	}
 	s.mu.Lock()
 	if s.pending+len(keys) > maxPendingKeys {
 		s.mu.Unlock()

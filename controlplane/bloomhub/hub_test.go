@@ -31,7 +31,7 @@ type mirror struct {
 
 func follow(ctx context.Context, hub *bloomhub.Hub) *mirror {
 	m := &mirror{filters: map[int64]*bloom.BloomFilter{}}
-	sub := hub.Subscribe()
+	sub := hub.Subscribe(nil)
 	go func() {
 		defer hub.Unsubscribe(sub)
 		for {

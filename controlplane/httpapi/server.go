@@ -22,19 +22,11 @@ import (
 
 // Config holds the services and settings the API needs.
 type Config struct {
-	Auth        controlplane.AuthService
-	Projects    controlplane.ProjectService
-	Flags       controlplane.FlagService
-	Activity    controlplane.ActivityService
-	Events      controlplane.EventReader
-	Annotations controlplane.AnnotationService
-	Roles       controlplane.RoleService
-	Cohorts     controlplane.CohortService
-	Features    controlplane.EarlyAccessFeatureService
-	Dashboards  controlplane.DashboardService
-	Users       controlplane.UserService
-	Keys        controlplane.KeyService
-	Evaluator   *flageval.Evaluator
+	// Services are the services guarded by the permission checks (authz.Wrap): the API
+	// authenticates the personal key, checks its scopes and the projects it is limited to,
+	// and calls them as the key's user.
+	controlplane.Services
+	Evaluator *flageval.Evaluator
 	// EdgeSessions are the connected edges and the versions they serve; Rollout waits on them.
 	EdgeSessions controlplane.EdgeSessionStore
 	Rollout      *rollout.Watcher

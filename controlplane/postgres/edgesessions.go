@@ -111,13 +111,15 @@ func (s *EdgeSessionStore) Acknowledge(ctx context.Context, sessionID, edgeName 
 	return err
 }
 
-// FindProjectEdges lists the sessions marked within SessionTTL with what they serve of the
-// project, by edge name.
+// FindProjectEdges lists the sessions marked within SessionTTL of the live edges that serve
+// the project (all projects, or those their token lists), with what they serve of it, by
+// edge name.
 func (s *EdgeSessionStore) FindProjectEdges(ctx context.Context, projectID int64) (*controlplane.ProjectEdges, error) {
 	rows, err := s.db.Pool.Query(ctx, `SELECT p.snapshot_version, s.edge_name, s.edge_id, s.replica, s.connected_at,
 			COALESCE(v.version, 0), v.acked_at
 		FROM projects p
-		LEFT JOIN edge_sessions s ON s.seen_at >= now() - $2::interval
+		LEFT JOIN (edge_sessions s JOIN edges e ON e.name = s.edge_name AND e.revoked_at IS NULL)
+			ON s.seen_at >= now() - $2::interval AND (e.project_ids IS NULL OR p.id = ANY (e.project_ids))
 		LEFT JOIN edge_session_versions v ON v.session_id = s.id AND v.project_id = p.id
 		WHERE p.id = $1
 		ORDER BY s.edge_name, s.edge_id, s.connected_at`, projectID, SessionTTL)

@@ -9,6 +9,7 @@
 //	controlplane users set-password  set a user's console password
 //	controlplane edges create|list|revoke  manage the edges' credentials
 //	controlplane wait-for-edges  wait until every connected edge serves a project version
+//	controlplane snapshots keygen|export  signed snapshot bundles for edges that start offline
 //	controlplane --version  print the build
 package main
 
@@ -46,6 +47,11 @@ Commands:
                         wait until every connected edge serves version N of project P, through
                         the API (--url, --api-key); exit status 0 when they do, 1 at the
                         timeout; print the last rollout status as JSON
+  snapshots keygen --private-key F --public-key F
+                        write an Ed25519 key pair for signing snapshot bundles
+  snapshots export --signing-key F (--project N | --all)
+                        write a signed bundle of the projects' snapshots to stdout, for edges'
+                        --bootstrap-bundle
 
 Run "controlplane <command> -h" for the flags of a command, "controlplane --version" for the
 build.
@@ -91,6 +97,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return edgesCmd(ctx, args[1:], stdout, stderr)
 	case "wait-for-edges":
 		return waitForEdges(ctx, args[1:], stdout, stderr)
+	case "snapshots":
+		return snapshotsCmd(ctx, args[1:], stdout, stderr)
 	case "users":
 		if len(args) >= 2 && args[1] == "set-password" {
 			return setPassword(ctx, args[2:], os.Stdin, stdout, stderr)

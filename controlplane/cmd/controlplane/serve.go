@@ -26,6 +26,7 @@ import (
 	"google.golang.org/grpc/keepalive"
 
 	"github.com/flagedge/flagedge/controlplane"
+	"github.com/flagedge/flagedge/controlplane/authz"
 	"github.com/flagedge/flagedge/controlplane/bloomhub"
 	"github.com/flagedge/flagedge/controlplane/console"
 	"github.com/flagedge/flagedge/controlplane/flageval"
@@ -319,30 +320,19 @@ func (cp *controlPlane) run(ctx context.Context) error {
 // on top of it.
 func newHTTPHandler(db *postgres.DB, cfg *serveConfig, ready func(context.Context) error, logger *slog.Logger, reg *prometheus.Registry,
 	sessions controlplane.EdgeSessionStore, waiter *rollout.Watcher) (http.Handler, error) {
-	flagStore, personStore, userStore := postgres.NewFlagService(db), postgres.NewPersonStore(db), postgres.NewUserService(db, 0)
+	services, personStore := authz.Wrap(postgres.NewServices(db, 0)), postgres.NewPersonStore(db)
 	api := httpapi.New(httpapi.Config{
-		Auth:         postgres.NewAuthService(db),
-		Projects:     postgres.NewProjectService(db),
-		Flags:        flagStore,
-		Activity:     postgres.NewActivityService(db),
-		Events:       postgres.NewEventReader(db),
-		Annotations:  postgres.NewAnnotationService(db),
-		Roles:        postgres.NewRoleService(db),
-		Cohorts:      postgres.NewCohortService(db),
-		Features:     postgres.NewEarlyAccessFeatureService(db),
-		Dashboards:   flagStore,
-		Users:        userStore,
-		Keys:         postgres.NewKeyService(db),
+		Services:     services,
 		Evaluator:    &flageval.Evaluator{Snapshots: postgres.NewSnapshotStore(db), Persons: personStore, Scanner: personStore},
-		EdgeSessions: sessions,
-		Rollout:      waiter,
 		Ready:        ready,
 		PublicURL:    cfg.PublicURL,
 		Logger:       logger,
 		Registry:     reg,
 		NoMetrics:    cfg.MetricsAddr != "",
+		EdgeSessions: sessions,
+		Rollout:      waiter,
 	})
-	web, err := console.New(console.Config{API: api, Users: userStore, Sessions: postgres.NewSessionService(db), Logger: logger,
+	web, err := console.New(console.Config{API: api, Users: services.Users, Sessions: services.Sessions, Logger: logger,
 		SecureCookies: strings.HasPrefix(cfg.PublicURL, "https://") || cfg.TLSCert != ""})
 	if err != nil {
 		return nil, err
