@@ -233,7 +233,7 @@ func (f *filterForm) filters() (json.RawMessage, error) {
 		g := map[string]any{"properties": []any{}, "rollout_percentage": nil}
 		if c.Rollout != "" {
 			pct, err := strconv.ParseFloat(c.Rollout, 64)
-			if err != nil {
+			if err != nil || !(pct >= 0 && pct <= 100) { // NaN fails both
 				return nil, &formError{fmt.Sprintf("c%d_rollout", i), fmt.Sprintf("Condition %d: the rollout percentage must be a number from 0 to 100.", i+1)}
 			}
 			g["rollout_percentage"] = pct
@@ -254,8 +254,8 @@ func (f *filterForm) filters() (json.RawMessage, error) {
 		var variants []any
 		for k, v := range f.Variants {
 			pct, err := strconv.ParseFloat(v.Rollout, 64)
-			if err != nil {
-				return nil, &formError{fmt.Sprintf("v%d_pct", k), fmt.Sprintf("Variant %q: the percentage must be a number.", v.Key)}
+			if err != nil || !(pct >= 0 && pct <= 100) {
+				return nil, &formError{fmt.Sprintf("v%d_pct", k), fmt.Sprintf("Variant %q: the percentage must be a number from 0 to 100.", v.Key)}
 			}
 			variants = append(variants, map[string]any{"key": v.Key, "name": v.Name, "rollout_percentage": pct})
 			if strings.TrimSpace(v.Payload) != "" {
