@@ -52,12 +52,9 @@ func newSite(t *testing.T) *site {
 	}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	services, persons := authz.Wrap(postgres.NewServices(db, bcrypt.MinCost)), postgres.NewPersonStore(db)
-	api := httpapi.New(httpapi.Config{
-		Services:  services,
-		Evaluator: &flageval.Evaluator{Snapshots: postgres.NewSnapshotStore(db), Persons: persons, Scanner: persons},
-		Ready:     db.Ping, Logger: log,
-	})
-	web, err := console.New(console.Config{API: api, Users: services.Users, Sessions: services.Sessions, Logger: log})
+	evaluator := &flageval.Evaluator{Snapshots: postgres.NewSnapshotStore(db), Persons: persons, Scanner: persons}
+	api := httpapi.New(httpapi.Config{Services: services, Evaluator: evaluator, Ready: db.Ping, Logger: log})
+	web, err := console.New(console.Config{Services: services, Evaluator: evaluator, Logger: log})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -303,16 +303,17 @@ func (cp *controlPlane) run(ctx context.Context) error {
 // on top of it.
 func newHTTPHandler(db *postgres.DB, cfg *serveConfig, ready func(context.Context) error, logger *slog.Logger, reg *prometheus.Registry) (http.Handler, error) {
 	services, personStore := authz.Wrap(postgres.NewServices(db, 0)), postgres.NewPersonStore(db)
+	evaluator := &flageval.Evaluator{Snapshots: postgres.NewSnapshotStore(db), Persons: personStore, Scanner: personStore}
 	api := httpapi.New(httpapi.Config{
 		Services:  services,
-		Evaluator: &flageval.Evaluator{Snapshots: postgres.NewSnapshotStore(db), Persons: personStore, Scanner: personStore},
+		Evaluator: evaluator,
 		Ready:     ready,
 		PublicURL: cfg.PublicURL,
 		Logger:    logger,
 		Registry:  reg,
 		NoMetrics: cfg.MetricsAddr != "",
 	})
-	web, err := console.New(console.Config{API: api, Users: services.Users, Sessions: services.Sessions, Logger: logger,
+	web, err := console.New(console.Config{Services: services, Evaluator: evaluator, PublicURL: cfg.PublicURL, Logger: logger,
 		SecureCookies: strings.HasPrefix(cfg.PublicURL, "https://") || cfg.TLSCert != ""})
 	if err != nil {
 		return nil, err
