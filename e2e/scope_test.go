@@ -74,7 +74,9 @@ func TestScopedEdgeToken(t *testing.T) {
 	}{
 		{"/decide/?v=3", func(tok string) map[string]any { return map[string]any{"api_key": tok, "distinct_id": "u"} }},
 		{"/flags/?v=2", func(tok string) map[string]any { return map[string]any{"api_key": tok, "distinct_id": "u"} }},
-		{"/capture/", func(tok string) map[string]any { return map[string]any{"api_key": tok, "event": "x", "distinct_id": "u"} }},
+		{"/capture/", func(tok string) map[string]any {
+			return map[string]any{"api_key": tok, "event": "x", "distinct_id": "u"}
+		}},
 		{"/batch/", func(tok string) map[string]any {
 			return map[string]any{"api_key": tok, "batch": []any{map[string]any{"event": "x", "distinct_id": "u"}}}
 		}},

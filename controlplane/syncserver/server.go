@@ -334,7 +334,7 @@ func (s *Server) build(ctx context.Context, id int64) (*syncpb.ProjectSnapshot, 
 			}
 			return nil, err
 		}
-		pb := toProto(built)
+		pb := SnapshotMessage(built)
 		s.cache.Store(id, pb)
 		return pb, nil
 	})
@@ -349,7 +349,9 @@ func (s *Server) build(ctx context.Context, id int64) (*syncpb.ProjectSnapshot, 
 	}
 }
 
-func toProto(s *controlplane.ProjectSnapshot) *syncpb.ProjectSnapshot {
+// SnapshotMessage is a project snapshot as the sync service sends it, and as `controlplane
+// snapshots export` bundles it.
+func SnapshotMessage(s *controlplane.ProjectSnapshot) *syncpb.ProjectSnapshot {
 	pb := &syncpb.ProjectSnapshot{
 		ProjectId: s.ProjectID, Version: s.Version, Name: s.Name, ApiToken: s.APIToken,
 		SecretTokenSha256: s.SecretTokenSHA256, ReadKeySha256: s.ReadKeySHA256, OtherKeySha256: s.OtherKeySHA256,

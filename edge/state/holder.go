@@ -198,6 +198,27 @@ func (h *Holder) Apply(msg *syncpb.WatchResponse) error {
 // databaseIDFile holds, beside the snapshots, the identity of the database they came from.
 const databaseIDFile = "database-id"
 
+// Bootstrap installs the snapshots of a verified bundle (package snapshotbundle) into a
+// holder that has none, and makes it ready to serve them. It also takes the bundle's database
+// identity, so that the edge's first Watch tells the control plane which versions it holds of
+// which database and the catch-up replaces, adds and removes projects version by version. The
+// identity is kept in memory only: the copies on disk stay unlabelled until a catch-up
+// completes, so an edge restarted before that is sent everything afresh.
+func (h *Holder) Bootstrap(msg *syncpb.WatchResponse) (int, error) {
+	if len(h.current.Load().byID) > 0 {
+		return 0, nil
+	}
+	err := h.Apply(&syncpb.WatchResponse{Snapshots: msg.Snapshots})
+	h.mu.Lock()
+	h.databaseID = msg.DatabaseId // what it holds now is from that database, whatever the disk said
+	h.mu.Unlock()
+	n := len(h.current.Load().byID)
+	if n > 0 {
+		h.ready.Store(true)
+	}
+	return n, err
+}
+
 // DatabaseID returns the identity of the database the held snapshots came from, or "" when
 // unknown.
 func (h *Holder) DatabaseID() string {

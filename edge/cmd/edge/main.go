@@ -41,6 +41,7 @@ import (
 	"github.com/flagedge/flagedge/internal/version"
 	"github.com/flagedge/flagedge/shared/clientip"
 	"github.com/flagedge/flagedge/shared/eventlog"
+	"github.com/flagedge/flagedge/shared/snapshotbundle"
 	"github.com/flagedge/flagedge/shared/syncpb"
 )
 
@@ -76,6 +77,8 @@ type config struct {
 	DrainDelay      time.Duration
 	ShutdownTimeout time.Duration
 	EventLog        eventlog.Config
+	BootstrapBundle string
+	BundlePublicKey string
 	// OFREP change streams.
 	Streams       bool
 	StreamKey     string
@@ -113,6 +116,8 @@ func parseConfig(args []string, stderr io.Writer) (*config, error) {
 	fs.Duration(&cfg.DrainDelay, "drain-delay", "FLAGEDGE_DRAIN_DELAY", 5*time.Second, "after SIGTERM, how long /_ready answers 503 while requests are still served")
 	// Decide requests take microseconds; 15 s drains any in-flight request and is bounded.
 	fs.Duration(&cfg.ShutdownTimeout, "shutdown-timeout", "FLAGEDGE_SHUTDOWN_TIMEOUT", 15*time.Second, "how long finishing in-flight requests may take")
+	fs.String(&cfg.BootstrapBundle, "bootstrap-bundle", "FLAGEDGE_BOOTSTRAP_BUNDLE", "", "a signed snapshot bundle (controlplane snapshots export) to serve from when the data directory holds no snapshot; the control plane's snapshots replace it as soon as it answers")
+	fs.String(&cfg.BundlePublicKey, "bundle-public-key", "FLAGEDGE_BUNDLE_PUBLIC_KEY", "", "the Ed25519 public key (PEM, from controlplane snapshots keygen) that --bootstrap-bundle must be signed with")
 	fs.Bool(&cfg.Streams, "ofrep-streams", "FLAGEDGE_OFREP_STREAMS", false,
 		"serve OFREP change streams (server-sent events) and announce them in bulk evaluations, so browsers see flag changes within a second")
 	fs.String(&cfg.StreamKey, "ofrep-stream-key", "FLAGEDGE_OFREP_STREAM_KEY", "",
@@ -155,6 +160,9 @@ func (cfg *config) validate() error {
 	}
 	if cfg.DataDir == "" {
 		return errors.New("--data-dir is required: it holds the snapshot copy and the capture spool")
+	}
+	if cfg.BootstrapBundle != "" && cfg.BundlePublicKey == "" {
+		return errors.New("--bootstrap-bundle needs --bundle-public-key: an edge serves no bundle it cannot verify")
 	}
 	if _, _, err := spool.ParseSyncPolicy(cfg.SpoolFsync); err != nil {
 		return fmt.Errorf("--spool-fsync: %w", err)
@@ -223,6 +231,11 @@ func assemble(cfg *config, log *slog.Logger) (e *edge, err error) {
 		log.Error("some snapshots on disk could not be loaded", "err", err)
 	}
 	log.Info("loaded snapshots from disk", "projects", n, "dir", cfg.DataDir)
+	if cfg.BootstrapBundle != "" {
+		if err := bootstrapFromBundle(cfg, e.holder, n, log); err != nil {
+			return e, err
+		}
+	}
 	policy, interval, _ := spool.ParseSyncPolicy(cfg.SpoolFsync)
 	if e.spool, err = spool.Open(spool.Options{Dir: filepath.Join(cfg.DataDir, "spool"), QuotaBytes: cfg.SpoolQuota,
 		Sync: policy, SyncInterval: interval, Registry: reg}); err != nil {
@@ -283,6 +296,39 @@ func assemble(cfg *config, log *slog.Logger) (e *edge, err error) {
 	}
 	e.forwarder = capture.NewForwarder(e.spool, dest, deadLetters, cfg.EdgeID, log, reg)
 	return e, nil
+}
+
+// bootstrapFromBundle serves the signed bundle when the disk held no snapshot. The bundle is
+// verified whenever it is configured, needed or not: a tampered or wrongly signed bundle is a
+// misconfiguration to find at the start, not during the outage it was meant for.
+func bootstrapFromBundle(cfg *config, h *state.Holder, onDisk int, log *slog.Logger) error {
+	keyPEM, err := os.ReadFile(cfg.BundlePublicKey)
+	if err != nil {
+		return fmt.Errorf("--bundle-public-key: %w", err)
+	}
+	key, err := snapshotbundle.ParsePublicKey(keyPEM)
+	if err != nil {
+		return fmt.Errorf("--bundle-public-key: %w", err)
+	}
+	data, err := os.ReadFile(cfg.BootstrapBundle)
+	if err != nil {
+		return fmt.Errorf("--bootstrap-bundle: %w", err)
+	}
+	msg, err := snapshotbundle.Decode(key, data)
+	if err != nil {
+		return fmt.Errorf("--bootstrap-bundle %s refused: %w", cfg.BootstrapBundle, err)
+	}
+	if onDisk > 0 {
+		log.Info("bootstrap bundle verified and not needed: the data directory holds snapshots", "bundle", cfg.BootstrapBundle)
+		return nil
+	}
+	n, err := h.Bootstrap(msg)
+	if err != nil {
+		log.Error("some projects of the bootstrap bundle could not be served", "err", err)
+	}
+	log.Info("serving from the bootstrap bundle until the control plane answers", "projects", n,
+		"bundle", cfg.BootstrapBundle, "database_id", msg.DatabaseId)
+	return nil
 }
 
 // forwardTo is where captured events go: the JetStream event log when --event-log-url is
