@@ -43,6 +43,10 @@ type Config struct {
 	// PublicURL is the scheme and host of the set-password links of invitations; empty means
 	// the request's own.
 	PublicURL string
+	// EdgeSessions lists the connected edges of a project (the Edges page); Rollout says,
+	// after a save, how many of them serve it (nil: not said).
+	EdgeSessions controlplane.EdgeSessionStore
+	Rollout      Rollout
 	// SecureCookies marks cookies Secure even on plain HTTP, for a console behind a proxy
 	// that terminates TLS; requests that arrive over TLS get Secure cookies regardless.
 	SecureCookies bool
@@ -137,6 +141,7 @@ func (c *Console) routes() {
 	c.mux.HandleFunc("GET "+p+"/events", c.withSession(c.handleEvents))
 	c.mux.HandleFunc("GET "+p+"/persons", c.withSession(c.handlePersons))
 	c.mux.HandleFunc("GET "+p+"/persons/{id}", c.withSession(c.handlePerson))
+	c.mux.HandleFunc("GET "+p+"/edges", c.withSession(c.handleEdges))
 
 	c.mux.HandleFunc("GET /settings/keys", c.withSession(c.handleKeys))
 	c.mux.HandleFunc("POST /settings/keys", c.withSession(c.handleCreateKey))
@@ -302,7 +307,9 @@ type page struct {
 	Nav       string // the active navigation entry
 	Flash     string
 	FlashKind string
-	Data      any
+	// Rollout is, after a save, how many edges serve it (the page's ?live=<version>).
+	Rollout *rolloutView
+	Data    any
 }
 
 // render writes a page with the layout; q may be nil for pages without a session.
@@ -357,6 +364,9 @@ func (q *request) page(title, nav string) (*page, error) {
 				}
 			}
 		}
+	}
+	if p.Project != nil {
+		p.Rollout = q.rollout(p.Project.ID)
 	}
 	if ck, err := q.r.Cookie(flashCookie); err == nil {
 		if msg, err := url.QueryUnescape(ck.Value); err == nil {

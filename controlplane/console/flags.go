@@ -225,7 +225,7 @@ func (c *Console) handleCreateFlag(q *request) error {
 	if err != nil {
 		return c.showFormError(q, p, data, err)
 	}
-	return q.redirect(q.projectPath("/feature_flags/%d", created.ID), "success", "Feature flag "+created.Key+" created.")
+	return q.redirect(livePath(q.projectPath("/feature_flags/%d", created.ID), created.SnapshotVersion), "success", "Feature flag "+created.Key+" created.")
 }
 
 // loadFlag reads the path's flag, with whether the user may change it.
@@ -424,8 +424,9 @@ func (c *Console) handleSaveFlag(q *request) error {
 		return nil
 	}
 	upd, err := flagUpdate(data)
+	saved := f.Flag
 	if err == nil {
-		_, err = q.c.cfg.Flags.UpdateFlag(q.ctx, q.user(), f.ProjectID, f.ID, upd)
+		saved, err = q.c.cfg.Flags.UpdateFlag(q.ctx, q.user(), f.ProjectID, f.ID, upd)
 	}
 	if err != nil {
 		if controlplane.ErrorKind(err) == controlplane.Forbidden {
@@ -434,7 +435,7 @@ func (c *Console) handleSaveFlag(q *request) error {
 		c.flagPanels(q, f, data)
 		return c.showFormError(q, p, data, err)
 	}
-	return q.redirect(q.projectPath("/feature_flags/%d", f.ID), "success", "Feature flag "+data.Key+" saved.")
+	return q.redirect(livePath(q.projectPath("/feature_flags/%d", f.ID), saved.SnapshotVersion), "success", "Feature flag "+data.Key+" saved.")
 }
 
 // handleToggleFlag switches a flag on or off from the list.
@@ -445,7 +446,8 @@ func (c *Console) handleToggleFlag(q *request) error {
 	}
 	vals := q.r.PostForm["active"]
 	on := len(vals) > 0 && vals[len(vals)-1] == "true"
-	if _, err := q.c.cfg.Flags.UpdateFlag(q.ctx, q.user(), f.ProjectID, f.ID, controlplane.FlagUpdate{Active: &on}); err != nil {
+	saved, err := q.c.cfg.Flags.UpdateFlag(q.ctx, q.user(), f.ProjectID, f.ID, controlplane.FlagUpdate{Active: &on})
+	if err != nil {
 		return err
 	}
 	state := "off"
@@ -456,7 +458,7 @@ func (c *Console) handleToggleFlag(q *request) error {
 	if next := q.r.PostFormValue("next"); strings.HasPrefix(next, "/project/") {
 		back = next
 	}
-	return q.redirect(back, "success", "Feature flag "+f.Key+" is now "+state+".")
+	return q.redirect(livePath(back, saved.SnapshotVersion), "success", "Feature flag "+f.Key+" is now "+state+".")
 }
 
 // handleDeleteFlag soft-deletes or restores a flag.
