@@ -47,6 +47,8 @@ type Config struct {
 	// after a save, how many of them serve it (nil: not said).
 	EdgeSessions controlplane.EdgeSessionStore
 	Rollout      Rollout
+	// Usage reads the flags' evaluations at the edges (nil: not shown).
+	Usage controlplane.EvaluationStore
 	// SecureCookies marks cookies Secure even on plain HTTP, for a console behind a proxy
 	// that terminates TLS; requests that arrive over TLS get Secure cookies regardless.
 	SecureCookies bool

@@ -90,6 +90,9 @@ type flagPage struct {
 	ErrorAttr     string
 	CanEdit       bool
 
+	// Usage is the flag's evaluations at the edges: a 30-day sparkline and the totals.
+	Usage *usageView
+
 	RoleAccess []roleAccessView
 	Roles      []roleView
 	Blast      []blastView
@@ -263,6 +266,11 @@ func (q *request) flagViews(list ...*controlplane.Flag) ([]flagView, error) {
 	for i, f := range list {
 		out[i] = flagView{Flag: f, CanEdit: editable[f.ID]}
 	}
+	if len(list) > 0 {
+		if err := q.addUsage(list[0].ProjectID, out); err != nil {
+			return nil, err
+		}
+	}
 	return out, nil
 }
 
@@ -287,8 +295,9 @@ func (c *Console) handleFlag(q *request) error {
 	return nil
 }
 
-// flagPanels fills the role access, blast radius and test panels of a saved flag.
+// flagPanels fills the usage, role access, blast radius and test panels of a saved flag.
 func (c *Console) flagPanels(q *request, f *flagView, data *flagPage) {
+	data.Usage = q.usage(f)
 	if access, _, err := q.c.cfg.Roles.FindRoleAccess(q.ctx, f.ProjectID, f.ID, maxListed, 0); err == nil {
 		for _, a := range access {
 			data.RoleAccess = append(data.RoleAccess, roleAccessView{RoleAccess: a, Role: roleView{&a.Role}})

@@ -18,6 +18,10 @@ import (
 type flagView struct {
 	*controlplane.Flag
 	CanEdit bool
+	// LastCalledAt (zero: never), EvaluationCounts and Stale are the flag's usage at the edges.
+	LastCalledAt     time.Time
+	EvaluationCounts evaluationCounts
+	Stale            bool
 }
 
 // Summary describes the flag's release conditions in a line.

@@ -246,7 +246,8 @@ func assemble(cfg *serveConfig, db *postgres.DB, logger *slog.Logger) (*controlP
 	}
 	cp.members = bloomhub.NewHub(postgres.NewMemberStore(db), logger, cp.reg)
 	cp.sync = syncserver.NewServer(postgres.NewSnapshotStore(db), postgres.NewPersonStore(db), postgres.NewEventStore(db, logger), logger, cp.reg,
-		syncserver.WithMembership(cp.members), syncserver.WithSessions(cp.sessions, cp.replicaID))
+		syncserver.WithMembership(cp.members), syncserver.WithSessions(cp.sessions, cp.replicaID),
+		syncserver.WithEvaluations(postgres.NewEvaluationStore(db)))
 	cp.edges = syncserver.NewEdgeAuth(postgres.NewEdgeService(db), logger, cp.reg)
 	cp.grpc = newGRPCServer(cp.sync, cp.edges, grpcTLS, cp.reg)
 	return cp, nil
@@ -363,6 +364,7 @@ func newHTTPHandler(db *postgres.DB, cfg *serveConfig, ready func(context.Contex
 	sessions controlplane.EdgeSessionStore, waiter *rollout.Watcher) (http.Handler, error) {
 	services, personStore := authz.Wrap(postgres.NewServices(db, 0)), postgres.NewPersonStore(db)
 	evaluator := &flageval.Evaluator{Snapshots: postgres.NewSnapshotStore(db), Persons: personStore, Scanner: personStore}
+	usage := postgres.NewEvaluationStore(db)
 	api := httpapi.New(httpapi.Config{
 		Services:     services,
 		Evaluator:    evaluator,
@@ -373,6 +375,7 @@ func newHTTPHandler(db *postgres.DB, cfg *serveConfig, ready func(context.Contex
 		NoMetrics:    cfg.MetricsAddr != "",
 		EdgeSessions: sessions,
 		Rollout:      waiter,
+		Usage:        usage,
 	})
 	clientIP := clientip.Peer
 	if cfg.TrustedProxies != "" {
@@ -383,7 +386,7 @@ func newHTTPHandler(db *postgres.DB, cfg *serveConfig, ready func(context.Contex
 		clientIP = proxies.RequestIP
 	}
 	web, err := console.New(console.Config{Services: services, Evaluator: evaluator, PublicURL: cfg.PublicURL, Logger: logger,
-		EdgeSessions: sessions, Rollout: waiter,
+		EdgeSessions: sessions, Rollout: waiter, Usage: usage,
 		SecureCookies: strings.HasPrefix(cfg.PublicURL, "https://") || cfg.TLSCert != "",
 		Logins:        loginlimit.New(cfg.logins(), reg), ClientIP: clientIP})
 	if err != nil {
