@@ -17,12 +17,14 @@ import (
 	"io/fs"
 	"log/slog"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"strings"
-	"time"
 
 	"github.com/flagedge/flagedge/controlplane"
 	"github.com/flagedge/flagedge/controlplane/httpapi"
+	"github.com/flagedge/flagedge/controlplane/loginlimit"
+	"github.com/flagedge/flagedge/shared/clientip"
 )
 
 //go:embed templates/*.html
@@ -43,16 +45,19 @@ type Config struct {
 	// that terminates TLS; requests that arrive over TLS get Secure cookies regardless.
 	SecureCookies bool
 	Logger        *slog.Logger
-	// Now is the clock of the login rate limiter; nil means time.Now.
-	Now func() time.Time
+	// Logins gates password checks (failures per address and per email, concurrent
+	// hashes); nil means a limiter with loginlimit.Defaults.
+	Logins *loginlimit.Limiter
+	// ClientIP is the address a login comes from, for Logins; nil means the connection's
+	// peer (right unless a proxy is in front: then clientip with --trusted-proxies).
+	ClientIP func(*http.Request) netip.Addr
 }
 
 // Console is the web console's HTTP handler.
 type Console struct {
-	cfg     Config
-	mux     *http.ServeMux
-	pages   map[string]*template.Template
-	limiter *loginLimiter
+	cfg   Config
+	mux   *http.ServeMux
+	pages map[string]*template.Template
 }
 
 // Cookie names.
@@ -69,11 +74,13 @@ func New(cfg Config) (*Console, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	if cfg.Now == nil {
-		cfg.Now = time.Now
+	if cfg.Logins == nil {
+		cfg.Logins = loginlimit.New(loginlimit.Defaults, nil)
 	}
-	c := &Console{cfg: cfg, mux: http.NewServeMux(), pages: map[string]*template.Template{},
-		limiter: newLoginLimiter(maxLoginFailures, loginWindow, maxLimiterEntries, cfg.Now)}
+	if cfg.ClientIP == nil {
+		cfg.ClientIP = clientip.Peer
+	}
+	c := &Console{cfg: cfg, mux: http.NewServeMux(), pages: map[string]*template.Template{}}
 	names, err := fs.Glob(templateFiles, "templates/*.html")
 	if err != nil {
 		return nil, err

@@ -17,9 +17,11 @@ import (
 	"golang.org/x/crypto/bcrypt"
 
 	"github.com/flagedge/flagedge/controlplane"
+	"github.com/flagedge/flagedge/controlplane/authz"
 	"github.com/flagedge/flagedge/controlplane/console"
 	"github.com/flagedge/flagedge/controlplane/flageval"
 	"github.com/flagedge/flagedge/controlplane/httpapi"
+	"github.com/flagedge/flagedge/controlplane/loginlimit"
 	"github.com/flagedge/flagedge/controlplane/postgres"
 	"github.com/flagedge/flagedge/internal/pgtest"
 )
@@ -49,18 +51,14 @@ func newSite(t *testing.T) *site {
 	if err != nil {
 		t.Fatal(err)
 	}
-	users := postgres.NewUserService(db, bcrypt.MinCost)
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	flagStore, persons := postgres.NewFlagService(db), postgres.NewPersonStore(db)
+	services, persons := authz.Wrap(postgres.NewServices(db, bcrypt.MinCost)), postgres.NewPersonStore(db)
 	api := httpapi.New(httpapi.Config{
-		Auth: postgres.NewAuthService(db), Projects: postgres.NewProjectService(db), Flags: flagStore,
-		Activity: postgres.NewActivityService(db), Events: postgres.NewEventReader(db), Annotations: postgres.NewAnnotationService(db),
-		Roles: postgres.NewRoleService(db), Cohorts: postgres.NewCohortService(db), Dashboards: flagStore,
-		Users: users, Keys: postgres.NewKeyService(db),
+		Services:  services,
 		Evaluator: &flageval.Evaluator{Snapshots: postgres.NewSnapshotStore(db), Persons: persons, Scanner: persons},
 		Ready:     db.Ping, Logger: log,
 	})
-	web, err := console.New(console.Config{API: api, Users: users, Sessions: postgres.NewSessionService(db), Logger: log})
+	web, err := console.New(console.Config{API: api, Users: services.Users, Sessions: services.Sessions, Logger: log})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -209,26 +207,40 @@ func TestLogin(t *testing.T) {
 	}
 }
 
+// TestLoginRateLimit: an email that failed loginlimit.Defaults.PerEmail times is refused even
+// with the right password, with Retry-After; other emails from the address go on until the
+// address has failed PerAddress times in all.
 func TestLoginRateLimit(t *testing.T) {
 	t.Parallel()
 	s := newSite(t)
 	b := s.browser()
 	token := csrf(t, b.get("/login"))
-	try := func(password string) int {
-		return b.post("/login", url.Values{"email": {"admin@example.com"}, "password": {password}, "csrf_token": {token}}).status
+	try := func(email, password string) *http.Response {
+		resp, err := b.client.PostForm(s.srv.URL+"/login", url.Values{"email": {email}, "password": {password}, "csrf_token": {token}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp
 	}
-	for i := range 5 {
-		if got := try("wrong"); got != http.StatusUnauthorized {
+	perEmail, perAddress := loginlimit.Defaults.PerEmail, loginlimit.Defaults.PerAddress
+	for i := range perEmail {
+		if got := try("admin@example.com", "wrong").StatusCode; got != http.StatusUnauthorized {
 			t.Fatalf("attempt %d: %d", i+1, got)
 		}
 	}
 	// Blocked now, even with the right password.
-	if got := try(s.password); got != http.StatusTooManyRequests {
-		t.Errorf("sixth attempt: %d, want 429", got)
+	if resp := try("admin@example.com", s.password); resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Retry-After") == "" {
+		t.Errorf("attempt past the email's limit: %d, Retry-After %q; want 429 with Retry-After", resp.StatusCode, resp.Header.Get("Retry-After"))
 	}
-	// Another email from the same address is not blocked.
-	if p := b.post("/login", url.Values{"email": {"other@example.com"}, "password": {"x"}, "csrf_token": {token}}); p.status != http.StatusUnauthorized {
-		t.Errorf("another email: %d", p.status)
+	// Other emails from the same address, until the address's own limit.
+	for i := perEmail; i < perAddress; i++ {
+		if got := try(fmt.Sprintf("other%d@example.com", i), "x").StatusCode; got != http.StatusUnauthorized {
+			t.Fatalf("another email, failure %d of the address: %d", i+1, got)
+		}
+	}
+	if got := try("fresh@example.com", "x").StatusCode; got != http.StatusTooManyRequests {
+		t.Errorf("a new email past the address's limit: %d, want 429", got)
 	}
 }
 

@@ -21,19 +21,11 @@ import (
 
 // Config holds the services and settings the API needs.
 type Config struct {
-	Auth        controlplane.AuthService
-	Projects    controlplane.ProjectService
-	Flags       controlplane.FlagService
-	Activity    controlplane.ActivityService
-	Events      controlplane.EventReader
-	Annotations controlplane.AnnotationService
-	Roles       controlplane.RoleService
-	Cohorts     controlplane.CohortService
-	Features    controlplane.EarlyAccessFeatureService
-	Dashboards  controlplane.DashboardService
-	Users       controlplane.UserService
-	Keys        controlplane.KeyService
-	Evaluator   *flageval.Evaluator
+	// Services are the services guarded by the permission checks (authz.Wrap): the API
+	// authenticates the personal key, checks its scopes and the projects it is limited to,
+	// and calls them as the key's user.
+	controlplane.Services
+	Evaluator *flageval.Evaluator
 	// Ready reports whether the server can answer (its database is reachable).
 	Ready func(ctx context.Context) error
 	// PublicURL is the scheme and host used in absolute URLs (pagination); empty means the

@@ -19,6 +19,7 @@ import (
 	"github.com/flagedge/flagedge/edge/apierror"
 	"github.com/flagedge/flagedge/edge/capture"
 	"github.com/flagedge/flagedge/edge/decide"
+	"github.com/flagedge/flagedge/edge/ofrep"
 	"github.com/flagedge/flagedge/edge/state"
 )
 
@@ -28,9 +29,11 @@ const MaxBodyBytes = 21 << 20
 
 // Config holds what the edge's HTTP surface serves from.
 type Config struct {
-	State    *state.Holder
-	Decide   *decide.Handler
-	Capture  *capture.Handler
+	State   *state.Holder
+	Decide  *decide.Handler
+	Capture *capture.Handler
+	// OFREP serves the OpenFeature routes; nil leaves them out.
+	OFREP    *ofrep.Handler
 	Logger   *slog.Logger
 	Registry *prometheus.Registry
 	// NoMetrics leaves /metrics out: it is served on a listener of its own.
@@ -79,6 +82,17 @@ func New(cfg Config) *Server {
 	s.handle([]string{"GET"}, "early_access_features", []string{"/api/early_access_features"}, s.handleEarlyAccessFeatures)
 	s.handle([]string{"GET"}, "surveys", []string{"/api/surveys"}, s.handleSurveys)
 
+	if cfg.OFREP != nil {
+		// OFREP's answers, errors included, are in OFREP's shapes.
+		ofrepError := func(ctx *fasthttp.RequestCtx, err error) { ofrep.WriteError(ctx, cfg.Logger, err) }
+		s.handleWith(ofrepError, []string{"POST"}, "ofrep_evaluate", []string{"/ofrep/v1/evaluate/flags/{key}"}, cfg.OFREP.ServeFlag)
+		s.handleWith(ofrepError, []string{"POST"}, "ofrep_bulk", []string{"/ofrep/v1/evaluate/flags"}, cfg.OFREP.ServeBulk)
+		s.handleWith(ofrepError, []string{"GET"}, "ofrep_configuration", []string{"/ofrep/v1/configuration"}, cfg.OFREP.ServeConfiguration)
+		if hub := cfg.OFREP.Streams(); hub != nil {
+			s.handleWith(ofrepError, []string{"GET"}, "ofrep_stream", []string{ofrep.StreamPath}, hub.Serve)
+		}
+	}
+
 	s.router.GET("/_health", func(ctx *fasthttp.RequestCtx) { writeJSON(ctx, fasthttp.StatusOK, []byte(`{"status":"ok"}`)) })
 	s.router.GET("/_ready", s.handleReady)
 	if !cfg.NoMetrics {
@@ -114,12 +128,17 @@ func (s *Server) Drain() { s.draining.Store(true) }
 // handle registers h for methods on paths, with CORS headers, a request count and a latency
 // histogram under the route's name; the error h returns is written here, in the API's shape.
 func (s *Server) handle(methods []string, route string, paths []string, h func(*fasthttp.RequestCtx) error) {
+	s.handleWith(s.writeError, methods, route, paths, h)
+}
+
+// handleWith is handle with the errors h returns written by writeError.
+func (s *Server) handleWith(writeError func(*fasthttp.RequestCtx, error), methods []string, route string, paths []string, h func(*fasthttp.RequestCtx) error) {
 	latency := s.latency.WithLabelValues(route)
 	var counters [600]atomic.Pointer[prometheus.Counter]
 	wrapped := func(ctx *fasthttp.RequestCtx) {
 		start := time.Now()
 		if err := h(ctx); err != nil {
-			s.writeError(ctx, err)
+			writeError(ctx, err)
 		}
 		latency.Observe(time.Since(start).Seconds())
 		code := ctx.Response.StatusCode()

@@ -7,7 +7,7 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/flagedge/flagedge/edge/membership"
+	"github.com/flagedge/flagedge/edge/bloomset"
 	"github.com/flagedge/flagedge/internal/backoff"
 	"github.com/flagedge/flagedge/shared/syncpb"
 )
@@ -21,7 +21,7 @@ import (
 //
 // members, when not nil, receives the membership filters the stream carries; the projects a
 // message removes lose theirs.
-func Watch(ctx context.Context, client syncpb.SyncClient, h *Holder, members *membership.Set, edgeID string, log *slog.Logger) {
+func Watch(ctx context.Context, client syncpb.SyncClient, h *Holder, members *bloomset.Set, edgeID string, log *slog.Logger) {
 	retry := backoff.Backoff{Initial: 50 * time.Millisecond, Max: time.Second}
 	for ctx.Err() == nil {
 		received, err := watchOnce(ctx, client, h, members, edgeID)
@@ -38,7 +38,7 @@ func Watch(ctx context.Context, client syncpb.SyncClient, h *Holder, members *me
 	}
 }
 
-func watchOnce(ctx context.Context, client syncpb.SyncClient, h *Holder, members *membership.Set, edgeID string) (received bool, err error) {
+func watchOnce(ctx context.Context, client syncpb.SyncClient, h *Holder, members *bloomset.Set, edgeID string) (received bool, err error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	defer h.SetConnected(false)

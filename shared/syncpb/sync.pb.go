@@ -251,7 +251,7 @@ func (x *WatchResponse) GetMembershipAdditions() []*MembershipAdditions {
 }
 
 // MembershipFilter is a Bloom filter of a project's membership keys: the distinct ids of its
-// persons and the keys of its groups, as shared/membership encodes them. A key the filter
+// persons and the keys of its groups, as shared/bloomkeys encodes them. A key the filter
 // does not hold has nothing stored about it, so the edge answers without a look-up; a key it
 // holds may (a false positive only costs a look-up). Within a stream the filter is exact:
 // every key the control plane stores reaches the edge as an addition after it commits.

@@ -8,6 +8,7 @@
 //	controlplane users create add a user to an organisation and print it
 //	controlplane users set-password  set a user's console password
 //	controlplane edges create|list|revoke  manage the edges' credentials
+//	controlplane snapshots keygen|export  signed snapshot bundles for edges that start offline
 //	controlplane --version  print the build
 package main
 
@@ -41,6 +42,11 @@ Commands:
   edges list            list the edges, live and revoked, one JSON line each
   edges revoke --name N revoke an edge's credential (its streams close within a second)
   users set-password    set a user's console password from stdin, or generate and print one
+  snapshots keygen --private-key F --public-key F
+                        write an Ed25519 key pair for signing snapshot bundles
+  snapshots export --signing-key F (--project N | --all)
+                        write a signed bundle of the projects' snapshots to stdout, for edges'
+                        --bootstrap-bundle
 
 Run "controlplane <command> -h" for the flags of a command, "controlplane --version" for the
 build.
@@ -81,6 +87,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return createKey(ctx, args[2:], stdout, stderr)
 	case "edges":
 		return edgesCmd(ctx, args[1:], stdout, stderr)
+	case "snapshots":
+		return snapshotsCmd(ctx, args[1:], stdout, stderr)
 	case "users":
 		if len(args) >= 2 && args[1] == "set-password" {
 			return setPassword(ctx, args[2:], os.Stdin, stdout, stderr)
