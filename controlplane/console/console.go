@@ -135,6 +135,7 @@ func (c *Console) routes() {
 	c.mux.HandleFunc("GET "+p+"/events", c.withSession(c.handleEvents))
 	c.mux.HandleFunc("GET "+p+"/persons", c.withSession(c.handlePersons))
 	c.mux.HandleFunc("GET "+p+"/persons/{id}", c.withSession(c.handlePerson))
+	c.mux.HandleFunc("GET "+p+"/edges", c.withSession(c.handleEdges))
 
 	c.mux.HandleFunc("GET /settings/keys", c.withSession(c.handleKeys))
 	c.mux.HandleFunc("POST /settings/keys", c.withSession(c.handleCreateKey))
@@ -271,18 +272,25 @@ func (b *bufferWriter) WriteHeader(code int) {
 // api calls the management API as the session's user and decodes a JSON answer into out
 // (when not nil). An error answer is returned as *apiError.
 func (q *request) api(method, path string, body, out any) error {
+	_, err := q.apiCall(method, path, body, out, http.StatusOK)
+	return err
+}
+
+// apiCall is api that also answers the response's headers, and decodes into out the answers
+// with status ok as well as the successful ones (rollout_status answers 408 with a body).
+func (q *request) apiCall(method, path string, body, out any, ok int) (http.Header, error) {
 	var rd io.Reader
 	if body != nil {
 		data, err := json.Marshal(body)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		rd = bytes.NewReader(data)
 	}
 	ctx := httpapi.WithPrincipal(q.r.Context(), httpapi.SessionPrincipal(&q.session.User))
 	req, err := http.NewRequestWithContext(ctx, method, path, rd)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	req.Host = q.r.Host
 	req.RemoteAddr = q.r.RemoteAddr
@@ -290,20 +298,20 @@ func (q *request) api(method, path string, body, out any) error {
 	req.Header.Set("Content-Type", "application/json")
 	bw := &bufferWriter{header: http.Header{}}
 	q.c.cfg.API.ServeHTTP(bw, req)
-	if bw.status >= 300 {
+	if bw.status >= 300 && bw.status != ok {
 		ae := &apiError{Status: bw.status}
 		if json.Unmarshal(bw.body.Bytes(), ae) != nil || ae.Detail == "" {
 			ae.Detail = http.StatusText(bw.status)
 		}
-		return ae
+		return bw.header, ae
 	}
 	if out == nil || bw.status == http.StatusNoContent {
-		return nil
+		return bw.header, nil
 	}
 	if err := json.Unmarshal(bw.body.Bytes(), out); err != nil {
-		return fmt.Errorf("console: decode %s %s: %w", method, path, err)
+		return bw.header, fmt.Errorf("console: decode %s %s: %w", method, path, err)
 	}
-	return nil
+	return bw.header, nil
 }
 
 // handleError shows an API error as a page; internal errors are logged, never shown.
@@ -334,7 +342,9 @@ type page struct {
 	Nav       string // the active navigation entry
 	Flash     string
 	FlashKind string
-	Data      any
+	// Rollout is, after a save, how many edges serve it (the page's ?live=<version>).
+	Rollout *rolloutView
+	Data    any
 }
 
 // render writes a page with the layout; q may be nil for pages without a session.
@@ -388,6 +398,9 @@ func (q *request) page(title, nav string) (*page, error) {
 				}
 			}
 		}
+	}
+	if p.Project != nil {
+		p.Rollout = q.rollout(p.Project.ID)
 	}
 	if ck, err := q.r.Cookie(flashCookie); err == nil {
 		if msg, err := url.QueryUnescape(ck.Value); err == nil {

@@ -23,6 +23,7 @@ import (
 	"github.com/flagedge/flagedge/controlplane/httpapi"
 	"github.com/flagedge/flagedge/controlplane/loginlimit"
 	"github.com/flagedge/flagedge/controlplane/postgres"
+	"github.com/flagedge/flagedge/controlplane/rollout"
 	"github.com/flagedge/flagedge/internal/pgtest"
 )
 
@@ -53,10 +54,12 @@ func newSite(t *testing.T) *site {
 	}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	services, persons := authz.Wrap(postgres.NewServices(db, bcrypt.MinCost)), postgres.NewPersonStore(db)
+	sessions := postgres.NewEdgeSessionStore(db)
 	api := httpapi.New(httpapi.Config{
 		Services:  services,
 		Evaluator: &flageval.Evaluator{Snapshots: postgres.NewSnapshotStore(db), Persons: persons, Scanner: persons},
 		Ready:     db.Ping, Logger: log,
+		EdgeSessions: sessions, Rollout: rollout.New(sessions),
 	})
 	web, err := console.New(console.Config{API: api, Users: services.Users, Sessions: services.Sessions, Logger: log})
 	if err != nil {
@@ -273,8 +276,32 @@ func TestConsoleFlags(t *testing.T) {
 	if p.status != http.StatusSeeOther {
 		t.Fatalf("create: %d %.500s", p.status, p.body)
 	}
-	flagPath := p.location
+	// The save leads to the flag's page, which says how many edges serve it: none is connected.
+	flagPath, live, _ := strings.Cut(p.location, "?live=")
 	id := flagPath[strings.LastIndex(flagPath, "/")+1:]
+	if page := b.get(p.location); live == "" || !strings.Contains(page.body, "Live on 0 of 0 edges (version "+live+")") {
+		t.Errorf("after the save (%s): no rollout line: %.3000s", p.location, page.body)
+	}
+	// An edge connected (recorded as the sync service does) that has not acknowledged the
+	// version is named as the laggard, and listed on the edges page.
+	if _, _, err := postgres.NewEdgeService(s.db).CreateEdge(context.Background(), "edge-berlin", nil); err != nil {
+		t.Fatal(err)
+	}
+	sessions := postgres.NewEdgeSessionStore(s.db)
+	sid, err := sessions.OpenSession(context.Background(), "00000000-0000-0000-0000-000000000001", "replica-1", "edge-berlin", "berlin-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sessions.Acknowledge(context.Background(), sid, "edge-berlin", map[int64]int64{s.project: 1}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if page := b.get(p.location); !strings.Contains(page.body, "Live on 0 of 1 edges (version "+live+"): not yet on edge-berlin") {
+		t.Errorf("rollout line with a lagging edge: %.3000s", page.body)
+	}
+	if page := b.get(fmt.Sprintf("/project/%d/edges", s.project)); !strings.Contains(page.body, "edge-berlin") || !strings.Contains(page.body, "replica-1") ||
+		!strings.Contains(page.body, "behind") {
+		t.Errorf("edges page: %.3000s", page.body)
+	}
 
 	// The API sees what the form saved.
 	req, _ := http.NewRequest("GET", s.srv.URL+fmt.Sprintf("/api/projects/%d/feature_flags/%s/", s.project, id), nil)
@@ -421,7 +448,7 @@ func TestConsoleRoleAccess(t *testing.T) {
 	tok := admin.login("admin@example.com", s.password)
 	base := fmt.Sprintf("/project/%d/feature_flags", s.project)
 	p := admin.post(base+"/new", url.Values{"csrf_token": {tok}, "key": {"guarded"}, "active": {"on"}, "cond_count": {"1"}, "action": {"save"}})
-	flagPath := p.location
+	flagPath, _, _ := strings.Cut(p.location, "?") // ?live=<version>: how many edges serve the save
 	roles := postgres.NewRoleService(s.db)
 	adminUser, err := users.CheckPassword(ctx, "admin@example.com", s.password)
 	if err != nil {

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -42,6 +43,10 @@ type Server struct {
 	cache  sync.Map // project id → *syncpb.ProjectSnapshot, the latest built
 
 	members *bloomhub.Hub // nil: no membership filters are sent
+
+	sessions  controlplane.EdgeSessionStore // nil: streams are not recorded
+	replicaID string
+	replica   atomic.Pointer[string] // this replica's name for people
 
 	streams      prometheus.Gauge
 	sent         prometheus.Counter
@@ -182,7 +187,12 @@ func (s *Server) Watch(req *syncpb.WatchRequest, stream syncpb.Sync_WatchServer)
 	// The edge drops the filters it kept from its last stream before it may count itself
 	// connected again (after this stream's catch-up): keys stored while it was away were not
 	// announced to it. The filters follow the catch-up.
-	if err := stream.Send(&syncpb.WatchResponse{DatabaseId: dbID, MembershipReset: s.members != nil}); err != nil {
+	sessionID, closeSession, err := s.openSession(ctx, req)
+	if err != nil {
+		return status.Errorf(codes.Unavailable, "record the stream: %v", err)
+	}
+	defer closeSession()
+	if err := stream.Send(&syncpb.WatchResponse{DatabaseId: dbID, MembershipReset: s.members != nil, SessionId: sessionID}); err != nil {
 		return err
 	}
 	// The membership queue starts with a reset and every filter: sent once the snapshots are.

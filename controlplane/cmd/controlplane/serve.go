@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/IBM/pgxpoolprometheus"
+	"github.com/google/uuid"
 	grpcprom "github.com/grpc-ecosystem/go-grpc-middleware/providers/prometheus"
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sync/errgroup"
@@ -24,6 +25,7 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/keepalive"
 
+	"github.com/flagedge/flagedge/controlplane"
 	"github.com/flagedge/flagedge/controlplane/authz"
 	"github.com/flagedge/flagedge/controlplane/bloomhub"
 	"github.com/flagedge/flagedge/controlplane/console"
@@ -32,6 +34,7 @@ import (
 	"github.com/flagedge/flagedge/controlplane/logingest"
 	"github.com/flagedge/flagedge/controlplane/loginlimit"
 	"github.com/flagedge/flagedge/controlplane/postgres"
+	"github.com/flagedge/flagedge/controlplane/rollout"
 	"github.com/flagedge/flagedge/controlplane/syncserver"
 	"github.com/flagedge/flagedge/internal/daemon"
 	"github.com/flagedge/flagedge/shared/clientip"
@@ -160,7 +163,12 @@ type controlPlane struct {
 	sync     *syncserver.Server
 	members  *bloomhub.Hub
 	edges    *syncserver.EdgeAuth
-	logIn    *logingest.Ingester // nil without --event-log-url
+	// sessions records this replica's edges and what they serve (replicaID: this process);
+	// rollout waits on every replica's.
+	sessions  *postgres.EdgeSessionStore
+	replicaID string
+	rollout   *rollout.Watcher
+	logIn     *logingest.Ingester // nil without --event-log-url
 }
 
 func serve(ctx context.Context, args []string, stderr io.Writer) error {
@@ -205,7 +213,9 @@ func assemble(cfg *serveConfig, db *postgres.DB, logger *slog.Logger) (*controlP
 		}
 		return db.Ping(ctx)
 	}
-	handler, err := newHTTPHandler(db, cfg, ready, logger, cp.reg)
+	cp.sessions, cp.replicaID = postgres.NewEdgeSessionStore(db), uuid.NewString()
+	cp.rollout = rollout.New(cp.sessions)
+	handler, err := newHTTPHandler(db, cfg, ready, logger, cp.reg, cp.sessions, cp.rollout)
 	if err != nil {
 		return nil, err
 	}
@@ -221,7 +231,7 @@ func assemble(cfg *serveConfig, db *postgres.DB, logger *slog.Logger) (*controlP
 	}
 	cp.members = bloomhub.NewHub(postgres.NewMemberStore(db), logger, cp.reg)
 	cp.sync = syncserver.NewServer(postgres.NewSnapshotStore(db), postgres.NewPersonStore(db), postgres.NewEventStore(db, logger), logger, cp.reg,
-		syncserver.WithMembership(cp.members))
+		syncserver.WithMembership(cp.members), syncserver.WithSessions(cp.sessions, cp.replicaID))
 	cp.edges = syncserver.NewEdgeAuth(postgres.NewEdgeService(db), logger, cp.reg)
 	cp.grpc = newGRPCServer(cp.sync, cp.edges, grpcTLS, cp.reg)
 	return cp, nil
@@ -276,6 +286,7 @@ func (cp *controlPlane) run(ctx context.Context) error {
 	}
 	cp.log.Info("control plane listening", "http_addr", httpLn.Addr().String(), "grpc_addr", grpcLn.Addr().String(),
 		"https", cp.http.TLSConfig != nil, "grpc_tls", cfg.GRPCTLSCert != "", "event_log", cfg.EventLog.Enabled())
+	cp.sync.SetReplicaName(replicaName(grpcLn.Addr().String()))
 
 	g, gctx := errgroup.WithContext(ctx)
 	if cfg.MetricsAddr != "" {
@@ -293,6 +304,12 @@ func (cp *controlPlane) run(ctx context.Context) error {
 	g.Go(func() error {
 		return postgres.Listen(gctx, cfg.DatabaseURL, postgres.MembershipChannel, cp.log, cp.announceMembers, cp.members.Resync, cp.members.Lost)
 	})
+	g.Go(func() error {
+		return postgres.Listen(gctx, cfg.DatabaseURL, postgres.EdgeAckChannel, cp.log,
+			func(context.Context, string) error { cp.rollout.Notify(); return nil },
+			func(context.Context) error { cp.rollout.Notify(); return nil }, nil)
+	})
+	g.Go(func() error { cp.heartbeat(gctx); return nil })
 	g.Go(func() error { cp.edges.Run(gctx); return nil })
 	if cp.logIn != nil {
 		// Stops fetching when the server shuts down; a batch being stored is finished and
@@ -327,16 +344,19 @@ func (cp *controlPlane) run(ctx context.Context) error {
 
 // newHTTPHandler builds the management API over the database's services, and the web console
 // on top of it.
-func newHTTPHandler(db *postgres.DB, cfg *serveConfig, ready func(context.Context) error, logger *slog.Logger, reg *prometheus.Registry) (http.Handler, error) {
+func newHTTPHandler(db *postgres.DB, cfg *serveConfig, ready func(context.Context) error, logger *slog.Logger, reg *prometheus.Registry,
+	sessions controlplane.EdgeSessionStore, waiter *rollout.Watcher) (http.Handler, error) {
 	services, personStore := authz.Wrap(postgres.NewServices(db, 0)), postgres.NewPersonStore(db)
 	api := httpapi.New(httpapi.Config{
-		Services:  services,
-		Evaluator: &flageval.Evaluator{Snapshots: postgres.NewSnapshotStore(db), Persons: personStore, Scanner: personStore},
-		Ready:     ready,
-		PublicURL: cfg.PublicURL,
-		Logger:    logger,
-		Registry:  reg,
-		NoMetrics: cfg.MetricsAddr != "",
+		Services:     services,
+		Evaluator:    &flageval.Evaluator{Snapshots: postgres.NewSnapshotStore(db), Persons: personStore, Scanner: personStore},
+		Ready:        ready,
+		PublicURL:    cfg.PublicURL,
+		Logger:       logger,
+		Registry:     reg,
+		NoMetrics:    cfg.MetricsAddr != "",
+		EdgeSessions: sessions,
+		Rollout:      waiter,
 	})
 	clientIP := clientip.Peer
 	if cfg.TrustedProxies != "" {
@@ -353,6 +373,31 @@ func newHTTPHandler(db *postgres.DB, cfg *serveConfig, ready func(context.Contex
 		return nil, err
 	}
 	return api.WithConsole(web), nil
+}
+
+// replicaName names this replica in the edges' list: its host and sync address.
+func replicaName(grpcAddr string) string {
+	host, err := os.Hostname()
+	if err != nil {
+		host = "unknown"
+	}
+	return host + " " + grpcAddr
+}
+
+// heartbeat keeps this replica's edge sessions counted as connected, until ctx ends.
+func (cp *controlPlane) heartbeat(ctx context.Context) {
+	tick := time.NewTicker(postgres.SessionTTL / 5)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		if err := cp.sessions.Heartbeat(ctx, cp.replicaID); err != nil && ctx.Err() == nil {
+			cp.log.Warn("edge session heartbeat failed", "err", err)
+		}
+	}
 }
 
 // newGRPCServer returns the sync service's gRPC server: TLS when configured, every call
