@@ -149,8 +149,9 @@ type FlagFilter struct {
 	Search string
 	// Active keeps only active (true) or inactive (false) flags; nil keeps both.
 	Active *bool
-	// Stale keeps the active flags older than 30 days that are rolled out to everyone with
-	// one value (flagedge does not record when a flag was last called).
+	// Stale keeps only stale flags (?stale=true, or PostHog's ?active=STALE): older than
+	// StaleAfter, and either not evaluated within it or active, fully rolled out to everyone
+	// and unchanged within it.
 	Stale bool
 	// CreatedBy keeps the flags the user created.
 	CreatedBy *int64

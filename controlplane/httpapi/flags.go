@@ -32,11 +32,15 @@ func (s *Server) handleListFlags(w http.ResponseWriter, r *http.Request, c *call
 	for i, f := range list {
 		out[i] = newFlagJSON(f, editable[f.ID])
 	}
+	if err := s.addUsage(r, c.project.ID, list, out); err != nil {
+		return err
+	}
 	writeJSON(w, http.StatusOK, s.newPage(r, total, limit, offset, out))
 	return nil
 }
 
-// flagFilter reads PostHog's list filters: search, active (true, false or STALE),
+// flagFilter reads PostHog's list filters: search, active (true, false or STALE; also
+// ?stale=true),
 // created_by_id, type, tags and excluded_properties (JSON lists of names), evaluation_runtime,
 // has_evaluation_tags and order. Unknown values filter nothing, as in PostHog, except an
 // order or creator that cannot be used, which is 400.
@@ -51,6 +55,13 @@ func flagFilter(r *http.Request) (controlplane.FlagFilter, error) {
 	default:
 		active := v == "true"
 		f.Active = &active
+	}
+	switch q.Get("stale") {
+	case "", "false", "0":
+	case "true", "1":
+		f.Stale = true
+	default:
+		return f, controlplane.FieldError("stale", "invalid_input", "stale must be true or false.")
 	}
 	if v := q.Get("created_by_id"); v != "" {
 		id, err := strconv.ParseInt(v, 10, 64)
@@ -158,6 +169,11 @@ func (s *Server) writeFlag(w http.ResponseWriter, r *http.Request, c *call, f *c
 	if err != nil {
 		return err
 	}
+	usage := []flagJSON{out}
+	if err := s.addUsage(r, c.project.ID, []*controlplane.Flag{f}, usage); err != nil {
+		return err
+	}
+	out = usage[0]
 	if f.SnapshotVersion > 0 {
 		w.Header().Set(SnapshotVersionHeader, strconv.FormatInt(f.SnapshotVersion, 10))
 	}

@@ -103,7 +103,7 @@ func findFlag(ctx context.Context, q querier, projectID, id int64, forUpdate boo
 
 // FindFlags returns a page of the project's non-deleted flags, newest first, and the total.
 func (s *FlagService) FindFlags(ctx context.Context, filter controlplane.FlagFilter) ([]*controlplane.Flag, int, error) {
-	c := flagConditions(filter, s.db.Now())
+	c := flagConditions(filter, s.db.Now().Add(-controlplane.StaleAfter))
 	var total int
 	if err := s.db.Pool.QueryRow(ctx, `SELECT count(*) FROM feature_flags f`+c.where(), c.args...).Scan(&total); err != nil {
 		return nil, 0, fmt.Errorf("count flags: %w", err)
@@ -128,20 +128,22 @@ func (s *FlagService) FindFlags(ctx context.Context, filter controlplane.FlagFil
 	return list, total, nil
 }
 
-// staleFlag is PostHog's configuration test for a stale flag: active, created before ? (30 days
-// ago), and rolled out to everyone with one value.
-const staleFlag = `(f.active AND f.created_at < ? AND (
-	(EXISTS (SELECT 1 FROM jsonb_array_elements(f.filters->'groups') g
-		WHERE g->>'rollout_percentage' = '100' AND g->'properties' = '[]'::jsonb)
-	 AND (COALESCE(jsonb_array_length(f.filters->'multivariate'->'variants'), 0) = 0
-		OR EXISTS (SELECT 1 FROM jsonb_array_elements(f.filters->'multivariate'->'variants') v WHERE v->>'rollout_percentage' = '100')
-		OR EXISTS (SELECT 1 FROM jsonb_array_elements(f.filters->'groups') g
-			WHERE g->>'rollout_percentage' = '100' AND g->'properties' = '[]'::jsonb
-			AND g->'variant' IS NOT NULL)))
-	OR f.filters = '{}'::jsonb))`
+// staleFlag keeps the flags older than ? (now less controlplane.StaleAfter) that were not
+// evaluated since, or that are active, fully rolled out and unchanged since: a condition
+// without properties at 100 % (or no rollout), and either no variants or one at 100 %.
+const staleFlag = `f.created_at < ? AND (
+	NOT EXISTS (SELECT 1 FROM flag_last_called l WHERE l.project_id = f.project_id AND l.flag_key = f.key AND l.last_called_at >= ?)
+	OR (f.active AND f.updated_at < ?
+		AND EXISTS (SELECT 1 FROM jsonb_array_elements(CASE WHEN jsonb_typeof(f.filters->'groups') = 'array' THEN f.filters->'groups' ELSE '[]' END) g
+			WHERE (jsonb_typeof(g->'properties') IS DISTINCT FROM 'array' OR jsonb_array_length(g->'properties') = 0)
+			AND (jsonb_typeof(g->'rollout_percentage') IS DISTINCT FROM 'number' OR (g->>'rollout_percentage')::numeric >= 100))
+		AND (jsonb_typeof(f.filters->'multivariate'->'variants') IS DISTINCT FROM 'array'
+			OR EXISTS (SELECT 1 FROM jsonb_array_elements(f.filters->'multivariate'->'variants') v
+				WHERE jsonb_typeof(v->'rollout_percentage') = 'number' AND (v->>'rollout_percentage')::numeric >= 100))))`
 
-// flagConditions are the conditions of a flag list.
-func flagConditions(filter controlplane.FlagFilter, now time.Time) *conditions {
+// flagConditions are the conditions of a flag list; staleBefore is when a stale flag was last
+// created, evaluated or changed at the latest.
+func flagConditions(filter controlplane.FlagFilter, staleBefore time.Time) *conditions {
 	var c conditions
 	c.add("f.project_id = ? AND NOT f.deleted", filter.ProjectID)
 	if filter.Search != "" {
@@ -149,7 +151,7 @@ func flagConditions(filter controlplane.FlagFilter, now time.Time) *conditions {
 		c.addPair("(f.key ILIKE ? OR f.name ILIKE ?)", p, p)
 	}
 	if filter.Stale {
-		c.add(staleFlag, now.AddDate(0, 0, -30))
+		c.add(staleFlag, staleBefore)
 	} else if filter.Active != nil {
 		c.add("f.active = ?", *filter.Active)
 	}
