@@ -235,6 +235,9 @@ func TestBulk(t *testing.T) {
 	if _, ok := a.body["eventStreams"]; ok {
 		t.Errorf("eventStreams announced with streaming off: %s", a.raw)
 	}
+	if v := a.header.Get("X-Flagedge-Snapshot-Version"); v != "1" {
+		t.Errorf("X-Flagedge-Snapshot-Version %q, want the snapshot's 1", v)
+	}
 	got := map[string]any{}
 	for _, f := range a.body["flags"].([]any) {
 		f := f.(map[string]any)

@@ -246,7 +246,8 @@ func assemble(cfg *serveConfig, db *postgres.DB, logger *slog.Logger) (*controlP
 	}
 	cp.members = bloomhub.NewHub(postgres.NewMemberStore(db), logger, cp.reg)
 	cp.sync = syncserver.NewServer(postgres.NewSnapshotStore(db), postgres.NewPersonStore(db), postgres.NewEventStore(db, logger), logger, cp.reg,
-		syncserver.WithMembership(cp.members), syncserver.WithSessions(cp.sessions, cp.replicaID))
+		syncserver.WithMembership(cp.members), syncserver.WithSessions(cp.sessions, cp.replicaID),
+		syncserver.WithEvaluations(postgres.NewEvaluationStore(db)))
 	cp.edges = syncserver.NewEdgeAuth(postgres.NewEdgeService(db), logger, cp.reg)
 	cp.grpc = newGRPCServer(cp.sync, cp.edges, grpcTLS, cp.reg)
 	return cp, nil
@@ -372,6 +373,7 @@ func newHTTPHandler(db *postgres.DB, cfg *serveConfig, ready func(context.Contex
 		NoMetrics:    cfg.MetricsAddr != "",
 		EdgeSessions: sessions,
 		Rollout:      waiter,
+		Usage:        postgres.NewEvaluationStore(db),
 	})
 	clientIP := clientip.Peer
 	if cfg.TrustedProxies != "" {
