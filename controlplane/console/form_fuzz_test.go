@@ -2,9 +2,12 @@ package console
 
 import (
 	"encoding/json"
+	"errors"
 	"math"
 	"net/url"
 	"testing"
+
+	"github.com/flagedge/flagedge/controlplane"
 )
 
 // FuzzFilterForm: whatever the flag form posts, reading it, applying its button and building
@@ -31,7 +34,8 @@ func FuzzFilterForm(f *testing.F) {
 		applyFormAction(form, v.Get("action"))
 		raw, err := form.filters()
 		if err != nil {
-			if fe, ok := err.(*formError); !ok || fe.Attr == "" || fe.Detail == "" {
+			var fe *controlplane.Error
+			if !errors.As(err, &fe) || fe.Kind != controlplane.Invalid || fe.Attr == "" || fe.Detail == "" {
 				t.Fatalf("filters() = %v, want a form error naming its field", err)
 			}
 			return

@@ -33,6 +33,8 @@ type Config struct {
 	// EdgeSessions are the connected edges and the versions they serve; Rollout waits on them.
 	EdgeSessions controlplane.EdgeSessionStore
 	Rollout      *rollout.Watcher
+	// Usage is how much edges evaluate each flag.
+	Usage controlplane.EvaluationStore
 	// Ready reports whether the server can answer (its database is reachable).
 	Ready func(ctx context.Context) error
 	// PublicURL is the scheme and host used in absolute URLs (pagination); empty means the
@@ -104,6 +106,7 @@ func (s *Server) routes() {
 	s.projectRoute("PATCH", flags+"/{id}", controlplane.ScopeFlagWrite, s.handlePatchFlag)
 	s.publicRoute("DELETE", flags+"/{id}", http.HandlerFunc(handleHardDelete))
 	s.projectRoute("GET", flags+"/{id}/activity", controlplane.ScopeActivityLogRead, s.handleFlagActivity)
+	s.projectRoute("GET", flags+"/{id}/evaluations", controlplane.ScopeFlagRead, s.handleFlagEvaluations)
 	s.projectRoute("GET", flags+"/activity", controlplane.ScopeActivityLogRead, s.handleAllFlagActivity)
 
 	s.projectRoute("GET", flags+"/evaluation_reasons", controlplane.ScopeFlagRead, s.handleEvaluationReasons)

@@ -85,6 +85,7 @@ func (d *Handler) Serve(ctx *fasthttp.RequestCtx, ep Endpoint) error {
 	s.results = s.results[:0]
 	if !s.in.disableFlags {
 		s.results, errored = d.evaluate(ctx, project, &s.in, s.results)
+		Count(project, s.results, s.in.flagKeysToEvaluate)
 	}
 	s.out = encode(s.out[:0], project, ctx.QueryArgs(), ep, s.results, s.in.flagKeysToEvaluate, errored)
 	ctx.SetContentType("application/json")
@@ -158,7 +159,8 @@ func (d *Handler) Evaluate(ctx *fasthttp.RequestCtx, project *state.Project, c *
 // evaluate adds GeoIP and the stored layers the project's flags need to the request and
 // evaluates the snapshot into results. It reports whether any flag could not be computed.
 func (d *Handler) evaluate(ctx *fasthttp.RequestCtx, project *state.Project, in *input, results []flags.Result) (_ []flags.Result, errored bool) {
-	req := flags.Request{DistinctID: in.distinctID, PersonProperties: in.personProperties, GroupProperties: in.groupProperties}
+	req := flags.Request{DistinctID: in.distinctID, DeviceID: in.deviceID, PersonProperties: in.personProperties,
+		GroupProperties: in.groupProperties}
 	if !in.geoipDisable {
 		req.GeoIP = d.geo.Lookup(d.ips.ClientIP(ctx.Request.Header.PeekAll("X-Forwarded-For"), ctx.RemoteIP()))
 	}
@@ -249,4 +251,18 @@ func covers(overrides map[string]string, keys []string) bool {
 		}
 	}
 	return true
+}
+
+// Count adds the evaluations an answer gives to the project's counters (see edge/evalcount):
+// one atomic add per flag answered — active, among only (every flag when only is empty), and
+// computed. OFREP counts its answers with it too.
+func Count(project *state.Project, results []flags.Result, only []string) {
+	if project.Counts == nil {
+		return
+	}
+	for i := range results {
+		if r := &results[i]; r.Active && !r.Failed && wanted(r.Key, only) {
+			project.Counts.Flag(i).Add(r.Enabled, r.Variant)
+		}
+	}
 }
