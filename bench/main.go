@@ -24,6 +24,7 @@ import (
 type config struct {
 	controlPlane string
 	edges        []string
+	edgeMetrics  string // base URL of the first edge's /metrics (its --metrics-addr)
 	personalKey  string
 	suite        bool
 	scenario     string
@@ -71,6 +72,7 @@ func runBench(args []string) error {
 	var edges string
 	fs.StringVar(&cfg.controlPlane, "control-plane", envOr("FLAGEDGE", "http://127.0.0.1:8000"), "management API URL (env FLAGEDGE)")
 	fs.StringVar(&edges, "edge", envOr("EDGE", "http://127.0.0.1:8080"), "edge URLs, comma-separated; load goes to the first (env EDGE)")
+	fs.StringVar(&cfg.edgeMetrics, "edge-metrics", envOr("EDGE_METRICS", "http://127.0.0.1:9181"), "the first edge's --metrics-addr, as a URL (env EDGE_METRICS)")
 	fs.StringVar(&cfg.personalKey, "personal-key", os.Getenv("KEY"), "personal API key with scope * (env KEY)")
 	fs.BoolVar(&cfg.suite, "suite", false, "run the standard suite (what make bench runs)")
 	fs.StringVar(&cfg.scenario, "scenario", "decide", "decide, decide-repeat, flags, capture, mixed, propagation, rss, eventlog (self-contained: starts its own PostgreSQL and NATS), regions (self-contained: its own PostgreSQL, control plane and edge, 80 ms apart), or pinned (self-contained: the edge vs a bare responder on one pinned core, with wrk)")

@@ -101,7 +101,7 @@ func startSelfStack(ctx context.Context, opts stackOptions) (_ *selfStack, err e
 			return nil, err
 		}
 	}
-	edgeArgs := append([]string{"--http-addr", "127.0.0.1:0", "--control-plane", link, "--edge-token", edgeToken,
+	edgeArgs := append([]string{"--http-addr", "127.0.0.1:0", "--metrics-addr", "127.0.0.1:0", "--control-plane", link, "--edge-token", edgeToken,
 		"--data-dir", filepath.Join(s.dir, "edge-data"), "--edge-id", opts.name + "-edge", "--drain-delay", "0s"}, opts.edgeArgs...)
 	edgeBin := filepath.Join(s.dir, "edge")
 	if opts.edgeBin != "" {
@@ -109,6 +109,9 @@ func startSelfStack(ctx context.Context, opts stackOptions) (_ *selfStack, err e
 	}
 	if s.edge, err = startProcess(ctx, s.dir, command{name: "edge", cpu: opts.edgeCPU, env: opts.edgeEnv, listening: "edge listening",
 		bin: edgeBin, args: edgeArgs}); err != nil {
+		return nil, err
+	}
+	if err := s.edge.waitListening("metrics listening"); err != nil {
 		return nil, err
 	}
 	if err := waitReady("http://" + s.edge.httpAddr + "/_ready"); err != nil {
@@ -181,6 +184,8 @@ type process struct {
 	done     chan struct{}
 	httpAddr string // from its "… listening" log line
 	grpcAddr string // the control plane's, from the same line
+	// metricsAddr is the edge's --metrics-addr, from its "metrics listening" line.
+	metricsAddr string
 }
 
 // startProcess starts c and waits for its listening line: the binaries listen on port 0 and
@@ -229,12 +234,17 @@ func (p *process) waitListening(msg string) error {
 		data, _ := os.ReadFile(p.log)
 		for _, line := range strings.Split(string(data), "\n") {
 			var entry struct {
-				Msg      string `json:"msg"`
-				HTTPAddr string `json:"http_addr"`
-				GRPCAddr string `json:"grpc_addr"`
+				Msg         string `json:"msg"`
+				HTTPAddr    string `json:"http_addr"`
+				GRPCAddr    string `json:"grpc_addr"`
+				MetricsAddr string `json:"metrics_addr"`
 			}
 			if json.Unmarshal([]byte(line), &entry) == nil && entry.Msg == msg {
-				p.httpAddr, p.grpcAddr = entry.HTTPAddr, entry.GRPCAddr
+				if entry.MetricsAddr != "" {
+					p.metricsAddr = entry.MetricsAddr
+				} else {
+					p.httpAddr, p.grpcAddr = entry.HTTPAddr, entry.GRPCAddr
+				}
 				return nil
 			}
 		}

@@ -16,15 +16,14 @@ import (
 	"github.com/valyala/fasthttp"
 	"github.com/valyala/fasthttp/fasthttpadaptor"
 
+	"github.com/flagedge/flagedge/edge/admit"
 	"github.com/flagedge/flagedge/edge/apierror"
 	"github.com/flagedge/flagedge/edge/capture"
+	"github.com/flagedge/flagedge/edge/clientip"
 	"github.com/flagedge/flagedge/edge/decide"
+	"github.com/flagedge/flagedge/edge/reqbody"
 	"github.com/flagedge/flagedge/edge/state"
 )
-
-// MaxBodyBytes is the largest request body the edge reads: capture batches may be 20 MB, and
-// a little more covers their form or base64 encodings. Larger ones get 413 unread.
-const MaxBodyBytes = 21 << 20
 
 // Config holds what the edge's HTTP surface serves from.
 type Config struct {
@@ -35,6 +34,11 @@ type Config struct {
 	Registry *prometheus.Registry
 	// NoMetrics leaves /metrics out: it is served on a listener of its own.
 	NoMetrics bool
+	// Limiter applies the rate limits per client address (nil: none), the address being
+	// the one IPs finds; Refusals counts refusals (nil: uncounted).
+	Limiter  *admit.Limiter
+	IPs      *clientip.Resolver
+	Refusals *admit.Refusals
 }
 
 // Server routes the edge's requests.
@@ -44,6 +48,8 @@ type Server struct {
 	requests *prometheus.CounterVec
 	latency  *prometheus.HistogramVec
 	draining atomic.Bool
+	// The routes answered outside the router's named routes, counted as such.
+	preflight, unreadable *routeStats
 }
 
 // New builds the edge's HTTP handler.
@@ -59,11 +65,21 @@ func New(cfg Config) *Server {
 			Buckets: []float64{.00005, .0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, 1}}, []string{"route"}),
 	}
 	cfg.Registry.MustRegister(s.requests, s.latency)
+	s.preflight, s.unreadable = s.stats("preflight"), s.stats("unreadable")
 	s.router.RedirectTrailingSlash = false
 	s.router.HandleOPTIONS = true
 	s.router.GlobalOPTIONS = preflight
-	s.router.NotFound = func(ctx *fasthttp.RequestCtx) { s.writeError(ctx, apierror.NotFound) }
-	s.router.MethodNotAllowed = func(ctx *fasthttp.RequestCtx) { s.writeError(ctx, apierror.MethodNotAllowed) }
+	notFound, notAllowed := s.stats("not_found"), s.stats("method_not_allowed")
+	s.router.NotFound = func(ctx *fasthttp.RequestCtx) {
+		start := time.Now()
+		s.writeError(ctx, apierror.NotFound)
+		notFound.observe(ctx, start)
+	}
+	s.router.MethodNotAllowed = func(ctx *fasthttp.RequestCtx) {
+		start := time.Now()
+		s.writeError(ctx, apierror.MethodNotAllowed)
+		notAllowed.observe(ctx, start)
+	}
 
 	// Paths are registered without a trailing slash; Handler drops it from requests.
 	s.handle([]string{"GET", "POST"}, "decide", []string{"/decide"}, func(ctx *fasthttp.RequestCtx) error { return cfg.Decide.Serve(ctx, decide.Decide) })
@@ -79,10 +95,18 @@ func New(cfg Config) *Server {
 	s.handle([]string{"GET"}, "early_access_features", []string{"/api/early_access_features"}, s.handleEarlyAccessFeatures)
 	s.handle([]string{"GET"}, "surveys", []string{"/api/surveys"}, s.handleSurveys)
 
-	s.router.GET("/_health", func(ctx *fasthttp.RequestCtx) { writeJSON(ctx, fasthttp.StatusOK, []byte(`{"status":"ok"}`)) })
-	s.router.GET("/_ready", s.handleReady)
+	// Operations' routes are not rate limited: probes and scrapes come from the operator.
+	s.handleWith([]string{"GET"}, "health", []string{"/_health"}, false, func(ctx *fasthttp.RequestCtx) error {
+		writeJSON(ctx, fasthttp.StatusOK, []byte(`{"status":"ok"}`))
+		return nil
+	}, s.writeError)
+	s.handleWith([]string{"GET"}, "ready", []string{"/_ready"}, false, s.handleReady, s.writeError)
 	if !cfg.NoMetrics {
-		s.router.GET("/metrics", fasthttpadaptor.NewFastHTTPHandler(promhttp.HandlerFor(cfg.Registry, promhttp.HandlerOpts{})))
+		metrics := fasthttpadaptor.NewFastHTTPHandler(promhttp.HandlerFor(cfg.Registry, promhttp.HandlerOpts{}))
+		s.handleWith([]string{"GET"}, "metrics", []string{"/metrics"}, false, func(ctx *fasthttp.RequestCtx) error {
+			metrics(ctx)
+			return nil
+		}, s.writeError)
 	}
 	return s
 }
@@ -95,13 +119,17 @@ func (s *Server) Handler() fasthttp.RequestHandler {
 	return func(ctx *fasthttp.RequestCtx) {
 		setCORS(ctx)
 		if ctx.IsOptions() {
+			start := time.Now()
 			preflight(ctx) // on any path, known or not
+			s.preflight.observe(ctx, start)
+			reqbody.Finish(ctx)
 			return
 		}
 		if p := ctx.Path(); len(p) > 1 && p[len(p)-1] == '/' {
 			ctx.URI().SetPathBytes(bytes.TrimRight(p, "/"))
 		}
 		route(ctx)
+		reqbody.Finish(ctx)
 	}
 }
 
@@ -111,28 +139,39 @@ func (s *Server) Routes() map[string][]string { return s.router.List() }
 // Drain makes /_ready answer 503, so load balancers stop sending traffic before shutdown.
 func (s *Server) Drain() { s.draining.Store(true) }
 
-// handle registers h for methods on paths, with CORS headers, a request count and a latency
-// histogram under the route's name; the error h returns is written here, in the API's shape.
+// handle registers h for methods on paths of an SDK-facing route: rate limited, with CORS
+// headers, a request count and a latency histogram under the route's name; the error h
+// returns is written here, in the API's shape.
 func (s *Server) handle(methods []string, route string, paths []string, h func(*fasthttp.RequestCtx) error) {
-	latency := s.latency.WithLabelValues(route)
-	var counters [600]atomic.Pointer[prometheus.Counter]
+	s.handleWith(methods, route, paths, true, h, s.writeError)
+}
+
+// handleWith is handle with the choice of rate limiting the route and of the writer of its
+// errors and refusals (*apierror.Error values): a route of another API (OFREP) answers in
+// its own shape but is limited and counted the same way.
+func (s *Server) handleWith(methods []string, route string, paths []string, limited bool, h func(*fasthttp.RequestCtx) error,
+	writeError func(*fasthttp.RequestCtx, error)) {
+	stats := s.stats(route)
+	limiter := s.cfg.Limiter
+	if !limited {
+		limiter = nil
+	}
 	wrapped := func(ctx *fasthttp.RequestCtx) {
 		start := time.Now()
-		if err := h(ctx); err != nil {
-			s.writeError(ctx, err)
+		var err error
+		if limiter != nil {
+			addr := s.cfg.IPs.ClientIP(ctx.Request.Header.PeekAll("X-Forwarded-For"), ctx.RemoteIP())
+			if r, ok := limiter.Addr(addr, start); !ok {
+				err = apierror.RateLimited(r.RetryAfter)
+			}
 		}
-		latency.Observe(time.Since(start).Seconds())
-		code := ctx.Response.StatusCode()
-		if code < 0 || code >= len(counters) {
-			code = 0
+		if err == nil {
+			err = h(ctx)
 		}
-		c := counters[code].Load()
-		if c == nil {
-			counter := s.requests.WithLabelValues(route, strconv.Itoa(code))
-			c = &counter
-			counters[code].Store(c)
+		if err != nil {
+			writeError(ctx, err)
 		}
-		(*c).Inc()
+		stats.observe(ctx, start)
 	}
 	for _, m := range methods {
 		for _, p := range paths {
@@ -141,12 +180,41 @@ func (s *Server) handle(methods []string, route string, paths []string, h func(*
 	}
 }
 
-func (s *Server) handleReady(ctx *fasthttp.RequestCtx) {
+// routeStats is one route's request counts by status and its latency histogram.
+type routeStats struct {
+	s        *Server
+	route    string
+	latency  prometheus.Observer
+	counters [600]atomic.Pointer[prometheus.Counter] // by status code, made on first use
+}
+
+func (s *Server) stats(route string) *routeStats {
+	return &routeStats{s: s, route: route, latency: s.latency.WithLabelValues(route)}
+}
+
+// observe counts the answer ctx holds, given when the request started.
+func (r *routeStats) observe(ctx *fasthttp.RequestCtx, start time.Time) {
+	r.latency.Observe(time.Since(start).Seconds())
+	code := ctx.Response.StatusCode()
+	if code < 0 || code >= len(r.counters) {
+		code = 0
+	}
+	c := r.counters[code].Load()
+	if c == nil {
+		counter := r.s.requests.WithLabelValues(r.route, strconv.Itoa(code))
+		c = &counter
+		r.counters[code].Store(c)
+	}
+	(*c).Inc()
+}
+
+func (s *Server) handleReady(ctx *fasthttp.RequestCtx) error {
 	if s.draining.Load() || !s.cfg.State.Ready() {
 		writeJSON(ctx, fasthttp.StatusServiceUnavailable, []byte(`{"status":"unavailable"}`))
-		return
+		return nil
 	}
 	writeJSON(ctx, fasthttp.StatusOK, []byte(`{"status":"ok"}`))
+	return nil
 }
 
 // setCORS lets browsers call from any origin, with credentials, as PostHog does: the
