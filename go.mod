@@ -19,6 +19,7 @@ require (
 	github.com/klauspost/compress v1.20.3
 	github.com/maxmind/mmdbwriter v1.2.0
 	github.com/nats-io/nats.go v1.55.0
+	github.com/open-feature/go-sdk v1.20.0
 	github.com/oschwald/geoip2-golang/v2 v2.5.0
 	github.com/posthog/posthog-go v1.23.1
 	github.com/prometheus/client_golang v1.25.0
@@ -84,6 +85,7 @@ require (
 	github.com/shopspring/decimal v1.4.0 // indirect
 	github.com/spf13/cast v1.10.0 // indirect
 	github.com/valyala/bytebufferpool v1.0.0 // indirect
+	go.uber.org/mock v0.6.0 // indirect
 	go.yaml.in/yaml/v4 v4.0.0 // indirect
 	go4.org/netipx v0.0.0-20231129151722-fdeea329fbba // indirect
 	golang.org/x/image v0.30.0 // indirect

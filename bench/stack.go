@@ -33,6 +33,8 @@ type stackOptions struct {
 	edgeEnv []string
 	// edgeArgs are added to the edge's command line (e.g. --geoip-db).
 	edgeArgs []string
+	// controlPlaneArgs are added to the control plane's command line (e.g. --trusted-proxies).
+	controlPlaneArgs []string
 	// edgeBin, when set, is the edge binary to run instead of the one built from the tree
 	// (to measure another build of the edge against this control plane).
 	edgeBin string
@@ -91,8 +93,8 @@ func startSelfStack(ctx context.Context, opts stackOptions) (_ *selfStack, err e
 		return nil, err
 	}
 	if s.cp, err = startProcess(ctx, s.dir, command{name: "controlplane", cpu: opts.controlPlaneCPU, listening: "control plane listening",
-		bin: filepath.Join(s.dir, "controlplane"), args: []string{"serve", "--database-url", s.dbURL,
-			"--http-addr", "127.0.0.1:0", "--grpc-addr", "127.0.0.1:0", "--drain-delay", "0s"}}); err != nil {
+		bin: filepath.Join(s.dir, "controlplane"), args: append([]string{"serve", "--database-url", s.dbURL,
+			"--http-addr", "127.0.0.1:0", "--grpc-addr", "127.0.0.1:0", "--drain-delay", "0s"}, opts.controlPlaneArgs...)}); err != nil {
 		return nil, err
 	}
 	link := s.cp.grpcAddr

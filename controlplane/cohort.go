@@ -95,8 +95,10 @@ type CohortService interface {
 	FindCohortByID(ctx context.Context, projectID, id int64) (*Cohort, error)
 	CreateCohort(ctx context.Context, actor *User, projectID int64, upd CohortUpdate) (*Cohort, error)
 	UpdateCohort(ctx context.Context, actor *User, projectID, id int64, upd CohortUpdate) (*Cohort, error)
-	// CreateStaticCohort creates a static cohort holding the persons ids yields, batch by batch.
-	CreateStaticCohort(ctx context.Context, actor *User, projectID int64, name string, persons func(yield func([]int64) error) error) (*Cohort, error)
+	// CreateStaticCohort creates a static cohort holding the persons ids yields, batch by
+	// batch: those for whom flag flagID of the project is enabled (changing what the flag's
+	// cohorts hold takes the right to edit the flag).
+	CreateStaticCohort(ctx context.Context, actor *User, projectID, flagID int64, name string, persons func(yield func([]int64) error) error) (*Cohort, error)
 	// SetCount stores a property cohort's size.
 	SetCount(ctx context.Context, projectID, id int64, count int) error
 }

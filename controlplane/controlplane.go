@@ -186,3 +186,22 @@ type ProjectService interface {
 	CreateProject(ctx context.Context, orgID int64, name string) (*Project, error)
 	UpdateProject(ctx context.Context, id int64, upd ProjectUpdate) (*Project, error)
 }
+
+// Services are the control plane's services that act for a user, as one value: the stores
+// build them (postgres.NewServices), the authorising layer guards them (authz.Wrap), and the
+// management API and the console call them.
+type Services struct {
+	Auth        AuthService
+	Projects    ProjectService
+	Flags       FlagService
+	Activity    ActivityService
+	Events      EventReader
+	Annotations AnnotationService
+	Roles       RoleService
+	Cohorts     CohortService
+	Features    EarlyAccessFeatureService
+	Dashboards  DashboardService
+	Users       UserService
+	Keys        KeyService
+	Sessions    SessionService
+}

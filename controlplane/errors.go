@@ -49,6 +49,9 @@ func FieldError(attr, code, detail string) *Error {
 // ErrNotFound is returned when the addressed object does not exist (or is not visible).
 var ErrNotFound = &Error{Kind: NotFound, Code: "not_found", Detail: "Not found."}
 
+// ErrNotAuthenticated is returned when a call names no user (no credentials).
+var ErrNotAuthenticated = &Error{Kind: NotAuthenticated, Code: "not_authenticated", Detail: "Authentication credentials were not provided."}
+
 // ErrPermissionDenied is returned when the caller may not modify the object.
 var ErrPermissionDenied = &Error{Kind: Forbidden, Code: "permission_denied", Detail: "You do not have permission to perform this action."}
 

@@ -38,6 +38,10 @@ type Flag struct {
 	HasEnrichedAnalytics       bool
 	// Features are the flag's early access features (read-only).
 	Features []FeatureSummary
+	// SnapshotVersion is, after a write, the project's snapshot version that contains it (0
+	// when the flag was only read): edges answering from that version or a later one serve
+	// the write.
+	SnapshotVersion int64
 }
 
 // Simple reports whether the flag is a plain rollout to persons (one condition, no

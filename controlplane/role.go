@@ -82,10 +82,10 @@ type RoleService interface {
 	AddMember(ctx context.Context, orgID int64, roleID, userUUID string) (*RoleMembership, error)
 	RemoveMember(ctx context.Context, orgID int64, roleID, membershipID string) error
 
-	FindRoleAccess(ctx context.Context, flagID int64, limit, offset int) ([]*RoleAccess, int, error)
-	FindRoleAccessByID(ctx context.Context, flagID, id int64) (*RoleAccess, error)
-	CreateRoleAccess(ctx context.Context, orgID, flagID int64, roleID string) (*RoleAccess, error)
-	DeleteRoleAccess(ctx context.Context, flagID, id int64) error
+	FindRoleAccess(ctx context.Context, projectID, flagID int64, limit, offset int) ([]*RoleAccess, int, error)
+	FindRoleAccessByID(ctx context.Context, projectID, flagID, id int64) (*RoleAccess, error)
+	CreateRoleAccess(ctx context.Context, projectID, flagID int64, roleID string) (*RoleAccess, error)
+	DeleteRoleAccess(ctx context.Context, projectID, flagID, id int64) error
 
 	// EditableFlags reports, for each flag id, whether the user may change the flag: a flag
 	// without role access records is editable by everyone; one with records only by members

@@ -9,12 +9,8 @@ import (
 	"github.com/flagedge/flagedge/controlplane"
 )
 
-var (
-	errNotAuthenticated = &controlplane.Error{Kind: controlplane.NotAuthenticated, Code: "not_authenticated",
-		Detail: "Authentication credentials were not provided."}
-	errCurrentAmbiguous = controlplane.FieldError("project_id", "invalid_input",
-		"@current is ambiguous: this key reaches several projects; use a project id.")
-)
+var errCurrentAmbiguous = controlplane.FieldError("project_id", "invalid_input",
+	"@current is ambiguous: this key reaches several projects; use a project id.")
 
 // call is an authenticated request addressed to one project.
 type call struct {
@@ -25,12 +21,13 @@ type call struct {
 type keyHandler func(w http.ResponseWriter, r *http.Request, key *controlplane.APIKey) error
 type projectHandler func(w http.ResponseWriter, r *http.Request, c *call) error
 
-// withKey authenticates the personal key and checks its scope before calling h.
+// withKey authenticates the personal key and checks its scope before calling h as the key's
+// user.
 func (s *Server) withKey(scope controlplane.Scope, h keyHandler) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		key, err := s.authenticate(r, scope)
 		if err == nil {
-			err = h(w, r, key)
+			err = h(w, asUser(r, key), key)
 		}
 		if err != nil {
 			writeError(w, s.cfg.Logger, r, err)
@@ -47,6 +44,7 @@ func (s *Server) withProject(scope controlplane.Scope, h projectHandler) http.Ha
 			if err != nil {
 				return err
 			}
+			r = asUser(r, key)
 			project, err := s.resolveProject(r.Context(), key, r.PathValue("project_id"))
 			if err != nil {
 				return err
@@ -59,16 +57,22 @@ func (s *Server) withProject(scope controlplane.Scope, h projectHandler) http.Ha
 	}
 }
 
+// asUser returns r acting as the key's user: the services decide what the user may do.
+func asUser(r *http.Request, key *controlplane.APIKey) *http.Request {
+	return r.WithContext(controlplane.NewContextWithUser(r.Context(), &key.User))
+}
+
+// authenticate returns the bearer key of the request, when it carries the scope.
 func (s *Server) authenticate(r *http.Request, scope controlplane.Scope) (*controlplane.APIKey, error) {
 	key := principalFrom(r.Context()) // the console's logged-in user, calling in process
 	if key == nil {
 		header := r.Header.Get("Authorization")
 		if header == "" {
-			return nil, errNotAuthenticated
+			return nil, controlplane.ErrNotAuthenticated
 		}
 		scheme, secret, _ := strings.Cut(header, " ")
 		if !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(secret) == "" {
-			return nil, errNotAuthenticated
+			return nil, controlplane.ErrNotAuthenticated
 		}
 		var err error
 		if key, err = s.cfg.Auth.AuthenticatePersonalKey(r.Context(), strings.TrimSpace(secret)); err != nil {
@@ -82,7 +86,8 @@ func (s *Server) authenticate(r *http.Request, scope controlplane.Scope) (*contr
 }
 
 // resolveProject maps a path's project_id ("@current" or a number) to a project the key
-// reaches. A project the key does not reach, existing or not, is a 403.
+// reaches. A project the key does not reach, existing or not, is a 403: the services refuse
+// another organisation's, the key's own limit to some projects is checked here.
 func (s *Server) resolveProject(ctx context.Context, key *controlplane.APIKey, raw string) (*controlplane.Project, error) {
 	if raw == "@current" {
 		return s.currentProject(ctx, key)

@@ -231,7 +231,7 @@ func (s *Server) handleBlastRadius(w http.ResponseWriter, r *http.Request, c *ca
 // handleStaticCohortForFlag creates a static cohort of every stored person for whom the flag
 // (or one of its variants) is enabled now.
 func (s *Server) handleStaticCohortForFlag(w http.ResponseWriter, r *http.Request, c *call) error {
-	flag, err := s.editableFlag(r, c)
+	flag, err := s.flagFromPath(r, c)
 	if err != nil {
 		return err
 	}
@@ -262,7 +262,7 @@ func (s *Server) handleStaticCohortForFlag(w http.ResponseWriter, r *http.Reques
 	if variant != nil {
 		name = fmt.Sprintf("Users with feature flag %s variant %s at %s", flag.Key, *variant, time.Now().UTC().Format("2006-01-02 15:04:05"))
 	}
-	cohort, err := s.cfg.Cohorts.CreateStaticCohort(r.Context(), &c.key.User, c.project.ID, name, func(yield func([]int64) error) error {
+	cohort, err := s.cfg.Cohorts.CreateStaticCohort(r.Context(), &c.key.User, c.project.ID, flag.ID, name, func(yield func([]int64) error) error {
 		var ids []int64
 		err := s.cfg.Evaluator.EachPersonResult(r.Context(), c.project.ID, p.Snapshot, func(person *controlplane.StoredPersonRow, results []flags.Result) error {
 			res := &results[index]
@@ -290,7 +290,7 @@ func (s *Server) handleStaticCohortForFlag(w http.ResponseWriter, r *http.Reques
 
 // handleDashboard gives the flag its usage dashboard (once) and answers the flag.
 func (s *Server) handleDashboard(w http.ResponseWriter, r *http.Request, c *call) error {
-	flag, err := s.editableFlag(r, c)
+	flag, err := s.flagFromPath(r, c)
 	if err != nil {
 		return err
 	}
@@ -303,7 +303,7 @@ func (s *Server) handleDashboard(w http.ResponseWriter, r *http.Request, c *call
 
 // handleEnrichUsageDashboard turns on enriched analytics for the flag (idempotent).
 func (s *Server) handleEnrichUsageDashboard(w http.ResponseWriter, r *http.Request, c *call) error {
-	flag, err := s.editableFlag(r, c)
+	flag, err := s.flagFromPath(r, c)
 	if err != nil {
 		return err
 	}

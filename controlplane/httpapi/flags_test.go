@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/http"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -68,6 +69,21 @@ func TestFlagLifecycle(t *testing.T) {
 	if patched.status != 200 || patched.body["version"] != 2.0 || patched.body["rollout_percentage"] != 30.0 ||
 		patched.body["name"] != "Checkout v2" || cmp.Diff([]any{"checkout"}, patched.body["tags"]) != "" {
 		t.Errorf("patch: %d %s", patched.status, patched.raw)
+	}
+
+	// Every write names the project version that contains it; a write that changes nothing
+	// names the current one, and reads name none.
+	createdIn, _ := strconv.Atoi(created.header.Get("X-Flagedge-Snapshot-Version"))
+	patchedIn, _ := strconv.Atoi(patched.header.Get("X-Flagedge-Snapshot-Version"))
+	if createdIn <= 0 || patchedIn != createdIn+1 {
+		t.Errorf("snapshot versions of the writes: created in %d, patched in %d", createdIn, patchedIn)
+	}
+	same := e.do("PATCH", e.flagsPath(fmt.Sprintf("/%d/", id)), e.key, map[string]any{"name": "Checkout v2"})
+	if v := same.header.Get("X-Flagedge-Snapshot-Version"); v != strconv.Itoa(patchedIn) {
+		t.Errorf("no-op patch: snapshot version %q, want %d", v, patchedIn)
+	}
+	if v := got.header.Get("X-Flagedge-Snapshot-Version"); v != "" {
+		t.Errorf("a read names snapshot version %q", v)
 	}
 
 	// DELETE is never allowed: 405 and an empty body, and the flag is unchanged.

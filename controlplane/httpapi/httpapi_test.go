@@ -17,9 +17,11 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"golang.org/x/crypto/bcrypt"
 
+	"github.com/flagedge/flagedge/controlplane/authz"
 	"github.com/flagedge/flagedge/controlplane/flageval"
 	"github.com/flagedge/flagedge/controlplane/httpapi"
 	"github.com/flagedge/flagedge/controlplane/postgres"
+	"github.com/flagedge/flagedge/controlplane/rollout"
 	"github.com/flagedge/flagedge/internal/pgtest"
 )
 
@@ -55,14 +57,13 @@ func newEnv(t *testing.T) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
+	persons := postgres.NewPersonStore(db)
+	sessions := postgres.NewEdgeSessionStore(db)
 	api := httpapi.New(httpapi.Config{
-		Auth: postgres.NewAuthService(db), Projects: postgres.NewProjectService(db),
-		Flags: postgres.NewFlagService(db), Activity: postgres.NewActivityService(db), Events: postgres.NewEventReader(db),
-		Annotations: postgres.NewAnnotationService(db), Roles: postgres.NewRoleService(db),
-		Cohorts: postgres.NewCohortService(db), Dashboards: postgres.NewFlagService(db), Features: postgres.NewEarlyAccessFeatureService(db),
-		Users: postgres.NewUserService(db, bcrypt.MinCost), Keys: postgres.NewKeyService(db),
-		Evaluator: &flageval.Evaluator{Snapshots: postgres.NewSnapshotStore(db), Persons: postgres.NewPersonStore(db), Scanner: postgres.NewPersonStore(db)},
+		Services:  authz.Wrap(postgres.NewServices(db, bcrypt.MinCost)),
+		Evaluator: &flageval.Evaluator{Snapshots: postgres.NewSnapshotStore(db), Persons: persons, Scanner: persons},
 		Ready:     db.Ping, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		EdgeSessions: sessions, Rollout: rollout.New(sessions),
 	})
 	srv := httptest.NewServer(api)
 	t.Cleanup(srv.Close)
@@ -75,6 +76,7 @@ type response struct {
 	raw         []byte
 	body        map[string]any
 	contentType string
+	header      http.Header
 }
 
 func (r response) str(k string) string { s, _ := r.body[k].(string); return s }
@@ -112,7 +114,7 @@ func (e *env) do(method, path, key string, body any) response {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	out := response{status: resp.StatusCode, raw: raw, contentType: resp.Header.Get("Content-Type")}
+	out := response{status: resp.StatusCode, raw: raw, contentType: resp.Header.Get("Content-Type"), header: resp.Header}
 	if len(raw) > 0 && raw[0] == '{' {
 		if err := json.Unmarshal(raw, &out.body); err != nil {
 			e.t.Fatalf("%s %s: bad JSON %q: %v", method, path, raw, err)

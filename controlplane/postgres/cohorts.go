@@ -111,9 +111,16 @@ func (s *CohortService) UpdateCohort(ctx context.Context, actor *controlplane.Us
 }
 
 // CreateStaticCohort creates a static cohort and fills it batch by batch in one transaction.
-func (s *CohortService) CreateStaticCohort(ctx context.Context, actor *controlplane.User, projectID int64, name string, persons func(yield func([]int64) error) error) (*controlplane.Cohort, error) {
+func (s *CohortService) CreateStaticCohort(ctx context.Context, actor *controlplane.User, projectID, flagID int64, name string, persons func(yield func([]int64) error) error) (*controlplane.Cohort, error) {
 	var id int64
 	err := s.db.inTx(ctx, func(tx pgx.Tx) error {
+		var found bool
+		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM feature_flags WHERE id = $1 AND project_id = $2)`, flagID, projectID).Scan(&found); err != nil {
+			return err
+		}
+		if !found {
+			return controlplane.ErrNotFound
+		}
 		if err := tx.QueryRow(ctx, `INSERT INTO cohorts (project_id, name, is_static, filters, created_by)
 			VALUES ($1, $2, true, '{}', $3) RETURNING id`, projectID, name, actor.ID).Scan(&id); err != nil {
 			return err

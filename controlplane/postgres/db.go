@@ -103,16 +103,25 @@ func (db *DB) inTx(ctx context.Context, fn func(tx pgx.Tx) error) error {
 // bumpSnapshot increments the project's snapshot version and notifies listeners; the
 // notification is delivered when the transaction commits.
 func bumpSnapshot(ctx context.Context, tx pgx.Tx, projectID int64) error {
-	_, err := tx.Exec(ctx, `
+	_, err := bumpSnapshotVersion(ctx, tx, projectID)
+	return err
+}
+
+// bumpSnapshotVersion is bumpSnapshot that returns the new version: the first version of the
+// project that contains what tx writes, which the API tells the writer so that it can wait for
+// its change to reach the edges.
+func bumpSnapshotVersion(ctx context.Context, tx pgx.Tx, projectID int64) (int64, error) {
+	var version int64
+	err := tx.QueryRow(ctx, `
 		WITH bumped AS (
 			UPDATE projects SET snapshot_version = snapshot_version + 1 WHERE id = $1
 			RETURNING id, snapshot_version)
-		SELECT pg_notify($2, id::text || ':' || snapshot_version::text) FROM bumped`,
-		projectID, SnapshotChannel)
+		SELECT snapshot_version, pg_notify($2, id::text || ':' || snapshot_version::text) FROM bumped`,
+		projectID, SnapshotChannel).Scan(&version, nil)
 	if err != nil {
-		return fmt.Errorf("bump snapshot: %w", err)
+		return 0, fmt.Errorf("bump snapshot: %w", err)
 	}
-	return nil
+	return version, nil
 }
 
 const uniqueViolation = "23505"

@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -27,10 +28,30 @@ func NewEdgeService(db *DB) *EdgeService { return &EdgeService{db: db} }
 // recognisable.
 const edgeTokenPrefix = "fle_"
 
-// CreateEdge issues a credential to a new edge.
-func (s *EdgeService) CreateEdge(ctx context.Context, name string) (*controlplane.Edge, string, error) {
+// maxEdgeProjects bounds the projects one edge is scoped to: the scope is checked on every
+// sync call by a linear search, and an edge serving more projects than this is better
+// unscoped.
+const maxEdgeProjects = 1000
+
+// CreateEdge issues a credential to a new edge, scoped to projects unless nil.
+func (s *EdgeService) CreateEdge(ctx context.Context, name string, projects []int64) (*controlplane.Edge, string, error) {
 	if name == "" || len(name) > 200 {
 		return nil, "", controlplane.FieldError("name", "invalid_input", "An edge name is 1 to 200 characters.")
+	}
+	if projects != nil {
+		projects = slices.Compact(slices.Sorted(slices.Values(projects)))
+		if len(projects) == 0 || len(projects) > maxEdgeProjects {
+			return nil, "", controlplane.FieldError("projects", "invalid_input", fmt.Sprintf("An edge is scoped to 1 to %d projects.", maxEdgeProjects))
+		}
+		var missing []int64
+		err := s.db.Pool.QueryRow(ctx, `SELECT coalesce(array_agg(u.id ORDER BY u.id), '{}') FROM unnest($1::bigint[]) AS u(id)
+			WHERE NOT EXISTS (SELECT 1 FROM projects p WHERE p.id = u.id)`, projects).Scan(&missing)
+		if err != nil {
+			return nil, "", fmt.Errorf("create edge: %w", err)
+		}
+		if len(missing) > 0 {
+			return nil, "", controlplane.FieldError("projects", "invalid_input", fmt.Sprintf("There is no project %d.", missing[0]))
+		}
 	}
 	secret := make([]byte, 32)
 	if _, err := rand.Read(secret); err != nil {
@@ -38,9 +59,9 @@ func (s *EdgeService) CreateEdge(ctx context.Context, name string) (*controlplan
 	}
 	token := edgeTokenPrefix + fmt.Sprintf("%x", secret)
 	sum := sha256.Sum256([]byte(token))
-	e := &controlplane.Edge{Name: name}
-	err := s.db.Pool.QueryRow(ctx, `INSERT INTO edges (name, token_sha256) VALUES ($1, $2) RETURNING id::text, created_at`,
-		name, sum[:]).Scan(&e.ID, &e.CreatedAt)
+	e := &controlplane.Edge{Name: name, Projects: projects}
+	err := s.db.Pool.QueryRow(ctx, `INSERT INTO edges (name, token_sha256, project_ids) VALUES ($1, $2, $3) RETURNING id::text, created_at`,
+		name, sum[:], projects).Scan(&e.ID, &e.CreatedAt)
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.Code == "23505" {
 		return nil, "", controlplane.FieldError("name", "unique", "There is already a live edge with this name; revoke it first.")
@@ -53,13 +74,13 @@ func (s *EdgeService) CreateEdge(ctx context.Context, name string) (*controlplan
 
 // FindEdges lists every edge, oldest first.
 func (s *EdgeService) FindEdges(ctx context.Context) ([]*controlplane.Edge, error) {
-	rows, err := s.db.Pool.Query(ctx, `SELECT id::text, name, created_at, revoked_at FROM edges ORDER BY created_at, name`)
+	rows, err := s.db.Pool.Query(ctx, `SELECT id::text, name, project_ids, created_at, revoked_at FROM edges ORDER BY created_at, name`)
 	if err != nil {
 		return nil, fmt.Errorf("find edges: %w", err)
 	}
 	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (*controlplane.Edge, error) {
 		e := &controlplane.Edge{}
-		return e, row.Scan(&e.ID, &e.Name, &e.CreatedAt, &e.RevokedAt)
+		return e, row.Scan(&e.ID, &e.Name, &e.Projects, &e.CreatedAt, &e.RevokedAt)
 	})
 }
 
@@ -78,7 +99,7 @@ func (s *EdgeService) RevokeEdge(ctx context.Context, name string) error {
 
 // LiveEdgeTokens returns the live edges by the hash of their token.
 func (s *EdgeService) LiveEdgeTokens(ctx context.Context) (map[[sha256.Size]byte]*controlplane.Edge, error) {
-	rows, err := s.db.Pool.Query(ctx, `SELECT token_sha256, id::text, name, created_at FROM edges WHERE revoked_at IS NULL`)
+	rows, err := s.db.Pool.Query(ctx, `SELECT token_sha256, id::text, name, project_ids, created_at FROM edges WHERE revoked_at IS NULL`)
 	if err != nil {
 		return nil, fmt.Errorf("live edges: %w", err)
 	}
@@ -87,7 +108,7 @@ func (s *EdgeService) LiveEdgeTokens(ctx context.Context) (map[[sha256.Size]byte
 	for rows.Next() {
 		var sum []byte
 		e := &controlplane.Edge{}
-		if err := rows.Scan(&sum, &e.ID, &e.Name, &e.CreatedAt); err != nil {
+		if err := rows.Scan(&sum, &e.ID, &e.Name, &e.Projects, &e.CreatedAt); err != nil {
 			return nil, fmt.Errorf("live edges: %w", err)
 		}
 		if len(sum) != sha256.Size {

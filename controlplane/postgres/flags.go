@@ -128,7 +128,8 @@ func (s *FlagService) CreateFlag(ctx context.Context, actor *controlplane.User, 
 		if created, err = createFlag(ctx, tx, s.db.Now(), actor, projectID, upd); err != nil {
 			return err
 		}
-		return bumpSnapshot(ctx, tx, projectID)
+		created.SnapshotVersion, err = bumpSnapshotVersion(ctx, tx, projectID)
+		return err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("create flag: %w", err)
@@ -184,10 +185,14 @@ func (s *FlagService) UpdateFlag(ctx context.Context, actor *controlplane.User, 
 	err := s.db.inTx(ctx, func(tx pgx.Tx) error {
 		var changed bool
 		var err error
-		if updated, changed, err = updateFlag(ctx, tx, s.db.Now(), actor, projectID, id, upd); err != nil || !changed {
+		if updated, changed, err = updateFlag(ctx, tx, s.db.Now(), actor, projectID, id, upd); err != nil {
 			return err
 		}
-		return bumpSnapshot(ctx, tx, projectID)
+		if !changed { // what the flag is now is in the project's current version
+			return tx.QueryRow(ctx, `SELECT snapshot_version FROM projects WHERE id = $1`, projectID).Scan(&updated.SnapshotVersion)
+		}
+		updated.SnapshotVersion, err = bumpSnapshotVersion(ctx, tx, projectID)
+		return err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("update flag: %w", err)

@@ -11,7 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/flagedge/flagedge/controlplane"
-	"github.com/flagedge/flagedge/controlplane/ingest"
+	"github.com/flagedge/flagedge/controlplane/personview"
 )
 
 // EventStore stores captured events and applies them to persons and groups.
@@ -205,10 +205,10 @@ func (s *EventStore) ingestEvents(ctx context.Context, tx pgx.Tx, projectID int6
 	if err := ensurePersons(ctx, tx, projectID, fresh); err != nil {
 		return 0, 0, err
 	}
-	var special []ingest.Event
+	var special []personview.Event
 	for _, e := range fresh {
-		ie := ingest.Event{Name: e.Name, DistinctID: e.DistinctID, Properties: e.Properties}
-		if ingest.NeedsState(ie) {
+		ie := personview.Event{Name: e.Name, DistinctID: e.DistinctID, Properties: e.Properties}
+		if personview.NeedsState(ie) {
 			special = append(special, ie)
 		}
 	}
@@ -244,12 +244,12 @@ func ensurePersons(ctx context.Context, tx pgx.Tx, projectID int64, events []con
 
 // applyState loads the persons and groups the events touch, applies the events in order and
 // writes the changes back.
-func (s *EventStore) applyState(ctx context.Context, tx pgx.Tx, projectID int64, events []ingest.Event) error {
-	view := ingest.NewView()
+func (s *EventStore) applyState(ctx context.Context, tx pgx.Tx, projectID int64, events []personview.Event) error {
+	view := personview.NewView()
 	var ids []string
-	var groupRefs []ingest.GroupRef
+	var groupRefs []personview.GroupRef
 	for _, e := range events {
-		d, g := ingest.Refs(e)
+		d, g := personview.Refs(e)
 		ids = append(ids, d...)
 		groupRefs = append(groupRefs, g...)
 	}
@@ -271,17 +271,17 @@ func (s *EventStore) applyState(ctx context.Context, tx pgx.Tx, projectID int64,
 
 // loadPersons fills the view with the persons behind ids and all their distinct ids, and
 // returns the stored mapping of distinct ids to person ids.
-func loadPersons(ctx context.Context, tx pgx.Tx, projectID int64, ids []string, view *ingest.View) (map[string]int64, error) {
+func loadPersons(ctx context.Context, tx pgx.Tx, projectID int64, ids []string, view *personview.View) (map[string]int64, error) {
 	rows, err := tx.Query(ctx, `
 		SELECT p.id, p.properties, p.is_identified FROM persons p
 		WHERE p.id IN (SELECT person_id FROM person_distinct_ids WHERE project_id = $1 AND distinct_id = ANY($2))`, projectID, ids)
 	if err != nil {
 		return nil, fmt.Errorf("load persons: %w", err)
 	}
-	persons := map[int64]*ingest.Person{}
+	persons := map[int64]*personview.Person{}
 	var personIDs []int64
 	for rows.Next() {
-		p := &ingest.Person{}
+		p := &personview.Person{}
 		var props []byte
 		if err := rows.Scan(&p.ID, &props, &p.Identified); err != nil {
 			rows.Close()
@@ -316,7 +316,7 @@ func loadPersons(ctx context.Context, tx pgx.Tx, projectID int64, ids []string, 
 	return loaded, rows.Err()
 }
 
-func loadGroups(ctx context.Context, tx pgx.Tx, projectID int64, refs []ingest.GroupRef, view *ingest.View) error {
+func loadGroups(ctx context.Context, tx pgx.Tx, projectID int64, refs []personview.GroupRef, view *personview.View) error {
 	rows, err := tx.Query(ctx, `SELECT group_type, group_type_index FROM group_type_mappings WHERE project_id = $1`, projectID)
 	if err != nil {
 		return fmt.Errorf("load group types: %w", err)
@@ -350,13 +350,13 @@ func loadGroups(ctx context.Context, tx pgx.Tx, projectID int64, refs []ingest.G
 		return fmt.Errorf("load groups: %w", err)
 	}
 	for rows.Next() {
-		var k ingest.GroupKey
+		var k personview.GroupKey
 		var props []byte
 		if err := rows.Scan(&k.TypeIndex, &k.Key, &props); err != nil {
 			rows.Close()
 			return err
 		}
-		g := &ingest.Group{Exists: true}
+		g := &personview.Group{Exists: true}
 		if err := json.Unmarshal(props, &g.Properties); err != nil || g.Properties == nil {
 			g.Properties = map[string]any{}
 		}
@@ -367,7 +367,7 @@ func loadGroups(ctx context.Context, tx pgx.Tx, projectID int64, refs []ingest.G
 
 // writeState writes the view's changes: new persons, distinct ids that moved, merged persons
 // (their cohorts and overrides moving to the survivor), properties, groups and group types.
-func writeState(ctx context.Context, tx pgx.Tx, projectID int64, view *ingest.View, loaded map[string]int64) error {
+func writeState(ctx context.Context, tx pgx.Tx, projectID int64, view *personview.View, loaded map[string]int64) error {
 	all := distinctPersons(view)
 	if err := createPersons(ctx, tx, projectID, all); err != nil {
 		return err
@@ -385,7 +385,7 @@ func writeState(ctx context.Context, tx pgx.Tx, projectID int64, view *ingest.Vi
 }
 
 // survivor is the person p was merged into, through any chain of merges (p when none).
-func survivor(p *ingest.Person) *ingest.Person {
+func survivor(p *personview.Person) *personview.Person {
 	for p.MergedInto != nil {
 		p = p.MergedInto
 	}
@@ -393,9 +393,9 @@ func survivor(p *ingest.Person) *ingest.Person {
 }
 
 // distinctPersons lists every person of the view once.
-func distinctPersons(view *ingest.View) []*ingest.Person {
-	seen := map[*ingest.Person]bool{}
-	var all []*ingest.Person
+func distinctPersons(view *personview.View) []*personview.Person {
+	seen := map[*personview.Person]bool{}
+	var all []*personview.Person
 	for _, p := range view.ByDistinctID {
 		if !seen[p] {
 			seen[p] = true
@@ -406,7 +406,7 @@ func distinctPersons(view *ingest.View) []*ingest.Person {
 }
 
 // createPersons stores the new persons that survive, giving them their ids.
-func createPersons(ctx context.Context, tx pgx.Tx, projectID int64, all []*ingest.Person) error {
+func createPersons(ctx context.Context, tx pgx.Tx, projectID int64, all []*personview.Person) error {
 	for _, p := range all {
 		if p.ID == 0 && p.MergedInto == nil {
 			if err := tx.QueryRow(ctx, `INSERT INTO persons (project_id) VALUES ($1) RETURNING id`, projectID).Scan(&p.ID); err != nil {
@@ -419,7 +419,7 @@ func createPersons(ctx context.Context, tx pgx.Tx, projectID int64, all []*inges
 
 // mergePersons moves what belonged to each merged, stored person (static cohort memberships,
 // hash-key overrides, distinct ids) to its survivor, then deletes it.
-func mergePersons(ctx context.Context, tx pgx.Tx, view *ingest.View) error {
+func mergePersons(ctx context.Context, tx pgx.Tx, view *personview.View) error {
 	for _, p := range view.Merged {
 		if p.ID == 0 {
 			continue // never stored
@@ -444,7 +444,7 @@ func mergePersons(ctx context.Context, tx pgx.Tx, view *ingest.View) error {
 
 // assignDistinctIDs points every distinct id whose person changed (new, aliased, merged) at
 // its surviving person, in one statement.
-func assignDistinctIDs(ctx context.Context, tx pgx.Tx, projectID int64, view *ingest.View, loaded map[string]int64) error {
+func assignDistinctIDs(ctx context.Context, tx pgx.Tx, projectID int64, view *personview.View, loaded map[string]int64) error {
 	var ids []string
 	var persons []int64
 	for d, p := range view.ByDistinctID {
@@ -464,7 +464,7 @@ func assignDistinctIDs(ctx context.Context, tx pgx.Tx, projectID int64, view *in
 }
 
 // updatePersonProperties writes the properties of the persons that changed, in one statement.
-func updatePersonProperties(ctx context.Context, tx pgx.Tx, all []*ingest.Person) error {
+func updatePersonProperties(ctx context.Context, tx pgx.Tx, all []*personview.Person) error {
 	var ids []int64
 	var props [][]byte
 	var identified []bool
@@ -491,7 +491,7 @@ func updatePersonProperties(ctx context.Context, tx pgx.Tx, all []*ingest.Person
 
 // writeGroups adds new group types (which edges learn from a new snapshot) and upserts the
 // groups that changed.
-func writeGroups(ctx context.Context, tx pgx.Tx, projectID int64, view *ingest.View) error {
+func writeGroups(ctx context.Context, tx pgx.Tx, projectID int64, view *personview.View) error {
 	if len(view.NewGroupTypes) > 0 {
 		for _, name := range view.NewGroupTypes {
 			if _, err := tx.Exec(ctx, `INSERT INTO group_type_mappings (project_id, group_type, group_type_index) VALUES ($1, $2, $3)`,

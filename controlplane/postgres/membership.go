@@ -9,7 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/flagedge/flagedge/shared/membership"
+	"github.com/flagedge/flagedge/shared/bloomkeys"
 )
 
 // MembershipChannel is the NOTIFY channel on which every distinct id and group stored is
@@ -25,7 +25,7 @@ func NewMemberStore(db *DB) *MemberStore { return &MemberStore{db: db} }
 
 // ScanMembers reads, in one snapshot of the database, how many keys each project has (every
 // project when projectID is 0, those with none too; else that one), calling sized once per
-// project, then every key (shared/membership's encoding), calling key for each.
+// project, then every key (shared/bloomkeys's encoding), calling key for each.
 func (s *MemberStore) ScanMembers(ctx context.Context, projectID int64, sized func(projectID int64, n int), key func(projectID int64, k []byte)) error {
 	tx, err := s.db.Pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
 	if err != nil {
@@ -55,9 +55,9 @@ func (s *MemberStore) ScanMembers(ctx context.Context, projectID int64, sized fu
 	buf := make([]byte, 0, 256)
 	_, err = pgx.ForEachRow(rows, []any{&id, &typeIndex, &raw}, func() error {
 		if typeIndex < 0 {
-			buf = membership.PersonKey(buf[:0], string(raw))
+			buf = bloomkeys.PersonKey(buf[:0], string(raw))
 		} else {
-			buf = membership.GroupKey(buf[:0], typeIndex, string(raw))
+			buf = bloomkeys.GroupKey(buf[:0], typeIndex, string(raw))
 		}
 		key(id, buf)
 		return nil
@@ -69,7 +69,7 @@ func (s *MemberStore) ScanMembers(ctx context.Context, projectID int64, sized fu
 }
 
 // ParseMembershipNotice decodes a payload of MembershipChannel: the project, the keys it
-// announces (shared/membership's encoding), or rebuild when the keys did not fit in a
+// announces (shared/bloomkeys's encoding), or rebuild when the keys did not fit in a
 // notification and the project's keys must be read from the tables.
 func ParseMembershipNotice(payload string) (projectID int64, keys [][]byte, rebuild bool, err error) {
 	idText, rest, _ := strings.Cut(payload, " ")
@@ -87,7 +87,7 @@ func ParseMembershipNotice(payload string) (projectID int64, keys [][]byte, rebu
 			return 0, nil, false, fmt.Errorf("membership notice %.40q: %w", payload, err)
 		}
 		for _, d := range ids {
-			keys = append(keys, membership.PersonKey(nil, d))
+			keys = append(keys, bloomkeys.PersonKey(nil, d))
 		}
 	case "g":
 		var groups [][2]json.RawMessage
@@ -103,7 +103,7 @@ func ParseMembershipNotice(payload string) (projectID int64, keys [][]byte, rebu
 			if err := json.Unmarshal(g[1], &key); err != nil {
 				return 0, nil, false, fmt.Errorf("membership notice %.40q: %w", payload, err)
 			}
-			keys = append(keys, membership.GroupKey(nil, index, key))
+			keys = append(keys, bloomkeys.GroupKey(nil, index, key))
 		}
 	default:
 		return 0, nil, false, fmt.Errorf("membership notice %.40q: unknown kind", payload)

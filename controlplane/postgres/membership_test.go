@@ -9,7 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/flagedge/flagedge/controlplane/postgres"
-	"github.com/flagedge/flagedge/shared/membership"
+	"github.com/flagedge/flagedge/shared/bloomkeys"
 )
 
 // TestMembershipNotices stores distinct ids and groups through the tables, as any path would,
@@ -33,7 +33,7 @@ func TestMembershipNotices(t *testing.T) {
 		ids = append(ids, strings.Repeat("x", 30)+string(rune('a'+i%26))+strings.Repeat("y", i%7)+"-"+string(rune(0x4e00+i)))
 	}
 	for _, id := range ids {
-		want = append(want, string(membership.PersonKey(nil, id)))
+		want = append(want, string(bloomkeys.PersonKey(nil, id)))
 	}
 	if _, err := db.Pool.Exec(ctx, `WITH p AS (INSERT INTO persons (project_id) VALUES ($1) RETURNING id)
 		INSERT INTO person_distinct_ids (project_id, distinct_id, person_id) SELECT $1, d, p.id FROM p, unnest($2::text[]) AS d`, res.ProjectID, ids); err != nil {
@@ -42,7 +42,7 @@ func TestMembershipNotices(t *testing.T) {
 	if _, err := db.Pool.Exec(ctx, `INSERT INTO groups (project_id, group_type_index, group_key) VALUES ($1, 2, 'acme "inc"')`, res.ProjectID); err != nil {
 		t.Fatal(err)
 	}
-	want = append(want, string(membership.GroupKey(nil, 2, `acme "inc"`)))
+	want = append(want, string(bloomkeys.GroupKey(nil, 2, `acme "inc"`)))
 	long := strings.Repeat("z", 9000)
 	if _, err := db.Pool.Exec(ctx, `WITH p AS (INSERT INTO persons (project_id) VALUES ($1) RETURNING id)
 		INSERT INTO person_distinct_ids (project_id, distinct_id, person_id) SELECT $1, $2, p.id FROM p`, res.ProjectID, long); err != nil {

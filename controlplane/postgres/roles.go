@@ -204,13 +204,17 @@ func scanRoleAccess(row pgx.Row) (*controlplane.RoleAccess, error) {
 	return &a, err
 }
 
-// FindRoleAccess returns a page of a flag's role access records.
-func (s *RoleService) FindRoleAccess(ctx context.Context, flagID int64, limit, offset int) ([]*controlplane.RoleAccess, int, error) {
+// flagOfProject restricts role access records to those of flag $1 when it is a flag of
+// project $2.
+const flagOfProject = `a.feature_flag_id = $1 AND EXISTS (SELECT 1 FROM feature_flags f WHERE f.id = $1 AND f.project_id = $2)`
+
+// FindRoleAccess returns a page of the role access records of a flag of the project.
+func (s *RoleService) FindRoleAccess(ctx context.Context, projectID, flagID int64, limit, offset int) ([]*controlplane.RoleAccess, int, error) {
 	var total int
-	if err := s.db.Pool.QueryRow(ctx, `SELECT count(*) FROM feature_flag_role_access WHERE feature_flag_id = $1`, flagID).Scan(&total); err != nil {
+	if err := s.db.Pool.QueryRow(ctx, `SELECT count(*) FROM feature_flag_role_access a WHERE `+flagOfProject, flagID, projectID).Scan(&total); err != nil {
 		return nil, 0, fmt.Errorf("count role access: %w", err)
 	}
-	rows, err := s.db.Pool.Query(ctx, roleAccessSelect+` WHERE a.feature_flag_id = $1 ORDER BY a.id DESC LIMIT $2 OFFSET $3`, flagID, limit, offset)
+	rows, err := s.db.Pool.Query(ctx, roleAccessSelect+` WHERE `+flagOfProject+` ORDER BY a.id DESC LIMIT $3 OFFSET $4`, flagID, projectID, limit, offset)
 	if err != nil {
 		return nil, 0, fmt.Errorf("find role access: %w", err)
 	}
@@ -221,20 +225,23 @@ func (s *RoleService) FindRoleAccess(ctx context.Context, flagID int64, limit, o
 	return list, total, nil
 }
 
-// FindRoleAccessByID returns one role access record of a flag.
-func (s *RoleService) FindRoleAccessByID(ctx context.Context, flagID, id int64) (*controlplane.RoleAccess, error) {
-	a, err := scanRoleAccess(s.db.Pool.QueryRow(ctx, roleAccessSelect+` WHERE a.feature_flag_id = $1 AND a.id = $2`, flagID, id))
+// FindRoleAccessByID returns one role access record of a flag of the project.
+func (s *RoleService) FindRoleAccessByID(ctx context.Context, projectID, flagID, id int64) (*controlplane.RoleAccess, error) {
+	a, err := scanRoleAccess(s.db.Pool.QueryRow(ctx, roleAccessSelect+` WHERE `+flagOfProject+` AND a.id = $3`, flagID, projectID, id))
 	if err != nil {
 		return nil, fmt.Errorf("find role access: %w", notFoundIfNoRows(err))
 	}
 	return a, nil
 }
 
-// CreateRoleAccess grants a role of the organisation access to a flag, once.
-func (s *RoleService) CreateRoleAccess(ctx context.Context, orgID, flagID int64, roleID string) (*controlplane.RoleAccess, error) {
+// CreateRoleAccess grants a role of the project's organisation access to a flag of the
+// project, once.
+func (s *RoleService) CreateRoleAccess(ctx context.Context, projectID, flagID int64, roleID string) (*controlplane.RoleAccess, error) {
 	var id int64
 	err := s.db.Pool.QueryRow(ctx, `INSERT INTO feature_flag_role_access (feature_flag_id, role_id)
-		SELECT $2, r.id FROM roles r WHERE r.organization_id = $1 AND r.id::text = $3 RETURNING id`, orgID, flagID, roleID).Scan(&id)
+		SELECT f.id, r.id FROM feature_flags f JOIN projects p ON p.id = f.project_id
+		JOIN roles r ON r.organization_id = p.organization_id
+		WHERE f.id = $1 AND f.project_id = $2 AND r.id::text = $3 RETURNING id`, flagID, projectID, roleID).Scan(&id)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows) || isInvalidUUID(err):
 		return nil, controlplane.FieldError("role_id", "invalid_input", "No role of this organisation has this id.")
@@ -243,12 +250,12 @@ func (s *RoleService) CreateRoleAccess(ctx context.Context, orgID, flagID int64,
 	case err != nil:
 		return nil, fmt.Errorf("create role access: %w", err)
 	}
-	return s.FindRoleAccessByID(ctx, flagID, id)
+	return s.FindRoleAccessByID(ctx, projectID, flagID, id)
 }
 
-// DeleteRoleAccess removes a role access record.
-func (s *RoleService) DeleteRoleAccess(ctx context.Context, flagID, id int64) error {
-	tag, err := s.db.Pool.Exec(ctx, `DELETE FROM feature_flag_role_access WHERE feature_flag_id = $1 AND id = $2`, flagID, id)
+// DeleteRoleAccess removes a role access record of a flag of the project.
+func (s *RoleService) DeleteRoleAccess(ctx context.Context, projectID, flagID, id int64) error {
+	tag, err := s.db.Pool.Exec(ctx, `DELETE FROM feature_flag_role_access a WHERE `+flagOfProject+` AND a.id = $3`, flagID, projectID, id)
 	if err != nil {
 		return fmt.Errorf("delete role access: %w", err)
 	}

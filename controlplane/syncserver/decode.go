@@ -136,3 +136,28 @@ func decodeEvent(raw []byte) controlplane.Event {
 	e.Timestamp, e.ReceivedAt = time.UnixMicro(timestampUs).UTC(), time.UnixMicro(receivedUs).UTC()
 	return e
 }
+
+// batchProject is the project id of an encoded EventBatch, without decoding its events; 0
+// when its framing is broken before the id.
+func batchProject(raw []byte) int64 {
+	for rest := raw; len(rest) > 0; {
+		num, typ, n := protowire.ConsumeTag(rest)
+		if n < 0 {
+			return 0
+		}
+		rest = rest[n:]
+		if num == batchProjectID && typ == protowire.VarintType {
+			v, n := protowire.ConsumeVarint(rest)
+			if n < 0 {
+				return 0
+			}
+			return int64(v)
+		}
+		n = protowire.ConsumeFieldValue(num, typ, rest)
+		if n < 0 {
+			return 0
+		}
+		rest = rest[n:]
+	}
+	return 0
+}

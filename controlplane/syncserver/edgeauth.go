@@ -145,13 +145,15 @@ func (a *EdgeAuth) authenticate(ctx context.Context) (*controlplane.Edge, error)
 	return nil, errUnauthenticated
 }
 
-// UnaryInterceptor admits unary calls (look-ups, ingestion) from live edges only.
+// UnaryInterceptor admits unary calls (look-ups, ingestion, acknowledgements) from live
+// edges only; the handler finds the edge in its context (edgeName).
 func (a *EdgeAuth) UnaryInterceptor() grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-		if _, err := a.authenticate(ctx); err != nil {
+		edge, err := a.authenticate(ctx)
+		if err != nil {
 			return nil, err
 		}
-		return handler(ctx, req)
+		return handler(context.WithValue(ctx, edgeKey{}, edge), req)
 	}
 }
 
@@ -198,6 +200,22 @@ func (a *EdgeAuth) StreamInterceptor() grpc.StreamServerInterceptor {
 
 // edgeKey keys the authenticated edge in a call's context.
 type edgeKey struct{}
+
+// serves reports whether the edge whose credential the call carries is served the project:
+// always when the server runs without EdgeAuth.
+func serves(ctx context.Context, projectID int64) bool {
+	e, ok := ctx.Value(edgeKey{}).(*controlplane.Edge)
+	return !ok || e.Serves(projectID)
+}
+
+// scope is the project test of the call's edge for the membership hub: nil serves every
+// project.
+func scope(ctx context.Context) func(int64) bool {
+	if e, ok := ctx.Value(edgeKey{}).(*controlplane.Edge); ok && e.Projects != nil {
+		return e.Serves
+	}
+	return nil
+}
 
 // edgeName is the name of the edge whose credential the call carries ("" when the server runs
 // without EdgeAuth, as in tests): the edge's own --edge-id is what it says, this is what the

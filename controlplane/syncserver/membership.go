@@ -4,19 +4,19 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/flagedge/flagedge/controlplane/membership"
-	sharedmembership "github.com/flagedge/flagedge/shared/membership"
+	"github.com/flagedge/flagedge/controlplane/bloomhub"
+	"github.com/flagedge/flagedge/shared/bloomkeys"
 	"github.com/flagedge/flagedge/shared/syncpb"
 )
 
 // membershipMessageBytes is about the most filter bytes or keys one Watch message carries;
-// a larger filter goes alone (up to shared/membership.MaxFilterBytes; the edge accepts
+// a larger filter goes alone (up to shared/bloomhub.MaxFilterBytes; the edge accepts
 // messages of twice that).
 const membershipMessageBytes = 1 << 20
 
 // sendMembership sends a stream's membership changes in order: the reset, the whole filters,
 // then the additions.
-func sendMembership(stream syncpb.Sync_WatchServer, c membership.Changes) error {
+func sendMembership(stream syncpb.Sync_WatchServer, c bloomhub.Changes) error {
 	msg := &syncpb.WatchResponse{MembershipReset: c.Reset}
 	size := 0
 	flush := func(force bool) error {
@@ -33,7 +33,7 @@ func sendMembership(stream syncpb.Sync_WatchServer, c membership.Changes) error 
 		return nil
 	}
 	for id, f := range c.Filters {
-		if f.Bloom.Cap()/8 > sharedmembership.MaxFilterBytes {
+		if f.Bloom.Cap()/8 > bloomkeys.MaxFilterBytes {
 			continue // the edge looks this project's keys up (its additions are dropped there too)
 		}
 		raw, err := f.Bloom.MarshalBinary()

@@ -7,9 +7,11 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"maps"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -18,7 +20,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/flagedge/flagedge/controlplane"
-	"github.com/flagedge/flagedge/controlplane/membership"
+	"github.com/flagedge/flagedge/controlplane/bloomhub"
 	"github.com/flagedge/flagedge/shared/syncpb"
 )
 
@@ -40,7 +42,11 @@ type Server struct {
 	builds singleflight.Group
 	cache  sync.Map // project id → *syncpb.ProjectSnapshot, the latest built
 
-	members *membership.Hub // nil: no membership filters are sent
+	members *bloomhub.Hub // nil: no membership filters are sent
+
+	sessions  controlplane.EdgeSessionStore // nil: streams are not recorded
+	replicaID string
+	replica   atomic.Pointer[string] // this replica's name for people
 
 	streams      prometheus.Gauge
 	sent         prometheus.Counter
@@ -53,7 +59,7 @@ type Option func(*Server)
 
 // WithMembership makes Watch streams carry the membership filters of hub. Without it no
 // filter is sent, and edges look up every key their flags need.
-func WithMembership(hub *membership.Hub) Option { return func(s *Server) { s.members = hub } }
+func WithMembership(hub *bloomhub.Hub) Option { return func(s *Server) { s.members = hub } }
 
 // NewServer returns a sync server. Call Notify for each change and Resync after missed ones.
 func NewServer(snapshots controlplane.SnapshotStore, persons controlplane.PersonStore, events controlplane.EventStore, log *slog.Logger, reg prometheus.Registerer, opts ...Option) *Server {
@@ -77,13 +83,17 @@ func NewServer(snapshots controlplane.SnapshotStore, persons controlplane.Person
 // subscriber is one Watch stream's queue of projects to look at. It coalesces: however many
 // changes arrive, it holds each project once, so it is bounded by the number of projects.
 type subscriber struct {
-	mu      sync.Mutex      // guards pending and all
-	pending map[int64]int64 // project id → the newest version announced
-	all     bool            // look at every project (after missed notifications)
-	wake    chan struct{}   // capacity 1
+	serves  func(int64) bool // the edge's projects; nil: every project
+	mu      sync.Mutex       // guards pending and all
+	pending map[int64]int64  // project id → the newest version announced
+	all     bool             // look at every project (after missed notifications)
+	wake    chan struct{}    // capacity 1
 }
 
 func (sub *subscriber) mark(projectID, version int64, all bool) {
+	if !all && sub.serves != nil && !sub.serves(projectID) {
+		return
+	}
 	sub.mu.Lock()
 	if all {
 		sub.all = true
@@ -144,7 +154,7 @@ func (s *Server) Watch(req *syncpb.WatchRequest, stream syncpb.Sync_WatchServer)
 		return status.Errorf(codes.FailedPrecondition, "unsupported protocol version %d", req.ProtocolVersion)
 	}
 	ctx := stream.Context()
-	sub := &subscriber{pending: map[int64]int64{}, wake: make(chan struct{}, 1)}
+	sub := &subscriber{serves: scope(ctx), pending: map[int64]int64{}, wake: make(chan struct{}, 1)}
 	s.mu.Lock()
 	s.subs[sub] = struct{}{}
 	s.mu.Unlock()
@@ -177,19 +187,24 @@ func (s *Server) Watch(req *syncpb.WatchRequest, stream syncpb.Sync_WatchServer)
 	// The edge drops the filters it kept from its last stream before it may count itself
 	// connected again (after this stream's catch-up): keys stored while it was away were not
 	// announced to it. The filters follow the catch-up.
-	if err := stream.Send(&syncpb.WatchResponse{DatabaseId: dbID, MembershipReset: s.members != nil}); err != nil {
+	sessionID, closeSession, err := s.openSession(ctx, req)
+	if err != nil {
+		return status.Errorf(codes.Unavailable, "record the stream: %v", err)
+	}
+	defer closeSession()
+	if err := stream.Send(&syncpb.WatchResponse{DatabaseId: dbID, MembershipReset: s.members != nil, SessionId: sessionID}); err != nil {
 		return err
 	}
 	// The membership queue starts with a reset and every filter: sent once the snapshots are.
-	var members *membership.Sub
+	var members *bloomhub.Sub
 	var membersWake <-chan struct{}
 	if s.members != nil {
-		members = s.members.Subscribe()
+		members = s.members.Subscribe(sub.serves)
 		defer s.members.Unsubscribe(members)
 		membersWake = members.Wake()
 	}
 	// Subscribed before reading versions: a change made meanwhile is seen twice, never lost.
-	if err := s.syncAll(ctx, stream, sent, true); err != nil {
+	if err := s.syncAll(ctx, stream, sub.serves, sent, true); err != nil {
 		return err
 	}
 	for {
@@ -206,7 +221,7 @@ func (s *Server) Watch(req *syncpb.WatchRequest, stream syncpb.Sync_WatchServer)
 		wants, all := sub.take()
 		var err error
 		if all {
-			err = s.syncAll(ctx, stream, sent, false)
+			err = s.syncAll(ctx, stream, sub.serves, sent, false)
 		} else {
 			err = s.send(ctx, stream, sent, wants, &syncpb.WatchResponse{}, false)
 		}
@@ -216,13 +231,17 @@ func (s *Server) Watch(req *syncpb.WatchRequest, stream syncpb.Sync_WatchServer)
 	}
 }
 
-// syncAll makes the edge hold exactly what the database holds: it sends every project whose
-// version differs from what the edge has — newer, or older as after a restore from a backup —
-// and removes the projects the database does not have.
-func (s *Server) syncAll(ctx context.Context, stream syncpb.Sync_WatchServer, sent map[int64]int64, initial bool) error {
+// syncAll makes the edge hold exactly what the database holds of the projects it is served
+// (every project when serves is nil): it sends every project whose version differs from what
+// the edge has — newer, or older as after a restore from a backup — and removes the projects
+// the database does not have or the edge is not served.
+func (s *Server) syncAll(ctx context.Context, stream syncpb.Sync_WatchServer, serves func(int64) bool, sent map[int64]int64, initial bool) error {
 	versions, err := s.snapshots.ProjectVersions(ctx)
 	if err != nil {
 		return status.Errorf(codes.Unavailable, "read project versions: %v", err)
+	}
+	if serves != nil {
+		maps.DeleteFunc(versions, func(id, _ int64) bool { return !serves(id) })
 	}
 	wants := map[int64]int64{}
 	for id, v := range versions {
@@ -325,7 +344,7 @@ func (s *Server) build(ctx context.Context, id int64) (*syncpb.ProjectSnapshot, 
 			}
 			return nil, err
 		}
-		pb := toProto(built)
+		pb := SnapshotMessage(built)
 		s.cache.Store(id, pb)
 		return pb, nil
 	})
@@ -340,7 +359,9 @@ func (s *Server) build(ctx context.Context, id int64) (*syncpb.ProjectSnapshot, 
 	}
 }
 
-func toProto(s *controlplane.ProjectSnapshot) *syncpb.ProjectSnapshot {
+// SnapshotMessage is a project snapshot as the sync service sends it, and as `controlplane
+// snapshots export` bundles it.
+func SnapshotMessage(s *controlplane.ProjectSnapshot) *syncpb.ProjectSnapshot {
 	pb := &syncpb.ProjectSnapshot{
 		ProjectId: s.ProjectID, Version: s.Version, Name: s.Name, ApiToken: s.APIToken,
 		SecretTokenSha256: s.SecretTokenSHA256, ReadKeySha256: s.ReadKeySHA256, OtherKeySha256: s.OtherKeySHA256,
@@ -368,11 +389,24 @@ func toProto(s *controlplane.ProjectSnapshot) *syncpb.ProjectSnapshot {
 	return pb
 }
 
+// checkScope refuses a call about a project the calling edge is not served. The edge never
+// held that project's tokens, so only a misbehaving or altered edge asks: PermissionDenied,
+// which it does not retry as if the control plane were away.
+func checkScope(ctx context.Context, projectID int64) error {
+	if serves(ctx, projectID) {
+		return nil
+	}
+	return status.Errorf(codes.PermissionDenied, "this edge is not served project %d", projectID)
+}
+
 // lookupTimeout bounds a look-up's database work; the edge waits less than this anyway.
 const lookupTimeout = 2 * time.Second
 
 // LookupPerson returns what is stored about the person behind a distinct id.
 func (s *Server) LookupPerson(ctx context.Context, req *syncpb.LookupPersonRequest) (*syncpb.LookupPersonResponse, error) {
+	if err := checkScope(ctx, req.ProjectId); err != nil {
+		return nil, err
+	}
 	ctx, cancel := context.WithTimeout(ctx, lookupTimeout)
 	defer cancel()
 	p, err := s.persons.LookupPerson(ctx, req.ProjectId, req.DistinctId)
@@ -388,6 +422,9 @@ func (s *Server) LookupPerson(ctx context.Context, req *syncpb.LookupPersonReque
 
 // LookupGroups returns the stored properties of the requested groups that exist.
 func (s *Server) LookupGroups(ctx context.Context, req *syncpb.LookupGroupsRequest) (*syncpb.LookupGroupsResponse, error) {
+	if err := checkScope(ctx, req.ProjectId); err != nil {
+		return nil, err
+	}
 	ctx, cancel := context.WithTimeout(ctx, lookupTimeout)
 	defer cancel()
 	refs := make([]controlplane.GroupRef, len(req.Groups))
@@ -409,6 +446,9 @@ func (s *Server) LookupGroups(ctx context.Context, req *syncpb.LookupGroupsReque
 func (s *Server) SetHashKeyOverrides(ctx context.Context, req *syncpb.SetHashKeyOverridesRequest) (*syncpb.SetHashKeyOverridesResponse, error) {
 	if req.DistinctId == "" || req.HashKey == "" {
 		return nil, status.Error(codes.InvalidArgument, "distinct_id and hash_key are required")
+	}
+	if err := checkScope(ctx, req.ProjectId); err != nil {
+		return nil, err
 	}
 	ctx, cancel := context.WithTimeout(ctx, lookupTimeout)
 	defer cancel()
@@ -436,6 +476,14 @@ func (s *Server) Ingest(ctx context.Context, req *syncpb.IngestRequest) (*syncpb
 	edgeIDs := make([]string, len(req.Batches))
 	for i := range edgeIDs {
 		edgeIDs[i] = req.EdgeId
+	}
+	// A batch of a project the edge is not served fails the call for good
+	// (FailedPrecondition): the edge splits the call and moves that record to its
+	// dead-letter file, storing the rest.
+	for _, raw := range req.Batches {
+		if id := batchProject(raw); !serves(ctx, id) {
+			return nil, status.Errorf(codes.FailedPrecondition, "this edge is not served project %d: its events are refused", id)
+		}
 	}
 	res, err := s.IngestRecords(ctx, req.Batches, edgeIDs)
 	if err != nil {

@@ -23,14 +23,14 @@ import (
 
 	"github.com/flagedge/flagedge/edge/admit"
 	"github.com/flagedge/flagedge/edge/apierror"
-	"github.com/flagedge/flagedge/edge/clientip"
 	"github.com/flagedge/flagedge/edge/geocache"
 	"github.com/flagedge/flagedge/edge/reqbody"
 	"github.com/flagedge/flagedge/edge/spool"
 	"github.com/flagedge/flagedge/edge/state"
+	"github.com/flagedge/flagedge/shared/bloomkeys"
+	"github.com/flagedge/flagedge/shared/clientip"
 	"github.com/flagedge/flagedge/shared/event"
 	"github.com/flagedge/flagedge/shared/flags"
-	"github.com/flagedge/flagedge/shared/membership"
 	"github.com/flagedge/flagedge/shared/syncpb"
 )
 
@@ -326,19 +326,19 @@ func storedKeys(project *state.Project, events []*syncpb.CapturedEvent) [][]byte
 	keys := make([][]byte, 0, len(events))
 	for _, e := range events {
 		var props map[string]any
-		if membership.ReadsProperties(e.Event) {
+		if bloomkeys.ReadsProperties(e.Event) {
 			_ = json.Unmarshal(e.Properties, &props) // stamped: an object
 		}
-		ids, groupType, groupKey := membership.EventRefs(e.Event, e.DistinctId, props)
+		ids, groupType, groupKey := bloomkeys.EventRefs(e.Event, e.DistinctId, props)
 		for _, id := range ids {
-			keys = append(keys, membership.PersonKey(nil, id))
+			keys = append(keys, bloomkeys.PersonKey(nil, id))
 		}
 		if groupType == "" {
 			continue
 		}
 		for i := range 5 {
 			if project.Snapshot.GroupTypeName(i) == groupType {
-				keys = append(keys, membership.GroupKey(nil, i, groupKey))
+				keys = append(keys, bloomkeys.GroupKey(nil, i, groupKey))
 			}
 		}
 	}

@@ -23,7 +23,7 @@ import (
 	"google.golang.org/grpc/resolver/manual"
 
 	"github.com/flagedge/flagedge/internal/daemon"
-	"github.com/flagedge/flagedge/shared/membership"
+	"github.com/flagedge/flagedge/shared/bloomkeys"
 )
 
 // Config says how to reach the control plane.
@@ -167,5 +167,5 @@ func (t token) GetRequestMetadata(context.Context, ...string) (map[string]string
 func (t token) RequireTransportSecurity() bool { return false }
 
 // MaxMessageBytes is the largest message the edge accepts from the control plane: twice the
-// largest membership filter it is sent (shared/membership.MaxFilterBytes).
-const MaxMessageBytes = 2 * membership.MaxFilterBytes
+// largest membership filter it is sent (shared/bloomkeys.MaxFilterBytes).
+const MaxMessageBytes = 2 * bloomkeys.MaxFilterBytes

@@ -95,8 +95,8 @@ func appendValue(b []byte, r *flags.Result) []byte {
 }
 
 // appendFlagsV2 writes the flags v2 answer, with the client configuration members when config
-// is set.
-func appendFlagsV2(b, members []byte, results []flags.Result, only []string, errored, config bool) []byte {
+// is set; each flag's metadata carries the snapshot version the answer was computed from.
+func appendFlagsV2(b, members, snapshotVersion []byte, results []flags.Result, only []string, errored, config bool) []byte {
 	b = append(b, '{')
 	if config {
 		b = append(b, members...)
@@ -138,6 +138,8 @@ func appendFlagsV2(b, members []byte, results []flags.Result, only []string, err
 		b = jsonenc.AppendInt(b, r.ID)
 		b = append(b, `,"version":`...)
 		b = jsonenc.AppendInt(b, int64(r.Version))
+		b = append(b, `,"snapshot_version":`...)
+		b = append(b, snapshotVersion...)
 		b = append(b, `,"description":null,"payload":`...)
 		switch {
 		case r.Payload == nil || !r.Enabled:

@@ -17,11 +17,11 @@ import (
 
 	"github.com/flagedge/flagedge/edge/admit"
 	"github.com/flagedge/flagedge/edge/apierror"
-	"github.com/flagedge/flagedge/edge/clientip"
 	"github.com/flagedge/flagedge/edge/geocache"
 	"github.com/flagedge/flagedge/edge/persons"
 	"github.com/flagedge/flagedge/edge/reqbody"
 	"github.com/flagedge/flagedge/edge/state"
+	"github.com/flagedge/flagedge/shared/clientip"
 	"github.com/flagedge/flagedge/shared/event"
 	"github.com/flagedge/flagedge/shared/flags"
 )
@@ -119,10 +119,11 @@ func (d *Handler) Serve(ctx *fasthttp.RequestCtx, ep Endpoint) error {
 	errored := false
 	s.results = s.results[:0]
 	if !s.in.disableFlags {
-		errored = d.evaluate(ctx, project, s)
+		s.results, errored = d.evaluate(ctx, project, &s.in, s.results)
 	}
-	s.out = encode(s.out[:0], project.ConfigMembers, ctx.QueryArgs(), ep, s.results, s.in.flagKeysToEvaluate, errored)
+	s.out = encode(s.out[:0], project, ctx.QueryArgs(), ep, s.results, s.in.flagKeysToEvaluate, errored)
 	ctx.SetContentType("application/json")
+	ctx.Response.Header.SetCanonical(state.VersionHeader, project.VersionText)
 	ctx.SetBody(s.out)
 	return nil
 }
@@ -192,34 +193,55 @@ func (d *Handler) project(ctx *fasthttp.RequestCtx, in *input) (*state.Project, 
 	return project, nil
 }
 
+// Context is one evaluation asked for by another protocol than /flags (OFREP): what a /flags
+// body carries. Evaluate answers it by the path /flags takes, so that both give the same
+// answers for the same context.
+type Context struct {
+	DistinctID       string
+	PersonProperties flags.Properties
+	Groups           map[string]string
+	GroupProperties  map[string]flags.Properties
+	GeoIPDisable     bool
+}
+
+// Evaluate evaluates project's flags for c as /flags does (GeoIP, the stored person and group
+// properties the flags need, the engine) into results, reused when large enough, and reports
+// whether any flag could not be computed.
+func (d *Handler) Evaluate(ctx *fasthttp.RequestCtx, project *state.Project, c *Context, results []flags.Result) ([]flags.Result, bool) {
+	in := input{distinctID: c.DistinctID, personProperties: c.PersonProperties, groups: c.Groups,
+		groupProperties: c.GroupProperties, geoipDisable: c.GeoIPDisable}
+	return d.evaluate(ctx, project, &in, results)
+}
+
 // evaluate adds GeoIP and the stored layers the project's flags need to the request and
-// evaluates the snapshot into s.results. It reports whether any flag could not be computed.
-func (d *Handler) evaluate(ctx *fasthttp.RequestCtx, project *state.Project, s *scratch) (errored bool) {
-	in := &s.in
+// evaluates the snapshot into results. It reports whether any flag could not be computed.
+func (d *Handler) evaluate(ctx *fasthttp.RequestCtx, project *state.Project, in *input, results []flags.Result) (_ []flags.Result, errored bool) {
 	req := flags.Request{DistinctID: in.distinctID, PersonProperties: in.personProperties, GroupProperties: in.groupProperties}
 	if !in.geoipDisable {
 		req.GeoIP = d.geo.Lookup(d.ips.ClientIP(ctx.Request.Header.PeekAll("X-Forwarded-For"), ctx.RemoteIP()))
 	}
 	errored = d.gather(ctx, project, &req, in)
-	s.results = project.Snapshot.Evaluate(&req, s.results)
-	for i := range s.results {
-		if s.results[i].Failed {
+	results = project.Snapshot.Evaluate(&req, results)
+	for i := range results {
+		if results[i].Failed {
 			errored = true
 		}
 	}
-	return errored
+	return results, errored
 }
 
 // encode writes the answer in the shape the endpoint and its ?v= and ?config= ask for.
-func encode(b, members []byte, args *fasthttp.Args, ep Endpoint, results []flags.Result, only []string, errored bool) []byte {
+// The /flags shape gives each flag's metadata the snapshot version too.
+func encode(b []byte, project *state.Project, args *fasthttp.Args, ep Endpoint, results []flags.Result, only []string, errored bool) []byte {
+	members := project.ConfigMembers
 	version, _ := strconv.Atoi(bytesString(args.Peek("v")))
 	switch {
 	case ep == Flags && (version >= 2 || (version == 0 && !args.Has("config"))):
-		return appendFlagsV2(b, members, results, only, errored, args.GetBool("config"))
+		return appendFlagsV2(b, members, project.VersionText, results, only, errored, args.GetBool("config"))
 	case ep == Flags:
 		return appendDecide(b, members, results, only, errored, 3)
 	case version >= 4:
-		return appendFlagsV2(b, members, results, only, errored, true)
+		return appendFlagsV2(b, members, project.VersionText, results, only, errored, true)
 	}
 	return appendDecide(b, members, results, only, errored, version)
 }

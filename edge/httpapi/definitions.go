@@ -52,6 +52,7 @@ func (s *Server) handleDefinitions(ctx *fasthttp.RequestCtx) error {
 	}
 	ctx.Response.Header.Set("ETag", etag)
 	ctx.Response.Header.Set("Cache-Control", "private, must-revalidate")
+	ctx.Response.Header.SetCanonical(state.VersionHeader, project.VersionText)
 	if match := ctx.Request.Header.Peek("If-None-Match"); len(match) > 0 && flags.ETagMatches(string(match), etag) {
 		ctx.SetStatusCode(fasthttp.StatusNotModified)
 		return nil

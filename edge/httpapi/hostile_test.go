@@ -18,7 +18,7 @@ import (
 
 	"github.com/flagedge/flagedge/edge/admit"
 	"github.com/flagedge/flagedge/edge/capture"
-	"github.com/flagedge/flagedge/edge/clientip"
+	"github.com/flagedge/flagedge/shared/clientip"
 	"github.com/flagedge/flagedge/edge/decide"
 	"github.com/flagedge/flagedge/edge/reqbody"
 )

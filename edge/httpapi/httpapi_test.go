@@ -24,7 +24,7 @@ import (
 	"github.com/flagedge/flagedge/edge/admit"
 	"github.com/flagedge/flagedge/edge/cache"
 	"github.com/flagedge/flagedge/edge/capture"
-	"github.com/flagedge/flagedge/edge/clientip"
+	"github.com/flagedge/flagedge/shared/clientip"
 	"github.com/flagedge/flagedge/edge/decide"
 	"github.com/flagedge/flagedge/edge/geocache"
 	"github.com/flagedge/flagedge/edge/httpapi"
@@ -244,7 +244,7 @@ func TestDecideVersions(t *testing.T) {
 		}
 		wantMV := map[string]any{"key": "mv", "enabled": true, "variant": "blue",
 			"reason":   map[string]any{"code": "condition_match", "condition_index": 0.0, "description": "Matched condition set 1"},
-			"metadata": map[string]any{"id": 5.0, "version": 2.0, "description": nil, "payload": `{"color":"#00f"}`}}
+			"metadata": map[string]any{"id": 5.0, "version": 2.0, "snapshot_version": 3.0, "description": nil, "payload": `{"color":"#00f"}`}}
 		if diff := cmp.Diff(wantMV, fl["mv"]); diff != "" {
 			t.Errorf("%s mv (-want +got):\n%s", uri, diff)
 		}
@@ -263,6 +263,11 @@ func TestDecideVersions(t *testing.T) {
 		}
 		if _, ok := r.json["quotaLimited"]; ok {
 			t.Errorf("%s: quotaLimited sent", uri)
+		}
+	}
+	for _, uri := range []string{"/decide/?v=3", "/decide/", "/flags/?v=2", "/flags/?v=1"} {
+		if got := string(e.decide(uri, req).header.Peek("X-Flagedge-Snapshot-Version")); got != "3" {
+			t.Errorf("%s: X-Flagedge-Snapshot-Version %q, want 3", uri, got)
 		}
 	}
 	if r := e.decide("/flags/?v=1", req); r.json["featureFlags"] == nil || r.json["flags"] != nil {
@@ -408,6 +413,9 @@ func TestDefinitions(t *testing.T) {
 				t.Fatalf("%s with %s: %d %s", p, key, r.status, r.body)
 			}
 			etag := string(r.header.Peek("ETag"))
+			if got := string(r.header.Peek("X-Flagedge-Snapshot-Version")); got != "3" {
+				t.Errorf("%s: X-Flagedge-Snapshot-Version %q, want 3", p, got)
+			}
 			if !strings.HasPrefix(etag, `W/"`) || len(etag) != len(`W/"0123456789abcdef"`) || string(r.header.Peek("Cache-Control")) != "private, must-revalidate" {
 				t.Errorf("headers: ETag %q Cache-Control %q", etag, r.header.Peek("Cache-Control"))
 			}

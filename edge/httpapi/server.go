@@ -19,17 +19,20 @@ import (
 	"github.com/flagedge/flagedge/edge/admit"
 	"github.com/flagedge/flagedge/edge/apierror"
 	"github.com/flagedge/flagedge/edge/capture"
-	"github.com/flagedge/flagedge/edge/clientip"
+	"github.com/flagedge/flagedge/shared/clientip"
 	"github.com/flagedge/flagedge/edge/decide"
+	"github.com/flagedge/flagedge/edge/ofrep"
 	"github.com/flagedge/flagedge/edge/reqbody"
 	"github.com/flagedge/flagedge/edge/state"
 )
 
 // Config holds what the edge's HTTP surface serves from.
 type Config struct {
-	State    *state.Holder
-	Decide   *decide.Handler
-	Capture  *capture.Handler
+	State   *state.Holder
+	Decide  *decide.Handler
+	Capture *capture.Handler
+	// OFREP serves the OpenFeature routes; nil leaves them out.
+	OFREP    *ofrep.Handler
 	Logger   *slog.Logger
 	Registry *prometheus.Registry
 	// NoMetrics leaves /metrics out: it is served on a listener of its own.
@@ -95,18 +98,29 @@ func New(cfg Config) *Server {
 	s.handle([]string{"GET"}, "early_access_features", []string{"/api/early_access_features"}, s.handleEarlyAccessFeatures)
 	s.handle([]string{"GET"}, "surveys", []string{"/api/surveys"}, s.handleSurveys)
 
+	if cfg.OFREP != nil {
+		// OFREP's answers, errors and refusals included, are in OFREP's shapes.
+		ofrepError := func(ctx *fasthttp.RequestCtx, err error) { ofrep.WriteError(ctx, cfg.Logger, err) }
+		s.handleWith(ofrepError, []string{"POST"}, "ofrep_evaluate", []string{"/ofrep/v1/evaluate/flags/{key}"}, cfg.OFREP.ServeFlag)
+		s.handleWith(ofrepError, []string{"POST"}, "ofrep_bulk", []string{"/ofrep/v1/evaluate/flags"}, cfg.OFREP.ServeBulk)
+		s.handleWith(ofrepError, []string{"GET"}, "ofrep_configuration", []string{"/ofrep/v1/configuration"}, cfg.OFREP.ServeConfiguration)
+		if hub := cfg.OFREP.Streams(); hub != nil {
+			s.handleWith(ofrepError, []string{"GET"}, "ofrep_stream", []string{ofrep.StreamPath}, hub.Serve)
+		}
+	}
+
 	// Operations' routes are not rate limited: probes and scrapes come from the operator.
-	s.handleWith([]string{"GET"}, "health", []string{"/_health"}, false, func(ctx *fasthttp.RequestCtx) error {
+	s.register(s.writeError, nil, []string{"GET"}, "health", []string{"/_health"}, func(ctx *fasthttp.RequestCtx) error {
 		writeJSON(ctx, fasthttp.StatusOK, []byte(`{"status":"ok"}`))
 		return nil
-	}, s.writeError)
-	s.handleWith([]string{"GET"}, "ready", []string{"/_ready"}, false, s.handleReady, s.writeError)
+	})
+	s.register(s.writeError, nil, []string{"GET"}, "ready", []string{"/_ready"}, s.handleReady)
 	if !cfg.NoMetrics {
 		metrics := fasthttpadaptor.NewFastHTTPHandler(promhttp.HandlerFor(cfg.Registry, promhttp.HandlerOpts{}))
-		s.handleWith([]string{"GET"}, "metrics", []string{"/metrics"}, false, func(ctx *fasthttp.RequestCtx) error {
+		s.register(s.writeError, nil, []string{"GET"}, "metrics", []string{"/metrics"}, func(ctx *fasthttp.RequestCtx) error {
 			metrics(ctx)
 			return nil
-		}, s.writeError)
+		})
 	}
 	return s
 }
@@ -143,19 +157,22 @@ func (s *Server) Drain() { s.draining.Store(true) }
 // headers, a request count and a latency histogram under the route's name; the error h
 // returns is written here, in the API's shape.
 func (s *Server) handle(methods []string, route string, paths []string, h func(*fasthttp.RequestCtx) error) {
-	s.handleWith(methods, route, paths, true, h, s.writeError)
+	s.handleWith(s.writeError, methods, route, paths, h)
 }
 
-// handleWith is handle with the choice of rate limiting the route and of the writer of its
-// errors and refusals (*apierror.Error values): a route of another API (OFREP) answers in
-// its own shape but is limited and counted the same way.
-func (s *Server) handleWith(methods []string, route string, paths []string, limited bool, h func(*fasthttp.RequestCtx) error,
-	writeError func(*fasthttp.RequestCtx, error)) {
+// handleWith is handle with the errors and refusals (*apierror.Error values) written by
+// writeError: a route of another API (OFREP) answers in its own shape but is limited and
+// counted the same way.
+func (s *Server) handleWith(writeError func(*fasthttp.RequestCtx, error), methods []string, route string, paths []string, h func(*fasthttp.RequestCtx) error) {
+	s.register(writeError, s.cfg.Limiter, methods, route, paths, h)
+}
+
+// register registers h for methods on paths under the route's name, counted and timed,
+// limited per client address by limiter (nil: not limited), its errors written by
+// writeError.
+func (s *Server) register(writeError func(*fasthttp.RequestCtx, error), limiter *admit.Limiter, methods []string, route string, paths []string,
+	h func(*fasthttp.RequestCtx) error) {
 	stats := s.stats(route)
-	limiter := s.cfg.Limiter
-	if !limited {
-		limiter = nil
-	}
 	wrapped := func(ctx *fasthttp.RequestCtx) {
 		start := time.Now()
 		var err error

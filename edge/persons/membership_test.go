@@ -6,17 +6,17 @@ import (
 	"testing"
 	"time"
 
-	"github.com/flagedge/flagedge/edge/membership"
-	sharedmembership "github.com/flagedge/flagedge/shared/membership"
+	"github.com/flagedge/flagedge/edge/bloomset"
+	"github.com/flagedge/flagedge/shared/bloomkeys"
 	"github.com/flagedge/flagedge/shared/syncpb"
 )
 
 // giveFilter installs a filter holding distinctIDs for project 1, as the stream does.
 func giveFilter(t *testing.T, s *Store, reset bool, distinctIDs ...string) {
 	t.Helper()
-	f := sharedmembership.NewFilter(len(distinctIDs))
+	f := bloomkeys.NewFilter(len(distinctIDs))
 	for _, d := range distinctIDs {
-		f.Add(sharedmembership.PersonKey(nil, d))
+		f.Add(bloomkeys.PersonKey(nil, d))
 	}
 	raw, err := f.MarshalBinary()
 	if err != nil {
@@ -31,7 +31,7 @@ func giveFilter(t *testing.T, s *Store, reset bool, distinctIDs ...string) {
 func announce(t *testing.T, s *Store, distinctID string) {
 	t.Helper()
 	if err := s.Membership().Apply(&syncpb.WatchResponse{MembershipAdditions: []*syncpb.MembershipAdditions{
-		{ProjectId: 1, Keys: [][]byte{sharedmembership.PersonKey(nil, distinctID)}}}}); err != nil {
+		{ProjectId: 1, Keys: [][]byte{bloomkeys.PersonKey(nil, distinctID)}}}}); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -128,8 +128,8 @@ func TestPersonsCreatedHere(t *testing.T) {
 	ctx := context.Background()
 	giveFilter(t, s, true, "known")
 	s.ApplyPersonUpdate(1, "newcomer", map[string]any{"plan": "pro"}, nil, nil)
-	s.Captured(1, [][]byte{sharedmembership.PersonKey(nil, "newcomer"), sharedmembership.PersonKey(nil, "known")})
-	if r := s.Membership().CheckPerson(1, "newcomer"); r != membership.Present {
+	s.Captured(1, [][]byte{bloomkeys.PersonKey(nil, "newcomer"), bloomkeys.PersonKey(nil, "known")})
+	if r := s.Membership().CheckPerson(1, "newcomer"); r != bloomset.Present {
 		t.Fatalf("a captured person is not in the filter: %v", r)
 	}
 	p, err := s.Person(ctx, 1, 1, false, "newcomer")

@@ -19,10 +19,10 @@ import (
 	"golang.org/x/sync/singleflight"
 	"google.golang.org/grpc"
 
+	"github.com/flagedge/flagedge/edge/bloomset"
 	"github.com/flagedge/flagedge/edge/cache"
-	"github.com/flagedge/flagedge/edge/membership"
+	"github.com/flagedge/flagedge/shared/bloomkeys"
 	"github.com/flagedge/flagedge/shared/flags"
-	sharedmembership "github.com/flagedge/flagedge/shared/membership"
 	"github.com/flagedge/flagedge/shared/syncpb"
 )
 
@@ -81,7 +81,7 @@ var DefaultConfig = Config{Timeout: 300 * time.Millisecond, TTL: time.Minute, Ne
 // filter says the control plane stores nothing about the key: then without asking.
 type Store struct {
 	lookup   Lookup
-	members  *membership.Set
+	members  *bloomset.Set
 	cfg      Config
 	persons  *cache.Cache[*Person]
 	groups   *cache.Cache[*group]
@@ -140,16 +140,16 @@ func NewStore(lookup Lookup, cfg Config, m *cache.Metrics, log *slog.Logger, reg
 		reg.MustRegister(calls)
 	}
 	s := &Store{lookup: lookup, cfg: cfg, persons: persons, groups: groups, overlays: overlays, originated: originated, calls: calls}
-	s.members = membership.NewSet(cfg.MembershipMaxBytes, membership.Hooks{Announced: s.forget, Replaced: func() { s.replaced.Add(1) }}, log, reg)
+	s.members = bloomset.NewSet(cfg.MembershipMaxBytes, bloomset.Hooks{Announced: s.forget, Replaced: func() { s.replaced.Add(1) }}, log, reg)
 	return s, nil
 }
 
 // Membership returns the membership filters the store consults; the snapshot stream fills
 // them.
-func (s *Store) Membership() *membership.Set { return s.members }
+func (s *Store) Membership() *bloomset.Set { return s.members }
 
 // Captured records that this edge accepted events that make the control plane store keys
-// (shared/membership's encoding): from now on the project's filter holds them.
+// (shared/bloomkeys's encoding): from now on the project's filter holds them.
 //
 // A person whose distinct id no filter held is marked as created by this edge: until the
 // control plane announces it, /decide answers it from the overlay, without a look-up.
@@ -157,7 +157,7 @@ func (s *Store) Captured(projectID int64, keys [][]byte) {
 	epoch, forgotten := s.replaced.Load(), s.forgotten.Load()
 	var marked []uint64
 	for _, k := range s.members.Add(projectID, keys...) {
-		if key, err := sharedmembership.ParseKey(k); err == nil && !key.Group {
+		if key, err := bloomkeys.ParseKey(k); err == nil && !key.Group {
 			c := cache.Key(projectID, key.DistinctID)
 			s.originated.set(c, epoch)
 			marked = append(marked, c)
@@ -182,7 +182,7 @@ func (s *Store) createdHere(projectID int64, distinctID string) bool {
 }
 
 // forget drops what is cached about a key the control plane has just stored.
-func (s *Store) forget(projectID int64, k sharedmembership.Key) {
+func (s *Store) forget(projectID int64, k bloomkeys.Key) {
 	if k.Group {
 		s.forgetGroup(projectID, k.TypeIndex, k.GroupKey)
 	} else {
@@ -213,7 +213,7 @@ func (s *Store) Close() {
 func (s *Store) Person(ctx context.Context, projectID, version int64, memberships bool, distinctID string) (*Person, error) {
 	r := s.members.CheckPerson(projectID, distinctID)
 	s.members.Count(r)
-	if r == membership.Absent || (r == membership.Present && s.createdHere(projectID, distinctID)) {
+	if r == bloomset.Absent || (r == bloomset.Present && s.createdHere(projectID, distinctID)) {
 		return s.unstored(projectID, distinctID), nil
 	}
 	key := cache.Key(projectID, distinctID)
@@ -373,7 +373,7 @@ func (s *Store) SetHashKeyOverrides(ctx context.Context, projectID int64, distin
 	}
 	// The control plane now stores the person (it may have just created it): the filter must
 	// say so before the next /decide, which is to find these overrides.
-	s.members.Add(projectID, sharedmembership.PersonKey(nil, distinctID))
+	s.members.Add(projectID, bloomkeys.PersonKey(nil, distinctID))
 	key := cache.Key(projectID, distinctID)
 	if old, ok := s.persons.Get(key); ok && old.projectID == projectID && old.distinctID == distinctID {
 		p := *old
@@ -399,7 +399,7 @@ func (s *Store) Groups(ctx context.Context, projectID int64, refs []GroupRef) (m
 	for _, r := range refs {
 		m := s.members.CheckGroup(projectID, r.TypeIndex, r.Key)
 		s.members.Count(m)
-		if m == membership.Absent {
+		if m == bloomset.Absent {
 			continue // nothing stored: the group has no properties
 		}
 		if g, ok := s.groups.Get(groupKey(projectID, r)); ok && g.projectID == projectID && g.typeIndex == r.TypeIndex && g.key == r.Key &&

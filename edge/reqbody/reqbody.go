@@ -114,7 +114,7 @@ func Decode(ctx *fasthttp.RequestCtx, raw []byte, max int, lease *Lease) ([]byte
 
 // AsAPIError is the answer to a body that could not be read, decoded or admitted; tooLarge
 // is the endpoint's answer to a body over its size limit.
-func AsAPIError(err error, tooLarge *apierror.Error) error {
+func AsAPIError(err error, tooLarge error) error {
 	var limit *event.LimitError
 	switch {
 	case errors.Is(err, event.ErrTooLarge):

@@ -45,6 +45,9 @@ type Holder struct {
 	applied  prometheus.Counter
 	lastSync atomic.Int64 // unix ms of the last applied change
 
+	// changed is closed when the held projects change, and replaced by a new channel.
+	changed atomic.Pointer[chan struct{}]
+
 	connected     atomic.Bool  // a Watch stream is up and past its catch-up
 	lostAt        atomic.Int64 // unix ms when the edge was last current (or started)
 	connectedG    prometheus.GaugeFunc
@@ -55,6 +58,8 @@ type Holder struct {
 func NewHolder(dir string, log *slog.Logger, reg prometheus.Registerer) *Holder {
 	h := &Holder{dir: dir, log: log}
 	h.current.Store(&view{byID: map[int64]*Project{}, byToken: map[string]*Project{}})
+	ch := make(chan struct{})
+	h.changed.Store(&ch)
 	h.version = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "flagedge_edge_snapshot_version",
 		Help: "Snapshot version held per project."}, []string{"project"})
 	h.age = prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "flagedge_edge_snapshot_age_seconds",
@@ -106,6 +111,12 @@ func (h *Holder) ByToken(token string) *Project { return h.current.Load().byToke
 
 // ByID returns the project with the given id, or nil.
 func (h *Holder) ByID(id int64) *Project { return h.current.Load().byID[id] }
+
+// Changed returns a channel that is closed at the next change of the held projects (a
+// snapshot applied or a project removed), for those who must act on changes as they come,
+// such as the OFREP change streams. Read the projects after taking the channel, not before,
+// so that no change falls between the two.
+func (h *Holder) Changed() <-chan struct{} { return *h.changed.Load() }
 
 // Ready reports whether the holder has a snapshot to serve from: the control plane's initial
 // sync completed, or snapshots were loaded from disk.
@@ -159,6 +170,8 @@ func (h *Holder) Apply(msg *syncpb.WatchResponse) error {
 	h.current.Store(next)
 	if len(changed) > 0 || len(msg.RemovedProjects) > 0 {
 		h.lastSync.Store(time.Now().UnixMilli())
+		ch := make(chan struct{})
+		close(*h.changed.Swap(&ch))
 	}
 	for _, p := range changed {
 		h.version.WithLabelValues(strconv.FormatInt(p.ID, 10)).Set(float64(p.Version))
@@ -184,6 +197,27 @@ func (h *Holder) Apply(msg *syncpb.WatchResponse) error {
 
 // databaseIDFile holds, beside the snapshots, the identity of the database they came from.
 const databaseIDFile = "database-id"
+
+// Bootstrap installs the snapshots of a verified bundle (package snapshotbundle) into a
+// holder that has none, and makes it ready to serve them. It also takes the bundle's database
+// identity, so that the edge's first Watch tells the control plane which versions it holds of
+// which database and the catch-up replaces, adds and removes projects version by version. The
+// identity is kept in memory only: the copies on disk stay unlabelled until a catch-up
+// completes, so an edge restarted before that is sent everything afresh.
+func (h *Holder) Bootstrap(msg *syncpb.WatchResponse) (int, error) {
+	if len(h.current.Load().byID) > 0 {
+		return 0, nil
+	}
+	err := h.Apply(&syncpb.WatchResponse{Snapshots: msg.Snapshots})
+	h.mu.Lock()
+	h.databaseID = msg.DatabaseId // what it holds now is from that database, whatever the disk said
+	h.mu.Unlock()
+	n := len(h.current.Load().byID)
+	if n > 0 {
+		h.ready.Store(true)
+	}
+	return n, err
+}
 
 // DatabaseID returns the identity of the database the held snapshots came from, or "" when
 // unknown.

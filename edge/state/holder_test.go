@@ -81,3 +81,21 @@ func TestHolderAppliesAndPersists(t *testing.T) {
 		t.Errorf("loaded project %+v", p)
 	}
 }
+
+// A bundle is served by an empty holder, with its database's identity for the first Watch,
+// and ignored by a holder that already serves something.
+func TestHolderBootstrap(t *testing.T) {
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	h := state.NewHolder(t.TempDir(), log, nil)
+	bundle := &syncpb.WatchResponse{DatabaseId: "db-x", Snapshots: []*syncpb.ProjectSnapshot{snapshot(1, 3, "phc_a", `{"groups": [{}]}`)}}
+	if n, err := h.Bootstrap(bundle); n != 1 || err != nil || !h.Ready() || h.DatabaseID() != "db-x" || h.Versions()[1] != 3 {
+		t.Fatalf("bootstrap: %d %v ready %v database %q versions %v", n, err, h.Ready(), h.DatabaseID(), h.Versions())
+	}
+	if h.Connected() {
+		t.Error("a bootstrapped holder counts itself connected")
+	}
+	later := &syncpb.WatchResponse{DatabaseId: "db-y", Snapshots: []*syncpb.ProjectSnapshot{snapshot(1, 1, "phc_a", `{"groups": []}`)}}
+	if n, _ := h.Bootstrap(later); n != 0 || h.ByID(1).Version != 3 || h.DatabaseID() != "db-x" {
+		t.Errorf("a second bundle replaced what is served: %d, version %d, database %q", n, h.ByID(1).Version, h.DatabaseID())
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -19,11 +20,14 @@ import (
 // Project is one project as the edge serves it: compiled flags and the bodies it answers
 // with, prepared once per snapshot version.
 type Project struct {
-	ID       int64
-	Version  int64
-	Name     string
-	Token    string
-	Snapshot *flags.Snapshot
+	ID      int64
+	Version int64
+	// VersionText is Version in decimal, prepared once so that every answer computed from this
+	// snapshot can carry it (VersionHeader) without formatting or allocating.
+	VersionText []byte
+	Name        string
+	Token       string
+	Snapshot    *flags.Snapshot
 	// ContinuityFlags are the keys of active flags with experience continuity.
 	ContinuityFlags []string
 	// Payloads maps flag keys to their "true" payload (compact JSON), for remote config.
@@ -48,6 +52,12 @@ type Project struct {
 	readKeys  map[[sha256.Size]byte]bool // key hash → may read definitions
 	hasSecret bool
 }
+
+// VersionHeader names the header that carries the snapshot version an answer was computed
+// from (VersionText), on every edge answer that depends on flags, and on the control plane's
+// flag writes (the project version that contains the write). It is in canonical form, for
+// fasthttp's ResponseHeader.SetCanonical.
+var VersionHeader = []byte("X-Flagedge-Snapshot-Version")
 
 // EarlyAccessFeature is one early access feature, as the public list shows it.
 type EarlyAccessFeature struct {
@@ -114,7 +124,7 @@ func (p *Project) DefinitionsAccess(bearer string) Access {
 // compileProject prepares a snapshot for serving.
 func compileProject(pb *syncpb.ProjectSnapshot) (*Project, error) {
 	def := flags.Project{GroupTypes: map[int]string{}}
-	p := &Project{ID: pb.ProjectId, Version: pb.Version, Name: pb.Name, Token: pb.ApiToken,
+	p := &Project{ID: pb.ProjectId, Version: pb.Version, VersionText: strconv.AppendInt(nil, pb.Version, 10), Name: pb.Name, Token: pb.ApiToken,
 		BuiltAt: time.UnixMilli(pb.BuiltAtUnixMs), Payloads: map[string][]byte{}, readKeys: map[[sha256.Size]byte]bool{}}
 	for _, f := range pb.Flags {
 		def.Flags = append(def.Flags, flags.FlagDefinition{ID: f.Id, Key: f.Key, Name: f.Name, Active: f.Active,

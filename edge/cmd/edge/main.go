@@ -5,6 +5,7 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/tls"
 	"errors"
 	"flag"
@@ -24,14 +25,14 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/flagedge/flagedge/edge/admit"
+	"github.com/flagedge/flagedge/edge/bloomset"
 	"github.com/flagedge/flagedge/edge/cache"
 	"github.com/flagedge/flagedge/edge/capture"
-	"github.com/flagedge/flagedge/edge/clientip"
 	"github.com/flagedge/flagedge/edge/cpclient"
 	"github.com/flagedge/flagedge/edge/decide"
 	"github.com/flagedge/flagedge/edge/geocache"
 	"github.com/flagedge/flagedge/edge/httpapi"
-	"github.com/flagedge/flagedge/edge/membership"
+	"github.com/flagedge/flagedge/edge/ofrep"
 	"github.com/flagedge/flagedge/edge/persons"
 	"github.com/flagedge/flagedge/edge/reqbody"
 	"github.com/flagedge/flagedge/edge/spool"
@@ -39,7 +40,9 @@ import (
 	"github.com/flagedge/flagedge/geoip"
 	"github.com/flagedge/flagedge/internal/daemon"
 	"github.com/flagedge/flagedge/internal/version"
+	"github.com/flagedge/flagedge/shared/clientip"
 	"github.com/flagedge/flagedge/shared/eventlog"
+	"github.com/flagedge/flagedge/shared/snapshotbundle"
 	"github.com/flagedge/flagedge/shared/syncpb"
 )
 
@@ -75,6 +78,13 @@ type config struct {
 	DrainDelay      time.Duration
 	ShutdownTimeout time.Duration
 	EventLog        eventlog.Config
+	BootstrapBundle string
+	BundlePublicKey string
+	// OFREP change streams.
+	Streams       bool
+	StreamKey     string
+	StreamMax     int64
+	StreamMaxAddr int64
 
 	// Hostile traffic (docs/operations.md).
 	MaxInflightBytes int64
@@ -115,6 +125,16 @@ func parseConfig(args []string, stderr io.Writer) (*config, error) {
 	fs.Duration(&cfg.DrainDelay, "drain-delay", "FLAGEDGE_DRAIN_DELAY", 5*time.Second, "after SIGTERM, how long /_ready answers 503 while requests are still served")
 	// Decide requests take microseconds; 15 s drains any in-flight request and is bounded.
 	fs.Duration(&cfg.ShutdownTimeout, "shutdown-timeout", "FLAGEDGE_SHUTDOWN_TIMEOUT", 15*time.Second, "how long finishing in-flight requests may take")
+	fs.String(&cfg.BootstrapBundle, "bootstrap-bundle", "FLAGEDGE_BOOTSTRAP_BUNDLE", "", "a signed snapshot bundle (controlplane snapshots export) to serve from when the data directory holds no snapshot; the control plane's snapshots replace it as soon as it answers")
+	fs.String(&cfg.BundlePublicKey, "bundle-public-key", "FLAGEDGE_BUNDLE_PUBLIC_KEY", "", "the Ed25519 public key (PEM, from controlplane snapshots keygen) that --bootstrap-bundle must be signed with")
+	fs.Bool(&cfg.Streams, "ofrep-streams", "FLAGEDGE_OFREP_STREAMS", false,
+		"serve OFREP change streams (server-sent events) and announce them in bulk evaluations, so browsers see flag changes within a second")
+	fs.String(&cfg.StreamKey, "ofrep-stream-key", "FLAGEDGE_OFREP_STREAM_KEY", "",
+		"secret that signs OFREP stream URLs; every edge behind one address needs the same (at least 32 characters); empty: a random key of this process")
+	fs.Int64(&cfg.StreamMax, "ofrep-stream-max", "FLAGEDGE_OFREP_STREAM_MAX", int64(ofrep.DefaultStreamConfig.MaxStreams),
+		"most OFREP change streams this edge keeps open (about 15 KB each); more are refused with 429")
+	fs.Int64(&cfg.StreamMaxAddr, "ofrep-stream-max-per-ip", "FLAGEDGE_OFREP_STREAM_MAX_PER_IP", int64(ofrep.DefaultStreamConfig.MaxPerAddr),
+		"most OFREP change streams open from one client address; more are refused with 429")
 	cfg.EventLog.Register(fs)
 	registerLimits(fs, cfg)
 	if err := fs.Parse(args); err != nil {
@@ -176,8 +196,17 @@ func (cfg *config) validate() error {
 	if cfg.DrainDelay < 0 {
 		return errors.New("--drain-delay must not be negative")
 	}
+	if cfg.StreamKey != "" && len(cfg.StreamKey) < 32 {
+		return errors.New("--ofrep-stream-key must have at least 32 characters")
+	}
+	if cfg.StreamMax <= 0 || cfg.StreamMaxAddr <= 0 {
+		return errors.New("--ofrep-stream-max and --ofrep-stream-max-per-ip must be positive")
+	}
 	if cfg.DataDir == "" {
 		return errors.New("--data-dir is required: it holds the snapshot copy and the capture spool")
+	}
+	if cfg.BootstrapBundle != "" && cfg.BundlePublicKey == "" {
+		return errors.New("--bootstrap-bundle needs --bundle-public-key: an edge serves no bundle it cannot verify")
 	}
 	if _, _, err := spool.ParseSyncPolicy(cfg.SpoolFsync); err != nil {
 		return fmt.Errorf("--spool-fsync: %w", err)
@@ -194,9 +223,10 @@ type edge struct {
 	holder    *state.Holder
 	spool     *spool.Spool
 	client    syncpb.SyncClient
-	members   *membership.Set // filled by the snapshot stream, read by look-ups
+	members   *bloomset.Set // filled by the snapshot stream, read by look-ups
 	api       *httpapi.Server
 	refusals  *admit.Refusals
+	streams   *ofrep.Hub // nil when streaming is off
 	forwarder *capture.Forwarder
 	closers   []func() // in the order they are to run
 }
@@ -246,6 +276,11 @@ func assemble(cfg *config, log *slog.Logger) (e *edge, err error) {
 		log.Error("some snapshots on disk could not be loaded", "err", err)
 	}
 	log.Info("loaded snapshots from disk", "projects", n, "dir", cfg.DataDir)
+	if cfg.BootstrapBundle != "" {
+		if err := bootstrapFromBundle(cfg, e.holder, n, log); err != nil {
+			return e, err
+		}
+	}
 	policy, interval, _ := spool.ParseSyncPolicy(cfg.SpoolFsync)
 	if e.spool, err = spool.Open(spool.Options{Dir: filepath.Join(cfg.DataDir, "spool"), QuotaBytes: cfg.SpoolQuota,
 		Sync: policy, SyncInterval: interval, Registry: reg}); err != nil {
@@ -285,9 +320,21 @@ func assemble(cfg *config, log *slog.Logger) (e *edge, err error) {
 	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "flagedge_edge_inflight_bytes",
 		Help: "Bytes held by request bodies in flight and what decoding them costs, of --max-inflight-bytes."},
 		func() float64 { return float64(budget.Held()) }))
+	if cfg.Streams {
+		sc := ofrep.DefaultStreamConfig
+		sc.Key, sc.MaxStreams, sc.MaxPerAddr = []byte(cfg.StreamKey), int(cfg.StreamMax), int(cfg.StreamMaxAddr)
+		if cfg.StreamKey == "" {
+			sc.Key = make([]byte, 32)
+			rand.Read(sc.Key)
+			log.Info("OFREP stream URLs are signed with a key of this process: set --ofrep-stream-key when several edges share an address")
+		}
+		e.streams = ofrep.NewHub(sc, e.holder, ips, log, reg)
+	}
+	dec := decide.NewHandler(e.holder, store, locator, ips, budget, limiter, log)
 	e.api = httpapi.New(httpapi.Config{
 		State:     e.holder,
-		Decide:    decide.NewHandler(e.holder, store, locator, ips, budget, limiter, log),
+		Decide:    dec,
+		OFREP:     ofrep.New(ofrep.Config{State: e.holder, Decide: dec, Streams: e.streams, Logger: log}),
 		Capture:   capture.NewHandler(e.holder, e.spool, locator, ips, budget, limiter, store, log, reg),
 		Logger:    log,
 		Registry:  reg,
@@ -307,6 +354,39 @@ func assemble(cfg *config, log *slog.Logger) (e *edge, err error) {
 	}
 	e.forwarder = capture.NewForwarder(e.spool, dest, deadLetters, cfg.EdgeID, log, reg)
 	return e, nil
+}
+
+// bootstrapFromBundle serves the signed bundle when the disk held no snapshot. The bundle is
+// verified whenever it is configured, needed or not: a tampered or wrongly signed bundle is a
+// misconfiguration to find at the start, not during the outage it was meant for.
+func bootstrapFromBundle(cfg *config, h *state.Holder, onDisk int, log *slog.Logger) error {
+	keyPEM, err := os.ReadFile(cfg.BundlePublicKey)
+	if err != nil {
+		return fmt.Errorf("--bundle-public-key: %w", err)
+	}
+	key, err := snapshotbundle.ParsePublicKey(keyPEM)
+	if err != nil {
+		return fmt.Errorf("--bundle-public-key: %w", err)
+	}
+	data, err := os.ReadFile(cfg.BootstrapBundle)
+	if err != nil {
+		return fmt.Errorf("--bootstrap-bundle: %w", err)
+	}
+	msg, err := snapshotbundle.Decode(key, data)
+	if err != nil {
+		return fmt.Errorf("--bootstrap-bundle %s refused: %w", cfg.BootstrapBundle, err)
+	}
+	if onDisk > 0 {
+		log.Info("bootstrap bundle verified and not needed: the data directory holds snapshots", "bundle", cfg.BootstrapBundle)
+		return nil
+	}
+	n, err := h.Bootstrap(msg)
+	if err != nil {
+		log.Error("some projects of the bootstrap bundle could not be served", "err", err)
+	}
+	log.Info("serving from the bootstrap bundle until the control plane answers", "projects", n,
+		"bundle", cfg.BootstrapBundle, "database_id", msg.DatabaseId)
+	return nil
 }
 
 // forwardTo is where captured events go: the JetStream event log when --event-log-url is
@@ -382,6 +462,12 @@ func (e *edge) serve(ctx context.Context) error {
 		e.forwarder.Run(background)
 		return nil
 	})
+	if e.streams != nil {
+		g.Go(func() error {
+			e.streams.Run(gctx) // closes the streams when shutdown begins, so pages reconnect elsewhere
+			return nil
+		})
+	}
 	g.Go(func() error { return srv.Serve(ln) })
 	g.Go(func() error {
 		<-gctx.Done()

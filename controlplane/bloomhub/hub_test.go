@@ -1,4 +1,4 @@
-package membership_test
+package bloomhub_test
 
 import (
 	"context"
@@ -17,10 +17,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/flagedge/flagedge/controlplane"
-	"github.com/flagedge/flagedge/controlplane/membership"
+	"github.com/flagedge/flagedge/controlplane/bloomhub"
 	"github.com/flagedge/flagedge/controlplane/postgres"
 	"github.com/flagedge/flagedge/internal/pgtest"
-	sharedmembership "github.com/flagedge/flagedge/shared/membership"
+	"github.com/flagedge/flagedge/shared/bloomkeys"
 )
 
 // mirror applies a subscription's changes as an edge does.
@@ -29,9 +29,9 @@ type mirror struct {
 	filters map[int64]*bloom.BloomFilter
 }
 
-func follow(ctx context.Context, hub *membership.Hub) *mirror {
+func follow(ctx context.Context, hub *bloomhub.Hub) *mirror {
 	m := &mirror{filters: map[int64]*bloom.BloomFilter{}}
-	sub := hub.Subscribe()
+	sub := hub.Subscribe(nil)
 	go func() {
 		defer hub.Unsubscribe(sub)
 		for {
@@ -97,7 +97,7 @@ type rig struct {
 	db        *postgres.DB
 	url       string
 	projectID int64
-	hub       *membership.Hub
+	hub       *bloomhub.Hub
 	events    *postgres.EventStore
 	resyncs   atomic.Int64
 }
@@ -116,7 +116,7 @@ func newRig(t *testing.T) *rig {
 	}
 	log := slog.New(slog.DiscardHandler)
 	r := &rig{t: t, db: db, url: url, projectID: boot.ProjectID, events: postgres.NewEventStore(db, log)}
-	r.hub = membership.NewHub(postgres.NewMemberStore(db), log, prometheus.NewRegistry())
+	r.hub = bloomhub.NewHub(postgres.NewMemberStore(db), log, prometheus.NewRegistry())
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	t.Cleanup(func() { cancel(); <-done })
@@ -154,7 +154,7 @@ func (r *rig) settle(m *mirror, label string) {
 	r.t.Helper()
 	sentinel := "sentinel-" + label
 	r.ingest(r.event("$pageview", sentinel, nil))
-	key := [][]byte{sharedmembership.PersonKey(nil, sentinel)}
+	key := [][]byte{bloomkeys.PersonKey(nil, sentinel)}
 	deadline := time.Now().Add(20 * time.Second)
 	for m.missing(r.projectID, key) > 0 {
 		if time.Now().After(deadline) {
@@ -271,7 +271,7 @@ func TestFilterGrowsAndTakesLongKeys(t *testing.T) {
 	m.mu.Lock()
 	capBits := m.filters[r.projectID].Cap()
 	m.mu.Unlock()
-	if want := sharedmembership.NewFilter(len(keys) / 2).Cap(); capBits < want { // capacity ≥ the keys
+	if want := bloomkeys.NewFilter(len(keys) / 2).Cap(); capBits < want { // capacity ≥ the keys
 		t.Fatalf("filter of %d bits for %d keys: not rebuilt larger (want ≥ %d)", capBits, len(keys), want)
 	}
 }
@@ -301,7 +301,7 @@ func TestNewProjectGetsAFilter(t *testing.T) {
 		t.Fatal(err)
 	}
 	r.hub.Ensure(p.ID) // as the snapshot notification of the new project does
-	probe := [][]byte{sharedmembership.PersonKey(nil, "nobody")}
+	probe := [][]byte{bloomkeys.PersonKey(nil, "nobody")}
 	waitFor(t, "an empty filter for the new project", func() bool {
 		m.mu.Lock()
 		defer m.mu.Unlock()
@@ -313,7 +313,7 @@ func TestNewProjectGetsAFilter(t *testing.T) {
 	r.projectID = p.ID
 	r.ingest(r.event("$pageview", "first-user", nil))
 	waitFor(t, "the new project's first user", func() bool {
-		return m.missing(p.ID, [][]byte{sharedmembership.PersonKey(nil, "first-user")}) == 0
+		return m.missing(p.ID, [][]byte{bloomkeys.PersonKey(nil, "first-user")}) == 0
 	})
 }
 

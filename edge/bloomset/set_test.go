@@ -1,4 +1,4 @@
-package membership
+package bloomset
 
 import (
 	"fmt"
@@ -8,15 +8,15 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/flagedge/flagedge/shared/membership"
+	"github.com/flagedge/flagedge/shared/bloomkeys"
 	"github.com/flagedge/flagedge/shared/syncpb"
 )
 
 func filterMsg(t *testing.T, projectID int64, ids ...string) *syncpb.MembershipFilter {
 	t.Helper()
-	f := membership.NewFilter(len(ids))
+	f := bloomkeys.NewFilter(len(ids))
 	for _, id := range ids {
-		f.Add(membership.PersonKey(nil, id))
+		f.Add(bloomkeys.PersonKey(nil, id))
 	}
 	raw, err := f.MarshalBinary()
 	if err != nil {
@@ -28,12 +28,12 @@ func filterMsg(t *testing.T, projectID int64, ids ...string) *syncpb.MembershipF
 func personKeys(ids ...string) [][]byte {
 	var out [][]byte
 	for _, id := range ids {
-		out = append(out, membership.PersonKey(nil, id))
+		out = append(out, bloomkeys.PersonKey(nil, id))
 	}
 	return out
 }
 
-func newSet(t *testing.T, max int64, onAdd func(int64, membership.Key)) *Set {
+func newSet(t *testing.T, max int64, onAdd func(int64, bloomkeys.Key)) *Set {
 	t.Helper()
 	return NewSet(max, Hooks{Announced: onAdd}, slog.New(slog.DiscardHandler), prometheus.NewRegistry())
 }
@@ -92,7 +92,7 @@ func TestAdditionsAreNeverLost(t *testing.T) {
 
 func additionsAreNeverLost(t *testing.T, base *syncpb.MembershipFilter) {
 	var forgotten []string
-	s := newSet(t, 0, func(p int64, k membership.Key) { forgotten = append(forgotten, k.DistinctID) })
+	s := newSet(t, 0, func(p int64, k bloomkeys.Key) { forgotten = append(forgotten, k.DistinctID) })
 	s.Apply(&syncpb.WatchResponse{MembershipReset: true, MembershipFilters: []*syncpb.MembershipFilter{base}})
 	large := len(base.Bloom) > smallFilterBytes
 	layered := false
@@ -104,7 +104,7 @@ func additionsAreNeverLost(t *testing.T, base *syncpb.MembershipFilter) {
 		}
 		add := &syncpb.MembershipAdditions{ProjectId: 7, Keys: personKeys(ids...)}
 		if batch%5 == 0 { // groups too
-			add.Keys = append(add.Keys, membership.GroupKey(nil, 2, fmt.Sprintf("org-%d", batch)))
+			add.Keys = append(add.Keys, bloomkeys.GroupKey(nil, 2, fmt.Sprintf("org-%d", batch)))
 		}
 		if err := s.Apply(&syncpb.WatchResponse{MembershipAdditions: []*syncpb.MembershipAdditions{add}}); err != nil {
 			t.Fatal(err)
@@ -161,7 +161,7 @@ func TestConcurrentReadsAndWrites(t *testing.T) {
 	}
 	for i := range 6000 {
 		s.Apply(&syncpb.WatchResponse{MembershipAdditions: []*syncpb.MembershipAdditions{{ProjectId: 1, Keys: personKeys(fmt.Sprint("k", i))}}})
-		s.Add(1, membership.PersonKey(nil, fmt.Sprint("local", i)))
+		s.Add(1, bloomkeys.PersonKey(nil, fmt.Sprint("local", i)))
 		if i%2500 == 0 {
 			s.Apply(&syncpb.WatchResponse{MembershipFilters: []*syncpb.MembershipFilter{filterMsg(t, 1, many...)}})
 		}
@@ -215,9 +215,9 @@ func BenchmarkCheckPerson(b *testing.B) {
 	for i := range 100_000 {
 		ids = append(ids, fmt.Sprintf("0192e0c4-7d1b-7c3e-9f1a-%012d", i))
 	}
-	f := membership.NewFilter(len(ids))
+	f := bloomkeys.NewFilter(len(ids))
 	for _, id := range ids {
-		f.Add(membership.PersonKey(nil, id))
+		f.Add(bloomkeys.PersonKey(nil, id))
 	}
 	raw, _ := f.MarshalBinary()
 	s.Apply(&syncpb.WatchResponse{MembershipFilters: []*syncpb.MembershipFilter{{ProjectId: 1, Bloom: raw}}})
@@ -231,13 +231,13 @@ func BenchmarkCheckPerson(b *testing.B) {
 // the filter already holds costs nothing.
 func TestLocalAdditions(t *testing.T) {
 	s := newSet(t, 0, nil)
-	s.Add(1, membership.PersonKey(nil, "nobody")) // no filter: nothing to add to
+	s.Add(1, bloomkeys.PersonKey(nil, "nobody")) // no filter: nothing to add to
 	if r := s.CheckPerson(1, "nobody"); r != Unknown {
 		t.Fatalf("without a filter: %v", r)
 	}
 	s.Apply(&syncpb.WatchResponse{MembershipReset: true, MembershipFilters: []*syncpb.MembershipFilter{filterMsg(t, 1, "known")}})
 	before := (*s.filters.Load())[1].cur.Load()
-	s.Add(1, membership.PersonKey(nil, "known"))
+	s.Add(1, bloomkeys.PersonKey(nil, "known"))
 	if (*s.filters.Load())[1].cur.Load() != before {
 		t.Fatal("adding a key the filter holds replaced the filter")
 	}
@@ -247,7 +247,7 @@ func TestLocalAdditions(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for i := range 3 * deltaCapacity / 4 {
-				s.Add(1, membership.PersonKey(nil, fmt.Sprintf("w%d-%d", w, i)))
+				s.Add(1, bloomkeys.PersonKey(nil, fmt.Sprintf("w%d-%d", w, i)))
 			}
 		}()
 	}

@@ -1,4 +1,4 @@
-package ingest_test
+package personview_test
 
 import (
 	"encoding/json"
@@ -6,17 +6,17 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/flagedge/flagedge/controlplane/ingest"
+	"github.com/flagedge/flagedge/controlplane/personview"
 )
 
-func ev(name, distinctID string, props map[string]any) ingest.Event {
+func ev(name, distinctID string, props map[string]any) personview.Event {
 	raw, _ := json.Marshal(props)
-	return ingest.Event{Name: name, DistinctID: distinctID, Properties: raw}
+	return personview.Event{Name: name, DistinctID: distinctID, Properties: raw}
 }
 
 // stored adds a stored person with the given distinct ids to the view.
-func stored(v *ingest.View, id int64, props map[string]any, distinctIDs ...string) *ingest.Person {
-	p := &ingest.Person{ID: id, Properties: props, DistinctIDs: distinctIDs}
+func stored(v *personview.View, id int64, props map[string]any, distinctIDs ...string) *personview.Person {
+	p := &personview.Person{ID: id, Properties: props, DistinctIDs: distinctIDs}
 	for _, d := range distinctIDs {
 		v.ByDistinctID[d] = p
 	}
@@ -24,7 +24,7 @@ func stored(v *ingest.View, id int64, props map[string]any, distinctIDs ...strin
 }
 
 func TestIdentifyMergesAndIdentifiedWins(t *testing.T) {
-	v := ingest.NewView()
+	v := personview.NewView()
 	anon := stored(v, 1, map[string]any{"plan": "free", "first_seen": "monday"}, "anon-1", "anon-1b")
 	user := stored(v, 2, map[string]any{"plan": "pro"}, "user@example.com")
 	v.Apply(ev("$identify", "user@example.com", map[string]any{"$anon_distinct_id": "anon-1", "$set": map[string]any{"name": "Ann"}}))
@@ -48,7 +48,7 @@ func TestIdentifyMergesAndIdentifiedWins(t *testing.T) {
 }
 
 func TestIdentifyWithUnknownAnonymousID(t *testing.T) {
-	v := ingest.NewView()
+	v := personview.NewView()
 	user := stored(v, 5, map[string]any{}, "u")
 	v.Apply(ev("$identify", "u", map[string]any{"$anon_distinct_id": "never-seen"}))
 	if v.ByDistinctID["never-seen"] != user || len(v.Merged) != 0 {
@@ -57,7 +57,7 @@ func TestIdentifyWithUnknownAnonymousID(t *testing.T) {
 }
 
 func TestNewPersonMergedIntoStoredKeepsTheStoredRow(t *testing.T) {
-	v := ingest.NewView()
+	v := personview.NewView()
 	old := stored(v, 9, map[string]any{"a": 1.0, "b": 1.0}, "alias-target")
 	v.Apply(ev("$create_alias", "brand-new", map[string]any{"alias": "alias-target", "$set": map[string]any{"b": 2.0}}))
 	survivor := v.ByDistinctID["brand-new"]
@@ -70,20 +70,20 @@ func TestNewPersonMergedIntoStoredKeepsTheStoredRow(t *testing.T) {
 }
 
 func TestSetSetOnceUnset(t *testing.T) {
-	v := ingest.NewView()
+	v := personview.NewView()
 	p := stored(v, 1, map[string]any{"keep": "x", "gone": "y", "once": "first"}, "d")
 	v.Apply(ev("$pageview", "d", map[string]any{"$set": map[string]any{"n": 1.0}, "$set_once": map[string]any{"once": "second", "new_once": true}, "$unset": []any{"gone"}}))
 	want := map[string]any{"keep": "x", "once": "first", "new_once": true, "n": 1.0}
 	if diff := cmp.Diff(want, p.Properties); diff != "" {
 		t.Error(diff)
 	}
-	if !ingest.NeedsState(ev("$pageview", "d", map[string]any{"$set": map[string]any{}})) || ingest.NeedsState(ev("$pageview", "d", map[string]any{"x": 1})) {
+	if !personview.NeedsState(ev("$pageview", "d", map[string]any{"$set": map[string]any{}})) || personview.NeedsState(ev("$pageview", "d", map[string]any{"x": 1})) {
 		t.Error("NeedsState")
 	}
 }
 
 func TestGroupIdentify(t *testing.T) {
-	v := ingest.NewView()
+	v := personview.NewView()
 	v.GroupTypes["company"] = 0
 	for _, typ := range []string{"company", "team", "org", "region", "cluster", "sixth"} {
 		v.Apply(ev("$groupidentify", "d", map[string]any{"$group_type": typ, "$group_key": "k-" + typ, "$group_set": map[string]any{"name": typ}}))
@@ -95,7 +95,7 @@ func TestGroupIdentify(t *testing.T) {
 	if v.Ignored != 1 {
 		t.Errorf("ignored %d, want the sixth type", v.Ignored)
 	}
-	g := v.Groups[ingest.GroupKey{TypeIndex: 0, Key: "k-company"}]
+	g := v.Groups[personview.GroupKey{TypeIndex: 0, Key: "k-company"}]
 	if diff := cmp.Diff(map[string]any{"name": "company", "seats": 3.0}, g.Properties); diff != "" {
 		t.Error(diff)
 	}

@@ -1,4 +1,4 @@
-package membership_test
+package bloomhub_test
 
 import (
 	"os"

@@ -1,9 +1,9 @@
-// Package membership is the contract of the membership filters the control plane sends its
-// edges: which keys stand for a person's distinct id and for a group, and how big a filter
-// is made for a number of keys. A filter tells an edge, without asking, that the control
-// plane stores nothing about a distinct id or a group — most first visits — so that /decide
-// answers from the request alone instead of paying a round trip that finds nothing.
-package membership
+// Package bloomkeys is the contract of the membership filters (Bloom filters) the control
+// plane sends its edges: which keys stand for a person's distinct id and for a group, and how
+// big a filter is made for a number of keys. A filter tells an edge, without asking, that the
+// control plane stores nothing about a distinct id or a group — most first visits — so that
+// /decide answers from the request alone instead of paying a round trip that finds nothing.
+package bloomkeys
 
 import (
 	"errors"

@@ -1,4 +1,4 @@
-// Package membership keeps, for every project, the Bloom filter of the keys the control plane
+// Package bloomhub keeps, for every project, the Bloom filter of the keys the control plane
 // stores (persons' distinct ids, groups) and streams it to the edges: whole when a stream
 // starts or a filter is rebuilt, then each key as its transaction commits. An edge that finds
 // a key absent answers /decide without a look-up.
@@ -7,7 +7,7 @@
 // LISTEN on the announcements is in place, and every announcement processed after the build
 // is added after it. A key committed before the build's snapshot is in the build; one
 // committed after is announced after, and added. A key seen twice is harmless.
-package membership
+package bloomhub
 
 import (
 	"context"
@@ -19,7 +19,7 @@ import (
 	"github.com/bits-and-blooms/bloom/v3"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/flagedge/flagedge/shared/membership"
+	"github.com/flagedge/flagedge/shared/bloomkeys"
 )
 
 // Source reads the keys filters are built from.
@@ -97,7 +97,7 @@ func (h *Hub) Resync(ctx context.Context) error {
 	start := time.Now()
 	built := map[int64]*filter{}
 	err := h.src.ScanMembers(ctx, 0, func(id int64, n int) {
-		built[id] = &filter{bloom: membership.NewFilter(n), capacity: membership.Capacity(n)}
+		built[id] = &filter{bloom: bloomkeys.NewFilter(n), capacity: bloomkeys.Capacity(n)}
 	}, func(id int64, k []byte) {
 		if f := built[id]; f != nil {
 			f.bloom.Add(k)
@@ -143,7 +143,7 @@ func (h *Hub) Announce(ctx context.Context, projectID int64, keys [][]byte, rebu
 	}
 	f := h.filters[projectID]
 	if f == nil { // a project created since the build: every key it has is announced
-		f = &filter{bloom: membership.NewFilter(0), capacity: membership.Capacity(0)}
+		f = &filter{bloom: bloomkeys.NewFilter(0), capacity: bloomkeys.Capacity(0)}
 		h.filters[projectID] = f
 		for sub := range h.subs {
 			sub.whole(projectID, f) // the keys below follow as additions
@@ -178,7 +178,7 @@ func (h *Hub) Ensure(projectID int64) {
 	if !h.ready || h.filters[projectID] != nil {
 		return
 	}
-	f := &filter{bloom: membership.NewFilter(0), capacity: membership.Capacity(0)}
+	f := &filter{bloom: bloomkeys.NewFilter(0), capacity: bloomkeys.Capacity(0)}
 	h.filters[projectID] = f
 	for sub := range h.subs {
 		sub.whole(projectID, f)
@@ -192,7 +192,7 @@ func (h *Hub) rebuild(ctx context.Context, projectID int64) error {
 	h.rebuilds.Inc()
 	var f *filter
 	err := h.src.ScanMembers(ctx, projectID, func(_ int64, n int) {
-		f = &filter{bloom: membership.NewFilter(n), capacity: membership.Capacity(n)}
+		f = &filter{bloom: bloomkeys.NewFilter(n), capacity: bloomkeys.Capacity(n)}
 	}, func(_ int64, k []byte) {
 		f.bloom.Add(k)
 		f.keys++
@@ -214,9 +214,11 @@ func (h *Hub) rebuild(ctx context.Context, projectID int64) error {
 }
 
 // Subscribe returns a stream's queue: it starts with a reset and, when the filters are
-// complete, every filter whole; then every change.
-func (h *Hub) Subscribe() *Sub {
-	sub := &Sub{wake: make(chan struct{}, 1)}
+// complete, every filter whole; then every change. It holds only the projects serves
+// accepts (every project when serves is nil): an edge scoped to some projects learns nothing
+// of the others' keys.
+func (h *Hub) Subscribe(serves func(projectID int64) bool) *Sub {
+	sub := &Sub{serves: serves, wake: make(chan struct{}, 1)}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.subs[sub] = struct{}{}
@@ -244,6 +246,7 @@ func (h *Hub) sendAll(sub *Sub) {
 // Sub is one stream's queue of membership changes. It is bounded: additions beyond
 // maxPendingKeys turn into whole filters.
 type Sub struct {
+	serves  func(projectID int64) bool // nil: every project
 	mu      sync.Mutex
 	q       Changes // what is queued, in the order Changes says
 	pending int     // keys in q.Additions
@@ -269,6 +272,9 @@ func (s *Sub) reset() {
 
 // whole queues a copy of f, which replaces whatever additions of the project are queued.
 func (s *Sub) whole(projectID int64, f *filter) {
+	if s.serves != nil && !s.serves(projectID) {
+		return
+	}
 	s.mu.Lock()
 	s.q.Filters[projectID] = Filter{Bloom: f.bloom.Copy(), Keys: f.keys}
 	s.pending -= len(s.q.Additions[projectID])
@@ -280,6 +286,9 @@ func (s *Sub) whole(projectID int64, f *filter) {
 // add queues keys; past maxPendingKeys, every filter of h is queued whole instead (h.mu is
 // held by the caller).
 func (s *Sub) add(projectID int64, keys [][]byte, h *Hub) {
+	if s.serves != nil && !s.serves(projectID) {
+		return
+	}
 	s.mu.Lock()
 	if s.pending+len(keys) > maxPendingKeys {
 		s.mu.Unlock()

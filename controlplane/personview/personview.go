@@ -1,14 +1,14 @@
-// Package ingest holds what captured events mean for persons and groups: $identify
+// Package personview holds what captured events mean for persons and groups: $identify
 // and $create_alias merge persons, $set/$set_once/$unset change their properties, and
 // $groupidentify creates or updates groups. It applies events in order to an in-memory View
 // of the persons and groups they touch; the store loads the view and writes back its changes.
-package ingest
+package personview
 
 import (
 	"bytes"
 	"encoding/json"
 
-	"github.com/flagedge/flagedge/shared/membership"
+	"github.com/flagedge/flagedge/shared/bloomkeys"
 )
 
 // MaxGroupTypes is how many group types a project may have (indexes 0–4).
@@ -75,13 +75,13 @@ func NeedsState(e Event) bool {
 }
 
 // Refs returns the distinct ids and groups an event touches, for the store to load: what
-// shared/membership.EventRefs says storing it makes the control plane hold.
+// shared/bloomkeys.EventRefs says storing it makes the control plane hold.
 func Refs(e Event) (distinctIDs []string, groups []GroupRef) {
 	var props map[string]any
-	if membership.ReadsProperties(e.Name) {
+	if bloomkeys.ReadsProperties(e.Name) {
 		props = decode(e.Properties)
 	}
-	distinctIDs, groupType, groupKey := membership.EventRefs(e.Name, e.DistinctID, props)
+	distinctIDs, groupType, groupKey := bloomkeys.EventRefs(e.Name, e.DistinctID, props)
 	if groupType != "" {
 		groups = append(groups, GroupRef{Type: groupType, Key: groupKey})
 	}
@@ -99,14 +99,14 @@ func (v *View) Apply(e Event) {
 	p := v.person(e.DistinctID)
 	switch e.Name {
 	case "$identify":
-		if anon := membership.IDString(props["$anon_distinct_id"]); anon != "" && anon != e.DistinctID {
+		if anon := bloomkeys.IDString(props["$anon_distinct_id"]); anon != "" && anon != e.DistinctID {
 			p = v.merge(p, anon)
 		}
 		if !p.Identified {
 			p.Identified, p.Dirty = true, true
 		}
 	case "$create_alias", "$merge_dangerously":
-		if alias := membership.IDString(props["alias"]); alias != "" && alias != e.DistinctID {
+		if alias := bloomkeys.IDString(props["alias"]); alias != "" && alias != e.DistinctID {
 			p = v.merge(p, alias)
 		}
 	case "$groupidentify":
@@ -186,7 +186,7 @@ func (p *Person) applySet(props map[string]any) {
 	}
 	if unset, ok := props["$unset"].([]any); ok {
 		for _, k := range unset {
-			if key := membership.IDString(k); key != "" {
+			if key := bloomkeys.IDString(k); key != "" {
 				if _, exists := p.Properties[key]; exists {
 					delete(p.Properties, key)
 					p.Dirty = true
@@ -199,7 +199,7 @@ func (p *Person) applySet(props map[string]any) {
 // identifyGroup creates or updates a group from a $groupidentify event. A new group type
 // gets the next free index; a sixth type is ignored and counted.
 func (v *View) identifyGroup(props map[string]any) {
-	typ, key := membership.IDString(props["$group_type"]), membership.IDString(props["$group_key"])
+	typ, key := bloomkeys.IDString(props["$group_type"]), bloomkeys.IDString(props["$group_key"])
 	if typ == "" || key == "" {
 		return
 	}

@@ -1,5 +1,5 @@
-// Package clientip tells which address an edge request comes from, for GeoIP and the $ip
-// property.
+// Package clientip tells which address a request comes from: for the edge's GeoIP and $ip
+// property, and for the control plane's login limits.
 //
 // X-Forwarded-For is written by whoever sends the request, so believing it lets any client
 // choose its address (and so its $geoip_* properties and $ip). Without trusted proxies the
@@ -13,6 +13,7 @@ import (
 	"bytes"
 	"fmt"
 	"net"
+	"net/http"
 	"net/netip"
 	"strings"
 )
@@ -103,4 +104,23 @@ func firstForwarded(forwardedFor []byte, peer netip.Addr) netip.Addr {
 		return addr
 	}
 	return peer
+}
+
+// RequestIP is ClientIP for a net/http request: its X-Forwarded-For lines and its peer.
+func (r *Resolver) RequestIP(req *http.Request) netip.Addr {
+	var lines [][]byte
+	for _, v := range req.Header.Values("X-Forwarded-For") {
+		lines = append(lines, []byte(v))
+	}
+	return r.ClientIP(lines, Peer(req).AsSlice())
+}
+
+// Peer is the address of a net/http request's peer, believing no header: the zero Addr when
+// RemoteAddr holds no address.
+func Peer(req *http.Request) netip.Addr {
+	if ap, err := netip.ParseAddrPort(req.RemoteAddr); err == nil {
+		return ap.Addr().Unmap()
+	}
+	a, _ := netip.ParseAddr(req.RemoteAddr)
+	return a.Unmap()
 }

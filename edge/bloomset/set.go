@@ -1,9 +1,9 @@
-// Package membership holds the edge's membership filters: per project, a Bloom filter of
+// Package bloomset holds the edge's membership filters: per project, a Bloom filter of
 // every key (distinct id, group) the control plane stores. /decide asks it before a look-up:
 // a key the filter lacks has nothing stored, so the answer needs no round trip — the first
 // visit of every new user. Reads are lock-free; the stream of filters and additions from the
 // control plane is the only writer.
-package membership
+package bloomset
 
 import (
 	"fmt"
@@ -14,7 +14,7 @@ import (
 	"github.com/bits-and-blooms/bloom/v3"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/flagedge/flagedge/shared/membership"
+	"github.com/flagedge/flagedge/shared/bloomkeys"
 	"github.com/flagedge/flagedge/shared/syncpb"
 )
 
@@ -68,7 +68,7 @@ type Set struct {
 	// onAdd is told every key the control plane announces, after it is in the filter (to
 	// forget cached "not found" answers about it); onReplace, that filters were replaced whole
 	// (keys may have come without an announcement: forget every "not found").
-	onAdd     func(projectID int64, key membership.Key)
+	onAdd     func(projectID int64, key bloomkeys.Key)
 	onReplace func()
 
 	bytes     atomic.Int64
@@ -82,7 +82,7 @@ type Set struct {
 // Hooks are told what the control plane's stream changes; either may be nil.
 type Hooks struct {
 	// Announced is told every key the control plane announces, once it is in the filter.
-	Announced func(projectID int64, key membership.Key)
+	Announced func(projectID int64, key bloomkeys.Key)
 	// Replaced is told that filters were replaced whole: keys may have arrived without being
 	// announced one by one.
 	Replaced func()
@@ -148,9 +148,9 @@ func (s *Set) check(projectID int64, group bool, typeIndex int, id string) Resul
 		key = make([]byte, 0, len(id)+2)
 	}
 	if group {
-		key = membership.GroupKey(key, typeIndex, id)
+		key = bloomkeys.GroupKey(key, typeIndex, id)
 	} else {
-		key = membership.PersonKey(key, id)
+		key = bloomkeys.PersonKey(key, id)
 	}
 	return result(sl.cur.Load().test(key))
 }
@@ -223,7 +223,7 @@ func (s *Set) Apply(msg *syncpb.WatchResponse) error {
 			continue
 		}
 		for _, k := range a.Keys {
-			if key, err := membership.ParseKey(k); err == nil {
+			if key, err := bloomkeys.ParseKey(k); err == nil {
 				s.onAdd(a.ProjectId, key)
 			}
 		}
@@ -321,7 +321,7 @@ func (l *layers) with(keys [][]byte) *layers {
 		return next
 	}
 	if l.delta == nil {
-		next.delta = membership.NewFilter(deltaCapacity / 2)
+		next.delta = bloomkeys.NewFilter(deltaCapacity / 2)
 	} else {
 		next.delta = l.delta.Copy()
 	}

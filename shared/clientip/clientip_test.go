@@ -2,6 +2,7 @@ package clientip
 
 import (
 	"net"
+	"net/http/httptest"
 	"strings"
 	"testing"
 )
@@ -45,5 +46,28 @@ func TestClientIP(t *testing.T) {
 	}
 	if _, err := NewResolver("10.0.0.0/8,nope"); err == nil {
 		t.Error("a bad CIDR was accepted")
+	}
+}
+
+// TestRequestIP: a net/http request's header lines and peer are read as ClientIP reads them,
+// and Peer believes no header.
+func TestRequestIP(t *testing.T) {
+	proxies, err := NewResolver("10.0.0.0/8")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := httptest.NewRequest("POST", "/login", nil)
+	r.RemoteAddr = "10.1.2.3:4567"
+	r.Header.Add("X-Forwarded-For", "1.2.3.4")
+	r.Header.Add("X-Forwarded-For", "198.51.100.1")
+	if got := proxies.RequestIP(r).String(); got != "198.51.100.1" {
+		t.Errorf("RequestIP behind a trusted proxy = %s, want 198.51.100.1", got)
+	}
+	if got := Peer(r).String(); got != "10.1.2.3" {
+		t.Errorf("Peer = %s, want 10.1.2.3", got)
+	}
+	r.RemoteAddr = "[::ffff:203.0.113.9]:80"
+	if got := proxies.RequestIP(r).String(); got != "203.0.113.9" {
+		t.Errorf("RequestIP from an untrusted peer = %s, want 203.0.113.9", got)
 	}
 }

@@ -1,0 +1,26 @@
+package postgres
+
+import "github.com/flagedge/flagedge/controlplane"
+
+// NewServices returns every service that acts for a user, on db: what the control plane
+// serves and the tests build alike. bcryptCost is the password hashing cost (0: the
+// default; tests pass bcrypt.MinCost). The services check no permissions: wrap them with
+// authz.Wrap before a user's call reaches them.
+func NewServices(db *DB, bcryptCost int) controlplane.Services {
+	flags := NewFlagService(db)
+	return controlplane.Services{
+		Auth:        NewAuthService(db),
+		Projects:    NewProjectService(db),
+		Flags:       flags,
+		Activity:    NewActivityService(db),
+		Events:      NewEventReader(db),
+		Annotations: NewAnnotationService(db),
+		Roles:       NewRoleService(db),
+		Cohorts:     NewCohortService(db),
+		Features:    NewEarlyAccessFeatureService(db),
+		Dashboards:  flags,
+		Users:       NewUserService(db, bcryptCost),
+		Keys:        NewKeyService(db),
+		Sessions:    NewSessionService(db),
+	}
+}

@@ -1,0 +1,263 @@
+// Package ofrep serves the OpenFeature Remote Evaluation Protocol (OFREP 0.3.0) at the edge,
+// so that any OpenFeature SDK can use flagedge through the community OFREP providers: single
+// and bulk evaluation by the same path as /flags (one engine, the same answers), the provider
+// configuration, and the server-sent-events stream (ADR 0008) that tells browsers when their
+// project's flags change.
+package ofrep
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"log/slog"
+	"net/http"
+	"strconv"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/flagedge/flagedge/edge/apierror"
+	"github.com/flagedge/flagedge/edge/decide"
+	"github.com/flagedge/flagedge/edge/jsonenc"
+	"github.com/flagedge/flagedge/edge/reqbody"
+	"github.com/flagedge/flagedge/edge/state"
+	"github.com/flagedge/flagedge/shared/flags"
+)
+
+// MaxBodyBytes bounds an evaluation request: it carries one context, like a /flags body.
+const MaxBodyBytes = decide.MaxBodyBytes
+
+// MinPollInterval is the shortest polling interval the configuration announces to providers
+// that poll the bulk endpoint: a bulk evaluation costs tens of microseconds, and a second
+// between polls keeps a page's cost negligible while changes still show within seconds.
+const MinPollInterval = 1000 // milliseconds
+
+// exposeHeaders are the response headers a page on another origin may read: providers read
+// the bulk answer's ETag and a 429's Retry-After.
+const exposeHeaders = "ETag, Retry-After"
+
+// Config holds what OFREP answers from.
+type Config struct {
+	State  *state.Holder
+	Decide *decide.Handler
+	// Streams announces and serves the change streams; nil when streaming is off.
+	Streams *Hub
+	Logger  *slog.Logger
+}
+
+// Handler serves the OFREP routes.
+type Handler struct {
+	cfg   Config
+	infos infoCache
+}
+
+// New returns the OFREP handler.
+func New(cfg Config) *Handler { return &Handler{cfg: cfg} }
+
+// Streams returns the change-stream hub, or nil when streaming is off.
+func (h *Handler) Streams() *Hub { return h.cfg.Streams }
+
+// Error is an OFREP error answer: its status, its errorCode and a user-safe errorDetails.
+type Error struct {
+	Status  int
+	Code    string
+	Details string
+	// RetryAfter is the Retry-After header of a 429, in seconds; 0 when none.
+	RetryAfter int
+}
+
+func (e *Error) Error() string { return e.Code + ": " + e.Details }
+
+// The OFREP error codes.
+const (
+	codeParse         = "PARSE_ERROR"
+	codeTargetingKey  = "TARGETING_KEY_MISSING"
+	codeInvalidCtx    = "INVALID_CONTEXT"
+	codeFlagNotFound  = "FLAG_NOT_FOUND"
+	codeGeneral       = "GENERAL"
+	detailLookupError = "Stored properties this flag needs could not be fetched; retry."
+)
+
+var (
+	errNoToken = &Error{Status: http.StatusUnauthorized, Code: codeGeneral,
+		Details: "No project API key: send it as Authorization: Bearer phc_… or X-API-Key."}
+	errBadToken = &Error{Status: http.StatusUnauthorized, Code: codeGeneral, Details: "Project API key invalid."}
+	errNotReady = &Error{Status: http.StatusServiceUnavailable, Code: codeGeneral, Details: "The edge holds no flags yet; retry shortly."}
+	errTooLarge = &Error{Status: http.StatusRequestEntityTooLarge, Code: codeParse, Details: "The request body is over 1 MB."}
+)
+
+// WriteError answers err in OFREP's error shape, with the flag's key when the route has one:
+// an *Error as it says; an *apierror.Error (from the edge's shared checks, such as rate limits
+// and body limits) with its status and detail; anything else as a 500 whose cause goes to the
+// log, never to the caller. A 429 carries Retry-After.
+func WriteError(ctx *fasthttp.RequestCtx, log *slog.Logger, err error) {
+	var e *Error
+	if !errors.As(err, &e) {
+		var ae *apierror.Error
+		switch {
+		case errors.As(err, &ae):
+			e = &Error{Status: ae.Status, Code: codeGeneral, Details: ae.Detail}
+			if ae.RetryAfter > 0 {
+				e.RetryAfter = ae.RetryAfterSeconds()
+			}
+		default:
+			log.Error("internal error", "path", string(ctx.Path()), "err", err)
+			e = &Error{Status: http.StatusInternalServerError, Code: codeGeneral, Details: "A server error occurred."}
+		}
+	}
+	if (e.Status == http.StatusTooManyRequests || e.RetryAfter > 0) && len(ctx.Response.Header.Peek("Retry-After")) == 0 {
+		ctx.Response.Header.Set("Retry-After", strconv.Itoa(max(e.RetryAfter, 1)))
+	}
+	b := make([]byte, 0, 96+len(e.Details))
+	b = append(b, '{')
+	if key, ok := ctx.UserValue("key").(string); ok {
+		b = append(b, `"key":`...)
+		b = jsonenc.AppendString(b, key)
+		b = append(b, ',')
+	}
+	b = append(b, `"errorCode":`...)
+	b = jsonenc.AppendString(b, e.Code)
+	b = append(b, `,"errorDetails":`...)
+	b = jsonenc.AppendString(b, e.Details)
+	b = append(b, '}')
+	ctx.Response.ResetBody()
+	ctx.Response.Header.Set("Access-Control-Expose-Headers", exposeHeaders)
+	ctx.SetStatusCode(e.Status)
+	ctx.SetContentType("application/json")
+	ctx.SetBody(b)
+}
+
+// project finds the project of the request's token: Authorization: Bearer, else X-API-Key.
+func (h *Handler) project(ctx *fasthttp.RequestCtx) (*state.Project, error) {
+	token := bearer(ctx)
+	if token == "" {
+		token = string(bytes.TrimSpace(ctx.Request.Header.Peek("X-API-Key")))
+	}
+	if token == "" {
+		return nil, errNoToken
+	}
+	if !h.cfg.State.Ready() {
+		return nil, errNotReady
+	}
+	p := h.cfg.State.ByToken(token)
+	if p == nil {
+		return nil, errBadToken
+	}
+	return p, nil
+}
+
+// bearer returns the credential of an "Authorization: Bearer …" header.
+func bearer(ctx *fasthttp.RequestCtx) string {
+	v := bytes.TrimSpace(ctx.Request.Header.Peek("Authorization"))
+	if len(v) > 7 && bytes.EqualFold(v[:7], []byte("bearer ")) {
+		return string(bytes.TrimSpace(v[7:]))
+	}
+	return ""
+}
+
+// evaluate authenticates the request, reads its context and evaluates every flag of the
+// project by /flags's path.
+func (h *Handler) evaluate(ctx *fasthttp.RequestCtx) (*state.Project, []flags.Result, error) {
+	p, err := h.project(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	// The edge streams request bodies: Read refuses one over the limit before reading it.
+	var unbudgeted reqbody.Lease
+	body, err := reqbody.Read(ctx, MaxBodyBytes, &unbudgeted)
+	if err != nil {
+		return nil, nil, reqbody.AsAPIError(err, errTooLarge)
+	}
+	c, err := parseRequest(body)
+	if err != nil {
+		return nil, nil, err
+	}
+	results, _ := h.cfg.Decide.Evaluate(ctx, p, c, nil)
+	return p, results, nil
+}
+
+// ServeFlag answers POST /ofrep/v1/evaluate/flags/{key}: one flag for one context.
+func (h *Handler) ServeFlag(ctx *fasthttp.RequestCtx) error {
+	key, _ := ctx.UserValue("key").(string)
+	p, results, err := h.evaluate(ctx)
+	if err != nil {
+		return err
+	}
+	i := p.Snapshot.Lookup(key)
+	if i < 0 {
+		return &Error{Status: http.StatusNotFound, Code: codeFlagNotFound, Details: "Flag '" + key + "' was not found."}
+	}
+	r := &results[i]
+	if r.Failed {
+		return &Error{Status: http.StatusInternalServerError, Code: codeGeneral, Details: detailLookupError}
+	}
+	ctx.SetContentType("application/json")
+	ctx.SetBody(appendEvaluation(make([]byte, 0, 256), r, h.infos.of(p).flag(i)))
+	return nil
+}
+
+// ServeBulk answers POST /ofrep/v1/evaluate/flags: every flag for one context, with an ETag
+// (the hash of the answer, so it changes exactly when the answer does) and 304 for a matching
+// If-None-Match. With streaming on, the answer lists the change stream of ADR 0008.
+// ?flagConfigEtag= and ?flagConfigLastModified= need no handling: an edge always answers
+// from the snapshot it holds, which is at least as new as any change it announced.
+func (h *Handler) ServeBulk(ctx *fasthttp.RequestCtx) error {
+	p, results, err := h.evaluate(ctx)
+	if err != nil {
+		return err
+	}
+	info := h.infos.of(p)
+	b := make([]byte, 0, 128+160*len(results))
+	b = append(b, `{"flags":[`...)
+	for i := range results {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		r := &results[i]
+		if r.Failed {
+			b = append(b, `{"key":`...)
+			b = jsonenc.AppendString(b, r.Key)
+			b = append(b, `,"errorCode":"GENERAL","errorDetails":`...)
+			b = jsonenc.AppendString(b, detailLookupError)
+			b = append(b, '}')
+			continue
+		}
+		b = appendEvaluation(b, r, info.flag(i))
+	}
+	b = append(b, ']')
+	if h.cfg.Streams != nil {
+		b = append(b, `,"eventStreams":[{"type":"sse","url":`...)
+		b = jsonenc.AppendString(b, h.cfg.Streams.URL(ctx, p))
+		b = append(b, `,"inactivityDelaySec":`...)
+		b = jsonenc.AppendInt(b, InactivityDelaySec)
+		b = append(b, `}]`...)
+	}
+	b = append(b, '}')
+	sum := sha256.Sum256(b)
+	etag := `"` + hex.EncodeToString(sum[:12]) + `"`
+	ctx.Response.Header.Set("ETag", etag)
+	ctx.Response.Header.Set("Access-Control-Expose-Headers", exposeHeaders)
+	ctx.Response.Header.Set("Cache-Control", "no-cache")
+	if match := ctx.Request.Header.Peek("If-None-Match"); len(match) > 0 && flags.ETagMatches(string(match), etag) {
+		ctx.SetStatusCode(fasthttp.StatusNotModified)
+		return nil
+	}
+	ctx.SetContentType("application/json")
+	ctx.SetBody(b)
+	return nil
+}
+
+// ServeConfiguration answers GET /ofrep/v1/configuration, the provider-configuration
+// extension: who we are, the value types flags have, polling's minimum interval and whether
+// change streams are on.
+func (h *Handler) ServeConfiguration(ctx *fasthttp.RequestCtx) error {
+	b := make([]byte, 0, 320)
+	b = append(b, `{"name":"flagedge","capabilities":{"cacheInvalidation":{"polling":{"enabled":true,"minPollingIntervalMs":`...)
+	b = jsonenc.AppendInt(b, MinPollInterval)
+	b = append(b, `},"sse":{"enabled":`...)
+	b = jsonenc.AppendBool(b, h.cfg.Streams != nil)
+	b = append(b, `}},"flagEvaluation":{"supportedTypes":["boolean","string","object"]}}}`...)
+	ctx.SetContentType("application/json")
+	ctx.SetBody(b)
+	return nil
+}
