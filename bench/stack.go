@@ -122,6 +122,20 @@ func startSelfStack(ctx context.Context, opts stackOptions) (_ *selfStack, err e
 	return s, nil
 }
 
+// project returns the id and API token of the stack's project (the bootstrap's).
+func (s *selfStack) project() (id int64, token string, err error) {
+	var projects struct {
+		Results []struct {
+			ID       int64  `json:"id"`
+			APIToken string `json:"api_token"`
+		} `json:"results"`
+	}
+	if err := getJSON(s.controlPlaneURL()+"/api/projects/", s.personalKey, &projects); err != nil || len(projects.Results) == 0 {
+		return 0, "", fmt.Errorf("list projects: %v %v", projects, err)
+	}
+	return projects.Results[0].ID, projects.Results[0].APIToken, nil
+}
+
 // controlPlaneURL is the management API's base URL.
 func (s *selfStack) controlPlaneURL() string { return "http://" + s.cp.httpAddr }
 

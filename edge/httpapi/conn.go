@@ -1,10 +1,12 @@
 package httpapi
 
 import (
+	"io"
 	"log/slog"
 	"net"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -59,16 +61,14 @@ func (s *Server) NewFastHTTPServer(c ConnConfig, log *slog.Logger) *fasthttp.Ser
 	}
 }
 
-// LimitConns wraps ln so that a peer address holding max connections has further ones
-// closed as they are accepted, counted as refusals; max <= 0 returns ln as it is.
-func LimitConns(ln net.Listener, max int, refusals *admit.Refusals) net.Listener {
-	if max <= 0 {
-		return ln
-	}
-	return &connLimiter{Listener: ln, max: max, refusals: refusals, open: map[netip.Addr]int{}}
+// Listen wraps ln with what the edge does to every connection: it bounds the connections
+// of one peer address to max (closing more as they are accepted, counted as refusals; max <=
+// 0: no bound), and lets a handler that refuses a body unread ask for a lingering close.
+func Listen(ln net.Listener, max int, refusals *admit.Refusals) net.Listener {
+	return &listener{Listener: ln, max: max, refusals: refusals, open: map[netip.Addr]int{}}
 }
 
-type connLimiter struct {
+type listener struct {
 	net.Listener
 	max      int
 	refusals *admit.Refusals
@@ -76,11 +76,14 @@ type connLimiter struct {
 	open     map[netip.Addr]int // connections open by peer address; no entry at 0
 }
 
-func (l *connLimiter) Accept() (net.Conn, error) {
+func (l *listener) Accept() (net.Conn, error) {
 	for {
 		c, err := l.Listener.Accept()
 		if err != nil {
 			return nil, err
+		}
+		if l.max <= 0 {
+			return &conn{Conn: c}, nil
 		}
 		addr := peerAddr(c)
 		l.mu.Lock()
@@ -94,11 +97,11 @@ func (l *connLimiter) Accept() (net.Conn, error) {
 			c.Close()
 			continue
 		}
-		return &limitedConn{Conn: c, l: l, addr: addr}, nil
+		return &conn{Conn: c, l: l, addr: addr}, nil
 	}
 }
 
-func (l *connLimiter) release(addr netip.Addr) {
+func (l *listener) release(addr netip.Addr) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.open[addr] <= 1 {
@@ -116,15 +119,39 @@ func peerAddr(c net.Conn) netip.Addr {
 	return netip.Addr{}
 }
 
-// limitedConn gives its place back once, when closed.
-type limitedConn struct {
+// Lingering bounds the lingering close of a connection whose request body was refused
+// unread: long enough for the client to read the answer before the rest of its body meets
+// a reset, short enough that it holds little.
+const (
+	lingerTime  = time.Second
+	lingerBytes = 4 << 20
+)
+
+// conn gives its place back once, when closed, and lingers when asked to.
+type conn struct {
 	net.Conn
-	l    *connLimiter
-	addr netip.Addr
-	once sync.Once
+	l      *listener // nil when not counted
+	addr   netip.Addr
+	linger atomic.Bool
+	once   sync.Once
 }
 
-func (c *limitedConn) Close() error {
-	c.once.Do(func() { c.l.release(c.addr) })
+// LingerOnClose makes Close send the answer's end first (a TCP half-close) and read and drop
+// what the client still sends for a while: closed with a body unread, the socket would reset
+// the connection and the client could lose the answer (a 413) it was sent.
+func (c *conn) LingerOnClose() { c.linger.Store(true) }
+
+func (c *conn) Close() error {
+	c.once.Do(func() {
+		if c.l != nil {
+			c.l.release(c.addr)
+		}
+		if tcp, ok := c.Conn.(*net.TCPConn); ok && c.linger.Load() {
+			if tcp.CloseWrite() == nil {
+				tcp.SetReadDeadline(time.Now().Add(lingerTime))
+				io.CopyN(io.Discard, tcp, lingerBytes)
+			}
+		}
+	})
 	return c.Conn.Close()
 }

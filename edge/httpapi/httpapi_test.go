@@ -137,7 +137,7 @@ func (e *env) serve(c httpapi.ConnConfig, maxConnsPerAddr int) string {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	go srv.Serve(httpapi.LimitConns(ln, maxConnsPerAddr, nil))
+	go srv.Serve(httpapi.Listen(ln, maxConnsPerAddr, nil))
 	e.t.Cleanup(func() { srv.Shutdown() })
 	return ln.Addr().String()
 }

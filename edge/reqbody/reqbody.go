@@ -48,12 +48,12 @@ func Read(ctx *fasthttp.RequestCtx, limit int, lease *Lease) ([]byte, error) {
 		return body, nil
 	}
 	if declared > limit {
-		ctx.SetConnectionClose()
+		refuseUnread(ctx)
 		return nil, event.ErrTooLarge
 	}
 	if declared >= 0 {
 		if err := lease.Reserve(declared); err != nil {
-			ctx.SetConnectionClose()
+			refuseUnread(ctx)
 			return nil, err
 		}
 		body := make([]byte, declared)
@@ -70,11 +70,11 @@ func Read(ctx *fasthttp.RequestCtx, limit int, lease *Lease) ([]byte, error) {
 		if len(body) == cap(body) {
 			grow := min(max(cap(body), readChunk), limit+1-cap(body))
 			if grow <= 0 {
-				ctx.SetConnectionClose()
+				refuseUnread(ctx)
 				return nil, event.ErrTooLarge
 			}
 			if err := lease.Reserve(grow); err != nil {
-				ctx.SetConnectionClose()
+				refuseUnread(ctx)
 				return nil, err
 			}
 			body = append(make([]byte, 0, cap(body)+grow), body...)
@@ -82,7 +82,7 @@ func Read(ctx *fasthttp.RequestCtx, limit int, lease *Lease) ([]byte, error) {
 		n, err := stream.Read(body[len(body):cap(body)])
 		body = body[:len(body)+n]
 		if len(body) > limit {
-			ctx.SetConnectionClose()
+			refuseUnread(ctx)
 			return nil, event.ErrTooLarge
 		}
 		if err == io.EOF {
@@ -93,6 +93,16 @@ func Read(ctx *fasthttp.RequestCtx, limit int, lease *Lease) ([]byte, error) {
 			ctx.SetConnectionClose()
 			return nil, ErrUnreadable
 		}
+	}
+}
+
+// refuseUnread closes ctx's connection after the answer, the rest of the body unread,
+// lingering where the connection can (see httpapi's listener) so the client reads the
+// answer.
+func refuseUnread(ctx *fasthttp.RequestCtx) {
+	ctx.SetConnectionClose()
+	if c, ok := ctx.Conn().(interface{ LingerOnClose() }); ok {
+		c.LingerOnClose()
 	}
 }
 
@@ -139,7 +149,7 @@ func Finish(ctx *fasthttp.RequestCtx) {
 	if declared := ctx.Request.Header.ContentLength(); declared >= 0 && declared <= Prefetched {
 		return // fasthttp read all of it with the headers
 	}
-	ctx.SetConnectionClose()
+	refuseUnread(ctx)
 }
 
 // plainJSON reports whether b starts as a JSON object or array does.

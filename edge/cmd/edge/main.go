@@ -431,7 +431,7 @@ func (e *edge) serve(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	ln = httpapi.LimitConns(ln, e.cfg.Conn.MaxConnsPerAddr, e.refusals)
+	ln = httpapi.Listen(ln, e.cfg.Conn.MaxConnsPerAddr, e.refusals)
 	e.log.Info("edge listening", "http_addr", ln.Addr().String(), "https", e.tls != nil, "control_plane", e.cfg.ControlPlane.Addrs, "edge_id", e.cfg.EdgeID,
 		"event_log", e.cfg.EventLog.Enabled())
 	if e.tls != nil {
