@@ -18,9 +18,9 @@ import (
 
 	"github.com/flagedge/flagedge/edge/admit"
 	"github.com/flagedge/flagedge/edge/capture"
-	"github.com/flagedge/flagedge/shared/clientip"
 	"github.com/flagedge/flagedge/edge/decide"
 	"github.com/flagedge/flagedge/edge/reqbody"
+	"github.com/flagedge/flagedge/shared/clientip"
 )
 
 // post sends one request over a new connection to a real server at addr, its body of n

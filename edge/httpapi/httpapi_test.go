@@ -24,7 +24,6 @@ import (
 	"github.com/flagedge/flagedge/edge/admit"
 	"github.com/flagedge/flagedge/edge/cache"
 	"github.com/flagedge/flagedge/edge/capture"
-	"github.com/flagedge/flagedge/shared/clientip"
 	"github.com/flagedge/flagedge/edge/decide"
 	"github.com/flagedge/flagedge/edge/geocache"
 	"github.com/flagedge/flagedge/edge/httpapi"
@@ -33,6 +32,7 @@ import (
 	"github.com/flagedge/flagedge/edge/state"
 	"github.com/flagedge/flagedge/geoip"
 	"github.com/flagedge/flagedge/geoip/geoiptest"
+	"github.com/flagedge/flagedge/shared/clientip"
 	"github.com/flagedge/flagedge/shared/flags"
 	"github.com/flagedge/flagedge/shared/syncpb"
 )
