@@ -45,6 +45,8 @@ type config struct {
 	// edgeBin is the edge binary the self-contained scenarios (pinned, regions) run instead of
 	// building one from the tree: to measure another build side by side.
 	edgeBin string
+	// sseStreams is how many OFREP change streams the sse scenario opens.
+	sseStreams int
 	// profile takes a CPU profile of the edge in the pinned scenario.
 	profile bool
 }
@@ -75,7 +77,7 @@ func runBench(args []string) error {
 	fs.StringVar(&cfg.edgeMetrics, "edge-metrics", envOr("EDGE_METRICS", "http://127.0.0.1:9181"), "the first edge's --metrics-addr, as a URL (env EDGE_METRICS)")
 	fs.StringVar(&cfg.personalKey, "personal-key", os.Getenv("KEY"), "personal API key with scope * (env KEY)")
 	fs.BoolVar(&cfg.suite, "suite", false, "run the standard suite (what make bench runs)")
-	fs.StringVar(&cfg.scenario, "scenario", "decide", "decide, decide-repeat, flags, capture, mixed, propagation, rss, eventlog (self-contained: starts its own PostgreSQL and NATS), regions (self-contained: its own PostgreSQL, control plane and edge, 80 ms apart), pinned (self-contained: the edge vs a bare responder on one pinned core, with wrk), logins (self-contained: the management API's latency during console login floods), or hostile (self-contained: the edge's peak memory under the worst bodies, and /decide among 10,000 half-sent requests)")
+	fs.StringVar(&cfg.scenario, "scenario", "decide", "decide, decide-repeat, flags, capture, mixed, propagation, rss, eventlog (self-contained: starts its own PostgreSQL and NATS), regions (self-contained: its own PostgreSQL, control plane and edge, 80 ms apart), sse (self-contained: OFREP change streams on one edge, their memory and a change's fan-out), pinned (self-contained: the edge vs a bare responder on one pinned core, with wrk), logins (self-contained: the management API's latency during console login floods), or hostile (self-contained: the edge's peak memory under the worst bodies, and /decide among 10,000 half-sent requests)")
 	fs.DurationVar(&cfg.duration, "duration", 10*time.Second, "how long each load runs")
 	fs.IntVar(&cfg.connections, "connections", 32, "concurrent connections (closed loop)")
 	fs.IntVar(&cfg.rate, "rate", 0, "requests per second for an open-loop run; 0 is closed loop")
@@ -91,6 +93,7 @@ func runBench(args []string) error {
 	fs.StringVar(&cfg.edgeBin, "edge-bin", "", "pinned and regions: run this edge binary instead of one built from the tree (compare builds)")
 	combine := fs.String("plot", "", "only draw combined-* plots into --out from these report.json / pinned.json files (comma-separated)")
 	fs.BoolVar(&cfg.profile, "profile", false, "pinned: also take a CPU profile of the edge under load (pinned-edge-cpu.pprof and .txt)")
+	fs.IntVar(&cfg.sseStreams, "sse-streams", 10_000, "OFREP change streams the sse scenario opens on its edge")
 	fs.IntVar(&cfg.streamReplicas, "event-log-replicas", 3, "replicas of the event log's stream in the eventlog scenario")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -104,6 +107,9 @@ func runBench(args []string) error {
 	}
 	if cfg.scenario == "regions" { // self-contained: its own PostgreSQL, control plane, proxy and edge
 		return runRegions(cfg)
+	}
+	if cfg.scenario == "sse" { // self-contained: its own PostgreSQL, control plane and edge
+		return sseScenario(cfg)
 	}
 	if cfg.scenario == "pinned" { // self-contained: its own PostgreSQL, control plane and edge
 		return pinnedScenario(cfg)

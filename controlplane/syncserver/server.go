@@ -44,6 +44,8 @@ type Server struct {
 
 	members *bloomhub.Hub // nil: no membership filters are sent
 
+	evaluations controlplane.EvaluationStore // nil: evaluation reports are dropped
+
 	sessions  controlplane.EdgeSessionStore // nil: streams are not recorded
 	replicaID string
 	replica   atomic.Pointer[string] // this replica's name for people

@@ -173,6 +173,7 @@ func (h *Handler) evaluate(ctx *fasthttp.RequestCtx) (*state.Project, []flags.Re
 		return nil, nil, err
 	}
 	results, _ := h.cfg.Decide.Evaluate(ctx, p, c, nil)
+	ctx.Response.Header.SetCanonical(state.VersionHeader, p.VersionText)
 	return p, results, nil
 }
 
@@ -191,6 +192,9 @@ func (h *Handler) ServeFlag(ctx *fasthttp.RequestCtx) error {
 	if r.Failed {
 		return &Error{Status: http.StatusInternalServerError, Code: codeGeneral, Details: detailLookupError}
 	}
+	if r.Active {
+		p.Counts.Flag(i).Add(r.Enabled, r.Variant)
+	}
 	ctx.SetContentType("application/json")
 	ctx.SetBody(appendEvaluation(make([]byte, 0, 256), r, h.infos.of(p).flag(i)))
 	return nil
@@ -206,6 +210,7 @@ func (h *Handler) ServeBulk(ctx *fasthttp.RequestCtx) error {
 	if err != nil {
 		return err
 	}
+	decide.Count(p, results, nil)
 	info := h.infos.of(p)
 	b := make([]byte, 0, 128+160*len(results))
 	b = append(b, `{"flags":[`...)
@@ -225,9 +230,9 @@ func (h *Handler) ServeBulk(ctx *fasthttp.RequestCtx) error {
 		b = appendEvaluation(b, r, info.flag(i))
 	}
 	b = append(b, ']')
-	if h.cfg.Streams != nil {
+	if url := h.streamURL(ctx, p); url != "" {
 		b = append(b, `,"eventStreams":[{"type":"sse","url":`...)
-		b = jsonenc.AppendString(b, h.cfg.Streams.URL(ctx, p))
+		b = jsonenc.AppendString(b, url)
 		b = append(b, `,"inactivityDelaySec":`...)
 		b = jsonenc.AppendInt(b, InactivityDelaySec)
 		b = append(b, `}]`...)
@@ -245,6 +250,15 @@ func (h *Handler) ServeBulk(ctx *fasthttp.RequestCtx) error {
 	ctx.SetContentType("application/json")
 	ctx.SetBody(b)
 	return nil
+}
+
+// streamURL is the change stream to announce to a bulk evaluation, or "" when streaming is
+// off (or the request's Host cannot make a URL).
+func (h *Handler) streamURL(ctx *fasthttp.RequestCtx, p *state.Project) string {
+	if h.cfg.Streams == nil {
+		return ""
+	}
+	return h.cfg.Streams.URL(ctx, p)
 }
 
 // ServeConfiguration answers GET /ofrep/v1/configuration, the provider-configuration

@@ -2,6 +2,7 @@ package ofrep_test
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -9,13 +10,19 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/getkin/kin-openapi/openapi3"
+	"github.com/getkin/kin-openapi/openapi3filter"
+	"github.com/getkin/kin-openapi/routers"
 	"github.com/google/go-cmp/cmp"
 	"github.com/valyala/fasthttp"
 
+	"github.com/flagedge/flagedge/edge/apierror"
 	"github.com/flagedge/flagedge/edge/decide"
 	"github.com/flagedge/flagedge/edge/httpapi"
 	"github.com/flagedge/flagedge/edge/ofrep"
@@ -46,6 +53,7 @@ func snapshot(version int64, extra ...*syncpb.Flag) *syncpb.ProjectSnapshot {
 
 type env struct {
 	t      *testing.T
+	api    *httpapi.Server
 	holder *state.Holder
 	hub    *ofrep.Hub
 	base   string
@@ -83,7 +91,7 @@ func newEnv(t *testing.T, streams bool, maxPerAddr int) *env {
 		go hub.Run(ctx)
 		t.Cleanup(cancel)
 	}
-	return &env{t: t, holder: holder, hub: hub, base: "http://" + ln.Addr().String(), client: &http.Client{Timeout: 5 * time.Second}}
+	return &env{t: t, api: api, holder: holder, hub: hub, base: "http://" + ln.Addr().String(), client: &http.Client{Timeout: 5 * time.Second}}
 }
 
 type answer struct {
@@ -226,6 +234,9 @@ func TestBulk(t *testing.T) {
 	}
 	if _, ok := a.body["eventStreams"]; ok {
 		t.Errorf("eventStreams announced with streaming off: %s", a.raw)
+	}
+	if v := a.header.Get("X-Flagedge-Snapshot-Version"); v != "1" {
+		t.Errorf("X-Flagedge-Snapshot-Version %q, want the snapshot's 1", v)
 	}
 	got := map[string]any{}
 	for _, f := range a.body["flags"].([]any) {
@@ -510,4 +521,112 @@ func waitFor(t *testing.T, ok func() bool) {
 		}
 	}
 	t.Fatal("condition not met in 3 s")
+}
+
+// TestOpenAPI: openapi.yaml is a valid description, names every OFREP route the edge
+// registers (and no other), and the edge's answers match it.
+func TestOpenAPI(t *testing.T) {
+	doc, err := openapi3.NewLoader().LoadFromFile("openapi.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := doc.Validate(context.Background()); err != nil {
+		t.Fatalf("openapi.yaml: %v", err)
+	}
+	e := newEnv(t, true, 10)
+	var routes, ops []string
+	for method, paths := range e.api.Routes() {
+		for _, p := range paths {
+			if strings.HasPrefix(p, "/ofrep/") {
+				routes = append(routes, method+" "+p)
+			}
+		}
+	}
+	for path, item := range doc.Paths.Map() {
+		for method := range item.Operations() {
+			ops = append(ops, method+" "+path)
+		}
+	}
+	slices.Sort(routes)
+	slices.Sort(ops)
+	if diff := cmp.Diff(ops, routes); diff != "" {
+		t.Errorf("routes (-openapi.yaml +registered):\n%s", diff)
+	}
+
+	auth := "Authorization: Bearer " + token
+	bulk := e.do("POST", "/ofrep/v1/evaluate/flags", ctxBody(`"targetingKey":"u1"`), auth)
+	for _, tc := range []struct {
+		method, specPath, path, body string
+		headers                      []string
+		status                       int
+	}{
+		{"POST", "/ofrep/v1/evaluate/flags/{key}", "/ofrep/v1/evaluate/flags/banner-config", ctxBody(`"targetingKey":"u1"`), []string{auth}, 200},
+		{"POST", "/ofrep/v1/evaluate/flags/{key}", "/ofrep/v1/evaluate/flags/checkout", ctxBody(`"targetingKey":"u1"`), []string{auth}, 200},
+		{"POST", "/ofrep/v1/evaluate/flags/{key}", "/ofrep/v1/evaluate/flags/pinned-variant", ctxBody(`"targetingKey":"u1"`), []string{auth}, 200},
+		{"POST", "/ofrep/v1/evaluate/flags/{key}", "/ofrep/v1/evaluate/flags/nope", ctxBody(`"targetingKey":"u1"`), []string{auth}, 404},
+		{"POST", "/ofrep/v1/evaluate/flags/{key}", "/ofrep/v1/evaluate/flags/half", ctxBody(``), []string{auth}, 400},
+		{"POST", "/ofrep/v1/evaluate/flags/{key}", "/ofrep/v1/evaluate/flags/half", ctxBody(`"targetingKey":"u1"`), nil, 401},
+		{"POST", "/ofrep/v1/evaluate/flags", "/ofrep/v1/evaluate/flags", ctxBody(`"targetingKey":"u1"`), []string{auth}, 200},
+		{"POST", "/ofrep/v1/evaluate/flags", "/ofrep/v1/evaluate/flags", ctxBody(`"targetingKey":"u1"`), []string{auth, "If-None-Match: " + bulk.header.Get("ETag")}, 304},
+		{"POST", "/ofrep/v1/evaluate/flags", "/ofrep/v1/evaluate/flags", `[`, []string{auth}, 400},
+		{"POST", "/ofrep/v1/evaluate/flags", "/ofrep/v1/evaluate/flags", ctxBody(`"targetingKey":"u1"`), []string{"X-API-Key: phc_nope"}, 401},
+		{"GET", "/ofrep/v1/configuration", "/ofrep/v1/configuration", "", nil, 200},
+		{"GET", "/ofrep/v1/stream", "/ofrep/v1/stream?c=x", "", nil, 401},
+	} {
+		a := e.do(tc.method, tc.path, tc.body, tc.headers...)
+		if a.status != tc.status {
+			t.Errorf("%s %s: %d, want %d", tc.method, tc.path, a.status, tc.status)
+			continue
+		}
+		item := doc.Paths.Value(tc.specPath)
+		req, _ := http.NewRequest(tc.method, e.base+tc.path, nil)
+		in := &openapi3filter.ResponseValidationInput{
+			RequestValidationInput: &openapi3filter.RequestValidationInput{Request: req,
+				Route: &routers.Route{Spec: doc, Path: tc.specPath, PathItem: item, Method: tc.method, Operation: item.GetOperation(tc.method)}},
+			Status: a.status, Header: a.header, Body: io.NopCloser(bytes.NewReader(a.raw)),
+			Options: &openapi3filter.Options{IncludeResponseStatus: true, MultiError: true},
+		}
+		if err := openapi3filter.ValidateResponse(context.Background(), in); err != nil {
+			t.Errorf("%s %s: the answer does not match openapi.yaml: %v\n%s", tc.method, tc.path, err, a.raw)
+		}
+	}
+}
+
+// TestWriteErrorOfSharedChecks: a refusal by the edge's shared checks (an *apierror.Error,
+// such as a rate limit) is answered in OFREP's shape, and a 429 always has Retry-After.
+func TestWriteErrorOfSharedChecks(t *testing.T) {
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	for _, tc := range []struct {
+		name       string
+		err        error
+		key        string
+		preset     string // a Retry-After the check set itself
+		status     int
+		retryAfter string
+		body       string
+	}{
+		{"rate limited, bulk", &apierror.Error{Status: 429, Type: "throttled_error", Code: "throttled", Detail: "Request was throttled."}, "", "", 429, "1",
+			`{"errorCode":"GENERAL","errorDetails":"Request was throttled."}`},
+		{"rate limited, one flag, the check's Retry-After kept", &apierror.Error{Status: 429, Type: "throttled_error", Code: "throttled", Detail: "Slow down."}, "my-flag", "7", 429, "7",
+			`{"key":"my-flag","errorCode":"GENERAL","errorDetails":"Slow down."}`},
+		{"body too large", apierror.TooLarge("The request body is over 20 MB."), "", "", 413, "",
+			`{"errorCode":"GENERAL","errorDetails":"The request body is over 20 MB."}`},
+		{"an internal error is not shown", io.ErrUnexpectedEOF, "", "", 500, "",
+			`{"errorCode":"GENERAL","errorDetails":"A server error occurred."}`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var ctx fasthttp.RequestCtx
+			if tc.key != "" {
+				ctx.SetUserValue("key", tc.key)
+			}
+			if tc.preset != "" {
+				ctx.Response.Header.Set("Retry-After", tc.preset)
+			}
+			ofrep.WriteError(&ctx, log, tc.err)
+			got := []string{strconv.Itoa(ctx.Response.StatusCode()), string(ctx.Response.Header.Peek("Retry-After")), string(ctx.Response.Body())}
+			if diff := cmp.Diff([]string{strconv.Itoa(tc.status), tc.retryAfter, tc.body}, got); diff != "" {
+				t.Errorf("(-want +got):\n%s", diff)
+			}
+		})
+	}
 }
