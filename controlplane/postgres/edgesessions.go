@@ -3,7 +3,6 @@ package postgres
 import (
 	"context"
 	"errors"
-	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -38,7 +37,7 @@ func (s *EdgeSessionStore) OpenSession(ctx context.Context, replicaID, replica, 
 	err := s.db.Pool.QueryRow(ctx, `INSERT INTO edge_sessions (edge_name, edge_id, replica_id, replica)
 		VALUES ($1, $2, $3, $4) RETURNING id::text`, edgeName, edgeID, replicaID, replica).Scan(&id)
 	if err != nil {
-		return "", fmt.Errorf("open edge session: %w", err)
+		return "", opError("open edge session", err)
 	}
 	return id, nil
 }
@@ -48,7 +47,7 @@ func (s *EdgeSessionStore) OpenSession(ctx context.Context, replicaID, replica, 
 func (s *EdgeSessionStore) ReplaceSession(ctx context.Context, previousID, edgeName string) error {
 	_, err := s.db.Pool.Exec(ctx, `DELETE FROM edge_sessions WHERE id::text = $1 AND edge_name = $2`, previousID, edgeName)
 	if err != nil {
-		return fmt.Errorf("replace edge session: %w", err)
+		return opError("replace edge session", err)
 	}
 	return nil
 }
@@ -56,7 +55,7 @@ func (s *EdgeSessionStore) ReplaceSession(ctx context.Context, previousID, edgeN
 // CloseSession forgets a session.
 func (s *EdgeSessionStore) CloseSession(ctx context.Context, sessionID string) error {
 	if _, err := s.db.Pool.Exec(ctx, `DELETE FROM edge_sessions WHERE id = $1`, sessionID); err != nil {
-		return fmt.Errorf("close edge session: %w", err)
+		return opError("close edge session", err)
 	}
 	return nil
 }
@@ -66,7 +65,7 @@ func (s *EdgeSessionStore) Heartbeat(ctx context.Context, replicaID string) erro
 	_, err := s.db.Pool.Exec(ctx, `WITH marked AS (UPDATE edge_sessions SET seen_at = now() WHERE replica_id = $1)
 		DELETE FROM edge_sessions WHERE seen_at < now() - $2::interval AND replica_id <> $1`, replicaID, SessionTTL)
 	if err != nil {
-		return fmt.Errorf("edge session heartbeat: %w", err)
+		return opError("edge session heartbeat", err)
 	}
 	return nil
 }
@@ -106,7 +105,7 @@ func (s *EdgeSessionStore) Acknowledge(ctx context.Context, sessionID, edgeName 
 		return controlplane.ErrNotFound
 	}
 	if err != nil && !errors.Is(err, controlplane.ErrNotFound) {
-		return fmt.Errorf("acknowledge versions: %w", err)
+		return opError("acknowledge versions", err)
 	}
 	return err
 }
@@ -124,7 +123,7 @@ func (s *EdgeSessionStore) FindProjectEdges(ctx context.Context, projectID int64
 		WHERE p.id = $1
 		ORDER BY s.edge_name, s.edge_id, s.connected_at`, projectID, SessionTTL)
 	if err != nil {
-		return nil, fmt.Errorf("find project edges: %w", err)
+		return nil, opError("find project edges", err)
 	}
 	defer rows.Close()
 	var out *controlplane.ProjectEdges
@@ -133,7 +132,7 @@ func (s *EdgeSessionStore) FindProjectEdges(ctx context.Context, projectID int64
 		var name, edgeID, replica *string
 		var connectedAt, ackedAt *time.Time
 		if err := rows.Scan(&current, &name, &edgeID, &replica, &connectedAt, &version, &ackedAt); err != nil {
-			return nil, fmt.Errorf("find project edges: %w", err)
+			return nil, opError("find project edges", err)
 		}
 		if out == nil {
 			out = &controlplane.ProjectEdges{Current: current, Edges: []controlplane.EdgeProjectStatus{}}
@@ -145,7 +144,7 @@ func (s *EdgeSessionStore) FindProjectEdges(ctx context.Context, projectID int64
 			ConnectedAt: *connectedAt, Version: version, AckedAt: ackedAt, Lag: max(current-version, 0)})
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("find project edges: %w", err)
+		return nil, opError("find project edges", err)
 	}
 	if out == nil {
 		return nil, controlplane.ErrNotFound
