@@ -72,9 +72,12 @@ type Config struct {
 	MembershipMaxBytes int64
 }
 
-// DefaultConfig is the store's configuration unless told otherwise.
-var DefaultConfig = Config{Timeout: 300 * time.Millisecond, TTL: time.Minute, NegativeTTL: 10 * time.Second, MaxEntries: 200_000,
-	MembershipMaxBytes: 256 << 20}
+// DefaultConfig returns the store's configuration unless told otherwise (a function, so that
+// no caller can change another's defaults).
+func DefaultConfig() Config {
+	return Config{Timeout: 300 * time.Millisecond, TTL: time.Minute, NegativeTTL: 10 * time.Second, MaxEntries: 200_000,
+		MembershipMaxBytes: 256 << 20}
+}
 
 // Store answers stored person and group properties from a cache, asking the control plane
 // on a miss, once for concurrent requests of the same key — unless the project's membership

@@ -113,11 +113,11 @@ func parseConfig(args []string, stderr io.Writer) (*config, error) {
 	fs.String(&cfg.DataDir, "data-dir", "FLAGEDGE_DATA_DIR", "flagedge-edge-data", "directory for the snapshot copy and the capture spool")
 	fs.String(&cfg.GeoIPDB, "geoip-db", "FLAGEDGE_GEOIP_DB", "", "MaxMind City database; without it no $geoip_* properties")
 	fs.String(&cfg.EdgeID, "edge-id", "FLAGEDGE_EDGE_ID", host, "name of this edge in the control plane's logs")
-	fs.Duration(&cfg.LookupTimeout, "lookup-timeout", "FLAGEDGE_LOOKUP_TIMEOUT", persons.DefaultConfig.Timeout, "longest wait for stored properties before answering the flags that need them as failed")
-	fs.Duration(&cfg.PersonTTL, "person-cache-ttl", "FLAGEDGE_PERSON_CACHE_TTL", persons.DefaultConfig.TTL, "how long stored person and group properties are reused before they are fetched again")
-	fs.Duration(&cfg.PersonMissTTL, "person-cache-miss-ttl", "FLAGEDGE_PERSON_CACHE_MISS_TTL", persons.DefaultConfig.NegativeTTL, "how long \"no such person or group\" is reused")
+	fs.Duration(&cfg.LookupTimeout, "lookup-timeout", "FLAGEDGE_LOOKUP_TIMEOUT", persons.DefaultConfig().Timeout, "longest wait for stored properties before answering the flags that need them as failed")
+	fs.Duration(&cfg.PersonTTL, "person-cache-ttl", "FLAGEDGE_PERSON_CACHE_TTL", persons.DefaultConfig().TTL, "how long stored person and group properties are reused before they are fetched again")
+	fs.Duration(&cfg.PersonMissTTL, "person-cache-miss-ttl", "FLAGEDGE_PERSON_CACHE_MISS_TTL", persons.DefaultConfig().NegativeTTL, "how long \"no such person or group\" is reused")
 	fs.String(&cfg.SpoolFsync, "spool-fsync", "FLAGEDGE_SPOOL_FSYNC", "10ms", "when captured events are fsynced: always, never, or an interval such as 10ms")
-	fs.Int64(&cfg.MembershipMax, "membership-max-bytes", "FLAGEDGE_MEMBERSHIP_MAX_BYTES", persons.DefaultConfig.MembershipMaxBytes,
+	fs.Int64(&cfg.MembershipMax, "membership-max-bytes", "FLAGEDGE_MEMBERSHIP_MAX_BYTES", persons.DefaultConfig().MembershipMaxBytes,
 		"most bytes all membership filters may take (about 2.4 MB per million distinct ids); past it the largest projects look up every key; 0: no cap")
 	fs.Int64(&cfg.SpoolQuota, "spool-quota", "FLAGEDGE_SPOOL_QUOTA", 1<<30, "most bytes the capture spool may hold; beyond it capture answers 503")
 	fs.String(&cfg.PprofAddr, "pprof-addr", "FLAGEDGE_PPROF_ADDR", "", "address for Go's pprof endpoints (off when empty; keep it on loopback)")
@@ -308,7 +308,7 @@ func assemble(cfg *config, log *slog.Logger) (e *edge, err error) {
 	e.closers = append(e.closers, func() { conn.Close() })
 	e.client = syncpb.NewSyncClient(conn)
 
-	storeCfg := persons.DefaultConfig
+	storeCfg := persons.DefaultConfig()
 	storeCfg.Timeout, storeCfg.TTL, storeCfg.NegativeTTL = cfg.LookupTimeout, cfg.PersonTTL, cfg.PersonMissTTL
 	storeCfg.MembershipMaxBytes = cfg.MembershipMax
 	store, err := persons.NewStore(e.client, storeCfg, cacheMetrics, log, reg)
