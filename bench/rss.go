@@ -103,7 +103,7 @@ func (b *bench) rss(n int) error {
 
 // read takes the edge's RSS and Go heap figures from its /metrics.
 func (res *rssResult) read(b *bench) error {
-	m, err := scrape(b.cfg.edges[0])
+	m, err := scrape(b.cfg.edgeMetrics)
 	if err != nil {
 		return err
 	}
@@ -400,7 +400,7 @@ func (b *bench) waitFilters(announced float64, projects int, deadline time.Time,
 		if err != nil {
 			return err
 		}
-		edge, err := scrape(b.cfg.edges[0])
+		edge, err := scrape(b.cfg.edgeMetrics)
 		if err != nil {
 			return err
 		}
@@ -429,7 +429,7 @@ func (b *bench) waitFilters(announced float64, projects int, deadline time.Time,
 // evenly over them, and records how the edge's membership checks answered.
 func (b *bench) samplePersons(projects []*project, counts []int, run string, out *rssPersons) error {
 	series := func(r string) string { return `flagedge_edge_membership_checks_total{result="` + r + `"}` }
-	before, err := scrape(b.cfg.edges[0])
+	before, err := scrape(b.cfg.edgeMetrics)
 	if err != nil {
 		return err
 	}
@@ -463,7 +463,7 @@ func (b *bench) samplePersons(projects []*project, counts []int, run string, out
 			return fmt.Errorf("decide for a stored person: %d, %v", status, err)
 		}
 	}
-	after, err := scrape(b.cfg.edges[0])
+	after, err := scrape(b.cfg.edgeMetrics)
 	if err != nil {
 		return err
 	}
