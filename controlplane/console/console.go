@@ -54,7 +54,7 @@ type Config struct {
 	SecureCookies bool
 	Logger        *slog.Logger
 	// Logins gates password checks (failures per address and per email, concurrent
-	// hashes); nil means a limiter with loginlimit.Defaults.
+	// hashes); nil means a limiter with loginlimit.Defaults().
 	Logins *loginlimit.Limiter
 	// ClientIP is the address a login comes from, for Logins; nil means the connection's
 	// peer (right unless a proxy is in front: then clientip with --trusted-proxies).
@@ -83,7 +83,7 @@ func New(cfg Config) (*Console, error) {
 		cfg.Logger = slog.Default()
 	}
 	if cfg.Logins == nil {
-		cfg.Logins = loginlimit.New(loginlimit.Defaults, nil)
+		cfg.Logins = loginlimit.New(loginlimit.Defaults(), nil)
 	}
 	if cfg.ClientIP == nil {
 		cfg.ClientIP = clientip.Peer

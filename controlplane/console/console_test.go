@@ -217,7 +217,7 @@ func TestLogin(t *testing.T) {
 	}
 }
 
-// TestLoginRateLimit: an email that failed loginlimit.Defaults.PerEmail times is refused even
+// TestLoginRateLimit: an email that failed loginlimit.Defaults().PerEmail times is refused even
 // with the right password, with Retry-After; other emails from the address go on until the
 // address has failed PerAddress times in all.
 func TestLoginRateLimit(t *testing.T) {
@@ -233,7 +233,7 @@ func TestLoginRateLimit(t *testing.T) {
 		resp.Body.Close()
 		return resp
 	}
-	perEmail, perAddress := loginlimit.Defaults.PerEmail, loginlimit.Defaults.PerAddress
+	perEmail, perAddress := loginlimit.Defaults().PerEmail, loginlimit.Defaults().PerAddress
 	for i := range perEmail {
 		if got := try("admin@example.com", "wrong").StatusCode; got != http.StatusUnauthorized {
 			t.Fatalf("attempt %d: %d", i+1, got)

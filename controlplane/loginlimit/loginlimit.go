@@ -42,11 +42,13 @@ type Config struct {
 	Now func() time.Time
 }
 
-// Defaults: twenty failures an address and ten an email in fifteen minutes stop guessing and
+// Defaults returns the limits serve starts with: twenty failures an address and ten an email in fifteen minutes stop guessing and
 // floods while forgiving typos (an office behind one NAT shares the address's twenty); one
 // hash at a time leaves the other cores to the API; 10,000 entries a generation is well
 // under 1 MB for the four maps.
-var Defaults = Config{PerAddress: 20, PerEmail: 10, Window: 15 * time.Minute, MaxHashes: 1, HashWait: time.Second, Entries: 10000}
+func Defaults() Config {
+	return Config{PerAddress: 20, PerEmail: 10, Window: 15 * time.Minute, MaxHashes: 1, HashWait: time.Second, Entries: 10000}
+}
 
 // Reasons a login is refused, the reason label of the refusals counter.
 const (

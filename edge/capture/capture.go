@@ -37,17 +37,19 @@ import (
 // MaxBodyBytes bounds a capture request, compressed or not.
 const MaxBodyBytes = 20 << 20
 
-// Limits is what one capture request may hold (docs/api.md, "Limits"), checked before its
+// Limits returns what one capture request may hold (docs/api.md, "Limits"), checked before its
 // events are parsed. PostHog publishes the body (20 MB) and event (1 MB) limits; the others
 // are the edge's own, far above what SDKs send (they batch 100 to 250 events, posthog-node
 // halves its batch on a 413), so that what a request costs to parse is bounded.
-var Limits = event.Limits{
-	MaxEvents:      10_000,
-	MaxValues:      500_000,
-	MaxProperties:  10_000,
-	MaxDepth:       64,
-	MaxKeyBytes:    1 << 10,
-	MaxStringBytes: event.MaxEventBytes,
+func Limits() event.Limits {
+	return event.Limits{
+		MaxEvents:      10_000,
+		MaxValues:      500_000,
+		MaxProperties:  10_000,
+		MaxDepth:       64,
+		MaxKeyBytes:    1 << 10,
+		MaxStringBytes: event.MaxEventBytes,
+	}
 }
 
 // What parsing, stamping and spooling a body costs beyond its text, estimated from the
@@ -182,7 +184,7 @@ func (c *Handler) decode(ctx *fasthttp.RequestCtx, lease *reqbody.Lease) (*event
 	if err != nil {
 		return nil, reqbody.AsAPIError(err, errBodyTooLarge)
 	}
-	st, err := event.Scan(body, Limits)
+	st, err := event.Scan(body, Limits())
 	if err != nil {
 		return nil, reqbody.AsAPIError(err, errBodyTooLarge)
 	}

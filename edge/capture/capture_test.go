@@ -196,7 +196,7 @@ func TestLargeBatchIsSplitIntoRecords(t *testing.T) {
 	}
 	var body strings.Builder
 	body.WriteString(`{"api_key":"phc_t","batch":[`)
-	n := capture.Limits.MaxEvents
+	n := capture.Limits().MaxEvents
 	for i := range n {
 		if i > 0 {
 			body.WriteByte(',')

@@ -29,17 +29,19 @@ import (
 // MaxBodyBytes bounds a decoded /decide body; requests carry one user's properties.
 const MaxBodyBytes = 1 << 20
 
-// Limits is what one /decide or /flags body may hold (docs/api.md, "Limits"), checked before
+// Limits returns what one /decide or /flags body may hold (docs/api.md, "Limits"), checked before
 // a body of more than smallBody bytes is parsed; a smaller body cannot cost much whatever it
 // holds, and is not scanned twice. PostHog publishes none of these: they are far above what
 // an SDK sends for one user.
-var Limits = event.Limits{
-	MaxEvents:      100_000, // a body is one object: nothing counts as events
-	MaxValues:      100_000,
-	MaxProperties:  10_000,
-	MaxDepth:       32,
-	MaxKeyBytes:    1 << 10,
-	MaxStringBytes: 64 << 10,
+func Limits() event.Limits {
+	return event.Limits{
+		MaxEvents:      100_000, // a body is one object: nothing counts as events
+		MaxValues:      100_000,
+		MaxProperties:  10_000,
+		MaxDepth:       32,
+		MaxKeyBytes:    1 << 10,
+		MaxStringBytes: 64 << 10,
+	}
 }
 
 // smallBody is the size up to which a body is parsed without Scan and without reserving its
@@ -156,7 +158,7 @@ func decodeInto(ctx *fasthttp.RequestCtx, s *scratch, lease *reqbody.Lease) (lar
 		return false, reqbody.AsAPIError(err, errBodyTooLarge)
 	}
 	if len(decoded) > smallBody {
-		st, err := event.Scan(decoded, Limits)
+		st, err := event.Scan(decoded, Limits())
 		if err != nil {
 			return false, reqbody.AsAPIError(err, errBodyTooLarge)
 		}

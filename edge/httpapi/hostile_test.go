@@ -95,7 +95,7 @@ func TestOverLimitBodiesAreRefusedAndNothingStored(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	e := newLimitedEnv(t, true, limits{refusals: admit.NewRefusals(reg), registry: prometheus.NewRegistry()})
 	event := `{"event":"e","distinct_id":"d"}`
-	many := strings.Repeat(event+",", capture.Limits.MaxEvents) + event
+	many := strings.Repeat(event+",", capture.Limits().MaxEvents) + event
 	props := func(n int) string {
 		var b strings.Builder
 		for i := range n {
@@ -106,10 +106,10 @@ func TestOverLimitBodiesAreRefusedAndNothingStored(t *testing.T) {
 	for _, tc := range []struct{ name, path, body string }{
 		{"events in a batch", "/batch/", `{"api_key":"` + token + `","batch":[` + many + `]}`},
 		{"events in an array", "/e/", `[` + many + `]`},
-		{"properties of an event", "/capture/", `{"api_key":"` + token + `","event":"e","distinct_id":"d","properties":{` + props(capture.Limits.MaxProperties+1) + `}}`},
+		{"properties of an event", "/capture/", `{"api_key":"` + token + `","event":"e","distinct_id":"d","properties":{` + props(capture.Limits().MaxProperties+1) + `}}`},
 		{"nesting", "/capture/", `{"api_key":"` + token + `","event":"e","distinct_id":"d","properties":{"p":` + strings.Repeat("[", 70) + strings.Repeat("]", 70) + `}}`},
 		{"key length", "/capture/", `{"api_key":"` + token + `","event":"e","distinct_id":"d","properties":{"` + strings.Repeat("k", 2000) + `":1}}`},
-		{"person properties", "/decide/?v=3", `{"api_key":"` + token + `","distinct_id":"d","person_properties":{` + props(decide.Limits.MaxProperties+1) + `}}`},
+		{"person properties", "/decide/?v=3", `{"api_key":"` + token + `","distinct_id":"d","person_properties":{` + props(decide.Limits().MaxProperties+1) + `}}`},
 		{"person property value", "/flags/?v=2", `{"api_key":"` + token + `","distinct_id":"d","person_properties":{"p":"` + strings.Repeat("v", 70<<10) + `"}}`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -127,7 +127,7 @@ func TestOverLimitBodiesAreRefusedAndNothingStored(t *testing.T) {
 		t.Errorf("oversize refusals counted: %v, want 7", got)
 	}
 	// At the limit, the batch is taken whole.
-	r := e.call("POST", "/batch/", []byte(`{"api_key":"`+token+`","batch":[`+strings.Repeat(event+",", capture.Limits.MaxEvents-1)+event+`]}`))
+	r := e.call("POST", "/batch/", []byte(`{"api_key":"`+token+`","batch":[`+strings.Repeat(event+",", capture.Limits().MaxEvents-1)+event+`]}`))
 	if r.status != 200 || e.spool.Pending() == 0 {
 		t.Errorf("a batch at the limit: %d %s", r.status, r.body)
 	}

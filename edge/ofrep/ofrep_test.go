@@ -73,7 +73,7 @@ func newEnv(t *testing.T, streams bool, maxPerAddr int) *env {
 	dec := decide.NewHandler(holder, nil, nil, ips, nil, nil, log)
 	var hub *ofrep.Hub
 	if streams {
-		sc := ofrep.DefaultStreamConfig
+		sc := ofrep.DefaultStreamConfig()
 		sc.Key, sc.MaxPerAddr, sc.Heartbeat = []byte("0123456789abcdef0123456789abcdef"), maxPerAddr, 200*time.Millisecond
 		hub = ofrep.NewHub(sc, holder, ips, log, nil)
 	}

@@ -56,9 +56,11 @@ type StreamConfig struct {
 	CredentialTTL time.Duration
 }
 
-// DefaultStreamConfig is the configuration the edge starts with, less the key.
-var DefaultStreamConfig = StreamConfig{MaxStreams: 50_000, MaxPerAddr: 100, Heartbeat: 15 * time.Second,
-	WriteTimeout: 500 * time.Millisecond, CredentialTTL: time.Hour}
+// DefaultStreamConfig returns the configuration the edge starts with, less the key.
+func DefaultStreamConfig() StreamConfig {
+	return StreamConfig{MaxStreams: 50_000, MaxPerAddr: 100, Heartbeat: 15 * time.Second,
+		WriteTimeout: 500 * time.Millisecond, CredentialTTL: time.Hour}
+}
 
 // Hub keeps the open change streams by project and writes a refetchEvaluation event to each
 // of a project's streams when its snapshot changes. A stream holds no queue: every event is

@@ -111,7 +111,7 @@ func parseServeConfig(args []string, stderr io.Writer) (*serveConfig, error) {
 	fs.Duration(&cfg.ReadTimeout, "read-timeout", "FLAGEDGE_READ_TIMEOUT", time.Minute, "how long a client may take to send a whole request (headers and body) on --http-addr")
 	fs.Duration(&cfg.IdleTimeout, "idle-timeout", "FLAGEDGE_IDLE_TIMEOUT", time.Minute, "how long an idle keep-alive connection to --http-addr stays open")
 	fs.Int64(&cfg.MaxHeaderBytes, "max-header-bytes", "FLAGEDGE_MAX_HEADER_BYTES", 64<<10, "largest request header block accepted on --http-addr (larger: 431)")
-	l := loginlimit.Defaults
+	l := loginlimit.Defaults()
 	fs.Int64(&cfg.LoginPerAddress, "login-failures-per-address", "FLAGEDGE_LOGIN_FAILURES_PER_ADDRESS", int64(l.PerAddress), "failed console logins one client address may have (whatever the emails) within --login-failure-window before its logins get 429")
 	fs.Int64(&cfg.LoginPerEmail, "login-failures-per-email", "FLAGEDGE_LOGIN_FAILURES_PER_EMAIL", int64(l.PerEmail), "failed console logins one email may have (from every address) within --login-failure-window before its logins get 429")
 	fs.Duration(&cfg.LoginWindow, "login-failure-window", "FLAGEDGE_LOGIN_FAILURE_WINDOW", l.Window, "how long a failed login counts (between one and two windows)")
@@ -159,7 +159,7 @@ func (c *serveConfig) validate() error {
 
 // logins is the login limiter's configuration from the flags.
 func (c *serveConfig) logins() loginlimit.Config {
-	l := loginlimit.Defaults
+	l := loginlimit.Defaults()
 	l.PerAddress, l.PerEmail, l.Window, l.MaxHashes = int(c.LoginPerAddress), int(c.LoginPerEmail), c.LoginWindow, int(c.LoginMaxHashes)
 	return l
 }

@@ -134,9 +134,9 @@ func parseConfig(args []string, stderr io.Writer) (*config, error) {
 		"serve OFREP change streams (server-sent events) and announce them in bulk evaluations, so browsers see flag changes within a second")
 	fs.String(&cfg.StreamKey, "ofrep-stream-key", "FLAGEDGE_OFREP_STREAM_KEY", "",
 		"secret that signs OFREP stream URLs; every edge behind one address needs the same (at least 32 characters); empty: a random key of this process")
-	fs.Int64(&cfg.StreamMax, "ofrep-stream-max", "FLAGEDGE_OFREP_STREAM_MAX", int64(ofrep.DefaultStreamConfig.MaxStreams),
+	fs.Int64(&cfg.StreamMax, "ofrep-stream-max", "FLAGEDGE_OFREP_STREAM_MAX", int64(ofrep.DefaultStreamConfig().MaxStreams),
 		"most OFREP change streams this edge keeps open (about 15 KB each); more are refused with 429")
-	fs.Int64(&cfg.StreamMaxAddr, "ofrep-stream-max-per-ip", "FLAGEDGE_OFREP_STREAM_MAX_PER_IP", int64(ofrep.DefaultStreamConfig.MaxPerAddr),
+	fs.Int64(&cfg.StreamMaxAddr, "ofrep-stream-max-per-ip", "FLAGEDGE_OFREP_STREAM_MAX_PER_IP", int64(ofrep.DefaultStreamConfig().MaxPerAddr),
 		"most OFREP change streams open from one client address; more are refused with 429")
 	cfg.EventLog.Register(fs)
 	registerLimits(fs, cfg)
@@ -330,7 +330,7 @@ func assemble(cfg *config, log *slog.Logger) (e *edge, err error) {
 		Help: "Bytes held by request bodies in flight and what decoding them costs, of --max-inflight-bytes."},
 		func() float64 { return float64(budget.Held()) }))
 	if cfg.Streams {
-		sc := ofrep.DefaultStreamConfig
+		sc := ofrep.DefaultStreamConfig()
 		sc.Key, sc.MaxStreams, sc.MaxPerAddr = []byte(cfg.StreamKey), int(cfg.StreamMax), int(cfg.StreamMaxAddr)
 		if cfg.StreamKey == "" {
 			sc.Key = make([]byte, 32)
