@@ -36,7 +36,7 @@ func TestEdgeAuthentication(t *testing.T) {
 	auth.RefreshInterval = 100 * time.Millisecond
 	go auth.Run(ctx)
 	srv := syncserver.NewServer(postgres.NewSnapshotStore(e.db), postgres.NewPersonStore(e.db), postgres.NewEventStore(e.db, log), log, prometheus.NewRegistry())
-	g := grpc.NewServer(grpc.UnaryInterceptor(auth.UnaryInterceptor()), grpc.StreamInterceptor(auth.StreamInterceptor()))
+	g := grpc.NewServer(append(syncserver.ServerOptions(), grpc.UnaryInterceptor(auth.UnaryInterceptor()), grpc.StreamInterceptor(auth.StreamInterceptor()))...)
 	syncpb.RegisterSyncServer(g, srv)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -154,7 +154,7 @@ func TestScopedEdge(t *testing.T) {
 	}
 	srv := syncserver.NewServer(postgres.NewSnapshotStore(e.db), postgres.NewPersonStore(e.db), postgres.NewEventStore(e.db, log), log,
 		prometheus.NewRegistry(), syncserver.WithMembership(hub))
-	g := grpc.NewServer(grpc.UnaryInterceptor(auth.UnaryInterceptor()), grpc.StreamInterceptor(auth.StreamInterceptor()))
+	g := grpc.NewServer(append(syncserver.ServerOptions(), grpc.UnaryInterceptor(auth.UnaryInterceptor()), grpc.StreamInterceptor(auth.StreamInterceptor()))...)
 	syncpb.RegisterSyncServer(g, srv)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

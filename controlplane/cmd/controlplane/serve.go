@@ -325,15 +325,15 @@ func newHTTPHandler(db *postgres.DB, cfg *serveConfig, ready func(context.Contex
 func newGRPCServer(sync syncpb.SyncServer, edges *syncserver.EdgeAuth, tlsConfig *tls.Config, reg *prometheus.Registry) *grpc.Server {
 	metrics := grpcprom.NewServerMetrics(grpcprom.WithServerHandlingTimeHistogram())
 	reg.MustRegister(metrics)
-	opts := []grpc.ServerOption{
+	opts := append(syncserver.ServerOptions(),
 		// Ingest calls carry up to a few MiB of events; allow a whole 20 MB capture batch.
-		grpc.MaxRecvMsgSize(64 << 20),
+		grpc.MaxRecvMsgSize(64<<20),
 		// Edges keep one Watch stream open for good: keepalives find dead peers behind NATs.
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
 		grpc.ChainUnaryInterceptor(metrics.UnaryServerInterceptor(), edges.UnaryInterceptor()),
 		grpc.ChainStreamInterceptor(metrics.StreamServerInterceptor(), edges.StreamInterceptor()),
-	}
+	)
 	if tlsConfig != nil {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(tlsConfig)))
 	}
