@@ -84,6 +84,7 @@ type edgesResult struct {
 	SyncCPUSeconds  float64 `json:"cp_cpu_seconds_initial_sync"`
 	ChangeCPUPerRnd float64 `json:"cp_cpu_seconds_per_change"`
 	SnapshotBytes   int     `json:"snapshot_bytes"` // the changed project's snapshot as sent
+	AckErrors       int64   `json:"acknowledgement_errors"`
 }
 
 // edgesScenario runs the scenario against each control plane binary of --controlplane-bin
@@ -185,7 +186,7 @@ func edgesRun(cfg config, cpBin string) (*edgesResult, error) {
 	rss, _ := procStat(pid)
 	res.RSSBeforeMB = rss / 1e6
 
-	fleet := newFleet(cfg.edgesCount, p.id)
+	fleet := newFleet(cfg.edgesCount, p.id, cfg.edgesAck)
 	defer fleet.close()
 	_, cpu0 := procStat(pid)
 	start := time.Now()
@@ -231,6 +232,7 @@ func edgesRun(cfg config, cpBin string) (*edgesResult, error) {
 	res.ChangeP50Ms, res.ChangeP99Ms, res.ChangeMaxMs = quantile(all, 0.5), quantile(all, 0.99), quantile(all, 1)
 	rss, _ = procStat(pid)
 	res.RSSAfterMB = rss / 1e6
+	res.AckErrors = fleet.ackErrors.Load()
 	return res, nil
 }
 
@@ -323,6 +325,8 @@ type fleet struct {
 	base          atomic.Int64
 	syncedCount   atomic.Int64
 	snapshotBytes atomic.Int64
+	ack           bool         // acknowledge versions, as edges do, where the stream names a session
+	ackErrors     atomic.Int64 // acknowledgements that failed
 	wg            sync.WaitGroup
 	cancel        context.CancelFunc
 }
@@ -336,8 +340,8 @@ type edgeClient struct {
 	changedAt atomic.Int64 // unix ns the expected change arrived; 0 before
 }
 
-func newFleet(n int, project int64) *fleet {
-	f := &fleet{project: project, clients: make([]*edgeClient, n)}
+func newFleet(n int, project int64, ack bool) *fleet {
+	f := &fleet{project: project, clients: make([]*edgeClient, n), ack: ack}
 	for i := range f.clients {
 		f.clients[i] = &edgeClient{}
 	}
@@ -387,13 +391,17 @@ func (f *fleet) connect(ctx context.Context, addr, token string, pool *x509.Cert
 }
 
 // watch runs one client's stream until ctx ends. A stream that fails is not retried: the
-// client then counts as not synced or missing the change.
+// client then counts as not synced or missing the change. When the stream names a session
+// (a control plane that tracks rollouts), the client acknowledges the versions it receives,
+// as an edge does once it has applied them.
 func (f *fleet) watch(ctx context.Context, i int, c *edgeClient, synced func()) {
-	stream, err := syncpb.NewSyncClient(c.conn).Watch(ctx, &syncpb.WatchRequest{ProtocolVersion: syncpb.ProtocolVersion_PROTOCOL_VERSION_1,
+	client := syncpb.NewSyncClient(c.conn)
+	stream, err := client.Watch(ctx, &syncpb.WatchRequest{ProtocolVersion: syncpb.ProtocolVersion_PROTOCOL_VERSION_1,
 		EdgeId: "bench-edge-" + strconv.Itoa(i)})
 	if err != nil {
 		return
 	}
+	var session string
 	for {
 		var m lightResponse
 		if err := stream.RecvMsg(&m); err != nil {
@@ -402,20 +410,34 @@ func (f *fleet) watch(ctx context.Context, i int, c *edgeClient, synced func()) 
 			}
 			return
 		}
-		if v, ok := m.versions[f.project]; ok {
-			c.version.Store(v)
-			if base := f.base.Load(); base > 0 && v > base && c.changedAt.Load() == 0 {
-				c.changedAt.Store(time.Now().UnixNano())
-			}
-			if size := m.sizes[f.project]; size > 0 {
-				f.snapshotBytes.Store(int64(size))
+		if m.sessionID != "" {
+			session = m.sessionID
+		}
+		f.apply(c, &m, synced)
+		if session != "" && f.ack && len(m.versions) > 0 {
+			if _, err := client.Acknowledge(ctx, &syncpb.AcknowledgeRequest{SessionId: session, Versions: m.versions}); err != nil && ctx.Err() == nil {
+				f.ackErrors.Add(1)
 			}
 		}
-		if m.initialSyncDone && c.syncedAt.Load() == 0 {
-			c.syncedAt.Store(time.Now().UnixNano())
-			f.syncedCount.Add(1)
-			synced()
+	}
+}
+
+// apply records what a client received: the timed project's version (and when it was a
+// change expected), and the initial sync.
+func (f *fleet) apply(c *edgeClient, m *lightResponse, synced func()) {
+	if v, ok := m.versions[f.project]; ok {
+		c.version.Store(v)
+		if base := f.base.Load(); base > 0 && v > base && c.changedAt.Load() == 0 {
+			c.changedAt.Store(time.Now().UnixNano())
 		}
+		if size := m.sizes[f.project]; size > 0 {
+			f.snapshotBytes.Store(int64(size))
+		}
+	}
+	if m.initialSyncDone && c.syncedAt.Load() == 0 {
+		c.syncedAt.Store(time.Now().UnixNano())
+		f.syncedCount.Add(1)
+		synced()
 	}
 }
 
@@ -509,6 +531,7 @@ type lightResponse struct {
 	versions        map[int64]int64 // project id → snapshot version
 	initialSyncDone bool
 	sizes           map[int64]int // project id → bytes of its snapshot
+	sessionID       string
 }
 
 // lightCodec marshals requests as protobuf and reads of a WatchResponse only the snapshots'
@@ -528,8 +551,8 @@ func (lightCodec) Marshal(v any) (mem.BufferSlice, error) {
 
 func (lightCodec) Unmarshal(data mem.BufferSlice, v any) error {
 	m, ok := v.(*lightResponse)
-	if !ok {
-		return fmt.Errorf("lightCodec cannot decode into %T", v)
+	if !ok { // the answers to acknowledgements
+		return encoding.GetCodecV2("proto").Unmarshal(data, v)
 	}
 	buf := data.MaterializeToBuffer(mem.DefaultBufferPool())
 	defer buf.Free()
@@ -554,6 +577,13 @@ func (lightCodec) Unmarshal(data mem.BufferSlice, v any) error {
 				m.versions, m.sizes = map[int64]int64{}, map[int64]int{}
 			}
 			m.versions[id], m.sizes[id] = version, len(snap)
+			b = b[n:]
+		case num == 8 && typ == protowire.BytesType: // session_id
+			v, n := protowire.ConsumeBytes(b)
+			if n < 0 {
+				return protowire.ParseError(n)
+			}
+			m.sessionID = string(v)
 			b = b[n:]
 		case num == 3 && typ == protowire.VarintType: // initial_sync_done
 			v, n := protowire.ConsumeVarint(b)

@@ -49,6 +49,7 @@ type config struct {
 	edgesCount      int
 	edgesRounds     int
 	controlPlaneBin string
+	edgesAck        bool
 	// profile takes a CPU profile of the edge in the pinned scenario.
 	profile bool
 }
@@ -78,7 +79,7 @@ func runBench(args []string) error {
 	fs.StringVar(&edges, "edge", envOr("EDGE", "http://127.0.0.1:8080"), "edge URLs, comma-separated; load goes to the first (env EDGE)")
 	fs.StringVar(&cfg.personalKey, "personal-key", os.Getenv("KEY"), "personal API key with scope * (env KEY)")
 	fs.BoolVar(&cfg.suite, "suite", false, "run the standard suite (what make bench runs)")
-	fs.StringVar(&cfg.scenario, "scenario", "decide", "decide, decide-repeat, flags, capture, mixed, propagation, rss, eventlog (self-contained: starts its own PostgreSQL and NATS), edges (self-contained: its own PostgreSQL and control plane, and --edges simulated edges over gRPC), regions (self-contained: its own PostgreSQL, control plane and edge, 80 ms apart), or pinned (self-contained: the edge vs a bare responder on one pinned core, with wrk)")
+	fs.StringVar(&cfg.scenario, "scenario", "decide", "decide, decide-repeat, flags, capture, mixed, propagation, rss (self-contained with --self-contained), eventlog (self-contained: starts its own PostgreSQL and NATS), edges (self-contained: its own PostgreSQL and control plane, and --edges simulated edges over gRPC), regions (self-contained: its own PostgreSQL, control plane and edge, 80 ms apart), pinned (self-contained: the edge vs a bare responder on one pinned core, with wrk), or logins (self-contained: the management API's latency during console login floods)")
 	fs.DurationVar(&cfg.duration, "duration", 10*time.Second, "how long each load runs")
 	fs.IntVar(&cfg.connections, "connections", 32, "concurrent connections (closed loop)")
 	fs.IntVar(&cfg.rate, "rate", 0, "requests per second for an open-loop run; 0 is closed loop")
@@ -97,6 +98,7 @@ func runBench(args []string) error {
 	fs.IntVar(&cfg.streamReplicas, "event-log-replicas", 3, "replicas of the event log's stream in the eventlog scenario")
 	fs.IntVar(&cfg.edgesCount, "edges", 10_000, "edges: simulated edges, each with its own gRPC connection and Watch stream")
 	fs.IntVar(&cfg.edgesRounds, "edges-rounds", 5, "edges: flag changes timed until every simulated edge has them")
+	fs.BoolVar(&cfg.edgesAck, "edges-ack", true, "edges: the simulated edges acknowledge the versions they receive, as edges do (control planes that track rollouts)")
 	fs.StringVar(&cfg.controlPlaneBin, "controlplane-bin", "tree", "edges: control plane binaries run one after the other, comma-separated (tree: built from this tree), to compare builds in one run")
 	selfContained := fs.Bool("self-contained", false, "rss: start its own PostgreSQL, control plane and edge (each of --edge-bin, comma-separated, tree: built from the tree) and also measure returning users' person-cache hit rate")
 	if err := fs.Parse(args); err != nil {
@@ -120,6 +122,9 @@ func runBench(args []string) error {
 	}
 	if cfg.scenario == "pinned" { // self-contained: its own PostgreSQL, control plane and edge
 		return pinnedScenario(cfg)
+	}
+	if cfg.scenario == "logins" { // self-contained: its own PostgreSQL, control plane and edge
+		return loginsScenario(cfg)
 	}
 	if cfg.personalKey == "" {
 		return errors.New("--personal-key (or KEY) is required: the bench creates its own project")

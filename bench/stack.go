@@ -38,7 +38,7 @@ type stackOptions struct {
 	edgeBin string
 	// controlPlaneBin, when set, is the control plane binary to run instead of the one built
 	// from the tree (to measure another build of it); controlPlaneArgs are added to its serve
-	// command line (e.g. --grpc-tls-cert).
+	// command line (e.g. --grpc-tls-cert, --trusted-proxies).
 	controlPlaneBin  string
 	controlPlaneArgs []string
 	// noEdge starts no edge: the scenario brings its own clients (edges).

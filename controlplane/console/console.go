@@ -17,12 +17,14 @@ import (
 	"io/fs"
 	"log/slog"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"strings"
-	"time"
 
 	"github.com/flagedge/flagedge/controlplane"
 	"github.com/flagedge/flagedge/controlplane/httpapi"
+	"github.com/flagedge/flagedge/controlplane/loginlimit"
+	"github.com/flagedge/flagedge/shared/clientip"
 )
 
 //go:embed templates/*.html
@@ -43,16 +45,19 @@ type Config struct {
 	// that terminates TLS; requests that arrive over TLS get Secure cookies regardless.
 	SecureCookies bool
 	Logger        *slog.Logger
-	// Now is the clock of the login rate limiter; nil means time.Now.
-	Now func() time.Time
+	// Logins gates password checks (failures per address and per email, concurrent
+	// hashes); nil means a limiter with loginlimit.Defaults.
+	Logins *loginlimit.Limiter
+	// ClientIP is the address a login comes from, for Logins; nil means the connection's
+	// peer (right unless a proxy is in front: then clientip with --trusted-proxies).
+	ClientIP func(*http.Request) netip.Addr
 }
 
 // Console is the web console's HTTP handler.
 type Console struct {
-	cfg     Config
-	mux     *http.ServeMux
-	pages   map[string]*template.Template
-	limiter *loginLimiter
+	cfg   Config
+	mux   *http.ServeMux
+	pages map[string]*template.Template
 }
 
 // Cookie names.
@@ -69,11 +74,13 @@ func New(cfg Config) (*Console, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	if cfg.Now == nil {
-		cfg.Now = time.Now
+	if cfg.Logins == nil {
+		cfg.Logins = loginlimit.New(loginlimit.Defaults, nil)
 	}
-	c := &Console{cfg: cfg, mux: http.NewServeMux(), pages: map[string]*template.Template{},
-		limiter: newLoginLimiter(maxLoginFailures, loginWindow, maxLimiterEntries, cfg.Now)}
+	if cfg.ClientIP == nil {
+		cfg.ClientIP = clientip.Peer
+	}
+	c := &Console{cfg: cfg, mux: http.NewServeMux(), pages: map[string]*template.Template{}}
 	names, err := fs.Glob(templateFiles, "templates/*.html")
 	if err != nil {
 		return nil, err
@@ -128,6 +135,7 @@ func (c *Console) routes() {
 	c.mux.HandleFunc("GET "+p+"/events", c.withSession(c.handleEvents))
 	c.mux.HandleFunc("GET "+p+"/persons", c.withSession(c.handlePersons))
 	c.mux.HandleFunc("GET "+p+"/persons/{id}", c.withSession(c.handlePerson))
+	c.mux.HandleFunc("GET "+p+"/edges", c.withSession(c.handleEdges))
 
 	c.mux.HandleFunc("GET /settings/keys", c.withSession(c.handleKeys))
 	c.mux.HandleFunc("POST /settings/keys", c.withSession(c.handleCreateKey))
@@ -264,18 +272,25 @@ func (b *bufferWriter) WriteHeader(code int) {
 // api calls the management API as the session's user and decodes a JSON answer into out
 // (when not nil). An error answer is returned as *apiError.
 func (q *request) api(method, path string, body, out any) error {
+	_, err := q.apiCall(method, path, body, out, http.StatusOK)
+	return err
+}
+
+// apiCall is api that also answers the response's headers, and decodes into out the answers
+// with status ok as well as the successful ones (rollout_status answers 408 with a body).
+func (q *request) apiCall(method, path string, body, out any, ok int) (http.Header, error) {
 	var rd io.Reader
 	if body != nil {
 		data, err := json.Marshal(body)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		rd = bytes.NewReader(data)
 	}
 	ctx := httpapi.WithPrincipal(q.r.Context(), httpapi.SessionPrincipal(&q.session.User))
 	req, err := http.NewRequestWithContext(ctx, method, path, rd)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	req.Host = q.r.Host
 	req.RemoteAddr = q.r.RemoteAddr
@@ -283,20 +298,20 @@ func (q *request) api(method, path string, body, out any) error {
 	req.Header.Set("Content-Type", "application/json")
 	bw := &bufferWriter{header: http.Header{}}
 	q.c.cfg.API.ServeHTTP(bw, req)
-	if bw.status >= 300 {
+	if bw.status >= 300 && bw.status != ok {
 		ae := &apiError{Status: bw.status}
 		if json.Unmarshal(bw.body.Bytes(), ae) != nil || ae.Detail == "" {
 			ae.Detail = http.StatusText(bw.status)
 		}
-		return ae
+		return bw.header, ae
 	}
 	if out == nil || bw.status == http.StatusNoContent {
-		return nil
+		return bw.header, nil
 	}
 	if err := json.Unmarshal(bw.body.Bytes(), out); err != nil {
-		return fmt.Errorf("console: decode %s %s: %w", method, path, err)
+		return bw.header, fmt.Errorf("console: decode %s %s: %w", method, path, err)
 	}
-	return nil
+	return bw.header, nil
 }
 
 // handleError shows an API error as a page; internal errors are logged, never shown.
@@ -327,7 +342,9 @@ type page struct {
 	Nav       string // the active navigation entry
 	Flash     string
 	FlashKind string
-	Data      any
+	// Rollout is, after a save, how many edges serve it (the page's ?live=<version>).
+	Rollout *rolloutView
+	Data    any
 }
 
 // render writes a page with the layout; q may be nil for pages without a session.
@@ -381,6 +398,9 @@ func (q *request) page(title, nav string) (*page, error) {
 				}
 			}
 		}
+	}
+	if p.Project != nil {
+		p.Rollout = q.rollout(p.Project.ID)
 	}
 	if ck, err := q.r.Cookie(flashCookie); err == nil {
 		if msg, err := url.QueryUnescape(ck.Value); err == nil {

@@ -21,7 +21,9 @@ import (
 	"github.com/flagedge/flagedge/controlplane/console"
 	"github.com/flagedge/flagedge/controlplane/flageval"
 	"github.com/flagedge/flagedge/controlplane/httpapi"
+	"github.com/flagedge/flagedge/controlplane/loginlimit"
 	"github.com/flagedge/flagedge/controlplane/postgres"
+	"github.com/flagedge/flagedge/controlplane/rollout"
 	"github.com/flagedge/flagedge/internal/pgtest"
 )
 
@@ -52,10 +54,12 @@ func newSite(t *testing.T) *site {
 	}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	services, persons := authz.Wrap(postgres.NewServices(db, bcrypt.MinCost)), postgres.NewPersonStore(db)
+	sessions := postgres.NewEdgeSessionStore(db)
 	api := httpapi.New(httpapi.Config{
 		Services:  services,
 		Evaluator: &flageval.Evaluator{Snapshots: postgres.NewSnapshotStore(db), Persons: persons, Scanner: persons},
 		Ready:     db.Ping, Logger: log,
+		EdgeSessions: sessions, Rollout: rollout.New(sessions),
 	})
 	web, err := console.New(console.Config{API: api, Users: services.Users, Sessions: services.Sessions, Logger: log})
 	if err != nil {
@@ -206,26 +210,40 @@ func TestLogin(t *testing.T) {
 	}
 }
 
+// TestLoginRateLimit: an email that failed loginlimit.Defaults.PerEmail times is refused even
+// with the right password, with Retry-After; other emails from the address go on until the
+// address has failed PerAddress times in all.
 func TestLoginRateLimit(t *testing.T) {
 	t.Parallel()
 	s := newSite(t)
 	b := s.browser()
 	token := csrf(t, b.get("/login"))
-	try := func(password string) int {
-		return b.post("/login", url.Values{"email": {"admin@example.com"}, "password": {password}, "csrf_token": {token}}).status
+	try := func(email, password string) *http.Response {
+		resp, err := b.client.PostForm(s.srv.URL+"/login", url.Values{"email": {email}, "password": {password}, "csrf_token": {token}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp
 	}
-	for i := range 5 {
-		if got := try("wrong"); got != http.StatusUnauthorized {
+	perEmail, perAddress := loginlimit.Defaults.PerEmail, loginlimit.Defaults.PerAddress
+	for i := range perEmail {
+		if got := try("admin@example.com", "wrong").StatusCode; got != http.StatusUnauthorized {
 			t.Fatalf("attempt %d: %d", i+1, got)
 		}
 	}
 	// Blocked now, even with the right password.
-	if got := try(s.password); got != http.StatusTooManyRequests {
-		t.Errorf("sixth attempt: %d, want 429", got)
+	if resp := try("admin@example.com", s.password); resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Retry-After") == "" {
+		t.Errorf("attempt past the email's limit: %d, Retry-After %q; want 429 with Retry-After", resp.StatusCode, resp.Header.Get("Retry-After"))
 	}
-	// Another email from the same address is not blocked.
-	if p := b.post("/login", url.Values{"email": {"other@example.com"}, "password": {"x"}, "csrf_token": {token}}); p.status != http.StatusUnauthorized {
-		t.Errorf("another email: %d", p.status)
+	// Other emails from the same address, until the address's own limit.
+	for i := perEmail; i < perAddress; i++ {
+		if got := try(fmt.Sprintf("other%d@example.com", i), "x").StatusCode; got != http.StatusUnauthorized {
+			t.Fatalf("another email, failure %d of the address: %d", i+1, got)
+		}
+	}
+	if got := try("fresh@example.com", "x").StatusCode; got != http.StatusTooManyRequests {
+		t.Errorf("a new email past the address's limit: %d, want 429", got)
 	}
 }
 
@@ -258,8 +276,32 @@ func TestConsoleFlags(t *testing.T) {
 	if p.status != http.StatusSeeOther {
 		t.Fatalf("create: %d %.500s", p.status, p.body)
 	}
-	flagPath := p.location
+	// The save leads to the flag's page, which says how many edges serve it: none is connected.
+	flagPath, live, _ := strings.Cut(p.location, "?live=")
 	id := flagPath[strings.LastIndex(flagPath, "/")+1:]
+	if page := b.get(p.location); live == "" || !strings.Contains(page.body, "Live on 0 of 0 edges (version "+live+")") {
+		t.Errorf("after the save (%s): no rollout line: %.3000s", p.location, page.body)
+	}
+	// An edge connected (recorded as the sync service does) that has not acknowledged the
+	// version is named as the laggard, and listed on the edges page.
+	if _, _, err := postgres.NewEdgeService(s.db).CreateEdge(context.Background(), "edge-berlin", nil); err != nil {
+		t.Fatal(err)
+	}
+	sessions := postgres.NewEdgeSessionStore(s.db)
+	sid, err := sessions.OpenSession(context.Background(), "00000000-0000-0000-0000-000000000001", "replica-1", "edge-berlin", "berlin-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sessions.Acknowledge(context.Background(), sid, "edge-berlin", map[int64]int64{s.project: 1}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if page := b.get(p.location); !strings.Contains(page.body, "Live on 0 of 1 edges (version "+live+"): not yet on edge-berlin") {
+		t.Errorf("rollout line with a lagging edge: %.3000s", page.body)
+	}
+	if page := b.get(fmt.Sprintf("/project/%d/edges", s.project)); !strings.Contains(page.body, "edge-berlin") || !strings.Contains(page.body, "replica-1") ||
+		!strings.Contains(page.body, "behind") {
+		t.Errorf("edges page: %.3000s", page.body)
+	}
 
 	// The API sees what the form saved.
 	req, _ := http.NewRequest("GET", s.srv.URL+fmt.Sprintf("/api/projects/%d/feature_flags/%s/", s.project, id), nil)
@@ -406,7 +448,7 @@ func TestConsoleRoleAccess(t *testing.T) {
 	tok := admin.login("admin@example.com", s.password)
 	base := fmt.Sprintf("/project/%d/feature_flags", s.project)
 	p := admin.post(base+"/new", url.Values{"csrf_token": {tok}, "key": {"guarded"}, "active": {"on"}, "cond_count": {"1"}, "action": {"save"}})
-	flagPath := p.location
+	flagPath, _, _ := strings.Cut(p.location, "?") // ?live=<version>: how many edges serve the save
 	roles := postgres.NewRoleService(s.db)
 	adminUser, err := users.CheckPassword(ctx, "admin@example.com", s.password)
 	if err != nil {

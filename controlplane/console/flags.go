@@ -214,10 +214,11 @@ func (c *Console) handleCreateFlag(q *request) error {
 		return c.showFormError(q, p, data, err)
 	}
 	var created flagView
-	if err := q.api("POST", q.apiProject("/feature_flags/"), body, &created); err != nil {
+	header, err := q.apiCall("POST", q.apiProject("/feature_flags/"), body, &created, http.StatusOK)
+	if err != nil {
 		return c.showFormError(q, p, data, err)
 	}
-	return q.redirect(q.projectPath("/feature_flags/%d", created.ID), "success", "Feature flag "+created.Key+" created.")
+	return q.redirect(livePath(q.projectPath("/feature_flags/%d", created.ID), header), "success", "Feature flag "+created.Key+" created.")
 }
 
 // loadFlag reads the path's flag through the API.
@@ -390,8 +391,9 @@ func (c *Console) handleSaveFlag(q *request) error {
 		return nil
 	}
 	body, err := flagBody(data)
+	var header http.Header
 	if err == nil {
-		err = q.api("PATCH", q.apiProject("/feature_flags/%d/", f.ID), body, nil)
+		header, err = q.apiCall("PATCH", q.apiProject("/feature_flags/%d/", f.ID), body, nil, http.StatusOK)
 	}
 	if err != nil {
 		if ae := asAPIError(err); ae != nil && ae.Status == http.StatusForbidden {
@@ -400,7 +402,7 @@ func (c *Console) handleSaveFlag(q *request) error {
 		c.flagPanels(q, f, data)
 		return c.showFormError(q, p, data, err)
 	}
-	return q.redirect(q.projectPath("/feature_flags/%d", f.ID), "success", "Feature flag "+data.Key+" saved.")
+	return q.redirect(livePath(q.projectPath("/feature_flags/%d", f.ID), header), "success", "Feature flag "+data.Key+" saved.")
 }
 
 // handleToggleFlag switches a flag on or off from the list.
@@ -411,7 +413,8 @@ func (c *Console) handleToggleFlag(q *request) error {
 	}
 	vals := q.r.PostForm["active"]
 	on := len(vals) > 0 && vals[len(vals)-1] == "true"
-	if err := q.api("PATCH", q.apiProject("/feature_flags/%d/", f.ID), map[string]any{"active": on}, nil); err != nil {
+	header, err := q.apiCall("PATCH", q.apiProject("/feature_flags/%d/", f.ID), map[string]any{"active": on}, nil, http.StatusOK)
+	if err != nil {
 		return err
 	}
 	state := "off"
@@ -422,7 +425,7 @@ func (c *Console) handleToggleFlag(q *request) error {
 	if next := q.r.PostFormValue("next"); strings.HasPrefix(next, "/project/") {
 		back = next
 	}
-	return q.redirect(back, "success", "Feature flag "+f.Key+" is now "+state+".")
+	return q.redirect(livePath(back, header), "success", "Feature flag "+f.Key+" is now "+state+".")
 }
 
 // handleDeleteFlag soft-deletes or restores a flag.

@@ -6,105 +6,42 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
+	"strconv"
 	"strings"
-	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/flagedge/flagedge/controlplane"
+	"github.com/flagedge/flagedge/controlplane/loginlimit"
 )
 
-// Login rate limiting: after maxLoginFailures failures for one email from one address within
-// loginWindow, further attempts are refused until the window has passed. Five tries in
-// fifteen minutes stops guessing while forgiving typos; the table is bounded so that a flood
-// of made-up emails cannot grow it without end.
-const (
-	maxLoginFailures  = 5
-	loginWindow       = 15 * time.Minute
-	maxLimiterEntries = 10000
-)
+// maxEmailBytes bounds a login's email: RFC 5321 allows 254 characters in a path.
+const maxEmailBytes = 254
 
-// loginLimiter counts failed logins per email and client address, in memory: each replica
-// counts its own, which bounds guessing per replica.
-type loginLimiter struct {
-	max    int
-	window time.Duration
-	limit  int
-	now    func() time.Time
-
-	mu      sync.Mutex // guards entries
-	entries map[string]*loginFailures
-}
-
-type loginFailures struct {
-	count int
-	first time.Time
-}
-
-func newLoginLimiter(max int, window time.Duration, limit int, now func() time.Time) *loginLimiter {
-	return &loginLimiter{max: max, window: window, limit: limit, now: now, entries: map[string]*loginFailures{}}
-}
-
-// blocked reports whether the key has used up its attempts, and for how long it stays blocked.
-func (l *loginLimiter) blocked(key string) (bool, time.Duration) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	e, ok := l.entries[key]
-	if !ok {
-		return false, 0
+// loginEmailProblem says what is wrong with an email typed at login, or "": text PostgreSQL
+// cannot hold (a NUL, invalid UTF-8) or longer than any address is not anyone's email, and is
+// refused before a password hash is spent on it.
+func loginEmailProblem(email string) string {
+	switch {
+	case email == "":
+		return "Enter your email address."
+	case len(email) > maxEmailBytes || !utf8.ValidString(email) || strings.ContainsRune(email, 0):
+		return "That is not an email address."
 	}
-	left := e.first.Add(l.window).Sub(l.now())
-	if left <= 0 {
-		delete(l.entries, key)
-		return false, 0
-	}
-	return e.count >= l.max, left
+	return ""
 }
 
-// fail records a failed attempt. When the table is full, expired entries go first, then the
-// oldest ones: forgetting a stale failure is better than refusing to count a new one.
-func (l *loginLimiter) fail(key string) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	now := l.now()
-	if e, ok := l.entries[key]; ok && now.Sub(e.first) < l.window {
-		e.count++
-		return
+// refuseLogin answers a login the limiter refused: 429 with Retry-After, and a message that
+// does not say whether the email exists.
+func refuseLogin(w http.ResponseWriter, r *loginlimit.Refusal, show func(int, string)) {
+	secs := int(r.RetryAfter.Round(time.Second) / time.Second)
+	w.Header().Set("Retry-After", strconv.Itoa(secs))
+	msg := "Too many logins are being checked right now. Try again in a moment."
+	if r.Reason != loginlimit.ReasonBusy {
+		msg = fmt.Sprintf("Too many failed attempts. Try again in %d minutes.", (secs+59)/60)
 	}
-	if len(l.entries) >= l.limit {
-		var oldestKey string
-		var oldest time.Time
-		for k, e := range l.entries {
-			if now.Sub(e.first) >= l.window {
-				delete(l.entries, k)
-				continue
-			}
-			if oldestKey == "" || e.first.Before(oldest) {
-				oldestKey, oldest = k, e.first
-			}
-		}
-		if len(l.entries) >= l.limit {
-			delete(l.entries, oldestKey)
-		}
-	}
-	l.entries[key] = &loginFailures{count: 1, first: now}
-}
-
-// succeed forgets the key's failures.
-func (l *loginLimiter) succeed(key string) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	delete(l.entries, key)
-}
-
-// limiterKey is the email and the client's address (without its port).
-func limiterKey(email string, r *http.Request) string {
-	host, _, err := net.SplitHostPort(r.RemoteAddr)
-	if err != nil {
-		host = r.RemoteAddr
-	}
-	return strings.ToLower(strings.TrimSpace(email)) + "\x00" + host
+	show(http.StatusTooManyRequests, msg)
 }
 
 func randomToken() string {
@@ -168,23 +105,31 @@ func (c *Console) handleLogin(w http.ResponseWriter, r *http.Request) {
 		show(http.StatusForbidden, "The form's security token is missing or wrong. Reload the page and try again.")
 		return
 	}
-	key := limiterKey(data.Email, r)
-	if blocked, left := c.limiter.blocked(key); blocked {
-		show(http.StatusTooManyRequests, fmt.Sprintf("Too many failed attempts. Try again in %d minutes.", int(left.Minutes())+1))
+	if problem := loginEmailProblem(data.Email); problem != "" {
+		data.Email = ""
+		show(http.StatusBadRequest, problem)
+		return
+	}
+	addr := c.cfg.ClientIP(r)
+	attempt, refusal := c.cfg.Logins.Begin(r.Context(), addr, data.Email)
+	if refusal != nil {
+		c.cfg.Logger.Info("console login refused", "reason", refusal.Reason, "client", addr)
+		refuseLogin(w, refusal, show)
 		return
 	}
 	user, err := c.cfg.Users.CheckPassword(r.Context(), data.Email, r.PostFormValue("password"))
 	if err != nil {
 		if controlplane.ErrorKind(err) != controlplane.BadCredentials {
+			attempt.Done()
 			c.serverError(w, r, err)
 			return
 		}
-		c.limiter.fail(key)
-		c.cfg.Logger.Info("console login failed", "email", data.Email, "remote", r.RemoteAddr)
+		attempt.Failed()
+		c.cfg.Logger.Info("console login failed", "email", data.Email, "client", addr)
 		show(http.StatusUnauthorized, "Invalid email or password.")
 		return
 	}
-	c.limiter.succeed(key)
+	attempt.Succeeded()
 	c.startSession(w, r, user.ID, safeNext(data.Next))
 }
 
@@ -237,15 +182,26 @@ func (c *Console) handleSetPassword(w http.ResponseWriter, r *http.Request) {
 		show(http.StatusBadRequest, "The two passwords differ.")
 		return
 	}
+	// Setting a password hashes it before the token is known to be good: a guessed token
+	// costs a hash like a guessed password, and passes the same gates (by address only).
+	addr := c.cfg.ClientIP(r)
+	attempt, refusal := c.cfg.Logins.Begin(r.Context(), addr, "")
+	if refusal != nil {
+		refuseLogin(w, refusal, show)
+		return
+	}
 	user, err := c.cfg.Users.SetPasswordWithToken(r.Context(), data.Token, r.PostFormValue("password"))
 	if err != nil {
 		var ce *controlplane.Error
 		if errors.As(err, &ce) && ce.Kind == controlplane.Invalid {
+			attempt.Failed()
 			show(http.StatusBadRequest, ce.Detail)
 			return
 		}
+		attempt.Done()
 		c.serverError(w, r, err)
 		return
 	}
+	attempt.Succeeded()
 	c.startSession(w, r, user.ID, "/")
 }

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net/url"
 	"testing"
-	"time"
 
 	"github.com/google/go-cmp/cmp"
 )
@@ -108,40 +107,6 @@ func TestFilterFormErrors(t *testing.T) {
 				t.Errorf("err = %v, want a form error on %s", err, tc.attr)
 			}
 		})
-	}
-}
-
-func TestLoginLimiter(t *testing.T) {
-	now := time.Unix(1_700_000_000, 0)
-	clock := func() time.Time { return now }
-	l := newLoginLimiter(3, time.Minute, 2, clock)
-	steps := []struct {
-		do          string // "fail", "ok", "wait"
-		key         string
-		wantBlocked bool
-	}{
-		{"fail", "a", false}, {"fail", "a", false}, {"fail", "a", true},
-		{"check", "b", false},
-		{"wait", "", false}, {"check", "a", false}, // the window passed
-		{"fail", "a", false}, {"fail", "a", false}, {"ok", "a", false}, {"fail", "a", false}, // success resets
-		{"fail", "b", false}, {"fail", "c", false}, // the table holds two: the oldest goes
-	}
-	for i, st := range steps {
-		switch st.do {
-		case "fail":
-			l.fail(st.key)
-		case "ok":
-			l.succeed(st.key)
-		case "wait":
-			now = now.Add(time.Minute)
-			continue
-		}
-		if blocked, _ := l.blocked(st.key); blocked != st.wantBlocked {
-			t.Errorf("step %d (%s %s): blocked = %v, want %v", i, st.do, st.key, blocked, st.wantBlocked)
-		}
-	}
-	if n := len(l.entries); n > 2 {
-		t.Errorf("the table holds %d entries, over its bound of 2", n)
 	}
 }
 

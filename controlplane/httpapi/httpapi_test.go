@@ -21,6 +21,7 @@ import (
 	"github.com/flagedge/flagedge/controlplane/flageval"
 	"github.com/flagedge/flagedge/controlplane/httpapi"
 	"github.com/flagedge/flagedge/controlplane/postgres"
+	"github.com/flagedge/flagedge/controlplane/rollout"
 	"github.com/flagedge/flagedge/internal/pgtest"
 )
 
@@ -57,10 +58,12 @@ func newEnv(t *testing.T) *env {
 		t.Fatal(err)
 	}
 	persons := postgres.NewPersonStore(db)
+	sessions := postgres.NewEdgeSessionStore(db)
 	api := httpapi.New(httpapi.Config{
 		Services:  authz.Wrap(postgres.NewServices(db, bcrypt.MinCost)),
 		Evaluator: &flageval.Evaluator{Snapshots: postgres.NewSnapshotStore(db), Persons: persons, Scanner: persons},
 		Ready:     db.Ping, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		EdgeSessions: sessions, Rollout: rollout.New(sessions),
 	})
 	srv := httptest.NewServer(api)
 	t.Cleanup(srv.Close)

@@ -193,7 +193,9 @@ func matrixTable() map[string]matrixEntry {
 		"GET /api/projects/{project_id}/persons/{id}": get(200, func(f *matrixFixtures) string {
 			return proj(f, "/persons/%d/", f.person)
 		}),
-		"GET /api/projects/{project_id}/groups": get(200, func(f *matrixFixtures) string { return proj(f, "/groups/") }),
+		"GET /api/projects/{project_id}/groups":         get(200, func(f *matrixFixtures) string { return proj(f, "/groups/") }),
+		"GET /api/projects/{project_id}/edges":          get(200, func(f *matrixFixtures) string { return proj(f, "/edges/") }),
+		"GET /api/projects/{project_id}/rollout_status": get(200, func(f *matrixFixtures) string { return proj(f, "/rollout_status/?version=1&timeout=0") }),
 
 		"GET /api/users/{user}":      get(200, func(f *matrixFixtures) string { return "/api/users/@me/" }),
 		"GET /api/personal_api_keys": get(200, func(f *matrixFixtures) string { return "/api/personal_api_keys/" }),

@@ -235,6 +235,9 @@ func TestOpenAPIValidatesResponses(t *testing.T) {
 		{method: "GET", specPath: "/api/projects/{project_id}/persons/{id}/", path: p(proj("/persons/{person}/")), want: 200},
 		{method: "GET", specPath: "/api/projects/{project_id}/groups/", path: p(proj("/groups/")), want: 200},
 		{method: "GET", specPath: "/api/projects/{project_id}/groups/", path: p(proj("/groups/?limit=-1")), want: 400},
+		{method: "GET", specPath: "/api/projects/{project_id}/edges/", path: p(proj("/edges/")), want: 200},
+		{method: "GET", specPath: "/api/projects/{project_id}/rollout_status/", path: p(proj("/rollout_status/?version=1&timeout=0s")), want: 200},
+		{method: "GET", specPath: "/api/projects/{project_id}/rollout_status/", path: p(proj("/rollout_status/?version=x")), want: 400},
 	}
 
 	covered := map[string]bool{}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/flagedge/flagedge/controlplane"
 	"github.com/flagedge/flagedge/controlplane/flageval"
+	"github.com/flagedge/flagedge/controlplane/rollout"
 )
 
 // Config holds the services and settings the API needs.
@@ -26,6 +27,9 @@ type Config struct {
 	// and calls them as the key's user.
 	controlplane.Services
 	Evaluator *flageval.Evaluator
+	// EdgeSessions are the connected edges and the versions they serve; Rollout waits on them.
+	EdgeSessions controlplane.EdgeSessionStore
+	Rollout      *rollout.Watcher
 	// Ready reports whether the server can answer (its database is reachable).
 	Ready func(ctx context.Context) error
 	// PublicURL is the scheme and host used in absolute URLs (pagination); empty means the
@@ -148,6 +152,8 @@ func (s *Server) routes() {
 	s.projectRoute("GET", project+"/persons", controlplane.ScopePersonRead, s.handleListPersons)
 	s.projectRoute("GET", project+"/persons/{id}", controlplane.ScopePersonRead, s.handleGetPerson)
 	s.projectRoute("GET", project+"/groups", controlplane.ScopePersonRead, s.handleListGroups)
+	s.projectRoute("GET", project+"/edges", controlplane.ScopeProjectRead, s.handleListEdges)
+	s.projectRoute("GET", project+"/rollout_status", controlplane.ScopeProjectRead, s.handleRolloutStatus)
 
 	s.keyRoute("GET", "/api/users/{user}", controlplane.ScopeUserRead, s.handleMe)
 	const keys = "/api/personal_api_keys"

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"golang.org/x/crypto/bcrypt"
@@ -220,6 +221,12 @@ func (s *UserService) SetPasswordWithToken(ctx context.Context, token, password 
 
 // CheckPassword returns the active user with the email when the password matches.
 func (s *UserService) CheckPassword(ctx context.Context, email, password string) (*controlplane.User, error) {
+	if !utf8.ValidString(email) || strings.ContainsRune(email, 0) {
+		// Nobody's email, and text PostgreSQL refuses (SQLSTATE 22021): the same answer,
+		// and the same cost, as an unknown email.
+		_ = bcrypt.CompareHashAndPassword(s.dummyHash, []byte(password))
+		return nil, controlplane.ErrBadLogin
+	}
 	var u controlplane.User
 	var hash *string
 	err := s.db.Pool.QueryRow(ctx, `SELECT `+userColumns+`, u.password_hash FROM users u WHERE lower(u.email) = lower($1) AND`+activeUser,

@@ -145,7 +145,8 @@ func (a *EdgeAuth) authenticate(ctx context.Context) (*controlplane.Edge, error)
 	return nil, errUnauthenticated
 }
 
-// UnaryInterceptor admits unary calls (look-ups, ingestion) from live edges only.
+// UnaryInterceptor admits unary calls (look-ups, ingestion, acknowledgements) from live
+// edges only; the handler finds the edge in its context (edgeName).
 func (a *EdgeAuth) UnaryInterceptor() grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 		edge, err := a.authenticate(ctx)

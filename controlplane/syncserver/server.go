@@ -47,6 +47,10 @@ type Server struct {
 	versions freshReads             // the project versions, one read for the streams asking at once
 	dbID     atomic.Pointer[string] // the database's identity, read once (again after Resync)
 
+	sessions  controlplane.EdgeSessionStore // nil: streams are not recorded
+	replicaID string
+	replica   atomic.Pointer[string] // this replica's name for people
+
 	streams      prometheus.Gauge
 	sent         prometheus.Counter
 	ingested     *prometheus.CounterVec
@@ -202,7 +206,12 @@ func (s *Server) Watch(req *syncpb.WatchRequest, stream syncpb.Sync_WatchServer)
 	// The edge drops the filters it kept from its last stream before it may count itself
 	// connected again (after this stream's catch-up): keys stored while it was away were not
 	// announced to it. The filters follow the catch-up.
-	if err := stream.Send(&syncpb.WatchResponse{DatabaseId: dbID, MembershipReset: s.members != nil}); err != nil {
+	sessionID, closeSession, err := s.openSession(ctx, req)
+	if err != nil {
+		return status.Errorf(codes.Unavailable, "record the stream: %v", err)
+	}
+	defer closeSession()
+	if err := stream.Send(&syncpb.WatchResponse{DatabaseId: dbID, MembershipReset: s.members != nil, SessionId: sessionID}); err != nil {
 		return err
 	}
 	// The membership queue starts with a reset and every filter: sent once the snapshots are.

@@ -7,6 +7,9 @@ import (
 	"log/slog"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
 	"github.com/flagedge/flagedge/edge/bloomset"
 	"github.com/flagedge/flagedge/internal/backoff"
 	"github.com/flagedge/flagedge/shared/syncpb"
@@ -23,8 +26,9 @@ import (
 // message removes lose theirs.
 func Watch(ctx context.Context, client syncpb.SyncClient, h *Holder, members *bloomset.Set, edgeID string, log *slog.Logger) {
 	retry := backoff.Backoff{Initial: 50 * time.Millisecond, Max: time.Second}
+	var session string // the last stream's, which the next one replaces
 	for ctx.Err() == nil {
-		received, err := watchOnce(ctx, client, h, members, edgeID)
+		received, err := watchOnce(ctx, client, h, members, edgeID, &session)
 		if ctx.Err() != nil {
 			return
 		}
@@ -38,17 +42,18 @@ func Watch(ctx context.Context, client syncpb.SyncClient, h *Holder, members *bl
 	}
 }
 
-func watchOnce(ctx context.Context, client syncpb.SyncClient, h *Holder, members *bloomset.Set, edgeID string) (received bool, err error) {
+func watchOnce(ctx context.Context, client syncpb.SyncClient, h *Holder, members *bloomset.Set, edgeID string, session *string) (received bool, err error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	defer h.SetConnected(false)
 	stream, err := client.Watch(ctx, &syncpb.WatchRequest{
 		ProtocolVersion: syncpb.ProtocolVersion_PROTOCOL_VERSION_1, EdgeId: edgeID, KnownVersions: h.Versions(),
-		DatabaseId: h.DatabaseID(),
+		DatabaseId: h.DatabaseID(), PreviousSessionId: *session,
 	})
 	if err != nil {
 		return false, err
 	}
+	var acks *acker
 	for {
 		msg, err := stream.Recv()
 		if err != nil {
@@ -61,6 +66,14 @@ func watchOnce(ctx context.Context, client syncpb.SyncClient, h *Holder, members
 		if err := h.Apply(msg); err != nil {
 			h.log.Error("apply snapshot", "err", err)
 		}
+		if msg.SessionId != "" && acks == nil {
+			*session = msg.SessionId
+			acks = &acker{client: client, h: h, session: msg.SessionId, wake: make(chan struct{}, 1), acked: map[int64]int64{}}
+			go acks.run(ctx)
+		}
+		if acks != nil {
+			acks.poke()
+		}
 		if members != nil {
 			members.Drop(msg.RemovedProjects)
 			if err := members.Apply(msg); err != nil {
@@ -69,6 +82,74 @@ func watchOnce(ctx context.Context, client syncpb.SyncClient, h *Holder, members
 		}
 		if msg.InitialSyncDone {
 			h.SetConnected(true)
+		}
+	}
+}
+
+// acker tells the control plane which versions the edge serves, after every applied message
+// of one stream: it sends what changed since its last acknowledgement, one call at a time, so
+// a burst of changes costs one call once the previous one is answered.
+type acker struct {
+	client  syncpb.SyncClient
+	h       *Holder
+	session string
+	wake    chan struct{} // capacity 1
+	acked   map[int64]int64
+}
+
+func (a *acker) poke() {
+	select {
+	case a.wake <- struct{}{}:
+	default:
+	}
+}
+
+// ackTimeout bounds one acknowledgement; ackRetry is the pause after a failed one.
+const (
+	ackTimeout = 5 * time.Second
+	ackRetry   = 200 * time.Millisecond
+)
+
+// run acknowledges until ctx (the stream's) ends, or the control plane says the session is
+// over or acknowledgements are not known to it (an older control plane).
+func (a *acker) run(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-a.wake:
+		}
+		req := &syncpb.AcknowledgeRequest{SessionId: a.session, Versions: map[int64]int64{}}
+		held := a.h.Versions()
+		for id, v := range held {
+			if acked, ok := a.acked[id]; !ok || acked != v {
+				req.Versions[id] = v
+			}
+		}
+		for id := range a.acked {
+			if _, ok := held[id]; !ok {
+				req.RemovedProjects = append(req.RemovedProjects, id)
+			}
+		}
+		if len(req.Versions) == 0 && len(req.RemovedProjects) == 0 {
+			continue
+		}
+		callCtx, cancel := context.WithTimeout(ctx, ackTimeout)
+		_, err := a.client.Acknowledge(callCtx, req)
+		cancel()
+		switch status.Code(err) {
+		case codes.OK:
+			a.acked = held
+		case codes.NotFound, codes.Unimplemented, codes.Canceled:
+			return
+		default:
+			a.h.log.Warn("acknowledge versions failed; retrying", "err", err)
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(ackRetry):
+			}
+			a.poke()
 		}
 	}
 }

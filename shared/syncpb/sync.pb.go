@@ -82,9 +82,12 @@ type WatchRequest struct {
 	// database_id is the identity of the database the known versions came from (empty when
 	// the edge holds nothing). Versions are comparable only within one database: when it is
 	// not the control plane's, the control plane sends everything as if nothing were known.
-	DatabaseId    string `protobuf:"bytes,4,opt,name=database_id,json=databaseId,proto3" json:"database_id,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	DatabaseId string `protobuf:"bytes,4,opt,name=database_id,json=databaseId,proto3" json:"database_id,omitempty"`
+	// previous_session_id is the session of the edge's last stream, which this one replaces:
+	// the control plane forgets it at once (its replica may have died without closing it).
+	PreviousSessionId string `protobuf:"bytes,5,opt,name=previous_session_id,json=previousSessionId,proto3" json:"previous_session_id,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *WatchRequest) Reset() {
@@ -145,6 +148,13 @@ func (x *WatchRequest) GetDatabaseId() string {
 	return ""
 }
 
+func (x *WatchRequest) GetPreviousSessionId() string {
+	if x != nil {
+		return x.PreviousSessionId
+	}
+	return ""
+}
+
 type WatchResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// snapshots are new or changed projects.
@@ -167,8 +177,11 @@ type WatchResponse struct {
 	MembershipFilters []*MembershipFilter `protobuf:"bytes,6,rep,name=membership_filters,json=membershipFilters,proto3" json:"membership_filters,omitempty"`
 	// membership_additions are keys added to projects' filters since, in stream order.
 	MembershipAdditions []*MembershipAdditions `protobuf:"bytes,7,rep,name=membership_additions,json=membershipAdditions,proto3" json:"membership_additions,omitempty"`
-	unknownFields       protoimpl.UnknownFields
-	sizeCache           protoimpl.SizeCache
+	// session_id names this stream, on its first message: the edge's acknowledgements carry it.
+	// Empty from control planes that do not track rollouts.
+	SessionId     string `protobuf:"bytes,8,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *WatchResponse) Reset() {
@@ -250,6 +263,280 @@ func (x *WatchResponse) GetMembershipAdditions() []*MembershipAdditions {
 	return nil
 }
 
+func (x *WatchResponse) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+type AcknowledgeRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// session_id is the Watch stream's, from its first message.
+	SessionId string `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	// versions maps project ids to the snapshot versions the edge serves: the projects whose
+	// version changed since the last acknowledgement of the stream (every project on the first).
+	Versions map[int64]int64 `protobuf:"bytes,2,rep,name=versions,proto3" json:"versions,omitempty" protobuf_key:"varint,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	// removed_projects are projects the edge no longer serves.
+	RemovedProjects []int64 `protobuf:"varint,3,rep,packed,name=removed_projects,json=removedProjects,proto3" json:"removed_projects,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *AcknowledgeRequest) Reset() {
+	*x = AcknowledgeRequest{}
+	mi := &file_sync_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AcknowledgeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AcknowledgeRequest) ProtoMessage() {}
+
+func (x *AcknowledgeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sync_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AcknowledgeRequest.ProtoReflect.Descriptor instead.
+func (*AcknowledgeRequest) Descriptor() ([]byte, []int) {
+	return file_sync_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *AcknowledgeRequest) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *AcknowledgeRequest) GetVersions() map[int64]int64 {
+	if x != nil {
+		return x.Versions
+	}
+	return nil
+}
+
+func (x *AcknowledgeRequest) GetRemovedProjects() []int64 {
+	if x != nil {
+		return x.RemovedProjects
+	}
+	return nil
+}
+
+type AcknowledgeResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AcknowledgeResponse) Reset() {
+	*x = AcknowledgeResponse{}
+	mi := &file_sync_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AcknowledgeResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AcknowledgeResponse) ProtoMessage() {}
+
+func (x *AcknowledgeResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sync_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AcknowledgeResponse.ProtoReflect.Descriptor instead.
+func (*AcknowledgeResponse) Descriptor() ([]byte, []int) {
+	return file_sync_proto_rawDescGZIP(), []int{3}
+}
+
+// FlagEvaluations counts how often one flag evaluated to one value at an edge.
+type FlagEvaluations struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	ProjectId int64                  `protobuf:"varint,1,opt,name=project_id,json=projectId,proto3" json:"project_id,omitempty"`
+	FlagKey   string                 `protobuf:"bytes,2,opt,name=flag_key,json=flagKey,proto3" json:"flag_key,omitempty"`
+	// value is "true", "false" or the variant's key.
+	Value string `protobuf:"bytes,3,opt,name=value,proto3" json:"value,omitempty"`
+	Count int64  `protobuf:"varint,4,opt,name=count,proto3" json:"count,omitempty"`
+	// last_unix_ms is when the last of them happened.
+	LastUnixMs    int64 `protobuf:"varint,5,opt,name=last_unix_ms,json=lastUnixMs,proto3" json:"last_unix_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FlagEvaluations) Reset() {
+	*x = FlagEvaluations{}
+	mi := &file_sync_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FlagEvaluations) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FlagEvaluations) ProtoMessage() {}
+
+func (x *FlagEvaluations) ProtoReflect() protoreflect.Message {
+	mi := &file_sync_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FlagEvaluations.ProtoReflect.Descriptor instead.
+func (*FlagEvaluations) Descriptor() ([]byte, []int) {
+	return file_sync_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *FlagEvaluations) GetProjectId() int64 {
+	if x != nil {
+		return x.ProjectId
+	}
+	return 0
+}
+
+func (x *FlagEvaluations) GetFlagKey() string {
+	if x != nil {
+		return x.FlagKey
+	}
+	return ""
+}
+
+func (x *FlagEvaluations) GetValue() string {
+	if x != nil {
+		return x.Value
+	}
+	return ""
+}
+
+func (x *FlagEvaluations) GetCount() int64 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
+
+func (x *FlagEvaluations) GetLastUnixMs() int64 {
+	if x != nil {
+		return x.LastUnixMs
+	}
+	return 0
+}
+
+type ReportEvaluationsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	EdgeId        string                 `protobuf:"bytes,1,opt,name=edge_id,json=edgeId,proto3" json:"edge_id,omitempty"`
+	Evaluations   []*FlagEvaluations     `protobuf:"bytes,2,rep,name=evaluations,proto3" json:"evaluations,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReportEvaluationsRequest) Reset() {
+	*x = ReportEvaluationsRequest{}
+	mi := &file_sync_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReportEvaluationsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReportEvaluationsRequest) ProtoMessage() {}
+
+func (x *ReportEvaluationsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sync_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReportEvaluationsRequest.ProtoReflect.Descriptor instead.
+func (*ReportEvaluationsRequest) Descriptor() ([]byte, []int) {
+	return file_sync_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *ReportEvaluationsRequest) GetEdgeId() string {
+	if x != nil {
+		return x.EdgeId
+	}
+	return ""
+}
+
+func (x *ReportEvaluationsRequest) GetEvaluations() []*FlagEvaluations {
+	if x != nil {
+		return x.Evaluations
+	}
+	return nil
+}
+
+type ReportEvaluationsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReportEvaluationsResponse) Reset() {
+	*x = ReportEvaluationsResponse{}
+	mi := &file_sync_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReportEvaluationsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReportEvaluationsResponse) ProtoMessage() {}
+
+func (x *ReportEvaluationsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sync_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReportEvaluationsResponse.ProtoReflect.Descriptor instead.
+func (*ReportEvaluationsResponse) Descriptor() ([]byte, []int) {
+	return file_sync_proto_rawDescGZIP(), []int{6}
+}
+
 // MembershipFilter is a Bloom filter of a project's membership keys: the distinct ids of its
 // persons and the keys of its groups, as shared/bloomkeys encodes them. A key the filter
 // does not hold has nothing stored about it, so the edge answers without a look-up; a key it
@@ -268,7 +555,7 @@ type MembershipFilter struct {
 
 func (x *MembershipFilter) Reset() {
 	*x = MembershipFilter{}
-	mi := &file_sync_proto_msgTypes[2]
+	mi := &file_sync_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -280,7 +567,7 @@ func (x *MembershipFilter) String() string {
 func (*MembershipFilter) ProtoMessage() {}
 
 func (x *MembershipFilter) ProtoReflect() protoreflect.Message {
-	mi := &file_sync_proto_msgTypes[2]
+	mi := &file_sync_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -293,7 +580,7 @@ func (x *MembershipFilter) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MembershipFilter.ProtoReflect.Descriptor instead.
 func (*MembershipFilter) Descriptor() ([]byte, []int) {
-	return file_sync_proto_rawDescGZIP(), []int{2}
+	return file_sync_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *MembershipFilter) GetProjectId() int64 {
@@ -328,7 +615,7 @@ type MembershipAdditions struct {
 
 func (x *MembershipAdditions) Reset() {
 	*x = MembershipAdditions{}
-	mi := &file_sync_proto_msgTypes[3]
+	mi := &file_sync_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -340,7 +627,7 @@ func (x *MembershipAdditions) String() string {
 func (*MembershipAdditions) ProtoMessage() {}
 
 func (x *MembershipAdditions) ProtoReflect() protoreflect.Message {
-	mi := &file_sync_proto_msgTypes[3]
+	mi := &file_sync_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -353,7 +640,7 @@ func (x *MembershipAdditions) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MembershipAdditions.ProtoReflect.Descriptor instead.
 func (*MembershipAdditions) Descriptor() ([]byte, []int) {
-	return file_sync_proto_rawDescGZIP(), []int{3}
+	return file_sync_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *MembershipAdditions) GetProjectId() int64 {
@@ -402,7 +689,7 @@ type ProjectSnapshot struct {
 
 func (x *ProjectSnapshot) Reset() {
 	*x = ProjectSnapshot{}
-	mi := &file_sync_proto_msgTypes[4]
+	mi := &file_sync_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -414,7 +701,7 @@ func (x *ProjectSnapshot) String() string {
 func (*ProjectSnapshot) ProtoMessage() {}
 
 func (x *ProjectSnapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_sync_proto_msgTypes[4]
+	mi := &file_sync_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -427,7 +714,7 @@ func (x *ProjectSnapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProjectSnapshot.ProtoReflect.Descriptor instead.
 func (*ProjectSnapshot) Descriptor() ([]byte, []int) {
-	return file_sync_proto_rawDescGZIP(), []int{4}
+	return file_sync_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ProjectSnapshot) GetProjectId() int64 {
@@ -537,7 +824,7 @@ type ClientConfig struct {
 
 func (x *ClientConfig) Reset() {
 	*x = ClientConfig{}
-	mi := &file_sync_proto_msgTypes[5]
+	mi := &file_sync_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -549,7 +836,7 @@ func (x *ClientConfig) String() string {
 func (*ClientConfig) ProtoMessage() {}
 
 func (x *ClientConfig) ProtoReflect() protoreflect.Message {
-	mi := &file_sync_proto_msgTypes[5]
+	mi := &file_sync_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -562,7 +849,7 @@ func (x *ClientConfig) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClientConfig.ProtoReflect.Descriptor instead.
 func (*ClientConfig) Descriptor() ([]byte, []int) {
-	return file_sync_proto_rawDescGZIP(), []int{5}
+	return file_sync_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ClientConfig) GetAutocaptureOptOut() bool {
@@ -628,7 +915,7 @@ type EarlyAccessFeature struct {
 
 func (x *EarlyAccessFeature) Reset() {
 	*x = EarlyAccessFeature{}
-	mi := &file_sync_proto_msgTypes[6]
+	mi := &file_sync_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -640,7 +927,7 @@ func (x *EarlyAccessFeature) String() string {
 func (*EarlyAccessFeature) ProtoMessage() {}
 
 func (x *EarlyAccessFeature) ProtoReflect() protoreflect.Message {
-	mi := &file_sync_proto_msgTypes[6]
+	mi := &file_sync_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -653,7 +940,7 @@ func (x *EarlyAccessFeature) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EarlyAccessFeature.ProtoReflect.Descriptor instead.
 func (*EarlyAccessFeature) Descriptor() ([]byte, []int) {
-	return file_sync_proto_rawDescGZIP(), []int{6}
+	return file_sync_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *EarlyAccessFeature) GetId() string {
@@ -722,7 +1009,7 @@ type Flag struct {
 
 func (x *Flag) Reset() {
 	*x = Flag{}
-	mi := &file_sync_proto_msgTypes[7]
+	mi := &file_sync_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -734,7 +1021,7 @@ func (x *Flag) String() string {
 func (*Flag) ProtoMessage() {}
 
 func (x *Flag) ProtoReflect() protoreflect.Message {
-	mi := &file_sync_proto_msgTypes[7]
+	mi := &file_sync_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -747,7 +1034,7 @@ func (x *Flag) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Flag.ProtoReflect.Descriptor instead.
 func (*Flag) Descriptor() ([]byte, []int) {
-	return file_sync_proto_rawDescGZIP(), []int{7}
+	return file_sync_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Flag) GetId() int64 {
@@ -812,7 +1099,7 @@ type Cohort struct {
 
 func (x *Cohort) Reset() {
 	*x = Cohort{}
-	mi := &file_sync_proto_msgTypes[8]
+	mi := &file_sync_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -824,7 +1111,7 @@ func (x *Cohort) String() string {
 func (*Cohort) ProtoMessage() {}
 
 func (x *Cohort) ProtoReflect() protoreflect.Message {
-	mi := &file_sync_proto_msgTypes[8]
+	mi := &file_sync_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -837,7 +1124,7 @@ func (x *Cohort) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Cohort.ProtoReflect.Descriptor instead.
 func (*Cohort) Descriptor() ([]byte, []int) {
-	return file_sync_proto_rawDescGZIP(), []int{8}
+	return file_sync_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Cohort) GetId() int64 {
@@ -878,7 +1165,7 @@ type LookupPersonRequest struct {
 
 func (x *LookupPersonRequest) Reset() {
 	*x = LookupPersonRequest{}
-	mi := &file_sync_proto_msgTypes[9]
+	mi := &file_sync_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -890,7 +1177,7 @@ func (x *LookupPersonRequest) String() string {
 func (*LookupPersonRequest) ProtoMessage() {}
 
 func (x *LookupPersonRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sync_proto_msgTypes[9]
+	mi := &file_sync_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -903,7 +1190,7 @@ func (x *LookupPersonRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LookupPersonRequest.ProtoReflect.Descriptor instead.
 func (*LookupPersonRequest) Descriptor() ([]byte, []int) {
-	return file_sync_proto_rawDescGZIP(), []int{9}
+	return file_sync_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *LookupPersonRequest) GetProjectId() int64 {
@@ -936,7 +1223,7 @@ type LookupPersonResponse struct {
 
 func (x *LookupPersonResponse) Reset() {
 	*x = LookupPersonResponse{}
-	mi := &file_sync_proto_msgTypes[10]
+	mi := &file_sync_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -948,7 +1235,7 @@ func (x *LookupPersonResponse) String() string {
 func (*LookupPersonResponse) ProtoMessage() {}
 
 func (x *LookupPersonResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sync_proto_msgTypes[10]
+	mi := &file_sync_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -961,7 +1248,7 @@ func (x *LookupPersonResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LookupPersonResponse.ProtoReflect.Descriptor instead.
 func (*LookupPersonResponse) Descriptor() ([]byte, []int) {
-	return file_sync_proto_rawDescGZIP(), []int{10}
+	return file_sync_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *LookupPersonResponse) GetFound() bool {
@@ -1002,7 +1289,7 @@ type LookupGroupsRequest struct {
 
 func (x *LookupGroupsRequest) Reset() {
 	*x = LookupGroupsRequest{}
-	mi := &file_sync_proto_msgTypes[11]
+	mi := &file_sync_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1014,7 +1301,7 @@ func (x *LookupGroupsRequest) String() string {
 func (*LookupGroupsRequest) ProtoMessage() {}
 
 func (x *LookupGroupsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sync_proto_msgTypes[11]
+	mi := &file_sync_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1027,7 +1314,7 @@ func (x *LookupGroupsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LookupGroupsRequest.ProtoReflect.Descriptor instead.
 func (*LookupGroupsRequest) Descriptor() ([]byte, []int) {
-	return file_sync_proto_rawDescGZIP(), []int{11}
+	return file_sync_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *LookupGroupsRequest) GetProjectId() int64 {
@@ -1054,7 +1341,7 @@ type GroupKey struct {
 
 func (x *GroupKey) Reset() {
 	*x = GroupKey{}
-	mi := &file_sync_proto_msgTypes[12]
+	mi := &file_sync_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1066,7 +1353,7 @@ func (x *GroupKey) String() string {
 func (*GroupKey) ProtoMessage() {}
 
 func (x *GroupKey) ProtoReflect() protoreflect.Message {
-	mi := &file_sync_proto_msgTypes[12]
+	mi := &file_sync_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1079,7 +1366,7 @@ func (x *GroupKey) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupKey.ProtoReflect.Descriptor instead.
 func (*GroupKey) Descriptor() ([]byte, []int) {
-	return file_sync_proto_rawDescGZIP(), []int{12}
+	return file_sync_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *GroupKey) GetGroupTypeIndex() int32 {
@@ -1106,7 +1393,7 @@ type LookupGroupsResponse struct {
 
 func (x *LookupGroupsResponse) Reset() {
 	*x = LookupGroupsResponse{}
-	mi := &file_sync_proto_msgTypes[13]
+	mi := &file_sync_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1118,7 +1405,7 @@ func (x *LookupGroupsResponse) String() string {
 func (*LookupGroupsResponse) ProtoMessage() {}
 
 func (x *LookupGroupsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sync_proto_msgTypes[13]
+	mi := &file_sync_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1131,7 +1418,7 @@ func (x *LookupGroupsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LookupGroupsResponse.ProtoReflect.Descriptor instead.
 func (*LookupGroupsResponse) Descriptor() ([]byte, []int) {
-	return file_sync_proto_rawDescGZIP(), []int{13}
+	return file_sync_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *LookupGroupsResponse) GetGroups() []*GroupProperties {
@@ -1153,7 +1440,7 @@ type GroupProperties struct {
 
 func (x *GroupProperties) Reset() {
 	*x = GroupProperties{}
-	mi := &file_sync_proto_msgTypes[14]
+	mi := &file_sync_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1165,7 +1452,7 @@ func (x *GroupProperties) String() string {
 func (*GroupProperties) ProtoMessage() {}
 
 func (x *GroupProperties) ProtoReflect() protoreflect.Message {
-	mi := &file_sync_proto_msgTypes[14]
+	mi := &file_sync_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1178,7 +1465,7 @@ func (x *GroupProperties) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupProperties.ProtoReflect.Descriptor instead.
 func (*GroupProperties) Descriptor() ([]byte, []int) {
-	return file_sync_proto_rawDescGZIP(), []int{14}
+	return file_sync_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *GroupProperties) GetGroupTypeIndex() int32 {
@@ -1217,7 +1504,7 @@ type SetHashKeyOverridesRequest struct {
 
 func (x *SetHashKeyOverridesRequest) Reset() {
 	*x = SetHashKeyOverridesRequest{}
-	mi := &file_sync_proto_msgTypes[15]
+	mi := &file_sync_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1229,7 +1516,7 @@ func (x *SetHashKeyOverridesRequest) String() string {
 func (*SetHashKeyOverridesRequest) ProtoMessage() {}
 
 func (x *SetHashKeyOverridesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sync_proto_msgTypes[15]
+	mi := &file_sync_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1242,7 +1529,7 @@ func (x *SetHashKeyOverridesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetHashKeyOverridesRequest.ProtoReflect.Descriptor instead.
 func (*SetHashKeyOverridesRequest) Descriptor() ([]byte, []int) {
-	return file_sync_proto_rawDescGZIP(), []int{15}
+	return file_sync_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *SetHashKeyOverridesRequest) GetProjectId() int64 {
@@ -1283,7 +1570,7 @@ type SetHashKeyOverridesResponse struct {
 
 func (x *SetHashKeyOverridesResponse) Reset() {
 	*x = SetHashKeyOverridesResponse{}
-	mi := &file_sync_proto_msgTypes[16]
+	mi := &file_sync_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1295,7 +1582,7 @@ func (x *SetHashKeyOverridesResponse) String() string {
 func (*SetHashKeyOverridesResponse) ProtoMessage() {}
 
 func (x *SetHashKeyOverridesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sync_proto_msgTypes[16]
+	mi := &file_sync_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1308,7 +1595,7 @@ func (x *SetHashKeyOverridesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetHashKeyOverridesResponse.ProtoReflect.Descriptor instead.
 func (*SetHashKeyOverridesResponse) Descriptor() ([]byte, []int) {
-	return file_sync_proto_rawDescGZIP(), []int{16}
+	return file_sync_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *SetHashKeyOverridesResponse) GetHashKeyOverrides() map[string]string {
@@ -1337,7 +1624,7 @@ type CapturedEvent struct {
 
 func (x *CapturedEvent) Reset() {
 	*x = CapturedEvent{}
-	mi := &file_sync_proto_msgTypes[17]
+	mi := &file_sync_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1349,7 +1636,7 @@ func (x *CapturedEvent) String() string {
 func (*CapturedEvent) ProtoMessage() {}
 
 func (x *CapturedEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_sync_proto_msgTypes[17]
+	mi := &file_sync_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1362,7 +1649,7 @@ func (x *CapturedEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CapturedEvent.ProtoReflect.Descriptor instead.
 func (*CapturedEvent) Descriptor() ([]byte, []int) {
-	return file_sync_proto_rawDescGZIP(), []int{17}
+	return file_sync_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *CapturedEvent) GetUuid() string {
@@ -1420,7 +1707,7 @@ type EventBatch struct {
 
 func (x *EventBatch) Reset() {
 	*x = EventBatch{}
-	mi := &file_sync_proto_msgTypes[18]
+	mi := &file_sync_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1432,7 +1719,7 @@ func (x *EventBatch) String() string {
 func (*EventBatch) ProtoMessage() {}
 
 func (x *EventBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_sync_proto_msgTypes[18]
+	mi := &file_sync_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1445,7 +1732,7 @@ func (x *EventBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EventBatch.ProtoReflect.Descriptor instead.
 func (*EventBatch) Descriptor() ([]byte, []int) {
-	return file_sync_proto_rawDescGZIP(), []int{18}
+	return file_sync_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *EventBatch) GetProjectId() int64 {
@@ -1480,7 +1767,7 @@ type IngestRequest struct {
 
 func (x *IngestRequest) Reset() {
 	*x = IngestRequest{}
-	mi := &file_sync_proto_msgTypes[19]
+	mi := &file_sync_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1492,7 +1779,7 @@ func (x *IngestRequest) String() string {
 func (*IngestRequest) ProtoMessage() {}
 
 func (x *IngestRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sync_proto_msgTypes[19]
+	mi := &file_sync_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1505,7 +1792,7 @@ func (x *IngestRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IngestRequest.ProtoReflect.Descriptor instead.
 func (*IngestRequest) Descriptor() ([]byte, []int) {
-	return file_sync_proto_rawDescGZIP(), []int{19}
+	return file_sync_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *IngestRequest) GetBatches() [][]byte {
@@ -1533,7 +1820,7 @@ type IngestResponse struct {
 
 func (x *IngestResponse) Reset() {
 	*x = IngestResponse{}
-	mi := &file_sync_proto_msgTypes[20]
+	mi := &file_sync_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1545,7 +1832,7 @@ func (x *IngestResponse) String() string {
 func (*IngestResponse) ProtoMessage() {}
 
 func (x *IngestResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sync_proto_msgTypes[20]
+	mi := &file_sync_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1558,7 +1845,7 @@ func (x *IngestResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IngestResponse.ProtoReflect.Descriptor instead.
 func (*IngestResponse) Descriptor() ([]byte, []int) {
-	return file_sync_proto_rawDescGZIP(), []int{20}
+	return file_sync_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *IngestResponse) GetStored() int64 {
@@ -1580,16 +1867,17 @@ var File_sync_proto protoreflect.FileDescriptor
 const file_sync_proto_rawDesc = "" +
 	"\n" +
 	"\n" +
-	"sync.proto\x12\x10flagedge.sync.v1\"\xb2\x02\n" +
+	"sync.proto\x12\x10flagedge.sync.v1\"\xe2\x02\n" +
 	"\fWatchRequest\x12L\n" +
 	"\x10protocol_version\x18\x01 \x01(\x0e2!.flagedge.sync.v1.ProtocolVersionR\x0fprotocolVersion\x12\x17\n" +
 	"\aedge_id\x18\x02 \x01(\tR\x06edgeId\x12X\n" +
 	"\x0eknown_versions\x18\x03 \x03(\v21.flagedge.sync.v1.WatchRequest.KnownVersionsEntryR\rknownVersions\x12\x1f\n" +
 	"\vdatabase_id\x18\x04 \x01(\tR\n" +
-	"databaseId\x1a@\n" +
+	"databaseId\x12.\n" +
+	"\x13previous_session_id\x18\x05 \x01(\tR\x11previousSessionId\x1a@\n" +
 	"\x12KnownVersionsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\x03R\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\xa0\x03\n" +
+	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\xbf\x03\n" +
 	"\rWatchResponse\x12?\n" +
 	"\tsnapshots\x18\x01 \x03(\v2!.flagedge.sync.v1.ProjectSnapshotR\tsnapshots\x12)\n" +
 	"\x10removed_projects\x18\x02 \x03(\x03R\x0fremovedProjects\x12*\n" +
@@ -1598,7 +1886,30 @@ const file_sync_proto_rawDesc = "" +
 	"databaseId\x12)\n" +
 	"\x10membership_reset\x18\x05 \x01(\bR\x0fmembershipReset\x12Q\n" +
 	"\x12membership_filters\x18\x06 \x03(\v2\".flagedge.sync.v1.MembershipFilterR\x11membershipFilters\x12X\n" +
-	"\x14membership_additions\x18\a \x03(\v2%.flagedge.sync.v1.MembershipAdditionsR\x13membershipAdditions\"[\n" +
+	"\x14membership_additions\x18\a \x03(\v2%.flagedge.sync.v1.MembershipAdditionsR\x13membershipAdditions\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\b \x01(\tR\tsessionId\"\xeb\x01\n" +
+	"\x12AcknowledgeRequest\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\x12N\n" +
+	"\bversions\x18\x02 \x03(\v22.flagedge.sync.v1.AcknowledgeRequest.VersionsEntryR\bversions\x12)\n" +
+	"\x10removed_projects\x18\x03 \x03(\x03R\x0fremovedProjects\x1a;\n" +
+	"\rVersionsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\x03R\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\x15\n" +
+	"\x13AcknowledgeResponse\"\x99\x01\n" +
+	"\x0fFlagEvaluations\x12\x1d\n" +
+	"\n" +
+	"project_id\x18\x01 \x01(\x03R\tprojectId\x12\x19\n" +
+	"\bflag_key\x18\x02 \x01(\tR\aflagKey\x12\x14\n" +
+	"\x05value\x18\x03 \x01(\tR\x05value\x12\x14\n" +
+	"\x05count\x18\x04 \x01(\x03R\x05count\x12 \n" +
+	"\flast_unix_ms\x18\x05 \x01(\x03R\n" +
+	"lastUnixMs\"x\n" +
+	"\x18ReportEvaluationsRequest\x12\x17\n" +
+	"\aedge_id\x18\x01 \x01(\tR\x06edgeId\x12C\n" +
+	"\vevaluations\x18\x02 \x03(\v2!.flagedge.sync.v1.FlagEvaluationsR\vevaluations\"\x1b\n" +
+	"\x19ReportEvaluationsResponse\"[\n" +
 	"\x10MembershipFilter\x12\x1d\n" +
 	"\n" +
 	"project_id\x18\x01 \x01(\x03R\tprojectId\x12\x14\n" +
@@ -1725,13 +2036,15 @@ const file_sync_proto_rawDesc = "" +
 	"duplicates*K\n" +
 	"\x0fProtocolVersion\x12 \n" +
 	"\x1cPROTOCOL_VERSION_UNSPECIFIED\x10\x00\x12\x16\n" +
-	"\x12PROTOCOL_VERSION_1\x10\x012\xd1\x03\n" +
+	"\x12PROTOCOL_VERSION_1\x10\x012\x9b\x05\n" +
 	"\x04Sync\x12J\n" +
 	"\x05Watch\x12\x1e.flagedge.sync.v1.WatchRequest\x1a\x1f.flagedge.sync.v1.WatchResponse0\x01\x12]\n" +
 	"\fLookupPerson\x12%.flagedge.sync.v1.LookupPersonRequest\x1a&.flagedge.sync.v1.LookupPersonResponse\x12]\n" +
 	"\fLookupGroups\x12%.flagedge.sync.v1.LookupGroupsRequest\x1a&.flagedge.sync.v1.LookupGroupsResponse\x12r\n" +
 	"\x13SetHashKeyOverrides\x12,.flagedge.sync.v1.SetHashKeyOverridesRequest\x1a-.flagedge.sync.v1.SetHashKeyOverridesResponse\x12K\n" +
-	"\x06Ingest\x12\x1f.flagedge.sync.v1.IngestRequest\x1a .flagedge.sync.v1.IngestResponseB,Z*github.com/flagedge/flagedge/shared/syncpbb\x06proto3"
+	"\x06Ingest\x12\x1f.flagedge.sync.v1.IngestRequest\x1a .flagedge.sync.v1.IngestResponse\x12Z\n" +
+	"\vAcknowledge\x12$.flagedge.sync.v1.AcknowledgeRequest\x1a%.flagedge.sync.v1.AcknowledgeResponse\x12l\n" +
+	"\x11ReportEvaluations\x12*.flagedge.sync.v1.ReportEvaluationsRequest\x1a+.flagedge.sync.v1.ReportEvaluationsResponseB,Z*github.com/flagedge/flagedge/shared/syncpbb\x06proto3"
 
 var (
 	file_sync_proto_rawDescOnce sync.Once
@@ -1746,66 +2059,78 @@ func file_sync_proto_rawDescGZIP() []byte {
 }
 
 var file_sync_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_sync_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
+var file_sync_proto_msgTypes = make([]protoimpl.MessageInfo, 31)
 var file_sync_proto_goTypes = []any{
 	(ProtocolVersion)(0),                // 0: flagedge.sync.v1.ProtocolVersion
 	(*WatchRequest)(nil),                // 1: flagedge.sync.v1.WatchRequest
 	(*WatchResponse)(nil),               // 2: flagedge.sync.v1.WatchResponse
-	(*MembershipFilter)(nil),            // 3: flagedge.sync.v1.MembershipFilter
-	(*MembershipAdditions)(nil),         // 4: flagedge.sync.v1.MembershipAdditions
-	(*ProjectSnapshot)(nil),             // 5: flagedge.sync.v1.ProjectSnapshot
-	(*ClientConfig)(nil),                // 6: flagedge.sync.v1.ClientConfig
-	(*EarlyAccessFeature)(nil),          // 7: flagedge.sync.v1.EarlyAccessFeature
-	(*Flag)(nil),                        // 8: flagedge.sync.v1.Flag
-	(*Cohort)(nil),                      // 9: flagedge.sync.v1.Cohort
-	(*LookupPersonRequest)(nil),         // 10: flagedge.sync.v1.LookupPersonRequest
-	(*LookupPersonResponse)(nil),        // 11: flagedge.sync.v1.LookupPersonResponse
-	(*LookupGroupsRequest)(nil),         // 12: flagedge.sync.v1.LookupGroupsRequest
-	(*GroupKey)(nil),                    // 13: flagedge.sync.v1.GroupKey
-	(*LookupGroupsResponse)(nil),        // 14: flagedge.sync.v1.LookupGroupsResponse
-	(*GroupProperties)(nil),             // 15: flagedge.sync.v1.GroupProperties
-	(*SetHashKeyOverridesRequest)(nil),  // 16: flagedge.sync.v1.SetHashKeyOverridesRequest
-	(*SetHashKeyOverridesResponse)(nil), // 17: flagedge.sync.v1.SetHashKeyOverridesResponse
-	(*CapturedEvent)(nil),               // 18: flagedge.sync.v1.CapturedEvent
-	(*EventBatch)(nil),                  // 19: flagedge.sync.v1.EventBatch
-	(*IngestRequest)(nil),               // 20: flagedge.sync.v1.IngestRequest
-	(*IngestResponse)(nil),              // 21: flagedge.sync.v1.IngestResponse
-	nil,                                 // 22: flagedge.sync.v1.WatchRequest.KnownVersionsEntry
-	nil,                                 // 23: flagedge.sync.v1.ProjectSnapshot.GroupTypesEntry
-	nil,                                 // 24: flagedge.sync.v1.LookupPersonResponse.HashKeyOverridesEntry
-	nil,                                 // 25: flagedge.sync.v1.SetHashKeyOverridesResponse.HashKeyOverridesEntry
+	(*AcknowledgeRequest)(nil),          // 3: flagedge.sync.v1.AcknowledgeRequest
+	(*AcknowledgeResponse)(nil),         // 4: flagedge.sync.v1.AcknowledgeResponse
+	(*FlagEvaluations)(nil),             // 5: flagedge.sync.v1.FlagEvaluations
+	(*ReportEvaluationsRequest)(nil),    // 6: flagedge.sync.v1.ReportEvaluationsRequest
+	(*ReportEvaluationsResponse)(nil),   // 7: flagedge.sync.v1.ReportEvaluationsResponse
+	(*MembershipFilter)(nil),            // 8: flagedge.sync.v1.MembershipFilter
+	(*MembershipAdditions)(nil),         // 9: flagedge.sync.v1.MembershipAdditions
+	(*ProjectSnapshot)(nil),             // 10: flagedge.sync.v1.ProjectSnapshot
+	(*ClientConfig)(nil),                // 11: flagedge.sync.v1.ClientConfig
+	(*EarlyAccessFeature)(nil),          // 12: flagedge.sync.v1.EarlyAccessFeature
+	(*Flag)(nil),                        // 13: flagedge.sync.v1.Flag
+	(*Cohort)(nil),                      // 14: flagedge.sync.v1.Cohort
+	(*LookupPersonRequest)(nil),         // 15: flagedge.sync.v1.LookupPersonRequest
+	(*LookupPersonResponse)(nil),        // 16: flagedge.sync.v1.LookupPersonResponse
+	(*LookupGroupsRequest)(nil),         // 17: flagedge.sync.v1.LookupGroupsRequest
+	(*GroupKey)(nil),                    // 18: flagedge.sync.v1.GroupKey
+	(*LookupGroupsResponse)(nil),        // 19: flagedge.sync.v1.LookupGroupsResponse
+	(*GroupProperties)(nil),             // 20: flagedge.sync.v1.GroupProperties
+	(*SetHashKeyOverridesRequest)(nil),  // 21: flagedge.sync.v1.SetHashKeyOverridesRequest
+	(*SetHashKeyOverridesResponse)(nil), // 22: flagedge.sync.v1.SetHashKeyOverridesResponse
+	(*CapturedEvent)(nil),               // 23: flagedge.sync.v1.CapturedEvent
+	(*EventBatch)(nil),                  // 24: flagedge.sync.v1.EventBatch
+	(*IngestRequest)(nil),               // 25: flagedge.sync.v1.IngestRequest
+	(*IngestResponse)(nil),              // 26: flagedge.sync.v1.IngestResponse
+	nil,                                 // 27: flagedge.sync.v1.WatchRequest.KnownVersionsEntry
+	nil,                                 // 28: flagedge.sync.v1.AcknowledgeRequest.VersionsEntry
+	nil,                                 // 29: flagedge.sync.v1.ProjectSnapshot.GroupTypesEntry
+	nil,                                 // 30: flagedge.sync.v1.LookupPersonResponse.HashKeyOverridesEntry
+	nil,                                 // 31: flagedge.sync.v1.SetHashKeyOverridesResponse.HashKeyOverridesEntry
 }
 var file_sync_proto_depIdxs = []int32{
 	0,  // 0: flagedge.sync.v1.WatchRequest.protocol_version:type_name -> flagedge.sync.v1.ProtocolVersion
-	22, // 1: flagedge.sync.v1.WatchRequest.known_versions:type_name -> flagedge.sync.v1.WatchRequest.KnownVersionsEntry
-	5,  // 2: flagedge.sync.v1.WatchResponse.snapshots:type_name -> flagedge.sync.v1.ProjectSnapshot
-	3,  // 3: flagedge.sync.v1.WatchResponse.membership_filters:type_name -> flagedge.sync.v1.MembershipFilter
-	4,  // 4: flagedge.sync.v1.WatchResponse.membership_additions:type_name -> flagedge.sync.v1.MembershipAdditions
-	8,  // 5: flagedge.sync.v1.ProjectSnapshot.flags:type_name -> flagedge.sync.v1.Flag
-	9,  // 6: flagedge.sync.v1.ProjectSnapshot.cohorts:type_name -> flagedge.sync.v1.Cohort
-	23, // 7: flagedge.sync.v1.ProjectSnapshot.group_types:type_name -> flagedge.sync.v1.ProjectSnapshot.GroupTypesEntry
-	6,  // 8: flagedge.sync.v1.ProjectSnapshot.client_config:type_name -> flagedge.sync.v1.ClientConfig
-	7,  // 9: flagedge.sync.v1.ProjectSnapshot.early_access_features:type_name -> flagedge.sync.v1.EarlyAccessFeature
-	24, // 10: flagedge.sync.v1.LookupPersonResponse.hash_key_overrides:type_name -> flagedge.sync.v1.LookupPersonResponse.HashKeyOverridesEntry
-	13, // 11: flagedge.sync.v1.LookupGroupsRequest.groups:type_name -> flagedge.sync.v1.GroupKey
-	15, // 12: flagedge.sync.v1.LookupGroupsResponse.groups:type_name -> flagedge.sync.v1.GroupProperties
-	25, // 13: flagedge.sync.v1.SetHashKeyOverridesResponse.hash_key_overrides:type_name -> flagedge.sync.v1.SetHashKeyOverridesResponse.HashKeyOverridesEntry
-	18, // 14: flagedge.sync.v1.EventBatch.events:type_name -> flagedge.sync.v1.CapturedEvent
-	1,  // 15: flagedge.sync.v1.Sync.Watch:input_type -> flagedge.sync.v1.WatchRequest
-	10, // 16: flagedge.sync.v1.Sync.LookupPerson:input_type -> flagedge.sync.v1.LookupPersonRequest
-	12, // 17: flagedge.sync.v1.Sync.LookupGroups:input_type -> flagedge.sync.v1.LookupGroupsRequest
-	16, // 18: flagedge.sync.v1.Sync.SetHashKeyOverrides:input_type -> flagedge.sync.v1.SetHashKeyOverridesRequest
-	20, // 19: flagedge.sync.v1.Sync.Ingest:input_type -> flagedge.sync.v1.IngestRequest
-	2,  // 20: flagedge.sync.v1.Sync.Watch:output_type -> flagedge.sync.v1.WatchResponse
-	11, // 21: flagedge.sync.v1.Sync.LookupPerson:output_type -> flagedge.sync.v1.LookupPersonResponse
-	14, // 22: flagedge.sync.v1.Sync.LookupGroups:output_type -> flagedge.sync.v1.LookupGroupsResponse
-	17, // 23: flagedge.sync.v1.Sync.SetHashKeyOverrides:output_type -> flagedge.sync.v1.SetHashKeyOverridesResponse
-	21, // 24: flagedge.sync.v1.Sync.Ingest:output_type -> flagedge.sync.v1.IngestResponse
-	20, // [20:25] is the sub-list for method output_type
-	15, // [15:20] is the sub-list for method input_type
-	15, // [15:15] is the sub-list for extension type_name
-	15, // [15:15] is the sub-list for extension extendee
-	0,  // [0:15] is the sub-list for field type_name
+	27, // 1: flagedge.sync.v1.WatchRequest.known_versions:type_name -> flagedge.sync.v1.WatchRequest.KnownVersionsEntry
+	10, // 2: flagedge.sync.v1.WatchResponse.snapshots:type_name -> flagedge.sync.v1.ProjectSnapshot
+	8,  // 3: flagedge.sync.v1.WatchResponse.membership_filters:type_name -> flagedge.sync.v1.MembershipFilter
+	9,  // 4: flagedge.sync.v1.WatchResponse.membership_additions:type_name -> flagedge.sync.v1.MembershipAdditions
+	28, // 5: flagedge.sync.v1.AcknowledgeRequest.versions:type_name -> flagedge.sync.v1.AcknowledgeRequest.VersionsEntry
+	5,  // 6: flagedge.sync.v1.ReportEvaluationsRequest.evaluations:type_name -> flagedge.sync.v1.FlagEvaluations
+	13, // 7: flagedge.sync.v1.ProjectSnapshot.flags:type_name -> flagedge.sync.v1.Flag
+	14, // 8: flagedge.sync.v1.ProjectSnapshot.cohorts:type_name -> flagedge.sync.v1.Cohort
+	29, // 9: flagedge.sync.v1.ProjectSnapshot.group_types:type_name -> flagedge.sync.v1.ProjectSnapshot.GroupTypesEntry
+	11, // 10: flagedge.sync.v1.ProjectSnapshot.client_config:type_name -> flagedge.sync.v1.ClientConfig
+	12, // 11: flagedge.sync.v1.ProjectSnapshot.early_access_features:type_name -> flagedge.sync.v1.EarlyAccessFeature
+	30, // 12: flagedge.sync.v1.LookupPersonResponse.hash_key_overrides:type_name -> flagedge.sync.v1.LookupPersonResponse.HashKeyOverridesEntry
+	18, // 13: flagedge.sync.v1.LookupGroupsRequest.groups:type_name -> flagedge.sync.v1.GroupKey
+	20, // 14: flagedge.sync.v1.LookupGroupsResponse.groups:type_name -> flagedge.sync.v1.GroupProperties
+	31, // 15: flagedge.sync.v1.SetHashKeyOverridesResponse.hash_key_overrides:type_name -> flagedge.sync.v1.SetHashKeyOverridesResponse.HashKeyOverridesEntry
+	23, // 16: flagedge.sync.v1.EventBatch.events:type_name -> flagedge.sync.v1.CapturedEvent
+	1,  // 17: flagedge.sync.v1.Sync.Watch:input_type -> flagedge.sync.v1.WatchRequest
+	15, // 18: flagedge.sync.v1.Sync.LookupPerson:input_type -> flagedge.sync.v1.LookupPersonRequest
+	17, // 19: flagedge.sync.v1.Sync.LookupGroups:input_type -> flagedge.sync.v1.LookupGroupsRequest
+	21, // 20: flagedge.sync.v1.Sync.SetHashKeyOverrides:input_type -> flagedge.sync.v1.SetHashKeyOverridesRequest
+	25, // 21: flagedge.sync.v1.Sync.Ingest:input_type -> flagedge.sync.v1.IngestRequest
+	3,  // 22: flagedge.sync.v1.Sync.Acknowledge:input_type -> flagedge.sync.v1.AcknowledgeRequest
+	6,  // 23: flagedge.sync.v1.Sync.ReportEvaluations:input_type -> flagedge.sync.v1.ReportEvaluationsRequest
+	2,  // 24: flagedge.sync.v1.Sync.Watch:output_type -> flagedge.sync.v1.WatchResponse
+	16, // 25: flagedge.sync.v1.Sync.LookupPerson:output_type -> flagedge.sync.v1.LookupPersonResponse
+	19, // 26: flagedge.sync.v1.Sync.LookupGroups:output_type -> flagedge.sync.v1.LookupGroupsResponse
+	22, // 27: flagedge.sync.v1.Sync.SetHashKeyOverrides:output_type -> flagedge.sync.v1.SetHashKeyOverridesResponse
+	26, // 28: flagedge.sync.v1.Sync.Ingest:output_type -> flagedge.sync.v1.IngestResponse
+	4,  // 29: flagedge.sync.v1.Sync.Acknowledge:output_type -> flagedge.sync.v1.AcknowledgeResponse
+	7,  // 30: flagedge.sync.v1.Sync.ReportEvaluations:output_type -> flagedge.sync.v1.ReportEvaluationsResponse
+	24, // [24:31] is the sub-list for method output_type
+	17, // [17:24] is the sub-list for method input_type
+	17, // [17:17] is the sub-list for extension type_name
+	17, // [17:17] is the sub-list for extension extendee
+	0,  // [0:17] is the sub-list for field type_name
 }
 
 func init() { file_sync_proto_init() }
@@ -1819,7 +2144,7 @@ func file_sync_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sync_proto_rawDesc), len(file_sync_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   25,
+			NumMessages:   31,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

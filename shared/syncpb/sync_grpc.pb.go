@@ -28,6 +28,8 @@ const (
 	Sync_LookupGroups_FullMethodName        = "/flagedge.sync.v1.Sync/LookupGroups"
 	Sync_SetHashKeyOverrides_FullMethodName = "/flagedge.sync.v1.Sync/SetHashKeyOverrides"
 	Sync_Ingest_FullMethodName              = "/flagedge.sync.v1.Sync/Ingest"
+	Sync_Acknowledge_FullMethodName         = "/flagedge.sync.v1.Sync/Acknowledge"
+	Sync_ReportEvaluations_FullMethodName   = "/flagedge.sync.v1.Sync/ReportEvaluations"
 )
 
 // SyncClient is the client API for Sync service.
@@ -47,6 +49,13 @@ type SyncClient interface {
 	// Ingest stores captured events, once each (by uuid), and applies them to persons and
 	// groups. A success means every event of the request is stored.
 	Ingest(ctx context.Context, in *IngestRequest, opts ...grpc.CallOption) (*IngestResponse, error)
+	// Acknowledge tells the control plane which snapshot versions the edge serves now, for the
+	// Watch stream it names (WatchResponse.session_id), so that it can say when a change has
+	// reached every edge. Watch streams one way: acknowledgements are unary calls on the same
+	// connection, sent after each applied message (coalesced while one is under way).
+	Acknowledge(ctx context.Context, in *AcknowledgeRequest, opts ...grpc.CallOption) (*AcknowledgeResponse, error)
+	// ReportEvaluations adds the edge's flag evaluation counts since its last report.
+	ReportEvaluations(ctx context.Context, in *ReportEvaluationsRequest, opts ...grpc.CallOption) (*ReportEvaluationsResponse, error)
 }
 
 type syncClient struct {
@@ -116,6 +125,26 @@ func (c *syncClient) Ingest(ctx context.Context, in *IngestRequest, opts ...grpc
 	return out, nil
 }
 
+func (c *syncClient) Acknowledge(ctx context.Context, in *AcknowledgeRequest, opts ...grpc.CallOption) (*AcknowledgeResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(AcknowledgeResponse)
+	err := c.cc.Invoke(ctx, Sync_Acknowledge_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *syncClient) ReportEvaluations(ctx context.Context, in *ReportEvaluationsRequest, opts ...grpc.CallOption) (*ReportEvaluationsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ReportEvaluationsResponse)
+	err := c.cc.Invoke(ctx, Sync_ReportEvaluations_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // SyncServer is the server API for Sync service.
 // All implementations must embed UnimplementedSyncServer
 // for forward compatibility.
@@ -133,6 +162,13 @@ type SyncServer interface {
 	// Ingest stores captured events, once each (by uuid), and applies them to persons and
 	// groups. A success means every event of the request is stored.
 	Ingest(context.Context, *IngestRequest) (*IngestResponse, error)
+	// Acknowledge tells the control plane which snapshot versions the edge serves now, for the
+	// Watch stream it names (WatchResponse.session_id), so that it can say when a change has
+	// reached every edge. Watch streams one way: acknowledgements are unary calls on the same
+	// connection, sent after each applied message (coalesced while one is under way).
+	Acknowledge(context.Context, *AcknowledgeRequest) (*AcknowledgeResponse, error)
+	// ReportEvaluations adds the edge's flag evaluation counts since its last report.
+	ReportEvaluations(context.Context, *ReportEvaluationsRequest) (*ReportEvaluationsResponse, error)
 	mustEmbedUnimplementedSyncServer()
 }
 
@@ -157,6 +193,12 @@ func (UnimplementedSyncServer) SetHashKeyOverrides(context.Context, *SetHashKeyO
 }
 func (UnimplementedSyncServer) Ingest(context.Context, *IngestRequest) (*IngestResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Ingest not implemented")
+}
+func (UnimplementedSyncServer) Acknowledge(context.Context, *AcknowledgeRequest) (*AcknowledgeResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Acknowledge not implemented")
+}
+func (UnimplementedSyncServer) ReportEvaluations(context.Context, *ReportEvaluationsRequest) (*ReportEvaluationsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ReportEvaluations not implemented")
 }
 func (UnimplementedSyncServer) mustEmbedUnimplementedSyncServer() {}
 func (UnimplementedSyncServer) testEmbeddedByValue()              {}
@@ -262,6 +304,42 @@ func _Sync_Ingest_Handler(srv interface{}, ctx context.Context, dec func(interfa
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Sync_Acknowledge_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(AcknowledgeRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SyncServer).Acknowledge(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Sync_Acknowledge_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SyncServer).Acknowledge(ctx, req.(*AcknowledgeRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Sync_ReportEvaluations_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ReportEvaluationsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SyncServer).ReportEvaluations(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Sync_ReportEvaluations_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SyncServer).ReportEvaluations(ctx, req.(*ReportEvaluationsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Sync_ServiceDesc is the grpc.ServiceDesc for Sync service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -284,6 +362,14 @@ var Sync_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Ingest",
 			Handler:    _Sync_Ingest_Handler,
+		},
+		{
+			MethodName: "Acknowledge",
+			Handler:    _Sync_Acknowledge_Handler,
+		},
+		{
+			MethodName: "ReportEvaluations",
+			Handler:    _Sync_ReportEvaluations_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -8,6 +8,7 @@
 //	controlplane users create add a user to an organisation and print it
 //	controlplane users set-password  set a user's console password
 //	controlplane edges create|list|revoke  manage the edges' credentials
+//	controlplane wait-for-edges  wait until every connected edge serves a project version
 //	controlplane snapshots keygen|export  signed snapshot bundles for edges that start offline
 //	controlplane --version  print the build
 package main
@@ -42,6 +43,10 @@ Commands:
   edges list            list the edges, live and revoked, one JSON line each
   edges revoke --name N revoke an edge's credential (its streams close within a second)
   users set-password    set a user's console password from stdin, or generate and print one
+  wait-for-edges --project P --version N [--timeout 30s]
+                        wait until every connected edge serves version N of project P, through
+                        the API (--url, --api-key); exit status 0 when they do, 1 at the
+                        timeout; print the last rollout status as JSON
   snapshots keygen --private-key F --public-key F
                         write an Ed25519 key pair for signing snapshot bundles
   snapshots export --signing-key F (--project N | --all)
@@ -56,6 +61,9 @@ func main() {
 	err := run(context.Background(), os.Args[1:], os.Stdout, os.Stderr)
 	switch {
 	case errors.Is(err, flag.ErrHelp):
+	case errors.Is(err, errNotLive):
+		fmt.Fprintln(os.Stderr, "controlplane:", err)
+		os.Exit(1)
 	case err != nil:
 		fmt.Fprintln(os.Stderr, "controlplane:", err)
 		os.Exit(2)
@@ -87,6 +95,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return createKey(ctx, args[2:], stdout, stderr)
 	case "edges":
 		return edgesCmd(ctx, args[1:], stdout, stderr)
+	case "wait-for-edges":
+		return waitForEdges(ctx, args[1:], stdout, stderr)
 	case "snapshots":
 		return snapshotsCmd(ctx, args[1:], stdout, stderr)
 	case "users":

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/IBM/pgxpoolprometheus"
+	"github.com/google/uuid"
 	grpcprom "github.com/grpc-ecosystem/go-grpc-middleware/providers/prometheus"
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sync/errgroup"
@@ -24,15 +25,19 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/keepalive"
 
+	"github.com/flagedge/flagedge/controlplane"
 	"github.com/flagedge/flagedge/controlplane/authz"
 	"github.com/flagedge/flagedge/controlplane/bloomhub"
 	"github.com/flagedge/flagedge/controlplane/console"
 	"github.com/flagedge/flagedge/controlplane/flageval"
 	"github.com/flagedge/flagedge/controlplane/httpapi"
 	"github.com/flagedge/flagedge/controlplane/logingest"
+	"github.com/flagedge/flagedge/controlplane/loginlimit"
 	"github.com/flagedge/flagedge/controlplane/postgres"
+	"github.com/flagedge/flagedge/controlplane/rollout"
 	"github.com/flagedge/flagedge/controlplane/syncserver"
 	"github.com/flagedge/flagedge/internal/daemon"
+	"github.com/flagedge/flagedge/shared/clientip"
 	"github.com/flagedge/flagedge/shared/eventlog"
 	"github.com/flagedge/flagedge/shared/syncpb"
 )
@@ -59,6 +64,11 @@ type serveConfig struct {
 	LogMaxBytes     int64
 	LogMaxAge       time.Duration
 	LogAckWait      time.Duration
+	TrustedProxies  string
+	LoginPerAddress int64
+	LoginPerEmail   int64
+	LoginWindow     time.Duration
+	LoginMaxHashes  int64
 }
 
 func parseServeConfig(args []string, stderr io.Writer) (*serveConfig, error) {
@@ -87,6 +97,12 @@ func parseServeConfig(args []string, stderr io.Writer) (*serveConfig, error) {
 	fs.Int64(&cfg.LogMaxBytes, "event-log-max-bytes", "FLAGEDGE_EVENT_LOG_MAX_BYTES", d.MaxBytes, "most bytes the event log's stream holds while ingestion lags; beyond it edges keep events in their spools")
 	fs.Duration(&cfg.LogMaxAge, "event-log-max-age", "FLAGEDGE_EVENT_LOG_MAX_AGE", d.MaxAge, "oldest an unstored event in the event log's stream may get before it is dropped")
 	fs.Duration(&cfg.LogAckWait, "event-log-ack-wait", "FLAGEDGE_EVENT_LOG_ACK_WAIT", d.AckWait, "how long a batch taken from the event log may stay unacknowledged before another worker gets it (what a replica dying mid-batch delays)")
+	fs.String(&cfg.TrustedProxies, "trusted-proxies", "FLAGEDGE_TRUSTED_PROXIES", "", "comma-separated CIDRs of proxies whose X-Forwarded-For is believed for the client address of logins (the right-most address that is not one of them); empty: the connection's peer, no header believed")
+	l := loginlimit.Defaults
+	fs.Int64(&cfg.LoginPerAddress, "login-failures-per-address", "FLAGEDGE_LOGIN_FAILURES_PER_ADDRESS", int64(l.PerAddress), "failed console logins one client address may have (whatever the emails) within --login-failure-window before its logins get 429")
+	fs.Int64(&cfg.LoginPerEmail, "login-failures-per-email", "FLAGEDGE_LOGIN_FAILURES_PER_EMAIL", int64(l.PerEmail), "failed console logins one email may have (from every address) within --login-failure-window before its logins get 429")
+	fs.Duration(&cfg.LoginWindow, "login-failure-window", "FLAGEDGE_LOGIN_FAILURE_WINDOW", l.Window, "how long a failed login counts (between one and two windows)")
+	fs.Int64(&cfg.LoginMaxHashes, "login-max-concurrent-hashes", "FLAGEDGE_LOGIN_MAX_CONCURRENT_HASHES", int64(l.MaxHashes), "password hashes (bcrypt, a few hundred ms of a core each) running at once; a login finding them busy waits up to 1s, then gets 429")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -101,6 +117,12 @@ func (c *serveConfig) validate() error {
 		if _, _, err := net.SplitHostPort(addr); err != nil {
 			return fmt.Errorf("%s: %w", name, err)
 		}
+	}
+	if _, err := clientip.NewResolver(c.TrustedProxies); err != nil {
+		return fmt.Errorf("--trusted-proxies: %w", err)
+	}
+	if c.LoginPerAddress < 1 || c.LoginPerEmail < 1 || c.LoginWindow < time.Second || c.LoginMaxHashes < 1 || c.LoginMaxHashes > 1024 {
+		return errors.New("--login-failures-per-address, --login-failures-per-email and --login-max-concurrent-hashes must be at least 1 (hashes at most 1024), --login-failure-window at least 1s")
 	}
 	if c.DrainDelay < 0 {
 		return errors.New("--drain-delay must not be negative")
@@ -119,6 +141,13 @@ func (c *serveConfig) validate() error {
 	return nil
 }
 
+// logins is the login limiter's configuration from the flags.
+func (c *serveConfig) logins() loginlimit.Config {
+	l := loginlimit.Defaults
+	l.PerAddress, l.PerEmail, l.Window, l.MaxHashes = int(c.LoginPerAddress), int(c.LoginPerEmail), c.LoginWindow, int(c.LoginMaxHashes)
+	return l
+}
+
 // errDraining makes /_ready answer 503 while the server shuts down.
 var errDraining = errors.New("draining: shutting down")
 
@@ -134,7 +163,12 @@ type controlPlane struct {
 	sync     *syncserver.Server
 	members  *bloomhub.Hub
 	edges    *syncserver.EdgeAuth
-	logIn    *logingest.Ingester // nil without --event-log-url
+	// sessions records this replica's edges and what they serve (replicaID: this process);
+	// rollout waits on every replica's.
+	sessions  *postgres.EdgeSessionStore
+	replicaID string
+	rollout   *rollout.Watcher
+	logIn     *logingest.Ingester // nil without --event-log-url
 }
 
 func serve(ctx context.Context, args []string, stderr io.Writer) error {
@@ -179,7 +213,9 @@ func assemble(cfg *serveConfig, db *postgres.DB, logger *slog.Logger) (*controlP
 		}
 		return db.Ping(ctx)
 	}
-	handler, err := newHTTPHandler(db, cfg, ready, logger, cp.reg)
+	cp.sessions, cp.replicaID = postgres.NewEdgeSessionStore(db), uuid.NewString()
+	cp.rollout = rollout.New(cp.sessions)
+	handler, err := newHTTPHandler(db, cfg, ready, logger, cp.reg, cp.sessions, cp.rollout)
 	if err != nil {
 		return nil, err
 	}
@@ -195,7 +231,7 @@ func assemble(cfg *serveConfig, db *postgres.DB, logger *slog.Logger) (*controlP
 	}
 	cp.members = bloomhub.NewHub(postgres.NewMemberStore(db), logger, cp.reg)
 	cp.sync = syncserver.NewServer(postgres.NewSnapshotStore(db), postgres.NewPersonStore(db), postgres.NewEventStore(db, logger), logger, cp.reg,
-		syncserver.WithMembership(cp.members))
+		syncserver.WithMembership(cp.members), syncserver.WithSessions(cp.sessions, cp.replicaID))
 	cp.edges = syncserver.NewEdgeAuth(postgres.NewEdgeService(db), logger, cp.reg)
 	cp.grpc = newGRPCServer(cp.sync, cp.edges, grpcTLS, cp.reg)
 	return cp, nil
@@ -250,6 +286,7 @@ func (cp *controlPlane) run(ctx context.Context) error {
 	}
 	cp.log.Info("control plane listening", "http_addr", httpLn.Addr().String(), "grpc_addr", grpcLn.Addr().String(),
 		"https", cp.http.TLSConfig != nil, "grpc_tls", cfg.GRPCTLSCert != "", "event_log", cfg.EventLog.Enabled())
+	cp.sync.SetReplicaName(replicaName(grpcLn.Addr().String()))
 
 	g, gctx := errgroup.WithContext(ctx)
 	if cfg.MetricsAddr != "" {
@@ -267,6 +304,12 @@ func (cp *controlPlane) run(ctx context.Context) error {
 	g.Go(func() error {
 		return postgres.Listen(gctx, cfg.DatabaseURL, postgres.MembershipChannel, cp.log, cp.announceMembers, cp.members.Resync, cp.members.Lost)
 	})
+	g.Go(func() error {
+		return postgres.Listen(gctx, cfg.DatabaseURL, postgres.EdgeAckChannel, cp.log,
+			func(context.Context, string) error { cp.rollout.Notify(); return nil },
+			func(context.Context) error { cp.rollout.Notify(); return nil }, nil)
+	})
+	g.Go(func() error { cp.heartbeat(gctx); return nil })
 	g.Go(func() error { cp.edges.Run(gctx); return nil })
 	if cp.logIn != nil {
 		// Stops fetching when the server shuts down; a batch being stored is finished and
@@ -301,23 +344,60 @@ func (cp *controlPlane) run(ctx context.Context) error {
 
 // newHTTPHandler builds the management API over the database's services, and the web console
 // on top of it.
-func newHTTPHandler(db *postgres.DB, cfg *serveConfig, ready func(context.Context) error, logger *slog.Logger, reg *prometheus.Registry) (http.Handler, error) {
+func newHTTPHandler(db *postgres.DB, cfg *serveConfig, ready func(context.Context) error, logger *slog.Logger, reg *prometheus.Registry,
+	sessions controlplane.EdgeSessionStore, waiter *rollout.Watcher) (http.Handler, error) {
 	services, personStore := authz.Wrap(postgres.NewServices(db, 0)), postgres.NewPersonStore(db)
 	api := httpapi.New(httpapi.Config{
-		Services:  services,
-		Evaluator: &flageval.Evaluator{Snapshots: postgres.NewSnapshotStore(db), Persons: personStore, Scanner: personStore},
-		Ready:     ready,
-		PublicURL: cfg.PublicURL,
-		Logger:    logger,
-		Registry:  reg,
-		NoMetrics: cfg.MetricsAddr != "",
+		Services:     services,
+		Evaluator:    &flageval.Evaluator{Snapshots: postgres.NewSnapshotStore(db), Persons: personStore, Scanner: personStore},
+		Ready:        ready,
+		PublicURL:    cfg.PublicURL,
+		Logger:       logger,
+		Registry:     reg,
+		NoMetrics:    cfg.MetricsAddr != "",
+		EdgeSessions: sessions,
+		Rollout:      waiter,
 	})
+	clientIP := clientip.Peer
+	if cfg.TrustedProxies != "" {
+		proxies, err := clientip.NewResolver(cfg.TrustedProxies)
+		if err != nil {
+			return nil, err
+		}
+		clientIP = proxies.RequestIP
+	}
 	web, err := console.New(console.Config{API: api, Users: services.Users, Sessions: services.Sessions, Logger: logger,
-		SecureCookies: strings.HasPrefix(cfg.PublicURL, "https://") || cfg.TLSCert != ""})
+		SecureCookies: strings.HasPrefix(cfg.PublicURL, "https://") || cfg.TLSCert != "",
+		Logins:        loginlimit.New(cfg.logins(), reg), ClientIP: clientIP})
 	if err != nil {
 		return nil, err
 	}
 	return api.WithConsole(web), nil
+}
+
+// replicaName names this replica in the edges' list: its host and sync address.
+func replicaName(grpcAddr string) string {
+	host, err := os.Hostname()
+	if err != nil {
+		host = "unknown"
+	}
+	return host + " " + grpcAddr
+}
+
+// heartbeat keeps this replica's edge sessions counted as connected, until ctx ends.
+func (cp *controlPlane) heartbeat(ctx context.Context) {
+	tick := time.NewTicker(postgres.SessionTTL / 5)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		if err := cp.sessions.Heartbeat(ctx, cp.replicaID); err != nil && ctx.Err() == nil {
+			cp.log.Warn("edge session heartbeat failed", "err", err)
+		}
+	}
 }
 
 // newGRPCServer returns the sync service's gRPC server: TLS when configured, every call

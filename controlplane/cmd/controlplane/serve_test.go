@@ -1,0 +1,138 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/flagedge/flagedge/internal/pgtest"
+)
+
+// served is `controlplane serve` running in this process on a fresh database.
+type served struct {
+	t     *testing.T
+	url   string // the HTTP listener's base URL
+	dbURL string
+}
+
+// startServe runs serve with extra flags until the test ends, and waits until it is ready.
+func startServe(t *testing.T, extra ...string) *served {
+	t.Helper()
+	dbURL := pgtest.NewDatabase(t)
+	addr := freeAddr(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		args := append([]string{"serve", "--database-url", dbURL, "--http-addr", addr, "--grpc-addr", freeAddr(t),
+			"--log-level", "warn", "--drain-delay", "0s"}, extra...)
+		done <- run(ctx, args, io.Discard, os.Stderr)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case <-done:
+		case <-time.After(20 * time.Second):
+			t.Error("serve did not stop")
+		}
+	})
+	s := &served{t: t, url: "http://" + addr, dbURL: dbURL}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		resp, err := http.Get(s.url + "/_ready")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				return s
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("server not ready: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// login posts the console's login form as a client behind forwardedFor ("" for none), with
+// a login anti-forgery token of its own, and returns the answer's status and Retry-After.
+func (s *served) login(forwardedFor, email, password string) (int, string) {
+	s.t.Helper()
+	const token = "0123456789abcdef0123456789abcdef0123"
+	form := url.Values{"email": {email}, "password": {password}, "csrf_token": {token}}
+	req, err := http.NewRequest("POST", s.url+"/login", strings.NewReader(form.Encode()))
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.AddCookie(&http.Cookie{Name: "flagedge_login_csrf", Value: token})
+	if forwardedFor != "" {
+		req.Header.Set("X-Forwarded-For", forwardedFor)
+	}
+	resp, err := http.DefaultTransport.RoundTrip(req)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	_, _ = io.Copy(io.Discard, resp.Body)
+	return resp.StatusCode, resp.Header.Get("Retry-After")
+}
+
+// metric returns the value of the series of /metrics whose line starts with prefix (name and
+// labels as exposed), or -1.
+func (s *served) metric(prefix string) float64 {
+	s.t.Helper()
+	resp, err := http.Get(s.url + "/metrics")
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		if rest, ok := strings.CutPrefix(sc.Text(), prefix+" "); ok {
+			v, err := strconv.ParseFloat(rest, 64)
+			if err != nil {
+				s.t.Fatalf("metric %s: %v", prefix, err)
+			}
+			return v
+		}
+	}
+	return -1
+}
+
+// TestLoginLimitsBehindProxy: behind a trusted proxy each client address has its own count of
+// failures across every email it tries, refusals are 429 with Retry-After and counted, and an
+// email that is not text (NUL) is a 400 without a password check.
+func TestLoginLimitsBehindProxy(t *testing.T) {
+	s := startServe(t, "--trusted-proxies", "127.0.0.1", "--login-failures-per-address", "3")
+	for i := range 3 {
+		if code, _ := s.login("198.51.100.1", "nobody"+strconv.Itoa(i)+"@example.com", "guess"); code != http.StatusUnauthorized {
+			t.Fatalf("attempt %d: %d, want 401", i, code)
+		}
+	}
+	code, retry := s.login("198.51.100.1", "another@example.com", "guess")
+	if n, _ := strconv.Atoi(retry); code != http.StatusTooManyRequests || n < 1 {
+		t.Errorf("fourth attempt from the address: %d, Retry-After %q; want 429 with a Retry-After", code, retry)
+	}
+	// A forged first entry does not make a new client: the proxy's own entry is the client.
+	if code, _ := s.login("203.0.113.7, 198.51.100.1", "another@example.com", "guess"); code != http.StatusTooManyRequests {
+		t.Errorf("the address behind a forged entry: %d, want 429", code)
+	}
+	if code, _ := s.login("198.51.100.2", "another@example.com", "guess"); code != http.StatusUnauthorized {
+		t.Errorf("another client behind the proxy: %d, want 401", code)
+	}
+	if got := s.metric(`flagedge_controlplane_login_refusals_total{reason="address"}`); got != 2 {
+		t.Errorf("address refusals counted %v, want 2", got)
+	}
+	if code, _ := s.login("198.51.100.3", "nul\x00@example.com", "guess"); code != http.StatusBadRequest {
+		t.Errorf("an email with a NUL: %d, want 400", code)
+	}
+	if code, _ := s.login("198.51.100.3", "\xff@example.com", "guess"); code != http.StatusBadRequest {
+		t.Errorf("an email that is not UTF-8: %d, want 400", code)
+	}
+}

@@ -1,0 +1,154 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/flagedge/flagedge/controlplane"
+)
+
+// EdgeAckChannel is notified whenever an edge acknowledges versions, so that whoever waits for
+// a rollout on any replica looks again.
+const EdgeAckChannel = "flagedge_edge_ack"
+
+// SessionTTL is how long a session counts as connected after its replica last marked it. A
+// replica marks its sessions every SessionTTL/5: a replica that died stops, and its edges'
+// sessions stop counting within SessionTTL (sooner when the edges reconnect elsewhere and
+// name the session they replace).
+const SessionTTL = 15 * time.Second
+
+// EdgeSessionStore records the edges' Watch streams and the versions they acknowledge.
+type EdgeSessionStore struct {
+	db *DB
+}
+
+var _ controlplane.EdgeSessionStore = (*EdgeSessionStore)(nil)
+
+// NewEdgeSessionStore returns an EdgeSessionStore on db.
+func NewEdgeSessionStore(db *DB) *EdgeSessionStore { return &EdgeSessionStore{db: db} }
+
+// OpenSession records a new stream.
+func (s *EdgeSessionStore) OpenSession(ctx context.Context, replicaID, replica, edgeName, edgeID string) (string, error) {
+	var id string
+	err := s.db.Pool.QueryRow(ctx, `INSERT INTO edge_sessions (edge_name, edge_id, replica_id, replica)
+		VALUES ($1, $2, $3, $4) RETURNING id::text`, edgeName, edgeID, replicaID, replica).Scan(&id)
+	if err != nil {
+		return "", fmt.Errorf("open edge session: %w", err)
+	}
+	return id, nil
+}
+
+// ReplaceSession forgets the edge's earlier session that a new stream replaces. A session of
+// another edge, or an id that is not one, is left alone.
+func (s *EdgeSessionStore) ReplaceSession(ctx context.Context, previousID, edgeName string) error {
+	_, err := s.db.Pool.Exec(ctx, `DELETE FROM edge_sessions WHERE id::text = $1 AND edge_name = $2`, previousID, edgeName)
+	if err != nil {
+		return fmt.Errorf("replace edge session: %w", err)
+	}
+	return nil
+}
+
+// CloseSession forgets a session.
+func (s *EdgeSessionStore) CloseSession(ctx context.Context, sessionID string) error {
+	if _, err := s.db.Pool.Exec(ctx, `DELETE FROM edge_sessions WHERE id = $1`, sessionID); err != nil {
+		return fmt.Errorf("close edge session: %w", err)
+	}
+	return nil
+}
+
+// Heartbeat marks the replica's sessions and deletes those nobody marked within SessionTTL.
+func (s *EdgeSessionStore) Heartbeat(ctx context.Context, replicaID string) error {
+	_, err := s.db.Pool.Exec(ctx, `WITH marked AS (UPDATE edge_sessions SET seen_at = now() WHERE replica_id = $1)
+		DELETE FROM edge_sessions WHERE seen_at < now() - $2::interval AND replica_id <> $1`, replicaID, SessionTTL)
+	if err != nil {
+		return fmt.Errorf("edge session heartbeat: %w", err)
+	}
+	return nil
+}
+
+// Acknowledge records what a session's edge serves and wakes the waiters of every replica.
+func (s *EdgeSessionStore) Acknowledge(ctx context.Context, sessionID, edgeName string, versions map[int64]int64, removed []int64) error {
+	projects := make([]int64, 0, len(versions))
+	held := make([]int64, 0, len(versions))
+	for p, v := range versions {
+		projects, held = append(projects, p), append(held, v)
+	}
+	err := s.db.inTx(ctx, func(tx pgx.Tx) error {
+		tag, err := tx.Exec(ctx, `UPDATE edge_sessions SET seen_at = now() WHERE id = $1 AND edge_name = $2`, sessionID, edgeName)
+		if err != nil {
+			return err
+		}
+		if tag.RowsAffected() == 0 {
+			return controlplane.ErrNotFound
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO edge_session_versions (session_id, project_id, version)
+			SELECT $1, p, v FROM unnest($2::bigint[], $3::bigint[]) AS t(p, v)
+			ON CONFLICT (session_id, project_id) DO UPDATE SET version = EXCLUDED.version, acked_at = now()`,
+			sessionID, projects, held); err != nil {
+			return err
+		}
+		if len(removed) > 0 {
+			if _, err := tx.Exec(ctx, `DELETE FROM edge_session_versions WHERE session_id = $1 AND project_id = ANY($2)`,
+				sessionID, removed); err != nil {
+				return err
+			}
+		}
+		_, err = tx.Exec(ctx, `SELECT pg_notify($1, '')`, EdgeAckChannel)
+		return err
+	})
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "23503" { // the session ended meanwhile
+		return controlplane.ErrNotFound
+	}
+	if err != nil && !errors.Is(err, controlplane.ErrNotFound) {
+		return fmt.Errorf("acknowledge versions: %w", err)
+	}
+	return err
+}
+
+// FindProjectEdges lists the sessions marked within SessionTTL of the live edges that serve
+// the project (all projects, or those their token lists), with what they serve of it, by
+// edge name.
+func (s *EdgeSessionStore) FindProjectEdges(ctx context.Context, projectID int64) (*controlplane.ProjectEdges, error) {
+	rows, err := s.db.Pool.Query(ctx, `SELECT p.snapshot_version, s.edge_name, s.edge_id, s.replica, s.connected_at,
+			COALESCE(v.version, 0), v.acked_at
+		FROM projects p
+		LEFT JOIN (edge_sessions s JOIN edges e ON e.name = s.edge_name AND e.revoked_at IS NULL)
+			ON s.seen_at >= now() - $2::interval AND (e.project_ids IS NULL OR p.id = ANY (e.project_ids))
+		LEFT JOIN edge_session_versions v ON v.session_id = s.id AND v.project_id = p.id
+		WHERE p.id = $1
+		ORDER BY s.edge_name, s.edge_id, s.connected_at`, projectID, SessionTTL)
+	if err != nil {
+		return nil, fmt.Errorf("find project edges: %w", err)
+	}
+	defer rows.Close()
+	var out *controlplane.ProjectEdges
+	for rows.Next() {
+		var current, version int64
+		var name, edgeID, replica *string
+		var connectedAt, ackedAt *time.Time
+		if err := rows.Scan(&current, &name, &edgeID, &replica, &connectedAt, &version, &ackedAt); err != nil {
+			return nil, fmt.Errorf("find project edges: %w", err)
+		}
+		if out == nil {
+			out = &controlplane.ProjectEdges{Current: current, Edges: []controlplane.EdgeProjectStatus{}}
+		}
+		if name == nil { // no connected edge
+			continue
+		}
+		out.Edges = append(out.Edges, controlplane.EdgeProjectStatus{Name: *name, EdgeID: *edgeID, Replica: *replica,
+			ConnectedAt: *connectedAt, Version: version, AckedAt: ackedAt, Lag: max(current-version, 0)})
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("find project edges: %w", err)
+	}
+	if out == nil {
+		return nil, controlplane.ErrNotFound
+	}
+	return out, nil
+}

@@ -1,0 +1,62 @@
+package controlplane
+
+import (
+	"context"
+	"time"
+)
+
+// EdgeProjectStatus is one connected edge as a project sees it: which snapshot version of the
+// project it serves.
+type EdgeProjectStatus struct {
+	// Name is the name of the edge's token; EdgeID what the edge calls itself (--edge-id).
+	Name   string
+	EdgeID string
+	// Replica names the control-plane replica the edge's Watch stream is connected to.
+	Replica     string
+	ConnectedAt time.Time
+	// Version is the project's snapshot version the edge acknowledged serving (0: none yet),
+	// AckedAt when; Lag how many versions it is behind the project's current one.
+	Version int64
+	AckedAt *time.Time
+	Lag     int64
+}
+
+// ProjectEdges is every connected edge of a project, with the project's current version.
+type ProjectEdges struct {
+	Current int64
+	Edges   []EdgeProjectStatus
+}
+
+// Laggards returns the edges that do not serve version yet.
+func (p *ProjectEdges) Laggards(version int64) []EdgeProjectStatus {
+	var out []EdgeProjectStatus
+	for _, e := range p.Edges {
+		if e.Version < version {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// EdgeSessionStore records which versions the connected edges serve, in storage every
+// control-plane replica shares: an edge is connected to one replica, and any replica answers
+// rollout questions.
+type EdgeSessionStore interface {
+	// OpenSession records a new Watch stream of the edge named edgeName, served by the replica
+	// (replicaID: its process, replica: its name), and returns the session's id.
+	OpenSession(ctx context.Context, replicaID, replica, edgeName, edgeID string) (string, error)
+	// ReplaceSession forgets the edge's earlier session that a new stream replaces (its replica
+	// may have died without closing it); a session of another edge is left alone.
+	ReplaceSession(ctx context.Context, previousID, edgeName string) error
+	// CloseSession forgets a session whose stream ended.
+	CloseSession(ctx context.Context, sessionID string) error
+	// Heartbeat marks the replica's sessions as still connected and deletes sessions that
+	// nobody marked for longer than the store counts a session connected (a dead replica's).
+	Heartbeat(ctx context.Context, replicaID string) error
+	// Acknowledge records the versions a session's edge serves now, and forgets removed
+	// projects. A session that is not the edge's, or no longer open, is NotFound.
+	Acknowledge(ctx context.Context, sessionID, edgeName string, versions map[int64]int64, removed []int64) error
+	// FindProjectEdges lists the connected edges with what they serve of the project; NotFound
+	// when there is no such project.
+	FindProjectEdges(ctx context.Context, projectID int64) (*ProjectEdges, error)
+}

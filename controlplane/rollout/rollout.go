@@ -1,0 +1,73 @@
+// Package rollout answers when a project's snapshot version has reached every connected edge.
+// Edges acknowledge the versions they serve to whichever control-plane replica they are
+// connected to, which records them in the database and notifies every replica; a Watcher on
+// any replica wakes its waiters on each notification and reads the database again.
+package rollout
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/flagedge/flagedge/controlplane"
+)
+
+// fallbackPoll is how often a waiter reads again without a notification: acknowledgements
+// are notified, so this only matters while the LISTEN connection is being re-established.
+const fallbackPoll = time.Second
+
+// Watcher waits for rollouts. The zero value is not usable; call New.
+type Watcher struct {
+	store controlplane.EdgeSessionStore
+
+	mu      sync.Mutex
+	changed chan struct{} // closed on the next acknowledgement, then replaced
+}
+
+// New returns a Watcher reading store. Call Notify on every acknowledgement notification.
+func New(store controlplane.EdgeSessionStore) *Watcher {
+	return &Watcher{store: store, changed: make(chan struct{})}
+}
+
+// Notify wakes every waiter: some edge acknowledged versions (or notifications may have been
+// missed).
+func (w *Watcher) Notify() {
+	w.mu.Lock()
+	close(w.changed)
+	w.changed = make(chan struct{})
+	w.mu.Unlock()
+}
+
+func (w *Watcher) next() <-chan struct{} {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.changed
+}
+
+// Wait returns once every connected edge serves the project at version or later (done), or
+// when timeout has passed (not done: the edges' state then), or ctx ends (its error). A
+// project without connected edges is done at once.
+func (w *Watcher) Wait(ctx context.Context, projectID, version int64, timeout time.Duration) (edges *controlplane.ProjectEdges, done bool, err error) {
+	deadline := time.NewTimer(timeout)
+	defer deadline.Stop()
+	poll := time.NewTicker(fallbackPoll)
+	defer poll.Stop()
+	for {
+		changed := w.next() // before reading: an acknowledgement made meanwhile wakes us
+		edges, err := w.store.FindProjectEdges(ctx, projectID)
+		if err != nil {
+			return nil, false, err
+		}
+		if len(edges.Laggards(version)) == 0 {
+			return edges, true, nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil, false, ctx.Err()
+		case <-deadline.C:
+			return edges, false, nil
+		case <-changed:
+		case <-poll.C:
+		}
+	}
+}
