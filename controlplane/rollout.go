@@ -53,10 +53,19 @@ type EdgeSessionStore interface {
 	// Heartbeat marks the replica's sessions as still connected and deletes sessions that
 	// nobody marked for longer than the store counts a session connected (a dead replica's).
 	Heartbeat(ctx context.Context, replicaID string) error
-	// Acknowledge records the versions a session's edge serves now, and forgets removed
-	// projects. A session that is not the edge's, or no longer open, is NotFound.
-	Acknowledge(ctx context.Context, sessionID, edgeName string, versions map[int64]int64, removed []int64) error
+	// Acknowledge records, in one write, what the sessions' edges serve now. It returns one
+	// result per acknowledgement: nil, or NotFound for a session that is not the edge's or no
+	// longer open; an error fails them all.
+	Acknowledge(ctx context.Context, acks []Acknowledgement) ([]error, error)
 	// FindProjectEdges lists the connected edges with what they serve of the project; NotFound
 	// when there is no such project.
 	FindProjectEdges(ctx context.Context, projectID int64) (*ProjectEdges, error)
+}
+
+// Acknowledgement is what one session's edge says it serves now: the versions of projects
+// (those changed since its last acknowledgement), and the projects it no longer holds.
+type Acknowledgement struct {
+	SessionID, EdgeName string
+	Versions            map[int64]int64
+	Removed             []int64
 }

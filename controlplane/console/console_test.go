@@ -292,8 +292,9 @@ func TestConsoleFlags(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := sessions.Acknowledge(context.Background(), sid, "edge-berlin", map[int64]int64{s.project: 1}, nil); err != nil {
-		t.Fatal(err)
+	if res, err := sessions.Acknowledge(context.Background(), []controlplane.Acknowledgement{{SessionID: sid, EdgeName: "edge-berlin",
+		Versions: map[int64]int64{s.project: 1}}}); err != nil || res[0] != nil {
+		t.Fatal(res, err)
 	}
 	if page := b.get(p.location); !strings.Contains(page.body, "Live on 0 of 1 edges (version "+live+"): not yet on edge-berlin") {
 		t.Errorf("rollout line with a lagging edge: %.3000s", page.body)

@@ -2,12 +2,10 @@ package postgres
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/flagedge/flagedge/controlplane"
 )
@@ -71,44 +69,83 @@ func (s *EdgeSessionStore) Heartbeat(ctx context.Context, replicaID string) erro
 	return nil
 }
 
-// Acknowledge records what a session's edge serves and wakes the waiters of every replica.
-func (s *EdgeSessionStore) Acknowledge(ctx context.Context, sessionID, edgeName string, versions map[int64]int64, removed []int64) error {
-	projects := make([]int64, 0, len(versions))
-	held := make([]int64, 0, len(versions))
-	for p, v := range versions {
-		projects, held = append(projects, p), append(held, v)
+// Acknowledge records what the sessions' edges serve, all in one transaction (thousands of
+// edges acknowledge each change within a second), and wakes the waiters of every replica
+// once.
+func (s *EdgeSessionStore) Acknowledge(ctx context.Context, acks []controlplane.Acknowledgement) ([]error, error) {
+	ids, names := make([]string, len(acks)), make([]string, len(acks))
+	for i, a := range acks {
+		ids[i], names[i] = a.SessionID, a.EdgeName
 	}
+	results := make([]error, len(acks))
 	err := s.db.inTx(ctx, func(tx pgx.Tx) error {
-		tag, err := tx.Exec(ctx, `UPDATE edge_sessions SET seen_at = now() WHERE id = $1 AND edge_name = $2`, sessionID, edgeName)
+		// The sessions that are the edges' and open, locked until the commit: one that ends
+		// meanwhile is deleted after, with what is written here.
+		rows, err := tx.Query(ctx, `UPDATE edge_sessions s SET seen_at = now()
+			FROM unnest($1::uuid[], $2::text[]) AS t(id, name) WHERE s.id = t.id AND s.edge_name = t.name
+			RETURNING s.id::text`, ids, names)
 		if err != nil {
 			return err
 		}
-		if tag.RowsAffected() == 0 {
-			return controlplane.ErrNotFound
-		}
-		if _, err := tx.Exec(ctx, `INSERT INTO edge_session_versions (session_id, project_id, version)
-			SELECT $1, p, v FROM unnest($2::bigint[], $3::bigint[]) AS t(p, v)
-			ON CONFLICT (session_id, project_id) DO UPDATE SET version = EXCLUDED.version, acked_at = now()`,
-			sessionID, projects, held); err != nil {
+		open, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
 			return err
 		}
-		if len(removed) > 0 {
-			if _, err := tx.Exec(ctx, `DELETE FROM edge_session_versions WHERE session_id = $1 AND project_id = ANY($2)`,
-				sessionID, removed); err != nil {
+		found := make(map[string]bool, len(open))
+		for _, id := range open {
+			found[id] = true
+		}
+		// A session may acknowledge twice in one batch: the later says what it serves.
+		type key struct {
+			session string
+			project int64
+		}
+		final := map[key]int64{} // version; -1: removed
+		for i, a := range acks {
+			if !found[a.SessionID] {
+				results[i] = controlplane.ErrNotFound
+				continue
+			}
+			for p, v := range a.Versions {
+				final[key{a.SessionID, p}] = v
+			}
+			for _, p := range a.Removed {
+				final[key{a.SessionID, p}] = -1
+			}
+		}
+		var sessions, gone []string
+		var projects, held, removed []int64
+		for k, v := range final {
+			if v < 0 {
+				gone, removed = append(gone, k.session), append(removed, k.project)
+			} else {
+				sessions, projects, held = append(sessions, k.session), append(projects, k.project), append(held, v)
+			}
+		}
+		if len(sessions) > 0 {
+			if _, err := tx.Exec(ctx, `INSERT INTO edge_session_versions (session_id, project_id, version)
+				SELECT s, p, v FROM unnest($1::uuid[], $2::bigint[], $3::bigint[]) AS t(s, p, v)
+				ON CONFLICT (session_id, project_id) DO UPDATE SET version = EXCLUDED.version, acked_at = now()`,
+				sessions, projects, held); err != nil {
 				return err
 			}
+		}
+		if len(gone) > 0 {
+			if _, err := tx.Exec(ctx, `DELETE FROM edge_session_versions v USING unnest($1::uuid[], $2::bigint[]) AS t(s, p)
+				WHERE v.session_id = t.s AND v.project_id = t.p`, gone, removed); err != nil {
+				return err
+			}
+		}
+		if len(open) == 0 {
+			return nil
 		}
 		_, err = tx.Exec(ctx, `SELECT pg_notify($1, '')`, EdgeAckChannel)
 		return err
 	})
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && pgErr.Code == "23503" { // the session ended meanwhile
-		return controlplane.ErrNotFound
+	if err != nil {
+		return nil, fmt.Errorf("acknowledge versions: %w", err)
 	}
-	if err != nil && !errors.Is(err, controlplane.ErrNotFound) {
-		return fmt.Errorf("acknowledge versions: %w", err)
-	}
-	return err
+	return results, nil
 }
 
 // FindProjectEdges lists the sessions marked within SessionTTL of the live edges that serve

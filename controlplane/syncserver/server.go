@@ -48,6 +48,7 @@ type Server struct {
 	dbID     atomic.Pointer[string] // the database's identity, read once (again after Resync)
 
 	sessions  controlplane.EdgeSessionStore // nil: streams are not recorded
+	acks      ackBatcher                    // writes the acknowledgements to sessions
 	replicaID string
 	replica   atomic.Pointer[string] // this replica's name for people
 
