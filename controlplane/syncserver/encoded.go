@@ -19,11 +19,11 @@ import (
 // protobuf encoding of a message is the concatenation of its fields' encodings, in any
 // order, so a message of several snapshots is their encodings one after the other.
 
-// encodedSnapshot is a snapshot with its encoding as field 1 (snapshots) of a WatchResponse.
-// Both are immutable once made.
+// encodedSnapshot is a snapshot's version and its encoding as field 1 (snapshots) of a
+// WatchResponse, immutable once made.
 type encodedSnapshot struct {
-	pb    *syncpb.ProjectSnapshot
-	field []byte
+	version int64
+	field   []byte
 }
 
 func encodeSnapshot(pb *syncpb.ProjectSnapshot) (*encodedSnapshot, error) {
@@ -31,7 +31,7 @@ func encodeSnapshot(pb *syncpb.ProjectSnapshot) (*encodedSnapshot, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &encodedSnapshot{pb: pb, field: field}, nil
+	return &encodedSnapshot{version: pb.Version, field: field}, nil
 }
 
 // encodeField encodes m as field num of a WatchResponse.

@@ -327,11 +327,11 @@ func (s *Server) send(ctx context.Context, stream syncpb.Sync_WatchServer, sent,
 		if err != nil {
 			return status.Errorf(codes.Unavailable, "build snapshot %d: %v", id, err)
 		}
-		if snap.pb.Version <= sent[id] {
+		if snap.version <= sent[id] {
 			continue
 		}
 		snaps = append(snaps, snap.field)
-		sent[id] = snap.pb.Version
+		sent[id] = snap.version
 		if err := flush(false); err != nil {
 			return err
 		}
@@ -349,14 +349,14 @@ const snapshotBuildTimeout = 30 * time.Second
 // holds one, else built once however many streams ask at the same time. A caller whose
 // stream ends stops waiting; the build carries on for the others.
 func (s *Server) snapshot(ctx context.Context, id, want int64) (*encodedSnapshot, error) {
-	if cached, ok := s.cache.Load(id); ok && cached.(*encodedSnapshot).pb.Version >= want {
+	if cached, ok := s.cache.Load(id); ok && cached.(*encodedSnapshot).version >= want {
 		return cached.(*encodedSnapshot), nil
 	}
 	// A build already under way may have read the database before version want committed:
 	// then one more build, which cannot have.
 	for attempt := 0; ; attempt++ {
 		pb, err := s.build(ctx, id)
-		if err != nil || pb.pb.Version >= want || attempt == 1 {
+		if err != nil || pb.version >= want || attempt == 1 {
 			return pb, err
 		}
 	}
