@@ -85,6 +85,11 @@ type edgesResult struct {
 	ChangeCPUPerRnd float64 `json:"cp_cpu_seconds_per_change"`
 	SnapshotBytes   int     `json:"snapshot_bytes"` // the changed project's snapshot as sent
 	AckErrors       int64   `json:"acknowledgement_errors"`
+	// Where the memory per edge is, from the control plane's /metrics once all are synced:
+	// goroutines, and Go's heap and stack bytes, per edge (minus before any client).
+	GoroutinesPerEdge float64 `json:"cp_goroutines_per_edge"`
+	HeapKBPerEdge     float64 `json:"cp_heap_inuse_kb_per_edge"`
+	StackKBPerEdge    float64 `json:"cp_stack_inuse_kb_per_edge"`
 }
 
 // edgesScenario runs the scenario against each control plane binary of --controlplane-bin
@@ -126,13 +131,14 @@ func edgesScenario(cfg config) error {
 	return nil
 }
 
-const edgesHeader = "| control plane | edges synced | initial sync s (p50 / p99 per client, ms) | change to all p50 / p99 / max ms | CP RSS before / synced / after MB | KB per edge | CP CPU s: sync, per change | snapshot B |\n" +
-	"|---|---:|---|---|---|---:|---|---:|\n"
+const edgesHeader = "| control plane | edges synced | initial sync s (p50 / p99 per client, ms) | change to all p50 / p99 / max ms | CP RSS before / synced / after MB | KB per edge (heap, stacks; goroutines) | CP CPU s: sync, per change | snapshot B |\n" +
+	"|---|---:|---|---|---|---|---|---:|\n"
 
 func (r *edgesResult) row() string {
-	return fmt.Sprintf("| %s | %d of %d | %.2f (%.0f / %.0f) | %.0f / %.0f / %.0f (%d rounds, %d missed) | %.0f / %.0f / %.0f | %.1f | %.2f, %.2f | %d |",
+	return fmt.Sprintf("| %s | %d of %d | %.2f (%.0f / %.0f) | %.0f / %.0f / %.0f (%d rounds, %d missed) | %.0f / %.0f / %.0f | %.1f (%.1f, %.1f; %.1f) | %.2f, %.2f | %d |",
 		r.ControlPlane, r.Synced, r.Edges, r.SyncSeconds, r.SyncP50Ms, r.SyncP99Ms, r.ChangeP50Ms, r.ChangeP99Ms, r.ChangeMaxMs, r.Rounds, r.Missed,
-		r.RSSBeforeMB, r.RSSSyncedMB, r.RSSAfterMB, r.RSSPerEdgeKB, r.SyncCPUSeconds, r.ChangeCPUPerRnd, r.SnapshotBytes)
+		r.RSSBeforeMB, r.RSSSyncedMB, r.RSSAfterMB, r.RSSPerEdgeKB, r.HeapKBPerEdge, r.StackKBPerEdge, r.GoroutinesPerEdge,
+		r.SyncCPUSeconds, r.ChangeCPUPerRnd, r.SnapshotBytes)
 }
 
 // raiseFileLimit raises this process's open-file limit to its hard limit: one descriptor per
@@ -185,6 +191,10 @@ func edgesRun(cfg config, cpBin string) (*edgesResult, error) {
 	res := &edgesResult{ControlPlane: name, Edges: cfg.edgesCount, Rounds: cfg.edgesRounds}
 	rss, _ := procStat(pid)
 	res.RSSBeforeMB = rss / 1e6
+	metricsBefore, err := scrape(stack.controlPlaneURL())
+	if err != nil {
+		return nil, err
+	}
 
 	fleet := newFleet(cfg.edgesCount, p.id, cfg.edgesAck)
 	defer fleet.close()
@@ -207,6 +217,11 @@ func edgesRun(cfg config, cpBin string) (*edgesResult, error) {
 	rss, _ = procStat(pid)
 	res.RSSSyncedMB = rss / 1e6
 	res.RSSPerEdgeKB = (res.RSSSyncedMB - res.RSSBeforeMB) * 1e3 / float64(cfg.edgesCount)
+	if m, err := scrape(stack.controlPlaneURL()); err == nil {
+		per := func(name string) float64 { return (m[name] - metricsBefore[name]) / float64(cfg.edgesCount) }
+		res.GoroutinesPerEdge, res.HeapKBPerEdge, res.StackKBPerEdge = per("go_goroutines"),
+			per("go_memstats_heap_inuse_bytes")/1e3, per("go_memstats_stack_inuse_bytes")/1e3
+	}
 	res.SnapshotBytes = int(fleet.snapshotBytes.Load())
 
 	flagID := p.flags["kill-switch"]

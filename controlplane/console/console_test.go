@@ -14,6 +14,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/google/uuid"
 	"golang.org/x/crypto/bcrypt"
 
 	"github.com/flagedge/flagedge/controlplane"
@@ -288,8 +289,9 @@ func TestConsoleFlags(t *testing.T) {
 		t.Fatal(err)
 	}
 	sessions := postgres.NewEdgeSessionStore(s.db)
-	sid, err := sessions.OpenSession(context.Background(), "00000000-0000-0000-0000-000000000001", "replica-1", "edge-berlin", "berlin-1")
-	if err != nil {
+	sid := uuid.NewString()
+	if err := sessions.OpenSessions(context.Background(), []controlplane.SessionOpening{{ID: sid,
+		ReplicaID: "00000000-0000-0000-0000-000000000001", Replica: "replica-1", EdgeName: "edge-berlin", EdgeID: "berlin-1"}}); err != nil {
 		t.Fatal(err)
 	}
 	if res, err := sessions.Acknowledge(context.Background(), []controlplane.Acknowledgement{{SessionID: sid, EdgeName: "edge-berlin",

@@ -30,31 +30,38 @@ var _ controlplane.EdgeSessionStore = (*EdgeSessionStore)(nil)
 // NewEdgeSessionStore returns an EdgeSessionStore on db.
 func NewEdgeSessionStore(db *DB) *EdgeSessionStore { return &EdgeSessionStore{db: db} }
 
-// OpenSession records a new stream.
-func (s *EdgeSessionStore) OpenSession(ctx context.Context, replicaID, replica, edgeName, edgeID string) (string, error) {
-	var id string
-	err := s.db.Pool.QueryRow(ctx, `INSERT INTO edge_sessions (edge_name, edge_id, replica_id, replica)
-		VALUES ($1, $2, $3, $4) RETURNING id::text`, edgeName, edgeID, replicaID, replica).Scan(&id)
-	if err != nil {
-		return "", fmt.Errorf("open edge session: %w", err)
+// OpenSessions records new streams in one transaction (a fleet reconnecting opens thousands
+// within seconds), after forgetting the sessions they replace.
+func (s *EdgeSessionStore) OpenSessions(ctx context.Context, opens []controlplane.SessionOpening) error {
+	var ids, names, edgeIDs, replicaIDs, replicas, replaced, replacedNames []string
+	for _, o := range opens {
+		ids, names, edgeIDs = append(ids, o.ID), append(names, o.EdgeName), append(edgeIDs, o.EdgeID)
+		replicaIDs, replicas = append(replicaIDs, o.ReplicaID), append(replicas, o.Replica)
+		if o.Replaces != "" {
+			replaced, replacedNames = append(replaced, o.Replaces), append(replacedNames, o.EdgeName)
+		}
 	}
-	return id, nil
-}
-
-// ReplaceSession forgets the edge's earlier session that a new stream replaces. A session of
-// another edge, or an id that is not one, is left alone.
-func (s *EdgeSessionStore) ReplaceSession(ctx context.Context, previousID, edgeName string) error {
-	_, err := s.db.Pool.Exec(ctx, `DELETE FROM edge_sessions WHERE id::text = $1 AND edge_name = $2`, previousID, edgeName)
+	err := s.db.inTx(ctx, func(tx pgx.Tx) error {
+		if len(replaced) > 0 {
+			if _, err := tx.Exec(ctx, `DELETE FROM edge_sessions s USING unnest($1::text[], $2::text[]) AS t(id, name)
+				WHERE s.id::text = t.id AND s.edge_name = t.name`, replaced, replacedNames); err != nil {
+				return err
+			}
+		}
+		_, err := tx.Exec(ctx, `INSERT INTO edge_sessions (id, edge_name, edge_id, replica_id, replica)
+			SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::uuid[], $5::text[])`, ids, names, edgeIDs, replicaIDs, replicas)
+		return err
+	})
 	if err != nil {
-		return fmt.Errorf("replace edge session: %w", err)
+		return fmt.Errorf("open edge sessions: %w", err)
 	}
 	return nil
 }
 
-// CloseSession forgets a session.
-func (s *EdgeSessionStore) CloseSession(ctx context.Context, sessionID string) error {
-	if _, err := s.db.Pool.Exec(ctx, `DELETE FROM edge_sessions WHERE id = $1`, sessionID); err != nil {
-		return fmt.Errorf("close edge session: %w", err)
+// CloseSessions forgets sessions.
+func (s *EdgeSessionStore) CloseSessions(ctx context.Context, ids []string) error {
+	if _, err := s.db.Pool.Exec(ctx, `DELETE FROM edge_sessions WHERE id = ANY($1::uuid[])`, ids); err != nil {
+		return fmt.Errorf("close edge sessions: %w", err)
 	}
 	return nil
 }

@@ -4,26 +4,37 @@ import (
 	"context"
 	"testing"
 
+	"github.com/google/uuid"
+
 	"github.com/flagedge/flagedge/controlplane"
 	"github.com/flagedge/flagedge/controlplane/postgres"
 )
 
-// TestAcknowledgeBatch: acknowledgements written together are each answered: a session of
+// TestSessionsInBatches: sessions opened together, each replacing its edge's earlier one and
+// no other edge's; acknowledgements written together are each answered: a session of
 // another edge or an unknown one is NotFound and writes nothing, and a session acknowledging
 // twice in one batch ends with what it said last (a version, or a project removed).
-func TestAcknowledgeBatch(t *testing.T) {
+func TestSessionsInBatches(t *testing.T) {
 	t.Parallel()
 	db, _, _ := mustOpen(t)
 	ctx := context.Background()
 	store := postgres.NewEdgeSessionStore(db)
 	const replica = "00000000-0000-0000-0000-000000000001"
-	a, err := store.OpenSession(ctx, replica, "r1", "edge-a", "a-1")
-	if err != nil {
+	a, b, old := uuid.NewString(), uuid.NewString(), uuid.NewString()
+	if err := store.OpenSessions(ctx, []controlplane.SessionOpening{{ID: old, ReplicaID: replica, Replica: "r1", EdgeName: "edge-a", EdgeID: "a-1"}}); err != nil {
 		t.Fatal(err)
 	}
-	b, err := store.OpenSession(ctx, replica, "r1", "edge-b", "b-1")
-	if err != nil {
+	// One write opens both, and forgets the session a's stream replaces; b names a's old
+	// session too, but is another edge: that does not forget it.
+	if err := store.OpenSessions(ctx, []controlplane.SessionOpening{
+		{ID: a, ReplicaID: replica, Replica: "r1", EdgeName: "edge-a", EdgeID: "a-1", Replaces: old},
+		{ID: b, ReplicaID: replica, Replica: "r1", EdgeName: "edge-b", EdgeID: "b-1", Replaces: a},
+	}); err != nil {
 		t.Fatal(err)
+	}
+	var open int
+	if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM edge_sessions WHERE id::text = ANY($1)`, []string{a, b, old}).Scan(&open); err != nil || open != 2 {
+		t.Fatalf("%d of a, b and the replaced session open (%v); want a and b", open, err)
 	}
 	res, err := store.Acknowledge(ctx, []controlplane.Acknowledgement{
 		{SessionID: a, EdgeName: "edge-a", Versions: map[int64]int64{1: 3, 2: 5}},
@@ -60,5 +71,11 @@ func TestAcknowledgeBatch(t *testing.T) {
 	}
 	if len(got[a]) != 1 || got[a][1] != 4 || len(got[b]) != 1 || got[b][7] != 1 {
 		t.Errorf("stored %v; want %s: {1: 4}, %s: {7: 1}", got, a, b)
+	}
+	if err := store.CloseSessions(ctx, []string{a, b}); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM edge_session_versions`).Scan(&open); err != nil || open != 0 {
+		t.Errorf("%d versions left after closing the sessions (%v)", open, err)
 	}
 }

@@ -47,8 +47,10 @@ type Server struct {
 	versions freshReads             // the project versions, one read for the streams asking at once
 	dbID     atomic.Pointer[string] // the database's identity, read once (again after Resync)
 
-	sessions  controlplane.EdgeSessionStore // nil: streams are not recorded
-	acks      ackBatcher                    // writes the acknowledgements to sessions
+	sessions  controlplane.EdgeSessionStore         // nil: streams are not recorded
+	opens     batcher[controlplane.SessionOpening]  // sessions to open
+	closes    batcher[string]                       // sessions to close
+	acks      batcher[controlplane.Acknowledgement] // acknowledgements to write
 	replicaID string
 	replica   atomic.Pointer[string] // this replica's name for people
 
