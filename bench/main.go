@@ -50,6 +50,8 @@ type config struct {
 	edgesRounds     int
 	controlPlaneBin string
 	edgesAck        bool
+	// sseStreams is how many OFREP change streams the sse scenario opens.
+	sseStreams int
 	// profile takes a CPU profile of the edge in the pinned scenario.
 	profile bool
 }
@@ -79,7 +81,7 @@ func runBench(args []string) error {
 	fs.StringVar(&edges, "edge", envOr("EDGE", "http://127.0.0.1:8080"), "edge URLs, comma-separated; load goes to the first (env EDGE)")
 	fs.StringVar(&cfg.personalKey, "personal-key", os.Getenv("KEY"), "personal API key with scope * (env KEY)")
 	fs.BoolVar(&cfg.suite, "suite", false, "run the standard suite (what make bench runs)")
-	fs.StringVar(&cfg.scenario, "scenario", "decide", "decide, decide-repeat, flags, capture, mixed, propagation, rss (self-contained with --self-contained), eventlog (self-contained: starts its own PostgreSQL and NATS), edges (self-contained: its own PostgreSQL and control plane, and --edges simulated edges over gRPC), regions (self-contained: its own PostgreSQL, control plane and edge, 80 ms apart), pinned (self-contained: the edge vs a bare responder on one pinned core, with wrk), or logins (self-contained: the management API's latency during console login floods)")
+	fs.StringVar(&cfg.scenario, "scenario", "decide", "decide, decide-repeat, flags, capture, mixed, propagation, rss (self-contained with --self-contained), eventlog (self-contained: starts its own PostgreSQL and NATS), edges (self-contained: its own PostgreSQL and control plane, and --edges simulated edges over gRPC), regions (self-contained: its own PostgreSQL, control plane and edge, 80 ms apart), sse (self-contained: OFREP change streams on one edge, their memory and a change's fan-out), pinned (self-contained: the edge vs a bare responder on one pinned core, with wrk), or logins (self-contained: the management API's latency during console login floods)")
 	fs.DurationVar(&cfg.duration, "duration", 10*time.Second, "how long each load runs")
 	fs.IntVar(&cfg.connections, "connections", 32, "concurrent connections (closed loop)")
 	fs.IntVar(&cfg.rate, "rate", 0, "requests per second for an open-loop run; 0 is closed loop")
@@ -95,6 +97,7 @@ func runBench(args []string) error {
 	fs.StringVar(&cfg.edgeBin, "edge-bin", "", "pinned, regions and rss --self-contained: run this edge binary instead of one built from the tree (compare builds)")
 	combine := fs.String("plot", "", "only draw combined-* plots into --out from these report.json / pinned.json files (comma-separated)")
 	fs.BoolVar(&cfg.profile, "profile", false, "pinned: also take a CPU profile of the edge under load (pinned-edge-cpu.pprof and .txt)")
+	fs.IntVar(&cfg.sseStreams, "sse-streams", 10_000, "OFREP change streams the sse scenario opens on its edge")
 	fs.IntVar(&cfg.streamReplicas, "event-log-replicas", 3, "replicas of the event log's stream in the eventlog scenario")
 	fs.IntVar(&cfg.edgesCount, "edges", 10_000, "edges: simulated edges, each with its own gRPC connection and Watch stream")
 	fs.IntVar(&cfg.edgesRounds, "edges-rounds", 5, "edges: flag changes timed until every simulated edge has them")
@@ -119,6 +122,9 @@ func runBench(args []string) error {
 	}
 	if cfg.scenario == "regions" { // self-contained: its own PostgreSQL, control plane, proxy and edge
 		return runRegions(cfg)
+	}
+	if cfg.scenario == "sse" { // self-contained: its own PostgreSQL, control plane and edge
+		return sseScenario(cfg)
 	}
 	if cfg.scenario == "pinned" { // self-contained: its own PostgreSQL, control plane and edge
 		return pinnedScenario(cfg)

@@ -54,7 +54,7 @@ edge_token=$(bin/controlplane edges create --name "local-edge-$(date +%s)-$$" | 
 
 geoip=$(bash deploy/fetch-geoip.sh .run/geoip)
 mkdir -p .run/edge-data
-FLAGEDGE_EDGE_TOKEN="$edge_token" bin/edge --http-addr "$EDGE_ADDR" --control-plane "$GRPC_ADDR" --data-dir .run/edge-data ${geoip:+--geoip-db "$geoip"} \
+FLAGEDGE_EDGE_TOKEN="$edge_token" bin/edge --http-addr "$EDGE_ADDR" --control-plane "$GRPC_ADDR" --data-dir .run/edge-data ${geoip:+--geoip-db "$geoip"} --ofrep-streams \
   ${FLAGEDGE_PPROF_ADDR:+--pprof-addr "$FLAGEDGE_PPROF_ADDR"} &
 pids+=($!)
 
@@ -79,7 +79,7 @@ cat <<MSG
 
 flagedge is running.
   control plane   http://$HTTP_ADDR (management API), $GRPC_ADDR (sync)
-  edge            http://$EDGE_ADDR (/decide, /flags, flag definitions)${geoip:+, GeoIP from $geoip}
+  edge            http://$EDGE_ADDR (/decide, /flags, flag definitions, OpenFeature's OFREP with change streams)${geoip:+, GeoIP from $geoip}
   demo keys       $keys
   console         http://$HTTP_ADDR/  $login
 
@@ -87,6 +87,7 @@ Try:
   export FLAGEDGE=http://$HTTP_ADDR EDGE=http://$EDGE_ADDR PROJECT=$project_id KEY=$personal TOKEN=$token
   curl -s -H "Authorization: Bearer \$KEY" \$FLAGEDGE/api/projects/\$PROJECT/feature_flags/
   curl -s -X POST "\$EDGE/decide/?v=3" -d '{"api_key": "'\$TOKEN'", "distinct_id": "user-1"}'
+  curl -s -X POST -H "Authorization: Bearer \$TOKEN" \$EDGE/ofrep/v1/evaluate/flags -d '{"context": {"targetingKey": "user-1"}}'
 
 Ctrl-C stops everything.
 MSG

@@ -134,35 +134,32 @@ func TestOpenFeatureProviders(t *testing.T) {
 	cases, want := openFeatureCases(t, s, streaming)
 	changed := []ofCase{{"boolean", "of-pro", true, "of-user", map[string]any{"plan": "free"}}}
 
-	t.Run("node", func(t *testing.T) {
-		if diff := cmp.Diff(want, runNodeOpenFeature(t, streaming, s.token, cases)); diff != "" {
-			t.Errorf("@openfeature/ofrep-provider (-want +got):\n%s", diff)
-		}
-	})
-	t.Run("go", func(t *testing.T) {
-		if diff := cmp.Diff(want, runGoOpenFeature(t, streaming, s.token, cases)); diff != "" {
-			t.Errorf("OpenFeature Go SDK (-want +got):\n%s", diff)
-		}
-	})
-
-	// A change made through the management API: of-pro for everyone.
+	// The server-side providers: Node's community one and the Go SDK's; each evaluates the
+	// cases, then sees a change made through the management API (of-pro for everyone).
+	providers := []struct {
+		name string
+		run  func(*testing.T, *edge, string, []ofCase) []ofDetails
+	}{{"node", runNodeOpenFeature}, {"go", runGoOpenFeature}}
+	for _, p := range providers {
+		t.Run(p.name, func(t *testing.T) {
+			if diff := cmp.Diff(want, p.run(t, streaming, s.token, cases)); diff != "" {
+				t.Errorf("(-want +got):\n%s", diff)
+			}
+		})
+	}
 	s.patchFlag(ids["of-pro"], map[string]any{"filters": map[string]any{"groups": []any{map[string]any{"rollout_percentage": 100}}}})
 	for _, e := range []*edge{streaming, polling} {
 		waitFor(t, "the change at "+e.url, func() bool {
 			return featureFlags(s.decide(e, map[string]any{"distinct_id": "of-user", "person_properties": map[string]any{"plan": "free"}}))["of-pro"] == true
 		})
 	}
-	wantChanged := []ofDetails{{true, "STATIC", "true", ""}}
-	t.Run("node sees the change", func(t *testing.T) {
-		if diff := cmp.Diff(wantChanged, runNodeOpenFeature(t, streaming, s.token, changed)); diff != "" {
-			t.Errorf("(-want +got):\n%s", diff)
-		}
-	})
-	t.Run("go sees the change", func(t *testing.T) {
-		if diff := cmp.Diff(wantChanged, runGoOpenFeature(t, polling, s.token, changed)); diff != "" {
-			t.Errorf("(-want +got):\n%s", diff)
-		}
-	})
+	for _, p := range providers {
+		t.Run(p.name+" sees the change", func(t *testing.T) {
+			if diff := cmp.Diff([]ofDetails{{true, "STATIC", "true", ""}}, p.run(t, polling, s.token, changed)); diff != "" {
+				t.Errorf("(-want +got):\n%s", diff)
+			}
+		})
+	}
 	t.Run("browser", func(t *testing.T) { testOpenFeatureBrowser(t, s, streaming, polling, ids["of-static"]) })
 }
 

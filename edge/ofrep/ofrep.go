@@ -222,9 +222,9 @@ func (h *Handler) ServeBulk(ctx *fasthttp.RequestCtx) error {
 		b = appendEvaluation(b, r, info.flag(i))
 	}
 	b = append(b, ']')
-	if h.cfg.Streams != nil {
+	if url := h.streamURL(ctx, p); url != "" {
 		b = append(b, `,"eventStreams":[{"type":"sse","url":`...)
-		b = jsonenc.AppendString(b, h.cfg.Streams.URL(ctx, p))
+		b = jsonenc.AppendString(b, url)
 		b = append(b, `,"inactivityDelaySec":`...)
 		b = jsonenc.AppendInt(b, InactivityDelaySec)
 		b = append(b, `}]`...)
@@ -242,6 +242,15 @@ func (h *Handler) ServeBulk(ctx *fasthttp.RequestCtx) error {
 	ctx.SetContentType("application/json")
 	ctx.SetBody(b)
 	return nil
+}
+
+// streamURL is the change stream to announce to a bulk evaluation, or "" when streaming is
+// off (or the request's Host cannot make a URL).
+func (h *Handler) streamURL(ctx *fasthttp.RequestCtx, p *state.Project) string {
+	if h.cfg.Streams == nil {
+		return ""
+	}
+	return h.cfg.Streams.URL(ctx, p)
 }
 
 // ServeConfiguration answers GET /ofrep/v1/configuration, the provider-configuration

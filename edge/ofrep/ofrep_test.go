@@ -2,6 +2,7 @@ package ofrep_test
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -9,10 +10,14 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/getkin/kin-openapi/openapi3"
+	"github.com/getkin/kin-openapi/openapi3filter"
+	"github.com/getkin/kin-openapi/routers"
 	"github.com/google/go-cmp/cmp"
 	"github.com/valyala/fasthttp"
 
@@ -46,6 +51,7 @@ func snapshot(version int64, extra ...*syncpb.Flag) *syncpb.ProjectSnapshot {
 
 type env struct {
 	t      *testing.T
+	api    *httpapi.Server
 	holder *state.Holder
 	hub    *ofrep.Hub
 	base   string
@@ -83,7 +89,7 @@ func newEnv(t *testing.T, streams bool, maxPerAddr int) *env {
 		go hub.Run(ctx)
 		t.Cleanup(cancel)
 	}
-	return &env{t: t, holder: holder, hub: hub, base: "http://" + ln.Addr().String(), client: &http.Client{Timeout: 5 * time.Second}}
+	return &env{t: t, api: api, holder: holder, hub: hub, base: "http://" + ln.Addr().String(), client: &http.Client{Timeout: 5 * time.Second}}
 }
 
 type answer struct {
@@ -510,4 +516,73 @@ func waitFor(t *testing.T, ok func() bool) {
 		}
 	}
 	t.Fatal("condition not met in 3 s")
+}
+
+// TestOpenAPI: openapi.yaml is a valid description, names every OFREP route the edge
+// registers (and no other), and the edge's answers match it.
+func TestOpenAPI(t *testing.T) {
+	doc, err := openapi3.NewLoader().LoadFromFile("openapi.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := doc.Validate(context.Background()); err != nil {
+		t.Fatalf("openapi.yaml: %v", err)
+	}
+	e := newEnv(t, true, 10)
+	var routes, ops []string
+	for method, paths := range e.api.Routes() {
+		for _, p := range paths {
+			if strings.HasPrefix(p, "/ofrep/") {
+				routes = append(routes, method+" "+p)
+			}
+		}
+	}
+	for path, item := range doc.Paths.Map() {
+		for method := range item.Operations() {
+			ops = append(ops, method+" "+path)
+		}
+	}
+	slices.Sort(routes)
+	slices.Sort(ops)
+	if diff := cmp.Diff(ops, routes); diff != "" {
+		t.Errorf("routes (-openapi.yaml +registered):\n%s", diff)
+	}
+
+	auth := "Authorization: Bearer " + token
+	bulk := e.do("POST", "/ofrep/v1/evaluate/flags", ctxBody(`"targetingKey":"u1"`), auth)
+	for _, tc := range []struct {
+		method, specPath, path, body string
+		headers                      []string
+		status                       int
+	}{
+		{"POST", "/ofrep/v1/evaluate/flags/{key}", "/ofrep/v1/evaluate/flags/banner-config", ctxBody(`"targetingKey":"u1"`), []string{auth}, 200},
+		{"POST", "/ofrep/v1/evaluate/flags/{key}", "/ofrep/v1/evaluate/flags/checkout", ctxBody(`"targetingKey":"u1"`), []string{auth}, 200},
+		{"POST", "/ofrep/v1/evaluate/flags/{key}", "/ofrep/v1/evaluate/flags/pinned-variant", ctxBody(`"targetingKey":"u1"`), []string{auth}, 200},
+		{"POST", "/ofrep/v1/evaluate/flags/{key}", "/ofrep/v1/evaluate/flags/nope", ctxBody(`"targetingKey":"u1"`), []string{auth}, 404},
+		{"POST", "/ofrep/v1/evaluate/flags/{key}", "/ofrep/v1/evaluate/flags/half", ctxBody(``), []string{auth}, 400},
+		{"POST", "/ofrep/v1/evaluate/flags/{key}", "/ofrep/v1/evaluate/flags/half", ctxBody(`"targetingKey":"u1"`), nil, 401},
+		{"POST", "/ofrep/v1/evaluate/flags", "/ofrep/v1/evaluate/flags", ctxBody(`"targetingKey":"u1"`), []string{auth}, 200},
+		{"POST", "/ofrep/v1/evaluate/flags", "/ofrep/v1/evaluate/flags", ctxBody(`"targetingKey":"u1"`), []string{auth, "If-None-Match: " + bulk.header.Get("ETag")}, 304},
+		{"POST", "/ofrep/v1/evaluate/flags", "/ofrep/v1/evaluate/flags", `[`, []string{auth}, 400},
+		{"POST", "/ofrep/v1/evaluate/flags", "/ofrep/v1/evaluate/flags", ctxBody(`"targetingKey":"u1"`), []string{"X-API-Key: phc_nope"}, 401},
+		{"GET", "/ofrep/v1/configuration", "/ofrep/v1/configuration", "", nil, 200},
+		{"GET", "/ofrep/v1/stream", "/ofrep/v1/stream?c=x", "", nil, 401},
+	} {
+		a := e.do(tc.method, tc.path, tc.body, tc.headers...)
+		if a.status != tc.status {
+			t.Errorf("%s %s: %d, want %d", tc.method, tc.path, a.status, tc.status)
+			continue
+		}
+		item := doc.Paths.Value(tc.specPath)
+		req, _ := http.NewRequest(tc.method, e.base+tc.path, nil)
+		in := &openapi3filter.ResponseValidationInput{
+			RequestValidationInput: &openapi3filter.RequestValidationInput{Request: req,
+				Route: &routers.Route{Spec: doc, Path: tc.specPath, PathItem: item, Method: tc.method, Operation: item.GetOperation(tc.method)}},
+			Status: a.status, Header: a.header, Body: io.NopCloser(bytes.NewReader(a.raw)),
+			Options: &openapi3filter.Options{IncludeResponseStatus: true, MultiError: true},
+		}
+		if err := openapi3filter.ValidateResponse(context.Background(), in); err != nil {
+			t.Errorf("%s %s: the answer does not match openapi.yaml: %v\n%s", tc.method, tc.path, err, a.raw)
+		}
+	}
 }

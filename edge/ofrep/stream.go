@@ -241,6 +241,11 @@ func (h *Hub) run(c net.Conn, projectID, version int64, addr netip.Addr, head []
 	st.mu.Lock()
 	joined := h.join(st, projectID, version)
 	err := st.writeLocked(head, h.cfg.WriteTimeout)
+	// A change announced between the request and the join did not reach this stream: the
+	// version read now is at least any the hub announced.
+	if p := h.state.ByID(projectID); err == nil && p != nil && p.Version != version {
+		err = st.writeLocked(refetchEvent(p), h.cfg.WriteTimeout)
+	}
 	st.mu.Unlock()
 	if joined && err == nil {
 		var buf [64]byte
