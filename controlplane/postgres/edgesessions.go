@@ -90,17 +90,21 @@ func (s *EdgeSessionStore) Acknowledge(ctx context.Context, acks []controlplane.
 		// meanwhile is deleted after, with what is written here.
 		rows, err := tx.Query(ctx, `UPDATE edge_sessions s SET seen_at = now()
 			FROM unnest($1::uuid[], $2::text[]) AS t(id, name) WHERE s.id = t.id AND s.edge_name = t.name
-			RETURNING s.id::text`, ids, names)
+			RETURNING s.id::text, s.edge_name`, ids, names)
 		if err != nil {
 			return err
 		}
-		open, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		type session struct{ id, edge string }
+		open, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (session, error) {
+			var s session
+			return s, row.Scan(&s.id, &s.edge)
+		})
 		if err != nil {
 			return err
 		}
-		found := make(map[string]bool, len(open))
-		for _, id := range open {
-			found[id] = true
+		found := make(map[session]bool, len(open))
+		for _, s := range open {
+			found[s] = true
 		}
 		// A session may acknowledge twice in one batch: the later says what it serves.
 		type key struct {
@@ -109,7 +113,7 @@ func (s *EdgeSessionStore) Acknowledge(ctx context.Context, acks []controlplane.
 		}
 		final := map[key]int64{} // version; -1: removed
 		for i, a := range acks {
-			if !found[a.SessionID] {
+			if !found[session{a.SessionID, a.EdgeName}] {
 				results[i] = controlplane.ErrNotFound
 				continue
 			}

@@ -71,13 +71,14 @@ func (s *Server) Acknowledge(ctx context.Context, req *syncpb.AcknowledgeRequest
 	if s.sessions == nil {
 		return &syncpb.AcknowledgeResponse{}, nil
 	}
-	if _, err := uuid.Parse(req.SessionId); err != nil {
+	id, err := uuid.Parse(req.SessionId)
+	if err != nil {
 		return nil, status.Error(codes.InvalidArgument, "session_id is not a session's id")
 	}
 	if len(req.Versions)+len(req.RemovedProjects) > maxAcknowledged {
 		return nil, status.Errorf(codes.InvalidArgument, "at most %d projects per acknowledgement", maxAcknowledged)
 	}
-	err := s.acks.add(ctx, controlplane.Acknowledgement{SessionID: req.SessionId, EdgeName: edgeName(ctx),
+	err = s.acks.add(ctx, controlplane.Acknowledgement{SessionID: id.String(), EdgeName: edgeName(ctx),
 		Versions: req.Versions, Removed: req.RemovedProjects})
 	if controlplane.ErrorKind(err) == controlplane.NotFound {
 		return nil, status.Error(codes.NotFound, "no such session: its stream has ended")
