@@ -32,6 +32,7 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/flagedge/flagedge/edge/cpclient"
 	"github.com/flagedge/flagedge/shared/syncpb"
 )
 
@@ -383,6 +384,7 @@ func (f *fleet) connect(ctx context.Context, addr, token string, pool *x509.Cert
 			// all, and they are not what is measured.
 			grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 15 * time.Second, Timeout: 5 * time.Second, PermitWithoutStream: true}),
 			grpc.WithReadBufferSize(8<<10), grpc.WithWriteBufferSize(8<<10), grpc.WithSharedWriteBuffer(true),
+			grpc.WithInitialWindowSize(cpclient.WindowBytes), grpc.WithInitialConnWindowSize(cpclient.WindowBytes),
 			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20), grpc.ForceCodecV2(lightCodec{})))
 		if err != nil {
 			return err

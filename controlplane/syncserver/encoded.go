@@ -77,11 +77,19 @@ func (c codec) Unmarshal(data mem.BufferSlice, v any) error {
 // pre-encoded messages; without it they fail to send), and transport settings for holding
 // many thousands of mostly idle streams. Each connection's write buffer is released after
 // every flush rather than held, and its read buffer is small: what edges send is small or,
-// for Ingest, read past the buffer in large reads.
+// for Ingest, read past the buffer in large reads. The flow-control windows are fixed
+// (windowBytes, as the edges' are) rather than estimated, which costs a ping round trip
+// whenever data arrives: thousands of them when every edge acknowledges a change.
 func ServerOptions() []grpc.ServerOption {
 	return []grpc.ServerOption{
 		grpc.ForceServerCodecV2(codec{proto: encoding.GetCodecV2(proto.Name)}),
 		grpc.SharedWriteBuffer(true),
 		grpc.ReadBufferSize(4 << 10),
+		grpc.InitialWindowSize(windowBytes), grpc.InitialConnWindowSize(windowBytes),
 	}
 }
+
+// windowBytes is the flow-control window of an edge's connection and streams towards the
+// control plane: 4 MiB lets an Ingest call of a few MiB through in one round trip. It is
+// memory only while unread.
+const windowBytes = 4 << 20
