@@ -262,30 +262,11 @@ func cpuAtRest(pid int) float64 {
 	return b - a
 }
 
-// procStat returns a process's resident memory (bytes, VmRSS) and CPU seconds (user +
-// system) from /proc.
+// procStat returns a process's resident memory (bytes) and CPU seconds (user + system),
+// from /proc.
 func procStat(pid int) (rss, cpu float64) {
-	if data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid)); err == nil {
-		for _, line := range strings.Split(string(data), "\n") {
-			if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-				kb, _ := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 64)
-				rss = kb * 1024
-			}
-		}
-	}
-	if data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid)); err == nil {
-		// The fields after the command name (which may hold spaces) in parentheses: utime and
-		// stime are the 12th and 13th of those, in clock ticks (100 a second on Linux).
-		if i := strings.LastIndexByte(string(data), ')'); i > 0 {
-			f := strings.Fields(string(data[i+1:]))
-			if len(f) > 12 {
-				u, _ := strconv.ParseFloat(f[11], 64)
-				s, _ := strconv.ParseFloat(f[12], 64)
-				cpu = (u + s) / 100
-			}
-		}
-	}
-	return rss, cpu
+	mib, _ := vmRSSMB(pid) // in units of 1024 kB
+	return mib * (1 << 20), procCPU(pid).Seconds()
 }
 
 func quantile(v []float64, q float64) float64 {
