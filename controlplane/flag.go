@@ -145,6 +145,9 @@ func setIf[T any](dst *T, src *T) {
 type FlagFilter struct {
 	ProjectID     int64
 	Limit, Offset int
+	// Stale keeps only stale flags: older than StaleAfter, and either not evaluated within it
+	// or active, fully rolled out to everyone and unchanged within it.
+	Stale bool
 }
 
 // FlagService manages feature flags. Every change records activity and bumps the project's

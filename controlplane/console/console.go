@@ -165,6 +165,19 @@ func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	c.mux.ServeHTTP(w, r)
 }
 
+// Route names the route r takes, for the control plane's request metrics: the pattern it
+// was registered with, or "console_unmatched".
+func (c *Console) Route(r *http.Request) string {
+	if len(r.URL.Path) > 1 && strings.HasSuffix(r.URL.Path, "/") && !strings.HasPrefix(r.URL.Path, "/static/") {
+		r = r.Clone(r.Context())
+		r.URL.Path = strings.TrimRight(r.URL.Path, "/")
+	}
+	if _, pattern := c.mux.Handler(r); pattern != "" {
+		return pattern
+	}
+	return "console_unmatched"
+}
+
 func cacheStatic(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		// Assets change only with a release; an hour is short enough to pick up an upgrade.

@@ -13,6 +13,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 	"golang.org/x/crypto/bcrypt"
@@ -60,7 +61,7 @@ func newSite(t *testing.T) *site {
 		Services:  services,
 		Evaluator: &flageval.Evaluator{Snapshots: postgres.NewSnapshotStore(db), Persons: persons, Scanner: persons},
 		Ready:     db.Ping, Logger: log,
-		EdgeSessions: sessions, Rollout: rollout.New(sessions),
+		EdgeSessions: sessions, Rollout: rollout.New(sessions), Usage: postgres.NewEvaluationStore(db),
 	})
 	web, err := console.New(console.Config{API: api, Users: services.Users, Sessions: services.Sessions, Logger: log})
 	if err != nil {
@@ -321,6 +322,15 @@ func TestConsoleFlags(t *testing.T) {
 		}
 	}
 
+	// Evaluations the edges reported show on the flag's page as a sparkline.
+	if err := postgres.NewEvaluationStore(s.db).AddEvaluations(context.Background(), []controlplane.EvaluationCount{
+		{ProjectID: s.project, FlagKey: "checkout", Value: "true", Count: 7}}); err != nil {
+		t.Fatal(err)
+	}
+	if page := b.get(flagPath); !strings.Contains(page.body, "Usage at the edges") || !strings.Contains(page.body, "7 in the last day") ||
+		!strings.Contains(page.body, "<title>"+time.Now().UTC().Format(time.DateOnly)+": 7</title>") {
+		t.Errorf("flag page usage: %.4000s", page.body)
+	}
 	list := b.get(base + "?search=check")
 	if !strings.Contains(list.body, `aria-label="Active"`) || !strings.Contains(list.body, "checkout") || !strings.Contains(list.body, "50% of users where email contains @example.com") {
 		t.Errorf("flags list: %.2000s", list.body)

@@ -76,3 +76,48 @@ func (c *Console) handleEdges(q *request) error {
 	c.render(q.w, http.StatusOK, "edges", p)
 	return nil
 }
+
+// usageView is a flag's evaluations at the edges over the last 30 days.
+type usageView struct {
+	LastCalledAt time.Time
+	Day, Week    int64
+	Month        int64
+	Stale        bool
+	// Bars are the sparkline's days, oldest first.
+	Bars []sparkBar
+}
+
+// sparkBar is one day's bar of the sparkline, in the SVG's coordinates (a 300 by 40 box).
+type sparkBar struct {
+	X, Y, W, H float64
+	Date       string
+	Count      int64
+}
+
+// usage reads a flag's daily evaluations for its sparkline; nil when they cannot be read.
+func (q *request) usage(f *flagView) *usageView {
+	var out struct {
+		Results []struct {
+			Date  string `json:"date"`
+			Count int64  `json:"count"`
+		} `json:"results"`
+	}
+	if err := q.api("GET", q.apiProject("/feature_flags/%d/evaluations/", f.ID), nil, &out); err != nil || len(out.Results) == 0 {
+		return nil
+	}
+	u := &usageView{LastCalledAt: f.LastCalledAt, Day: f.EvaluationCounts.Day, Week: f.EvaluationCounts.Week,
+		Month: f.EvaluationCounts.Month, Stale: f.Stale}
+	peak := int64(1)
+	for _, d := range out.Results {
+		peak = max(peak, d.Count)
+	}
+	w := 300 / float64(len(out.Results))
+	for i, d := range out.Results {
+		h := 40 * float64(d.Count) / float64(peak)
+		if d.Count > 0 {
+			h = max(h, 1) // a day with any evaluation shows
+		}
+		u.Bars = append(u.Bars, sparkBar{X: float64(i) * w, Y: 40 - h, W: w * 0.8, H: h, Date: d.Date, Count: d.Count})
+	}
+	return u
+}

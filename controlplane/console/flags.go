@@ -80,6 +80,9 @@ type flagPage struct {
 	ErrorAttr     string
 	CanEdit       bool
 
+	// Usage is the flag's evaluations at the edges: a 30-day sparkline and the totals.
+	Usage *usageView
+
 	RoleAccess []roleAccessView
 	Roles      []roleView
 	Blast      []blastView
@@ -255,8 +258,9 @@ func (c *Console) handleFlag(q *request) error {
 	return nil
 }
 
-// flagPanels fills the role access, blast radius and test panels of a saved flag.
+// flagPanels fills the usage, role access, blast radius and test panels of a saved flag.
 func (c *Console) flagPanels(q *request, f *flagView, data *flagPage) {
+	data.Usage = q.usage(f)
 	var access listOf[roleAccessView]
 	if err := q.api("GET", q.apiProject("/feature_flags/%d/role_access/", f.ID), nil, &access); err == nil {
 		data.RoleAccess = access.Results

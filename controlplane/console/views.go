@@ -61,6 +61,13 @@ type flagView struct {
 	EnsureExperienceContinuity bool            `json:"ensure_experience_continuity"`
 	CanEdit                    bool            `json:"can_edit"`
 	Tags                       []string        `json:"tags"`
+	LastCalledAt               time.Time       `json:"last_called_at"` // zero: never
+	EvaluationCounts           struct {
+		Day   int64 `json:"1d"`
+		Week  int64 `json:"7d"`
+		Month int64 `json:"30d"`
+	} `json:"evaluation_counts"`
+	Stale bool `json:"stale"`
 }
 
 // Summary describes the flag's release conditions in a line.

@@ -12,7 +12,15 @@ func (s *Server) handleListFlags(w http.ResponseWriter, r *http.Request, c *call
 	if err != nil {
 		return err
 	}
-	list, total, err := s.cfg.Flags.FindFlags(r.Context(), controlplane.FlagFilter{ProjectID: c.project.ID, Limit: limit, Offset: offset})
+	filter := controlplane.FlagFilter{ProjectID: c.project.ID, Limit: limit, Offset: offset}
+	switch r.URL.Query().Get("stale") {
+	case "", "false", "0":
+	case "true", "1":
+		filter.Stale = true
+	default:
+		return controlplane.FieldError("stale", "invalid_input", "stale must be true or false.")
+	}
+	list, total, err := s.cfg.Flags.FindFlags(r.Context(), filter)
 	if err != nil {
 		return err
 	}
@@ -23,6 +31,9 @@ func (s *Server) handleListFlags(w http.ResponseWriter, r *http.Request, c *call
 	out := make([]flagJSON, len(list))
 	for i, f := range list {
 		out[i] = newFlagJSON(f, editable[f.ID])
+	}
+	if err := s.addUsage(r, c.project.ID, list, out); err != nil {
+		return err
 	}
 	writeJSON(w, http.StatusOK, s.newPage(r, total, limit, offset, out))
 	return nil
@@ -101,6 +112,11 @@ func (s *Server) writeFlag(w http.ResponseWriter, r *http.Request, c *call, f *c
 	if err != nil {
 		return err
 	}
+	usage := []flagJSON{out}
+	if err := s.addUsage(r, c.project.ID, []*controlplane.Flag{f}, usage); err != nil {
+		return err
+	}
+	out = usage[0]
 	if f.SnapshotVersion > 0 {
 		w.Header().Set(SnapshotVersionHeader, strconv.FormatInt(f.SnapshotVersion, 10))
 	}

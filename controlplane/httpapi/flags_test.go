@@ -28,9 +28,9 @@ func TestFlagLifecycle(t *testing.T) {
 	}
 	sort.Strings(keys)
 	wantKeys := []string{"active", "analytics_dashboards", "can_edit", "created_at", "created_by", "deleted",
-		"ensure_experience_continuity", "experiment_set", "features", "filters", "has_enriched_analytics", "id",
-		"is_simple_flag", "key", "last_modified_by", "name", "performed_rollback", "rollback_conditions",
-		"rollout_percentage", "surveys", "tags", "updated_at", "usage_dashboard", "version"}
+		"ensure_experience_continuity", "evaluation_counts", "experiment_set", "features", "filters", "has_enriched_analytics", "id",
+		"is_simple_flag", "key", "last_called_at", "last_modified_by", "name", "performed_rollback", "rollback_conditions",
+		"rollout_percentage", "stale", "surveys", "tags", "updated_at", "usage_dashboard", "version"}
 	if diff := cmp.Diff(wantKeys, keys); diff != "" {
 		t.Errorf("flag fields (-want +got):\n%s", diff)
 	}

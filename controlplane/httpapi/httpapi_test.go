@@ -63,7 +63,7 @@ func newEnv(t *testing.T) *env {
 		Services:  authz.Wrap(postgres.NewServices(db, bcrypt.MinCost)),
 		Evaluator: &flageval.Evaluator{Snapshots: postgres.NewSnapshotStore(db), Persons: persons, Scanner: persons},
 		Ready:     db.Ping, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-		EdgeSessions: sessions, Rollout: rollout.New(sessions),
+		EdgeSessions: sessions, Rollout: rollout.New(sessions), Usage: postgres.NewEvaluationStore(db),
 	})
 	srv := httptest.NewServer(api)
 	t.Cleanup(srv.Close)

@@ -59,6 +59,17 @@ type flagJSON struct {
 	UsageDashboard             *int64                        `json:"usage_dashboard"`
 	AnalyticsDashboards        []int64                       `json:"analytics_dashboards"`
 	HasEnrichedAnalytics       bool                          `json:"has_enriched_analytics"`
+	// LastCalledAt, EvaluationCounts and Stale say how much edges evaluate the flag.
+	LastCalledAt     *timeJSON        `json:"last_called_at"`
+	EvaluationCounts evaluationCounts `json:"evaluation_counts"`
+	Stale            bool             `json:"stale"`
+}
+
+// evaluationCounts are a flag's evaluations over the last 1, 7 and 30 days.
+type evaluationCounts struct {
+	Day   int64 `json:"1d"`
+	Week  int64 `json:"7d"`
+	Month int64 `json:"30d"`
 }
 
 func newFlagJSON(f *controlplane.Flag, canEdit bool) flagJSON {

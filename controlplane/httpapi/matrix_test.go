@@ -107,6 +107,7 @@ func matrixTable() map[string]matrixEntry {
 		}},
 		"DELETE " + flags + "/{id}":            get(405, func(f *matrixFixtures) string { return flag(f, "/") }),
 		"GET " + flags + "/{id}/activity":      get(200, func(f *matrixFixtures) string { return flag(f, "/activity/") }),
+		"GET " + flags + "/{id}/evaluations":   get(200, func(f *matrixFixtures) string { return flag(f, "/evaluations/") }),
 		"GET " + flags + "/activity":           get(200, func(f *matrixFixtures) string { return f.e.flagsPath("/activity/") }),
 		"GET " + flags + "/evaluation_reasons": get(200, func(f *matrixFixtures) string { return f.e.flagsPath("/evaluation_reasons?distinct_id=u1") }),
 		"GET " + flags + "/local_evaluation":   get(200, func(f *matrixFixtures) string { return f.e.flagsPath("/local_evaluation/") }),

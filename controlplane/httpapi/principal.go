@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/flagedge/flagedge/controlplane"
 )
@@ -29,15 +30,26 @@ func principalFrom(ctx context.Context) *controlplane.APIKey {
 	return key
 }
 
+// Router is a handler that names the route a request takes, from a bounded set, for the
+// metrics of the answers it gives.
+type Router interface {
+	http.Handler
+	Route(r *http.Request) string
+}
+
 // WithConsole returns a handler that serves the API's routes (and every path under /api/,
-// so unknown API paths keep the API's error bodies) and hands all other paths to console.
-func (s *Server) WithConsole(console http.Handler) http.Handler {
+// so unknown API paths keep the API's error bodies) and hands all other paths to console;
+// the console's answers are counted and timed as the API's are, under its routes, and its
+// panics recovered.
+func (s *Server) WithConsole(console Router) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if s.isAPIPath(r) {
 			s.ServeHTTP(w, r)
 			return
 		}
-		console.ServeHTTP(w, r)
+		s.serveCounted(console.Route(r), console, w, r, time.Now(), func(w http.ResponseWriter) {
+			http.Error(w, "500 internal server error: it has been logged with request id "+w.Header().Get("X-Request-Id"), http.StatusInternalServerError)
+		})
 	})
 }
 

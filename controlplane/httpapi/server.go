@@ -5,8 +5,11 @@ package httpapi
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"log/slog"
 	"net/http"
+	"runtime/debug"
 	"slices"
 	"strconv"
 	"strings"
@@ -30,6 +33,8 @@ type Config struct {
 	// EdgeSessions are the connected edges and the versions they serve; Rollout waits on them.
 	EdgeSessions controlplane.EdgeSessionStore
 	Rollout      *rollout.Watcher
+	// Usage is how much edges evaluate each flag.
+	Usage controlplane.EvaluationStore
 	// Ready reports whether the server can answer (its database is reachable).
 	Ready func(ctx context.Context) error
 	// PublicURL is the scheme and host used in absolute URLs (pagination); empty means the
@@ -52,6 +57,7 @@ type Server struct {
 type metrics struct {
 	requests *prometheus.CounterVec
 	duration *prometheus.HistogramVec
+	panics   prometheus.Counter
 }
 
 // New builds the API's handler.
@@ -64,14 +70,16 @@ func New(cfg Config) *Server {
 	}
 	m := &metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "flagedge_controlplane_http_requests_total", Help: "Management API requests by route and status.",
+			Name: "flagedge_controlplane_http_requests_total", Help: "HTTP answers (management API, console, static files, health) by route pattern and status.",
 		}, []string{"route", "code"}),
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name: "flagedge_controlplane_http_request_duration_seconds", Help: "Management API latency by route.",
+			Name: "flagedge_controlplane_http_request_duration_seconds", Help: "HTTP latency (management API, console) by route pattern.",
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14),
 		}, []string{"route"}),
+		panics: prometheus.NewCounter(prometheus.CounterOpts{Name: "flagedge_controlplane_http_panics_total",
+			Help: "HTTP handlers that panicked: recovered, logged with a request id and answered 500."}),
 	}
-	cfg.Registry.MustRegister(m.requests, m.duration)
+	cfg.Registry.MustRegister(m.requests, m.duration, m.panics)
 	s := &Server{cfg: cfg, mux: http.NewServeMux(), metrics: m}
 	s.routes()
 	return s
@@ -98,6 +106,7 @@ func (s *Server) routes() {
 	s.projectRoute("PATCH", flags+"/{id}", controlplane.ScopeFlagWrite, s.handlePatchFlag)
 	s.publicRoute("DELETE", flags+"/{id}", http.HandlerFunc(handleHardDelete))
 	s.projectRoute("GET", flags+"/{id}/activity", controlplane.ScopeActivityLogRead, s.handleFlagActivity)
+	s.projectRoute("GET", flags+"/{id}/evaluations", controlplane.ScopeFlagRead, s.handleFlagEvaluations)
 	s.projectRoute("GET", flags+"/activity", controlplane.ScopeActivityLogRead, s.handleAllFlagActivity)
 
 	s.projectRoute("GET", flags+"/evaluation_reasons", controlplane.ScopeFlagRead, s.handleEvaluationReasons)
@@ -237,7 +246,6 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		r2.URL.RawPath = ""
 		r = r2.WithContext(context.WithValue(r2.Context(), requestPathKey{}, p))
 	}
-	sw := &statusWriter{ResponseWriter: w, status: http.StatusOK}
 	// Handler only finds the route; ServeHTTP then sets the path values as it dispatches.
 	var h http.Handler = s.mux
 	_, route := s.mux.Handler(r)
@@ -254,11 +262,29 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			h = errorHandler{s, err}
 		}
 	}
+	s.serveCounted(route, h, w, r, start, func(w http.ResponseWriter) {
+		writeError(w, s.cfg.Logger, r, &controlplane.Error{Kind: controlplane.Internal})
+	})
+}
+
+// serveCounted serves r with h and counts and times the answer under route (a bounded set:
+// registered patterns and a few fixed names). A panic is recovered: logged with a request id
+// that the answer carries (X-Request-Id), answered 500 by internalError unless h had
+// written already, and counted.
+func (s *Server) serveCounted(route string, h http.Handler, w http.ResponseWriter, r *http.Request, start time.Time, internalError func(http.ResponseWriter)) {
+	sw := &statusWriter{ResponseWriter: w, status: http.StatusOK}
 	defer func() {
 		if v := recover(); v != nil {
-			s.cfg.Logger.Error("panic in handler", "route", route, "panic", v)
+			if v == http.ErrAbortHandler { // net/http's own way to drop a connection
+				s.metrics.requests.WithLabelValues(route, "aborted").Inc()
+				panic(v)
+			}
+			id := newRequestID()
+			s.cfg.Logger.Error("panic in handler", "route", route, "method", r.Method, "request_id", id, "panic", v, "stack", string(debug.Stack()))
+			s.metrics.panics.Inc()
 			if !sw.wrote {
-				writeError(w, s.cfg.Logger, r, &controlplane.Error{Kind: controlplane.Internal})
+				w.Header().Set("X-Request-Id", id)
+				internalError(w)
 			}
 			sw.status = http.StatusInternalServerError
 		}
@@ -266,6 +292,13 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.metrics.duration.WithLabelValues(route).Observe(time.Since(start).Seconds())
 	}()
 	h.ServeHTTP(sw, r)
+}
+
+// newRequestID names one request in the logs and in its answer: 16 hex digits.
+func newRequestID() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:]) // never fails on supported platforms
+	return hex.EncodeToString(b[:])
 }
 
 // errorHandler answers every request with one error.

@@ -102,13 +102,18 @@ func findFlag(ctx context.Context, q querier, projectID, id int64, forUpdate boo
 
 // FindFlags returns a page of the project's non-deleted flags, newest first, and the total.
 func (s *FlagService) FindFlags(ctx context.Context, filter controlplane.FlagFilter) ([]*controlplane.Flag, int, error) {
+	where, args := ` WHERE f.project_id = $1 AND NOT f.deleted`, []any{filter.ProjectID}
+	if filter.Stale {
+		where += staleFlag
+		args = append(args, s.db.Now().Add(-controlplane.StaleAfter))
+	}
 	var total int
-	if err := s.db.Pool.QueryRow(ctx, `SELECT count(*) FROM feature_flags WHERE project_id = $1 AND NOT deleted`,
-		filter.ProjectID).Scan(&total); err != nil {
+	if err := s.db.Pool.QueryRow(ctx, `SELECT count(*) FROM feature_flags f`+where, args...).Scan(&total); err != nil {
 		return nil, 0, fmt.Errorf("count flags: %w", err)
 	}
-	rows, err := s.db.Pool.Query(ctx, flagSelect+` WHERE f.project_id = $1 AND NOT f.deleted ORDER BY f.id DESC LIMIT $2 OFFSET $3`,
-		filter.ProjectID, filter.Limit, filter.Offset)
+	n := len(args)
+	rows, err := s.db.Pool.Query(ctx, flagSelect+where+fmt.Sprintf(` ORDER BY f.id DESC LIMIT $%d OFFSET $%d`, n+1, n+2),
+		append(args, filter.Limit, filter.Offset)...)
 	if err != nil {
 		return nil, 0, fmt.Errorf("find flags: %w", err)
 	}
@@ -118,6 +123,19 @@ func (s *FlagService) FindFlags(ctx context.Context, filter controlplane.FlagFil
 	}
 	return list, total, nil
 }
+
+// staleFlag keeps the flags older than $2 (now less controlplane.StaleAfter) that were not
+// evaluated since, or that are active, fully rolled out and unchanged since: a condition
+// without properties at 100 % (or no rollout), and either no variants or one at 100 %.
+const staleFlag = ` AND f.created_at < $2 AND (
+	NOT EXISTS (SELECT 1 FROM flag_last_called l WHERE l.project_id = f.project_id AND l.flag_key = f.key AND l.last_called_at >= $2)
+	OR (f.active AND f.updated_at < $2
+		AND EXISTS (SELECT 1 FROM jsonb_array_elements(CASE WHEN jsonb_typeof(f.filters->'groups') = 'array' THEN f.filters->'groups' ELSE '[]' END) g
+			WHERE (jsonb_typeof(g->'properties') IS DISTINCT FROM 'array' OR jsonb_array_length(g->'properties') = 0)
+			AND (jsonb_typeof(g->'rollout_percentage') IS DISTINCT FROM 'number' OR (g->>'rollout_percentage')::numeric >= 100))
+		AND (jsonb_typeof(f.filters->'multivariate'->'variants') IS DISTINCT FROM 'array'
+			OR EXISTS (SELECT 1 FROM jsonb_array_elements(f.filters->'multivariate'->'variants') v
+				WHERE jsonb_typeof(v->'rollout_percentage') = 'number' AND (v->>'rollout_percentage')::numeric >= 100))))`
 
 const flagKeyIndex = "feature_flags_project_key"
 

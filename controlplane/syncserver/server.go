@@ -47,6 +47,8 @@ type Server struct {
 	versions freshReads             // the project versions, one read for the streams asking at once
 	dbID     atomic.Pointer[string] // the database's identity, read once (again after Resync)
 
+	evaluations controlplane.EvaluationStore // nil: evaluation reports are dropped
+
 	sessions  controlplane.EdgeSessionStore         // nil: streams are not recorded
 	opens     batcher[controlplane.SessionOpening]  // sessions to open
 	closes    batcher[string]                       // sessions to close

@@ -102,6 +102,7 @@ func (c *Handler) Serve(ctx *fasthttp.RequestCtx, engage bool) error {
 			return err
 		}
 		c.updatePersons(project.ID, batch.Events)
+		countFlagCalls(project, batch.Events)
 		if c.persons != nil {
 			c.persons.Captured(project.ID, storedKeys(project, batch.Events))
 		}
@@ -272,6 +273,39 @@ func storedKeys(project *state.Project, events []*syncpb.CapturedEvent) [][]byte
 		}
 	}
 	return keys
+}
+
+// countFlagCalls adds the $feature_flag_called events (an SDK's report that code read a
+// flag) to the project's evaluation counters, by $feature_flag and $feature_flag_response.
+func countFlagCalls(project *state.Project, events []*syncpb.CapturedEvent) {
+	if project.Counts == nil {
+		return
+	}
+	for _, e := range events {
+		if e.Event != "$feature_flag_called" {
+			continue
+		}
+		var props struct {
+			Flag     string `json:"$feature_flag"`
+			Response any    `json:"$feature_flag_response"`
+		}
+		if json.Unmarshal(e.Properties, &props) != nil {
+			continue
+		}
+		switch v := props.Response.(type) {
+		case bool:
+			project.Counts.ByKey(props.Flag).Add(v, "")
+		case string:
+			switch v {
+			case "true":
+				project.Counts.ByKey(props.Flag).Add(true, "")
+			case "false", "":
+				project.Counts.ByKey(props.Flag).Add(false, "")
+			default:
+				project.Counts.ByKey(props.Flag).Add(true, v)
+			}
+		}
+	}
 }
 
 // updatePersons tells the person cache about $set, $set_once and $unset in accepted events.

@@ -85,6 +85,7 @@ func (d *Handler) Serve(ctx *fasthttp.RequestCtx, ep Endpoint) error {
 	s.results = s.results[:0]
 	if !s.in.disableFlags {
 		s.results, errored = d.evaluate(ctx, project, &s.in, s.results)
+		Count(project, s.results, s.in.flagKeysToEvaluate)
 	}
 	s.out = encode(s.out[:0], project, ctx.QueryArgs(), ep, s.results, s.in.flagKeysToEvaluate, errored)
 	ctx.SetContentType("application/json")
@@ -249,4 +250,18 @@ func covers(overrides map[string]string, keys []string) bool {
 		}
 	}
 	return true
+}
+
+// Count adds the evaluations an answer gives to the project's counters (see edge/evalcount):
+// one atomic add per flag answered — active, among only (every flag when only is empty), and
+// computed. OFREP counts its answers with it too.
+func Count(project *state.Project, results []flags.Result, only []string) {
+	if project.Counts == nil {
+		return
+	}
+	for i := range results {
+		if r := &results[i]; r.Active && !r.Failed && wanted(r.Key, only) {
+			project.Counts.Flag(i).Add(r.Enabled, r.Variant)
+		}
+	}
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/valyala/fasthttp/fasthttputil"
 
 	"github.com/flagedge/flagedge/edge/decide"
+	"github.com/flagedge/flagedge/edge/evalcount"
 	"github.com/flagedge/flagedge/edge/httpapi"
 	"github.com/flagedge/flagedge/edge/state"
 	"github.com/flagedge/flagedge/shared/flags/flagstest"
@@ -34,6 +35,7 @@ func realisticHandler(b *testing.B) (fasthttp.RequestHandler, [][]byte) {
 	}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	holder := state.NewHolder("", log, nil)
+	holder.CountEvaluations(evalcount.NewRegistry()) // as the edge runs: every answered flag counted
 	if err := holder.Apply(&syncpb.WatchResponse{Snapshots: []*syncpb.ProjectSnapshot{pb}, InitialSyncDone: true}); err != nil {
 		b.Fatal(err)
 	}

@@ -170,6 +170,7 @@ func (h *Handler) evaluate(ctx *fasthttp.RequestCtx) (*state.Project, []flags.Re
 		return nil, nil, err
 	}
 	results, _ := h.cfg.Decide.Evaluate(ctx, p, c, nil)
+	ctx.Response.Header.SetCanonical(state.VersionHeader, p.VersionText)
 	return p, results, nil
 }
 
@@ -188,6 +189,9 @@ func (h *Handler) ServeFlag(ctx *fasthttp.RequestCtx) error {
 	if r.Failed {
 		return &Error{Status: http.StatusInternalServerError, Code: codeGeneral, Details: detailLookupError}
 	}
+	if r.Active {
+		p.Counts.Flag(i).Add(r.Enabled, r.Variant)
+	}
 	ctx.SetContentType("application/json")
 	ctx.SetBody(appendEvaluation(make([]byte, 0, 256), r, h.infos.of(p).flag(i)))
 	return nil
@@ -203,6 +207,7 @@ func (h *Handler) ServeBulk(ctx *fasthttp.RequestCtx) error {
 	if err != nil {
 		return err
 	}
+	decide.Count(p, results, nil)
 	info := h.infos.of(p)
 	b := make([]byte, 0, 128+160*len(results))
 	b = append(b, `{"flags":[`...)

@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -21,6 +22,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/valyala/fasthttp"
 
+	"github.com/flagedge/flagedge/edge/apierror"
 	"github.com/flagedge/flagedge/edge/decide"
 	"github.com/flagedge/flagedge/edge/httpapi"
 	"github.com/flagedge/flagedge/edge/ofrep"
@@ -232,6 +234,9 @@ func TestBulk(t *testing.T) {
 	}
 	if _, ok := a.body["eventStreams"]; ok {
 		t.Errorf("eventStreams announced with streaming off: %s", a.raw)
+	}
+	if v := a.header.Get("X-Flagedge-Snapshot-Version"); v != "1" {
+		t.Errorf("X-Flagedge-Snapshot-Version %q, want the snapshot's 1", v)
 	}
 	got := map[string]any{}
 	for _, f := range a.body["flags"].([]any) {
@@ -584,5 +589,44 @@ func TestOpenAPI(t *testing.T) {
 		if err := openapi3filter.ValidateResponse(context.Background(), in); err != nil {
 			t.Errorf("%s %s: the answer does not match openapi.yaml: %v\n%s", tc.method, tc.path, err, a.raw)
 		}
+	}
+}
+
+// TestWriteErrorOfSharedChecks: a refusal by the edge's shared checks (an *apierror.Error,
+// such as a rate limit) is answered in OFREP's shape, and a 429 always has Retry-After.
+func TestWriteErrorOfSharedChecks(t *testing.T) {
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	for _, tc := range []struct {
+		name       string
+		err        error
+		key        string
+		preset     string // a Retry-After the check set itself
+		status     int
+		retryAfter string
+		body       string
+	}{
+		{"rate limited, bulk", &apierror.Error{Status: 429, Type: "throttled_error", Code: "throttled", Detail: "Request was throttled."}, "", "", 429, "1",
+			`{"errorCode":"GENERAL","errorDetails":"Request was throttled."}`},
+		{"rate limited, one flag, the check's Retry-After kept", &apierror.Error{Status: 429, Type: "throttled_error", Code: "throttled", Detail: "Slow down."}, "my-flag", "7", 429, "7",
+			`{"key":"my-flag","errorCode":"GENERAL","errorDetails":"Slow down."}`},
+		{"body too large", apierror.TooLarge("The request body is over 20 MB."), "", "", 413, "",
+			`{"errorCode":"GENERAL","errorDetails":"The request body is over 20 MB."}`},
+		{"an internal error is not shown", io.ErrUnexpectedEOF, "", "", 500, "",
+			`{"errorCode":"GENERAL","errorDetails":"A server error occurred."}`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var ctx fasthttp.RequestCtx
+			if tc.key != "" {
+				ctx.SetUserValue("key", tc.key)
+			}
+			if tc.preset != "" {
+				ctx.Response.Header.Set("Retry-After", tc.preset)
+			}
+			ofrep.WriteError(&ctx, log, tc.err)
+			got := []string{strconv.Itoa(ctx.Response.StatusCode()), string(ctx.Response.Header.Peek("Retry-After")), string(ctx.Response.Body())}
+			if diff := cmp.Diff([]string{strconv.Itoa(tc.status), tc.retryAfter, tc.body}, got); diff != "" {
+				t.Errorf("(-want +got):\n%s", diff)
+			}
+		})
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/flagedge/flagedge/edge/evalcount"
 	"github.com/flagedge/flagedge/shared/syncpb"
 )
 
@@ -47,6 +48,8 @@ type Holder struct {
 
 	// changed is closed when the held projects change, and replaced by a new channel.
 	changed atomic.Pointer[chan struct{}]
+
+	counts *evalcount.Registry // nil: evaluations are not counted
 
 	connected     atomic.Bool  // a Watch stream is up and past its catch-up
 	lostAt        atomic.Int64 // unix ms when the edge was last current (or started)
@@ -94,6 +97,10 @@ func NewHolder(dir string, log *slog.Logger, reg prometheus.Registerer) *Holder 
 	}
 	return h
 }
+
+// CountEvaluations gives every project installed from now on evaluation counters in r. Call
+// it before Load and Watch.
+func (h *Holder) CountEvaluations(r *evalcount.Registry) { h.counts = r }
 
 // SetConnected records whether the edge is current with the control plane: its stream is up
 // and past the catch-up (true), or has ended (false).
@@ -151,6 +158,9 @@ func (h *Holder) Apply(msg *syncpb.WatchResponse) error {
 			errs = append(errs, err)
 			continue
 		}
+		if h.counts != nil {
+			p.Counts = h.counts.Install(p.ID, countDefinitions(p.Snapshot))
+		}
 		if cur, ok := next.byID[p.ID]; ok && next.byToken[cur.Token] == cur {
 			delete(next.byToken, cur.Token)
 		}
@@ -161,6 +171,7 @@ func (h *Holder) Apply(msg *syncpb.WatchResponse) error {
 	for _, id := range msg.RemovedProjects {
 		if cur, ok := next.byID[id]; ok {
 			delete(next.byID, id)
+			h.counts.Remove(id)
 			if next.byToken[cur.Token] == cur {
 				delete(next.byToken, cur.Token)
 			}

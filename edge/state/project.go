@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/flagedge/flagedge/edge/clientconfig"
+	"github.com/flagedge/flagedge/edge/evalcount"
 	"github.com/flagedge/flagedge/shared/flags"
 	"github.com/flagedge/flagedge/shared/syncpb"
 )
@@ -43,6 +44,9 @@ type Project struct {
 	// EarlyAccessFeatures are the project's early access features, every stage, in the
 	// control plane's order.
 	EarlyAccessFeatures []EarlyAccessFeature
+	// Counts are the evaluation counters of the snapshot's flags (nil when the edge does not
+	// count): Counts.Flag(i) counts the i-th result of Snapshot.Evaluate.
+	Counts *evalcount.Project
 
 	// definitions are the SDK definitions bodies, built from the snapshot's source on first
 	// request: most edges never serve them, and they are the largest part.
@@ -179,4 +183,29 @@ func compileProject(pb *syncpb.ProjectSnapshot) (*Project, error) {
 		}
 	}
 	return p, nil
+}
+
+// countDefinitions lists the snapshot's flags in evaluation order with the values they can
+// take, for their counters.
+func countDefinitions(snap *flags.Snapshot) []evalcount.Definition {
+	src := snap.Source()
+	defs := make([]evalcount.Definition, len(src.Flags))
+	for i, f := range src.Flags {
+		defs[i].Key = f.Key
+		parsed, err := flags.ParseFilters(f.Filters)
+		if err != nil {
+			continue
+		}
+		if parsed.Multivariate != nil {
+			for _, v := range parsed.Multivariate.Variants {
+				defs[i].Variants = append(defs[i].Variants, v.Key)
+			}
+		}
+		for _, h := range parsed.HoldoutGroups {
+			if h.Variant != nil {
+				defs[i].Variants = append(defs[i].Variants, *h.Variant)
+			}
+		}
+	}
+	return defs
 }

@@ -67,7 +67,10 @@ func ServeHTTP(ctx context.Context, g *errgroup.Group, addr string, h http.Handl
 	if err != nil {
 		return nil, err
 	}
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	// Side listeners serve a few small GETs to operators' tools: short timeouts and small
+	// headers, so that nobody can hold their connections open.
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second, IdleTimeout: time.Minute,
+		MaxHeaderBytes: 64 << 10}
 	g.Go(func() error {
 		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
 			return err

@@ -67,6 +67,10 @@ type serveConfig struct {
 	LogMaxAge       time.Duration
 	LogAckWait      time.Duration
 	TrustedProxies  string
+	HeaderTimeout   time.Duration
+	ReadTimeout     time.Duration
+	IdleTimeout     time.Duration
+	MaxHeaderBytes  int64
 	LoginPerAddress int64
 	LoginPerEmail   int64
 	LoginWindow     time.Duration
@@ -101,6 +105,14 @@ func parseServeConfig(args []string, stderr io.Writer) (*serveConfig, error) {
 	fs.Duration(&cfg.LogMaxAge, "event-log-max-age", "FLAGEDGE_EVENT_LOG_MAX_AGE", d.MaxAge, "oldest an unstored event in the event log's stream may get before it is dropped")
 	fs.Duration(&cfg.LogAckWait, "event-log-ack-wait", "FLAGEDGE_EVENT_LOG_ACK_WAIT", d.AckWait, "how long a batch taken from the event log may stay unacknowledged before another worker gets it (what a replica dying mid-batch delays)")
 	fs.String(&cfg.TrustedProxies, "trusted-proxies", "FLAGEDGE_TRUSTED_PROXIES", "", "comma-separated CIDRs of proxies whose X-Forwarded-For is believed for the client address of logins (the right-most address that is not one of them); empty: the connection's peer, no header believed")
+	// Connection hygiene: a client must finish its headers within 10 s and its whole request
+	// within a minute (console forms and API bodies are at most a few MiB), an idle
+	// keep-alive connection is closed after a minute, and headers are at most 64 KiB (a
+	// browser's are a few KiB; Go's default is 1 MiB).
+	fs.Duration(&cfg.HeaderTimeout, "read-header-timeout", "FLAGEDGE_READ_HEADER_TIMEOUT", 10*time.Second, "how long a client may take to send a request's headers on --http-addr before its connection is closed")
+	fs.Duration(&cfg.ReadTimeout, "read-timeout", "FLAGEDGE_READ_TIMEOUT", time.Minute, "how long a client may take to send a whole request (headers and body) on --http-addr")
+	fs.Duration(&cfg.IdleTimeout, "idle-timeout", "FLAGEDGE_IDLE_TIMEOUT", time.Minute, "how long an idle keep-alive connection to --http-addr stays open")
+	fs.Int64(&cfg.MaxHeaderBytes, "max-header-bytes", "FLAGEDGE_MAX_HEADER_BYTES", 64<<10, "largest request header block accepted on --http-addr (larger: 431)")
 	l := loginlimit.Defaults
 	fs.Int64(&cfg.LoginPerAddress, "login-failures-per-address", "FLAGEDGE_LOGIN_FAILURES_PER_ADDRESS", int64(l.PerAddress), "failed console logins one client address may have (whatever the emails) within --login-failure-window before its logins get 429")
 	fs.Int64(&cfg.LoginPerEmail, "login-failures-per-email", "FLAGEDGE_LOGIN_FAILURES_PER_EMAIL", int64(l.PerEmail), "failed console logins one email may have (from every address) within --login-failure-window before its logins get 429")
@@ -126,6 +138,9 @@ func (c *serveConfig) validate() error {
 	}
 	if c.LoginPerAddress < 1 || c.LoginPerEmail < 1 || c.LoginWindow < time.Second || c.LoginMaxHashes < 1 || c.LoginMaxHashes > 1024 {
 		return errors.New("--login-failures-per-address, --login-failures-per-email and --login-max-concurrent-hashes must be at least 1 (hashes at most 1024), --login-failure-window at least 1s")
+	}
+	if c.HeaderTimeout <= 0 || c.ReadTimeout < c.HeaderTimeout || c.IdleTimeout <= 0 || c.MaxHeaderBytes < 4096 {
+		return errors.New("--read-header-timeout and --idle-timeout must be positive, --read-timeout at least --read-header-timeout, --max-header-bytes at least 4096")
 	}
 	if c.DrainDelay < 0 {
 		return errors.New("--drain-delay must not be negative")
@@ -226,15 +241,16 @@ func assemble(cfg *serveConfig, db *postgres.DB, logger *slog.Logger) (*controlP
 	if err != nil {
 		return nil, err
 	}
-	cp.http = &http.Server{Handler: handler, TLSConfig: httpTLS, ReadHeaderTimeout: 10 * time.Second,
-		ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn)}
+	cp.http = &http.Server{Handler: handler, TLSConfig: httpTLS, ReadHeaderTimeout: cfg.HeaderTimeout, ReadTimeout: cfg.ReadTimeout,
+		IdleTimeout: cfg.IdleTimeout, MaxHeaderBytes: int(cfg.MaxHeaderBytes), ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn)}
 	grpcTLS, err := daemon.LoadTLS(cfg.GRPCTLSCert, cfg.GRPCTLSKey, "grpc-tls")
 	if err != nil {
 		return nil, err
 	}
 	cp.members = bloomhub.NewHub(postgres.NewMemberStore(db), logger, cp.reg)
 	cp.sync = syncserver.NewServer(postgres.NewSnapshotStore(db), postgres.NewPersonStore(db), postgres.NewEventStore(db, logger), logger, cp.reg,
-		syncserver.WithMembership(cp.members), syncserver.WithSessions(cp.sessions, cp.replicaID))
+		syncserver.WithMembership(cp.members), syncserver.WithSessions(cp.sessions, cp.replicaID),
+		syncserver.WithEvaluations(postgres.NewEvaluationStore(db)))
 	cp.edges = syncserver.NewEdgeAuth(postgres.NewEdgeService(db), logger, cp.reg)
 	cp.grpc = newGRPCServer(cp.sync, cp.edges, grpcTLS, cp.reg)
 	return cp, nil
@@ -367,6 +383,7 @@ func newHTTPHandler(db *postgres.DB, cfg *serveConfig, ready func(context.Contex
 		NoMetrics:    cfg.MetricsAddr != "",
 		EdgeSessions: sessions,
 		Rollout:      waiter,
+		Usage:        postgres.NewEvaluationStore(db),
 	})
 	clientIP := clientip.Peer
 	if cfg.TrustedProxies != "" {

@@ -4,11 +4,13 @@ import (
 	"bufio"
 	"context"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -135,4 +137,129 @@ func TestLoginLimitsBehindProxy(t *testing.T) {
 	if code, _ := s.login("198.51.100.3", "\xff@example.com", "guess"); code != http.StatusBadRequest {
 		t.Errorf("an email that is not UTF-8: %d, want 400", code)
 	}
+}
+
+// TestSlowClients: connections that never finish their headers are closed within
+// --read-header-timeout while the server keeps answering others, an idle keep-alive
+// connection is closed after --idle-timeout, and a header block over --max-header-bytes is
+// a 431.
+func TestSlowClients(t *testing.T) {
+	s := startServe(t, "--read-header-timeout", "1s", "--idle-timeout", "1s", "--max-header-bytes", "8192")
+	addr := strings.TrimPrefix(s.url, "http://")
+	const slow = 300
+	conns := make([]net.Conn, 0, slow)
+	for range slow {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		if _, err := c.Write([]byte("GET /_health HTTP/1.1\r\nHost: x\r\nX-Slow: ")); err != nil {
+			t.Fatal(err)
+		}
+		conns = append(conns, c)
+	}
+	opened := time.Now()
+	// Meanwhile others are served at once.
+	for range 10 {
+		start := time.Now()
+		resp, err := http.Get(s.url + "/_health")
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if d := time.Since(start); resp.StatusCode != 200 || d > 500*time.Millisecond {
+			t.Errorf("health while %d connections dawdle: %d in %v", slow, resp.StatusCode, d)
+		}
+	}
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var latest time.Duration
+	for _, c := range conns {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+			_, _ = io.Copy(io.Discard, c) // returns when the server closes the connection
+			mu.Lock()
+			latest = max(latest, time.Since(opened))
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	if latest > 3*time.Second {
+		t.Errorf("the last half-sent request was closed after %v, want within the 1s header timeout (and slack)", latest)
+	}
+
+	// An idle keep-alive connection goes after the idle timeout.
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.Write([]byte("GET /_health HTTP/1.1\r\nHost: x\r\n\r\n")); err != nil {
+		t.Fatal(err)
+	}
+	r := bufio.NewReader(c)
+	resp, err := http.ReadResponse(r, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	answered := time.Now()
+	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if _, err := r.ReadByte(); err != io.EOF {
+		t.Errorf("idle keep-alive connection: %v, want closed (EOF)", err)
+	}
+	if d := time.Since(answered); d > 3*time.Second {
+		t.Errorf("idle keep-alive connection closed after %v, want about 1s", d)
+	}
+
+	req, _ := http.NewRequest("GET", s.url+"/_health", nil)
+	req.Header.Set("X-Big", strings.Repeat("a", 64<<10))
+	resp, err = http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusRequestHeaderFieldsTooLarge {
+		t.Errorf("64 KiB header with --max-header-bytes 8192: %d, want 431", resp.StatusCode)
+	}
+}
+
+// TestEveryAnswerCounted: console pages, static files, health and paths nothing serves are
+// all in flagedge_controlplane_http_requests_total, each under a route of a bounded set.
+func TestEveryAnswerCounted(t *testing.T) {
+	s := startServe(t)
+	for _, path := range []string{"/login", "/static/console.css", "/static/nothing-here.css", "/_health", "/no/such/page", "/no/such/page/either", "/"} {
+		resp, err := http.DefaultTransport.RoundTrip(mustRequest(t, s.url+path))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+	}
+	for series, want := range map[string]float64{
+		`{code="200",route="GET /login"}`:        1,
+		`{code="200",route="GET /static/"}`:      1,
+		`{code="404",route="GET /static/"}`:      1,
+		`{code="404",route="console_unmatched"}`: 2,
+		`{code="303",route="GET /{$}"}`:          1,
+	} {
+		if got := s.metric("flagedge_controlplane_http_requests_total" + series); got != want {
+			t.Errorf("flagedge_controlplane_http_requests_total%s = %v, want %v", series, got, want)
+		}
+	}
+	if got := s.metric(`flagedge_controlplane_http_requests_total{code="200",route="GET /_health"}`); got < 1 {
+		t.Errorf("health answers counted %v, want at least 1", got)
+	}
+}
+
+func mustRequest(t *testing.T, url string) *http.Request {
+	t.Helper()
+	req, err := http.NewRequest("GET", url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return req
 }

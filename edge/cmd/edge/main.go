@@ -31,6 +31,7 @@ import (
 	"github.com/flagedge/flagedge/edge/capture"
 	"github.com/flagedge/flagedge/edge/cpclient"
 	"github.com/flagedge/flagedge/edge/decide"
+	"github.com/flagedge/flagedge/edge/evalcount"
 	"github.com/flagedge/flagedge/edge/geocache"
 	"github.com/flagedge/flagedge/edge/httpapi"
 	"github.com/flagedge/flagedge/edge/ofrep"
@@ -58,32 +59,33 @@ func main() {
 
 // config is the edge's configuration; every field has a flag and an environment variable.
 type config struct {
-	HTTPAddr        string
-	ControlPlane    cpclient.Config
-	TLSCert         string
-	TLSKey          string
-	TrustedProxies  string
-	MetricsAddr     string
-	DataDir         string
-	GeoIPDB         string
-	EdgeID          string
-	LookupTimeout   time.Duration
-	PersonTTL       time.Duration
-	PersonMissTTL   time.Duration
-	MembershipMax   int64
-	PersonMax       int64
-	GroupMax        int64
-	OverlayMax      int64
-	MemoryLimit     int64
-	SpoolFsync      string
-	PprofAddr       string
-	SpoolQuota      int64
-	LogLevel        string
-	DrainDelay      time.Duration
-	ShutdownTimeout time.Duration
-	EventLog        eventlog.Config
-	BootstrapBundle string
-	BundlePublicKey string
+	EvalReportInterval time.Duration
+	HTTPAddr           string
+	ControlPlane       cpclient.Config
+	TLSCert            string
+	TLSKey             string
+	TrustedProxies     string
+	MetricsAddr        string
+	DataDir            string
+	GeoIPDB            string
+	EdgeID             string
+	LookupTimeout      time.Duration
+	PersonTTL          time.Duration
+	PersonMissTTL      time.Duration
+	MembershipMax      int64
+	PersonMax          int64
+	GroupMax           int64
+	OverlayMax         int64
+	MemoryLimit        int64
+	SpoolFsync         string
+	PprofAddr          string
+	SpoolQuota         int64
+	LogLevel           string
+	DrainDelay         time.Duration
+	ShutdownTimeout    time.Duration
+	EventLog           eventlog.Config
+	BootstrapBundle    string
+	BundlePublicKey    string
 	// OFREP change streams.
 	Streams       bool
 	StreamKey     string
@@ -126,6 +128,7 @@ func parseConfig(args []string, stderr io.Writer) (*config, error) {
 	fs.String(&cfg.LogLevel, "log-level", "FLAGEDGE_LOG_LEVEL", "info", "debug, info, warn or error")
 	// Load balancers probe every few seconds; 5 s of 503 on /_ready lets them stop sending
 	// before the listener closes.
+	fs.Duration(&cfg.EvalReportInterval, "evaluation-report-interval", "FLAGEDGE_EVALUATION_REPORT_INTERVAL", 5*time.Second, "how often the counts of flag evaluations are sent to the control plane")
 	fs.Duration(&cfg.DrainDelay, "drain-delay", "FLAGEDGE_DRAIN_DELAY", 5*time.Second, "after SIGTERM, how long /_ready answers 503 while requests are still served")
 	// Decide requests take microseconds; 15 s drains any in-flight request and is bounded.
 	fs.Duration(&cfg.ShutdownTimeout, "shutdown-timeout", "FLAGEDGE_SHUTDOWN_TIMEOUT", 15*time.Second, "how long finishing in-flight requests may take")
@@ -166,6 +169,9 @@ func (cfg *config) validate() error {
 	}
 	if _, err := clientip.NewResolver(cfg.TrustedProxies); err != nil {
 		return fmt.Errorf("--trusted-proxies: %w", err)
+	}
+	if cfg.EvalReportInterval <= 0 {
+		return errors.New("--evaluation-report-interval must be positive")
 	}
 	if cfg.MembershipMax < 0 || cfg.MemoryLimit < 0 {
 		return errors.New("--membership-max-bytes and --memory-limit must not be negative")
@@ -210,7 +216,8 @@ type edge struct {
 	api       *httpapi.Server
 	streams   *ofrep.Hub // nil when streaming is off
 	forwarder *capture.Forwarder
-	closers   []func() // in the order they are to run
+	counts    *evalcount.Registry // evaluations by project, flag and value, reported upstream
+	closers   []func()            // in the order they are to run
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -256,6 +263,8 @@ func assemble(cfg *config, log *slog.Logger) (e *edge, err error) {
 	cacheMetrics := cache.NewMetrics(reg)
 
 	e.holder = state.NewHolder(filepath.Join(cfg.DataDir, "snapshots"), log, reg)
+	e.counts = evalcount.NewRegistry()
+	e.holder.CountEvaluations(e.counts)
 	n, err := e.holder.Load()
 	if err != nil {
 		log.Error("some snapshots on disk could not be loaded", "err", err)
@@ -438,6 +447,11 @@ func (e *edge) serve(ctx context.Context) error {
 	})
 	g.Go(func() error {
 		e.forwarder.Run(background)
+		return nil
+	})
+	reporter := evalcount.NewReporter(e.counts, e.client, e.cfg.EdgeID, e.cfg.EvalReportInterval, e.log, e.reg)
+	g.Go(func() error {
+		reporter.Run(gctx) // a last report as shutdown begins
 		return nil
 	})
 	if e.streams != nil {

@@ -1,0 +1,64 @@
+package evalcount
+
+import (
+	"sort"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+func take(r *Registry) []Count {
+	out := r.Take()
+	sort.Slice(out, func(i, j int) bool {
+		a, b := out[i], out[j]
+		if a.FlagKey != b.FlagKey {
+			return a.FlagKey < b.FlagKey
+		}
+		return a.Value < b.Value
+	})
+	return out
+}
+
+// Counts survive a new snapshot of the project for the flags it keeps unchanged, and those of
+// flags it drops or changes are reported once more, then forgotten.
+func TestCountsAcrossSnapshots(t *testing.T) {
+	r := NewRegistry()
+	p := r.Install(1, []Definition{{Key: "a"}, {Key: "mv", Variants: []string{"blue", "red"}}, {Key: "gone"}})
+	p.Flag(0).Add(true, "")
+	p.Flag(0).Add(false, "")
+	p.Flag(1).Add(true, "red")
+	p.Flag(1).Add(true, "holdout-1") // a value the edge does not know
+	p.Flag(2).Add(true, "")
+	p.Flag(7).Add(true, "") // out of range: nothing
+	p.ByKey("nope").Add(true, "")
+
+	next := r.Install(1, []Definition{{Key: "a"}, {Key: "mv", Variants: []string{"blue", "green"}}})
+	if next.Flag(0) != p.Flag(0) || next.Flag(1) == p.Flag(1) {
+		t.Fatal("an unchanged flag must keep its counters, a changed one get new ones")
+	}
+	p.Flag(0).Add(true, "") // a request still holding the old snapshot
+	next.ByKey("mv").Add(true, "green")
+
+	want := []Count{{1, "a", "false", 1}, {1, "a", "true", 2}, {1, "gone", "true", 1},
+		{1, "mv", "green", 1}, {1, "mv", "other", 1}, {1, "mv", "red", 1}}
+	if diff := cmp.Diff(want, take(r)); diff != "" {
+		t.Errorf("first take (-want +got):\n%s", diff)
+	}
+	if got := take(r); len(got) != 0 {
+		t.Errorf("second take: %v", got)
+	}
+	next.Flag(0).Add(false, "")
+	r.Remove(1)
+	if diff := cmp.Diff([]Count{{1, "a", "false", 1}}, take(r)); diff != "" {
+		t.Errorf("after removal (-want +got):\n%s", diff)
+	}
+}
+
+// Counting is one atomic add, without allocating.
+func TestAddDoesNotAllocate(t *testing.T) {
+	p := NewRegistry().Install(1, []Definition{{Key: "mv", Variants: []string{"blue", "red"}}})
+	f := p.Flag(0)
+	if n := testing.AllocsPerRun(1000, func() { f.Add(true, "red"); f.Add(false, ""); f.Add(true, "") }); n != 0 {
+		t.Errorf("%v allocations per evaluation", n)
+	}
+}
