@@ -9,6 +9,7 @@ require (
 	github.com/bits-and-blooms/bloom/v3 v3.7.1
 	github.com/chromedp/chromedp v0.23.0
 	github.com/dgraph-io/ristretto/v2 v2.4.2
+	github.com/dlclark/regexp2 v1.11.0
 	github.com/fasthttp/router v1.5.4
 	github.com/getkin/kin-openapi v0.153.0
 	github.com/google/go-cmp v0.7.0

@@ -18,9 +18,9 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/flagedge/flagedge/controlplane/ingest"
 	"github.com/flagedge/flagedge/controlplane/logingest"
 	"github.com/flagedge/flagedge/controlplane/postgres"
-	"github.com/flagedge/flagedge/controlplane/syncserver"
 	"github.com/flagedge/flagedge/edge/capture"
 	"github.com/flagedge/flagedge/internal/natstest"
 	"github.com/flagedge/flagedge/internal/pgcluster"
@@ -155,7 +155,7 @@ func eventLogRun(ctx context.Context, pg *pgcluster.Cluster, cluster *natstest.C
 			return res, err
 		}
 		defer rnc.Close()
-		srv := syncserver.NewServer(postgres.NewSnapshotStore(rdb), postgres.NewPersonStore(rdb), postgres.NewEventStore(rdb, quiet), quiet, nil)
+		srv := ingest.New(postgres.NewEventStore(rdb, quiet), quiet, nil)
 		in, err := logingest.New(rnc, srv, ingestCfg, quiet, nil)
 		if err != nil {
 			return res, err
@@ -219,7 +219,7 @@ func eventLogRun(ctx context.Context, pg *pgcluster.Cluster, cluster *natstest.C
 	if replicas == 1 {
 		// The ceiling in this run's conditions: the store alone, as the direct gRPC path
 		// calls it, on a database of its own.
-		srv := syncserver.NewServer(postgres.NewSnapshotStore(db), postgres.NewPersonStore(db), postgres.NewEventStore(db, quiet), quiet, nil)
+		srv := ingest.New(postgres.NewEventStore(db, quiet), quiet, nil)
 		direct := records(100_000)
 		progress("eventlog: the store alone, 100000 events")
 		start := time.Now()

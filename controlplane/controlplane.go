@@ -44,6 +44,14 @@ type User struct {
 // IsAdmin reports whether the user administers its organisation.
 func (u *User) IsAdmin() bool { return u.OrgRole == OrgRoleAdmin }
 
+// Name is the user's name for display, the email when unnamed.
+func (u *User) Name() string {
+	if n := strings.TrimSpace(u.FirstName + " " + u.LastName); n != "" {
+		return n
+	}
+	return u.Email
+}
+
 // GroupType is a named group type of a project and its index (0–4).
 type GroupType struct {
 	GroupType string `json:"group_type"`

@@ -141,21 +141,46 @@ func setIf[T any](dst *T, src *T) {
 	}
 }
 
-// FlagFilter selects the non-deleted flags of a project.
+// FlagFilter selects the non-deleted flags of a project, with PostHog's list filters.
 type FlagFilter struct {
 	ProjectID     int64
 	Limit, Offset int
-	// Stale keeps only stale flags: older than StaleAfter, and either not evaluated within it
-	// or active, fully rolled out to everyone and unchanged within it.
+	// Search keeps flags whose key or name contains it, ignoring case.
+	Search string
+	// Active keeps only active (true) or inactive (false) flags; nil keeps both.
+	Active *bool
+	// Stale keeps only stale flags (?stale=true, or PostHog's ?active=STALE): older than
+	// StaleAfter, and either not evaluated within it or active, fully rolled out to everyone
+	// and unchanged within it.
 	Stale bool
+	// CreatedBy keeps the flags the user created.
+	CreatedBy *int64
+	// Type is "boolean" (no variants), "multivariant", "experiment" or "remote_config"
+	// (flagedge has neither: none match); "" keeps all.
+	Type string
+	// Tags keeps flags with any of them; ExcludedKeys drops flags with those keys.
+	Tags, ExcludedKeys []string
+	// EvaluationRuntime keeps the flags evaluated in that runtime: every flagedge flag is
+	// evaluated everywhere ("all").
+	EvaluationRuntime string
+	// HasEvaluationTags keeps flags with (true) or without (false) evaluation tags, which
+	// flagedge flags never have.
+	HasEvaluationTags *bool
+	// Order is a field to sort by (FlagOrderFields), "-" first for descending; "" is newest
+	// first.
+	Order string
 }
+
+// FlagOrderFields are the fields a flag list can be ordered by.
+var FlagOrderFields = []string{"id", "key", "name", "active", "created_at", "updated_at", "version", "created_by"}
 
 // FlagService manages feature flags. Every change records activity and bumps the project's
 // snapshot version.
 type FlagService interface {
 	// FindFlagByID returns a flag of the project, deleted or not.
 	FindFlagByID(ctx context.Context, projectID, id int64) (*Flag, error)
-	// FindFlags returns a page of the project's non-deleted flags, newest first, and the total.
+	// FindFlags returns a page of the project's non-deleted flags that pass the filter, in its
+	// order (newest first by default), and how many pass.
 	FindFlags(ctx context.Context, filter FlagFilter) ([]*Flag, int, error)
 	CreateFlag(ctx context.Context, actor *User, projectID int64, upd FlagUpdate) (*Flag, error)
 	// UpdateFlag applies upd and returns the flag as it now is.

@@ -1,28 +1,28 @@
 // Package console serves the control plane's web console: server-rendered pages for logging
-// in, feature flags, annotations, keys, members, events and persons. It holds no data path of
-// its own: every read and write is a call to the management API's handler, in process, as the
-// logged-in user, so the console is subject to exactly the API's checks (organisation
-// membership, admin-only writes, flag role access) and shows the API's validation errors.
+// in, feature flags, annotations, keys, members, events and persons. It calls the same
+// guarded services as the management API (controlplane/authz), as the logged-in user, so it
+// is subject to exactly the same checks (organisation membership, admin-only writes, flag
+// role access) and shows the services' validation errors.
 package console
 
 import (
 	"bytes"
+	"context"
 	"crypto/subtle"
 	"embed"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"html/template"
-	"io"
 	"io/fs"
 	"log/slog"
 	"net/http"
 	"net/netip"
 	"net/url"
+	"strconv"
 	"strings"
 
 	"github.com/flagedge/flagedge/controlplane"
-	"github.com/flagedge/flagedge/controlplane/httpapi"
+	"github.com/flagedge/flagedge/controlplane/flageval"
 	"github.com/flagedge/flagedge/controlplane/loginlimit"
 	"github.com/flagedge/flagedge/shared/clientip"
 )
@@ -35,12 +35,20 @@ var staticFiles embed.FS
 
 // Config holds what the console needs.
 type Config struct {
-	// API is the management API's handler; the console calls it in process for all data.
-	API http.Handler
-	// Users checks passwords and spends set-password tokens.
-	Users controlplane.UserService
-	// Sessions keeps the logged-in sessions.
-	Sessions controlplane.SessionService
+	// Services are the services guarded by the permission checks (authz.Wrap), called as
+	// the logged-in user; Users also checks passwords, Sessions keeps the sessions.
+	controlplane.Services
+	// Evaluator answers the flag page's test and blast radius panels.
+	Evaluator *flageval.Evaluator
+	// PublicURL is the scheme and host of the set-password links of invitations; empty means
+	// the request's own.
+	PublicURL string
+	// EdgeSessions lists the connected edges of a project (the Edges page); Rollout says,
+	// after a save, how many of them serve it (nil: not said).
+	EdgeSessions controlplane.EdgeSessionStore
+	Rollout      Rollout
+	// Usage reads the flags' evaluations at the edges (nil: not shown).
+	Usage controlplane.EvaluationStore
 	// SecureCookies marks cookies Secure even on plain HTTP, for a console behind a proxy
 	// that terminates TLS; requests that arrive over TLS get Secure cookies regardless.
 	SecureCookies bool
@@ -186,13 +194,17 @@ func cacheStatic(h http.Handler) http.Handler {
 	})
 }
 
-// request is one logged-in request: the session, and the page's common data.
+// request is one logged-in request: the session, and the context that acts as its user.
 type request struct {
 	w       http.ResponseWriter
 	r       *http.Request
+	ctx     context.Context // acts as the session's user (controlplane.NewContextWithUser)
 	session *controlplane.Session
 	c       *Console
 }
+
+// user is the logged-in user.
+func (q *request) user() *controlplane.User { return &q.session.User }
 
 type sessionHandler func(q *request) error
 
@@ -228,116 +240,71 @@ func (c *Console) withSession(h sessionHandler) http.HandlerFunc {
 				return
 			}
 		}
-		q := &request{w: w, r: r, session: sess, c: c}
+		q := &request{w: w, r: r, ctx: controlplane.NewContextWithUser(r.Context(), &sess.User), session: sess, c: c}
 		if err := h(q); err != nil {
 			c.handleError(q, err)
 		}
 	}
 }
 
-// apiError is an error answer of the management API.
-type apiError struct {
-	Status int
-	Type   string  `json:"type"`
-	Code   string  `json:"code"`
-	Detail string  `json:"detail"`
-	Attr   *string `json:"attr"`
-}
-
-func (e *apiError) Error() string { return fmt.Sprintf("%d %s: %s", e.Status, e.Code, e.Detail) }
-
-// field returns the attribute the error concerns, or "".
-func (e *apiError) field() string {
-	if e.Attr == nil {
-		return ""
+// handleError shows a service's error as a page; internal errors are logged, never shown.
+func (c *Console) handleError(q *request, err error) {
+	if e := userError(err); e != nil {
+		status := statusOf(e.Kind)
+		title := map[int]string{400: "Invalid request", 401: "Not logged in", 403: "Permission denied", 404: "Not found"}[status]
+		if title == "" {
+			title = http.StatusText(status)
+		}
+		c.renderStatus(q.w, q.r, q.session, status, title, e.Detail)
+		return
 	}
-	return *e.Attr
+	c.serverError(q.w, q.r, err)
 }
 
-func asAPIError(err error) *apiError {
-	var ae *apiError
-	if errors.As(err, &ae) {
-		return ae
+// userError is err when it is one to show the user (a controlplane.Error that is not
+// internal), else nil.
+func userError(err error) *controlplane.Error {
+	var e *controlplane.Error
+	if errors.As(err, &e) && e.Kind != controlplane.Internal {
+		return e
 	}
 	return nil
 }
 
-// bufferWriter collects an in-process API answer.
-type bufferWriter struct {
-	header http.Header
-	status int
-	body   bytes.Buffer
+// invalid is err when the user's input caused it (a validation error to show beside the
+// form), else nil.
+func invalid(err error) *controlplane.Error {
+	if e := userError(err); e != nil && statusOf(e.Kind) == http.StatusBadRequest {
+		return e
+	}
+	return nil
 }
 
-func (b *bufferWriter) Header() http.Header { return b.header }
-func (b *bufferWriter) Write(p []byte) (int, error) {
-	if b.status == 0 {
-		b.status = http.StatusOK
+// statusOf is the status of a page that shows an error of the kind.
+func statusOf(k controlplane.Kind) int {
+	switch k {
+	case controlplane.Invalid, controlplane.Malformed:
+		return http.StatusBadRequest
+	case controlplane.NotAuthenticated, controlplane.BadCredentials:
+		return http.StatusUnauthorized
+	case controlplane.Forbidden:
+		return http.StatusForbidden
+	case controlplane.NotFound:
+		return http.StatusNotFound
+	case controlplane.TooLarge:
+		return http.StatusRequestEntityTooLarge
 	}
-	return b.body.Write(p)
-}
-func (b *bufferWriter) WriteHeader(code int) {
-	if b.status == 0 {
-		b.status = code
-	}
-}
-
-// api calls the management API as the session's user and decodes a JSON answer into out
-// (when not nil). An error answer is returned as *apiError.
-func (q *request) api(method, path string, body, out any) error {
-	_, err := q.apiCall(method, path, body, out, http.StatusOK)
-	return err
+	return http.StatusInternalServerError
 }
 
-// apiCall is api that also answers the response's headers, and decodes into out the answers
-// with status ok as well as the successful ones (rollout_status answers 408 with a body).
-func (q *request) apiCall(method, path string, body, out any, ok int) (http.Header, error) {
-	var rd io.Reader
-	if body != nil {
-		data, err := json.Marshal(body)
-		if err != nil {
-			return nil, err
-		}
-		rd = bytes.NewReader(data)
+// detail is err as a panel shows it: a user's error as it is, any other logged and named
+// only as a server error.
+func (c *Console) detail(r *http.Request, err error) string {
+	if e := userError(err); e != nil {
+		return e.Detail
 	}
-	ctx := httpapi.WithPrincipal(q.r.Context(), httpapi.SessionPrincipal(&q.session.User))
-	req, err := http.NewRequestWithContext(ctx, method, path, rd)
-	if err != nil {
-		return nil, err
-	}
-	req.Host = q.r.Host
-	req.RemoteAddr = q.r.RemoteAddr
-	req.TLS = q.r.TLS
-	req.Header.Set("Content-Type", "application/json")
-	bw := &bufferWriter{header: http.Header{}}
-	q.c.cfg.API.ServeHTTP(bw, req)
-	if bw.status >= 300 && bw.status != ok {
-		ae := &apiError{Status: bw.status}
-		if json.Unmarshal(bw.body.Bytes(), ae) != nil || ae.Detail == "" {
-			ae.Detail = http.StatusText(bw.status)
-		}
-		return bw.header, ae
-	}
-	if out == nil || bw.status == http.StatusNoContent {
-		return bw.header, nil
-	}
-	if err := json.Unmarshal(bw.body.Bytes(), out); err != nil {
-		return bw.header, fmt.Errorf("console: decode %s %s: %w", method, path, err)
-	}
-	return bw.header, nil
-}
-
-// handleError shows an API error as a page; internal errors are logged, never shown.
-func (c *Console) handleError(q *request, err error) {
-	if ae := asAPIError(err); ae != nil && ae.Status < 500 {
-		title := map[int]string{400: "Invalid request", 401: "Not logged in", 403: "Permission denied", 404: "Not found"}[ae.Status]
-		if title == "" {
-			title = http.StatusText(ae.Status)
-		}
-		c.renderStatus(q.w, q.r, q.session, ae.Status, title, ae.Detail)
-		return
-	}
-	c.serverError(q.w, q.r, err)
+	c.cfg.Logger.Error("console error", "method", r.Method, "path", r.URL.Path, "err", err)
+	return "A server error occurred."
 }
 
 func (c *Console) serverError(w http.ResponseWriter, r *http.Request, err error) {
@@ -350,8 +317,8 @@ type page struct {
 	Title     string
 	User      *controlplane.User
 	CSRF      string
-	Project   *projectView
-	Projects  []projectView
+	Project   *controlplane.Project
+	Projects  []*controlplane.Project
 	Nav       string // the active navigation entry
 	Flash     string
 	FlashKind string
@@ -387,27 +354,28 @@ func (c *Console) renderStatus(w http.ResponseWriter, r *http.Request, sess *con
 	c.render(w, status, "status", p)
 }
 
+// maxProjects bounds the project picker: an organisation has a handful of projects.
+const maxProjects = 1000
+
 // page builds the common page data for a logged-in request, in the project of the path
-// when it has one (which the API must let the user reach).
+// when it has one (which the user must reach).
 func (q *request) page(title, nav string) (*page, error) {
-	p := &page{Title: title, User: &q.session.User, CSRF: q.session.CSRFToken, Nav: nav}
-	var projects listOf[projectView]
-	if err := q.api("GET", "/api/projects/?limit=1000", nil, &projects); err != nil {
+	p := &page{Title: title, User: q.user(), CSRF: q.session.CSRFToken, Nav: nav}
+	projects, _, err := q.c.cfg.Projects.FindProjects(q.ctx, controlplane.ProjectFilter{OrganizationID: q.user().OrganizationID, Limit: maxProjects})
+	if err != nil {
 		return nil, err
 	}
-	p.Projects = projects.Results
-	if pid := q.r.PathValue("pid"); pid != "" {
-		var proj projectView
-		if err := q.api("GET", "/api/projects/"+url.PathEscape(pid)+"/", nil, &proj); err != nil {
+	p.Projects = projects
+	if q.r.PathValue("pid") != "" {
+		if p.Project, err = q.project(); err != nil {
 			return nil, err
 		}
-		p.Project = &proj
 	} else if len(p.Projects) > 0 {
-		p.Project = &p.Projects[0]
+		p.Project = p.Projects[0]
 		if ck, err := q.r.Cookie("flagedge_project"); err == nil {
-			for i := range p.Projects {
-				if fmt.Sprint(p.Projects[i].ID) == ck.Value {
-					p.Project = &p.Projects[i]
+			for _, proj := range p.Projects {
+				if strconv.FormatInt(proj.ID, 10) == ck.Value {
+					p.Project = proj
 				}
 			}
 		}
@@ -446,7 +414,26 @@ func (q *request) projectPath(format string, args ...any) string {
 	return "/project/" + url.PathEscape(q.r.PathValue("pid")) + fmt.Sprintf(format, args...)
 }
 
-// apiProject is the API path of the request's project.
-func (q *request) apiProject(format string, args ...any) string {
-	return "/api/projects/" + url.PathEscape(q.r.PathValue("pid")) + fmt.Sprintf(format, args...)
+// project is the path's project, when the user reaches it.
+func (q *request) project() (*controlplane.Project, error) {
+	id, err := pathID(q.r, "pid")
+	if err != nil {
+		return nil, err
+	}
+	return q.c.cfg.Projects.FindProjectByID(q.ctx, id)
+}
+
+// projectID is the path's project id (the services check the user reaches it).
+func (q *request) projectID() int64 {
+	id, _ := strconv.ParseInt(q.r.PathValue("pid"), 10, 64)
+	return id
+}
+
+// pathID is the path value name as a positive id; anything else addresses nothing.
+func pathID(r *http.Request, name string) (int64, error) {
+	id, err := strconv.ParseInt(r.PathValue(name), 10, 64)
+	if err != nil || id <= 0 {
+		return 0, controlplane.ErrNotFound
+	}
+	return id, nil
 }

@@ -57,13 +57,12 @@ func newSite(t *testing.T) *site {
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	services, persons := authz.Wrap(postgres.NewServices(db, bcrypt.MinCost)), postgres.NewPersonStore(db)
 	sessions := postgres.NewEdgeSessionStore(db)
-	api := httpapi.New(httpapi.Config{
-		Services:  services,
-		Evaluator: &flageval.Evaluator{Snapshots: postgres.NewSnapshotStore(db), Persons: persons, Scanner: persons},
-		Ready:     db.Ping, Logger: log,
-		EdgeSessions: sessions, Rollout: rollout.New(sessions), Usage: postgres.NewEvaluationStore(db),
-	})
-	web, err := console.New(console.Config{API: api, Users: services.Users, Sessions: services.Sessions, Logger: log})
+	evaluator := &flageval.Evaluator{Snapshots: postgres.NewSnapshotStore(db), Persons: persons, Scanner: persons}
+	waiter, usage := rollout.New(sessions), postgres.NewEvaluationStore(db)
+	api := httpapi.New(httpapi.Config{Services: services, Evaluator: evaluator, Ready: db.Ping, Logger: log,
+		EdgeSessions: sessions, Rollout: waiter, Usage: usage})
+	web, err := console.New(console.Config{Services: services, Evaluator: evaluator, Logger: log, EdgeSessions: sessions, Rollout: waiter,
+		Usage: usage})
 	if err != nil {
 		t.Fatal(err)
 	}

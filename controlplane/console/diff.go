@@ -30,6 +30,15 @@ func describeChange(field, action string, before, after json.RawMessage) changeV
 
 // prettyJSON indents a JSON value; a string holding JSON (as filters are recorded) is
 // indented as that JSON.
+// jsonOf is a changed value in its JSON form, as the activity log stores it.
+func jsonOf(v any) json.RawMessage {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return nil
+	}
+	return b
+}
+
 func prettyJSON(raw json.RawMessage) string {
 	if len(raw) == 0 {
 		return "null"

@@ -6,6 +6,8 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+
+	"github.com/flagedge/flagedge/controlplane"
 )
 
 // filterForm is a flag's filters as the edit form shows them: release conditions with their
@@ -174,11 +176,6 @@ func parseFilterForm(raw json.RawMessage) (*filterForm, error) {
 	return f, nil
 }
 
-// formError is a form value the console cannot turn into filters.
-type formError struct{ Attr, Detail string }
-
-func (e *formError) Error() string { return e.Detail }
-
 // filterFormFrom reads the edit form's fields; blank property and variant rows are dropped.
 func filterFormFrom(v url.Values, rest map[string]json.RawMessage) *filterForm {
 	f := &filterForm{PayloadTrue: v.Get("payload_true"), GroupTypeIndex: v.Get("group_type"), rest: rest}
@@ -223,7 +220,7 @@ func (f *filterForm) filters() (json.RawMessage, error) {
 	if f.GroupTypeIndex != "" {
 		i, err := strconv.Atoi(f.GroupTypeIndex)
 		if err != nil {
-			return nil, &formError{"group_type", "Choose a group type."}
+			return nil, controlplane.FieldError("group_type", "invalid_input", "Choose a group type.")
 		}
 		gti = &i
 	}
@@ -234,7 +231,7 @@ func (f *filterForm) filters() (json.RawMessage, error) {
 		if c.Rollout != "" {
 			pct, err := strconv.ParseFloat(c.Rollout, 64)
 			if err != nil {
-				return nil, &formError{fmt.Sprintf("c%d_rollout", i), fmt.Sprintf("Condition %d: the rollout percentage must be a number from 0 to 100.", i+1)}
+				return nil, controlplane.FieldError(fmt.Sprintf("c%d_rollout", i), "invalid_input", fmt.Sprintf("Condition %d: the rollout percentage must be a number from 0 to 100.", i+1))
 			}
 			g["rollout_percentage"] = pct
 		}
@@ -255,7 +252,7 @@ func (f *filterForm) filters() (json.RawMessage, error) {
 		for k, v := range f.Variants {
 			pct, err := strconv.ParseFloat(v.Rollout, 64)
 			if err != nil {
-				return nil, &formError{fmt.Sprintf("v%d_pct", k), fmt.Sprintf("Variant %q: the percentage must be a number.", v.Key)}
+				return nil, controlplane.FieldError(fmt.Sprintf("v%d_pct", k), "invalid_input", fmt.Sprintf("Variant %q: the percentage must be a number.", v.Key))
 			}
 			variants = append(variants, map[string]any{"key": v.Key, "name": v.Name, "rollout_percentage": pct})
 			if strings.TrimSpace(v.Payload) != "" {

@@ -4,10 +4,15 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"net/url"
 	"strconv"
 	"strings"
+
+	"github.com/flagedge/flagedge/controlplane"
+	"github.com/flagedge/flagedge/shared/flags"
 )
+
+// maxListed bounds the lists a page shows at once (flags, roles, role access records).
+const maxListed = 1000
 
 // flagsPage is the flags list.
 type flagsPage struct {
@@ -23,13 +28,17 @@ func (c *Console) handleFlags(q *request) error {
 	if err != nil {
 		return err
 	}
-	var list listOf[flagView]
-	if err := q.api("GET", q.apiProject("/feature_flags/?limit=1000"), nil, &list); err != nil {
+	list, total, err := q.c.cfg.Flags.FindFlags(q.ctx, controlplane.FlagFilter{ProjectID: p.Project.ID, Limit: maxListed})
+	if err != nil {
 		return err
 	}
-	data := &flagsPage{Search: strings.TrimSpace(q.r.URL.Query().Get("search")), Status: q.r.URL.Query().Get("status"), Total: list.Count}
+	views, err := q.flagViews(list...)
+	if err != nil {
+		return err
+	}
+	data := &flagsPage{Search: strings.TrimSpace(q.r.URL.Query().Get("search")), Status: q.r.URL.Query().Get("status"), Total: total}
 	needle := strings.ToLower(data.Search)
-	for _, f := range list.Results {
+	for _, f := range views {
 		match := needle == "" || strings.Contains(strings.ToLower(f.Key), needle) || strings.Contains(strings.ToLower(f.Name), needle) ||
 			strings.Contains(strings.ToLower(strings.Join(f.Tags, " ")), needle)
 		switch data.Status {
@@ -43,19 +52,20 @@ func (c *Console) handleFlags(q *request) error {
 		}
 	}
 	// Recently deleted flags, from the activity log, so they can be restored.
-	var activity struct {
-		Results []activityView `json:"results"`
-	}
-	if err := q.api("GET", q.apiProject("/feature_flags/activity/?limit=30"), nil, &activity); err == nil {
+	activity, _, err := q.c.cfg.Activity.FindActivity(q.ctx, controlplane.ActivityFilter{ProjectID: p.Project.ID, Scope: "FeatureFlag", Limit: 30})
+	if err == nil {
 		seen := map[string]bool{}
-		for _, a := range activity.Results {
+		for _, a := range activity {
 			if a.Activity != "deleted" || seen[a.ItemID] || len(data.Deleted) >= 5 {
 				continue
 			}
 			seen[a.ItemID] = true
-			var f flagView
-			if q.api("GET", q.apiProject("/feature_flags/%s/", url.PathEscape(a.ItemID)), nil, &f) == nil && f.Deleted {
-				data.Deleted = append(data.Deleted, f)
+			id, err := strconv.ParseInt(a.ItemID, 10, 64)
+			if err != nil {
+				continue
+			}
+			if f, err := q.c.cfg.Flags.FindFlagByID(q.ctx, p.Project.ID, id); err == nil && f.Deleted {
+				data.Deleted = append(data.Deleted, flagView{Flag: f})
 			}
 		}
 	}
@@ -124,7 +134,7 @@ func (c *Console) handleNewFlag(q *request) error {
 	return nil
 }
 
-// flagFromForm reads the form's flag fields into the page and the API body.
+// flagFromForm reads the form's flag fields into the page.
 func flagFromForm(q *request, data *flagPage, rest map[string]json.RawMessage) {
 	v := q.r.PostForm
 	data.Key = strings.TrimSpace(v.Get("key"))
@@ -169,11 +179,11 @@ func applyFormAction(f *filterForm, action string) bool {
 	return true
 }
 
-// flagBody is the API body for the form's flag.
-func flagBody(data *flagPage) (map[string]any, error) {
+// flagUpdate is the form's flag as an update of every field the form has.
+func flagUpdate(data *flagPage) (controlplane.FlagUpdate, error) {
 	filters, err := data.Form.filters()
 	if err != nil {
-		return nil, err
+		return controlplane.FlagUpdate{}, err
 	}
 	tags := []string{}
 	for _, t := range strings.Split(data.Tags, ",") {
@@ -181,19 +191,17 @@ func flagBody(data *flagPage) (map[string]any, error) {
 			tags = append(tags, t)
 		}
 	}
-	return map[string]any{"key": data.Key, "name": data.Description, "active": data.Active, "tags": tags,
-		"ensure_experience_continuity": data.Continuity, "filters": json.RawMessage(filters)}, nil
+	return controlplane.FlagUpdate{Key: &data.Key, Name: &data.Description, Active: &data.Active, Tags: &tags,
+		EnsureExperienceContinuity: &data.Continuity, Filters: filters}, nil
 }
 
 // showFormError re-renders the form with the error of a failed save.
 func (c *Console) showFormError(q *request, p *page, data *flagPage, err error) error {
-	if fe, ok := err.(*formError); ok {
-		data.Error, data.ErrorAttr = fe.Detail, fe.Attr
-	} else if ae := asAPIError(err); ae != nil && ae.Status == http.StatusBadRequest {
-		data.Error, data.ErrorAttr = ae.Detail, ae.field()
-	} else {
+	e := invalid(err)
+	if e == nil {
 		return err
 	}
+	data.Error, data.ErrorAttr = e.Detail, e.Attr
 	p.Data = data
 	c.render(q.w, http.StatusBadRequest, "flag", p)
 	return nil
@@ -212,29 +220,58 @@ func (c *Console) handleCreateFlag(q *request) error {
 		c.render(q.w, http.StatusOK, "flag", p)
 		return nil
 	}
-	body, err := flagBody(data)
+	upd, err := flagUpdate(data)
 	if err != nil {
 		return c.showFormError(q, p, data, err)
 	}
-	var created flagView
-	header, err := q.apiCall("POST", q.apiProject("/feature_flags/"), body, &created, http.StatusOK)
+	created, err := q.c.cfg.Flags.CreateFlag(q.ctx, q.user(), p.Project.ID, upd)
 	if err != nil {
 		return c.showFormError(q, p, data, err)
 	}
-	return q.redirect(livePath(q.projectPath("/feature_flags/%d", created.ID), header), "success", "Feature flag "+created.Key+" created.")
+	return q.redirect(livePath(q.projectPath("/feature_flags/%d", created.ID), created.SnapshotVersion), "success", "Feature flag "+created.Key+" created.")
 }
 
-// loadFlag reads the path's flag through the API.
+// loadFlag reads the path's flag, with whether the user may change it.
 func (q *request) loadFlag() (*flagView, error) {
-	id, err := strconv.ParseInt(q.r.PathValue("id"), 10, 64)
+	pid, err := pathID(q.r, "pid")
 	if err != nil {
-		return nil, &apiError{Status: http.StatusNotFound, Detail: "Not found."}
-	}
-	var f flagView
-	if err := q.api("GET", q.apiProject("/feature_flags/%d/", id), nil, &f); err != nil {
 		return nil, err
 	}
-	return &f, nil
+	id, err := pathID(q.r, "id")
+	if err != nil {
+		return nil, err
+	}
+	f, err := q.c.cfg.Flags.FindFlagByID(q.ctx, pid, id)
+	if err != nil {
+		return nil, err
+	}
+	views, err := q.flagViews(f)
+	if err != nil {
+		return nil, err
+	}
+	return &views[0], nil
+}
+
+// flagViews are the flags with whether the user may change each.
+func (q *request) flagViews(list ...*controlplane.Flag) ([]flagView, error) {
+	ids := make([]int64, len(list))
+	for i, f := range list {
+		ids[i] = f.ID
+	}
+	editable, err := q.c.cfg.Roles.EditableFlags(q.ctx, q.user(), ids)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]flagView, len(list))
+	for i, f := range list {
+		out[i] = flagView{Flag: f, CanEdit: editable[f.ID]}
+	}
+	if len(list) > 0 {
+		if err := q.addUsage(list[0].ProjectID, out); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
 }
 
 func (c *Console) handleFlag(q *request) error {
@@ -261,39 +298,38 @@ func (c *Console) handleFlag(q *request) error {
 // flagPanels fills the usage, role access, blast radius and test panels of a saved flag.
 func (c *Console) flagPanels(q *request, f *flagView, data *flagPage) {
 	data.Usage = q.usage(f)
-	var access listOf[roleAccessView]
-	if err := q.api("GET", q.apiProject("/feature_flags/%d/role_access/", f.ID), nil, &access); err == nil {
-		data.RoleAccess = access.Results
+	if access, _, err := q.c.cfg.Roles.FindRoleAccess(q.ctx, f.ProjectID, f.ID, maxListed, 0); err == nil {
+		for _, a := range access {
+			data.RoleAccess = append(data.RoleAccess, roleAccessView{RoleAccess: a, Role: roleView{&a.Role}})
+		}
 	}
-	var roles listOf[roleView]
-	if err := q.api("GET", "/api/organizations/@current/roles/?limit=1000", nil, &roles); err == nil {
-		data.Roles = roles.Results
+	if roles, _, err := q.c.cfg.Roles.FindRoles(q.ctx, q.user().OrganizationID, maxListed, 0); err == nil {
+		for _, r := range roles {
+			data.Roles = append(data.Roles, roleView{r})
+		}
 	}
 	if !f.Deleted {
-		var gti any
+		var gti *int
 		if data.Form.GroupTypeIndex != "" {
-			gti, _ = strconv.Atoi(data.Form.GroupTypeIndex)
+			i, _ := strconv.Atoi(data.Form.GroupTypeIndex)
+			gti = &i
 		}
 		var raw struct {
 			Groups []json.RawMessage `json:"groups"`
 		}
 		_ = json.Unmarshal(f.Filters, &raw)
+		compiled, compileErr := q.c.cfg.Evaluator.Compile(q.ctx, f.ProjectID)
 		for i, cond := range raw.Groups {
 			b := blastView{Index: i + 1, GroupAggregate: gti != nil}
-			var out struct {
-				Affected int `json:"users_affected"`
-				Total    int `json:"total_users"`
+			err := compileErr
+			if err == nil {
+				b.Affected, b.All, err = q.c.cfg.Evaluator.BlastRadius(q.ctx, compiled, cond, gti, f.Key)
 			}
-			if err := q.api("POST", q.apiProject("/feature_flags/user_blast_radius/"), map[string]any{
-				"condition": cond, "group_type_index": gti, "key": f.Key}, &out); err != nil {
-				b.Err = err.Error()
-				if ae := asAPIError(err); ae != nil {
-					b.Err = ae.Detail
-				}
+			if err != nil {
+				b.Err = q.c.detail(q.r, err)
 			}
-			b.Affected, b.All = out.Affected, out.Total
-			if out.Total > 0 {
-				b.Percent = strconv.FormatFloat(100*float64(out.Affected)/float64(out.Total), 'f', 1, 64)
+			if b.All > 0 {
+				b.Percent = strconv.FormatFloat(100*float64(b.Affected)/float64(b.All), 'f', 1, 64)
 			}
 			data.Blast = append(data.Blast, b)
 			if i == 9 {
@@ -304,46 +340,48 @@ func (c *Console) flagPanels(q *request, f *flagView, data *flagPage) {
 	data.TestID = strings.TrimSpace(q.r.URL.Query().Get("distinct_id"))
 	data.TestProps = q.r.URL.Query().Get("properties")
 	if data.TestID != "" {
-		data.Test = evaluate(q, f.Key, data.TestID, data.TestProps)
+		data.Test = evaluate(q, f, data.TestID, data.TestProps)
 	}
 }
 
-// evaluate asks the API why the flag has its value for a distinct id and properties.
-func evaluate(q *request, key, distinctID, props string) *testView {
+// evaluate finds why the flag has its value for a distinct id and properties.
+func evaluate(q *request, f *flagView, distinctID, props string) *testView {
 	t := &testView{}
-	params := url.Values{"distinct_id": {distinctID}}
+	req := flags.Request{DistinctID: distinctID}
 	if strings.TrimSpace(props) != "" {
 		m, err := parseProperties(props)
 		if err != nil {
 			t.Err = err.Error()
 			return t
 		}
-		b, _ := json.Marshal(m)
-		params.Set("person_properties", string(b))
+		req.PersonProperties = m
 	}
-	var out map[string]struct {
-		Value      any `json:"value"`
-		Evaluation struct {
-			Reason         string `json:"reason"`
-			ConditionIndex *int   `json:"condition_index"`
-		} `json:"evaluation"`
+	compiled, err := q.c.cfg.Evaluator.Compile(q.ctx, f.ProjectID)
+	if err != nil {
+		t.Err = q.c.detail(q.r, err)
+		return t
 	}
-	if err := q.api("GET", q.apiProject("/feature_flags/evaluation_reasons/?%s", params.Encode()), nil, &out); err != nil {
-		t.Err = err.Error()
-		if ae := asAPIError(err); ae != nil {
-			t.Err = ae.Detail
+	results, err := q.c.cfg.Evaluator.ForRequest(q.ctx, compiled, req)
+	if err != nil {
+		t.Err = q.c.detail(q.r, err)
+		return t
+	}
+	for i := range results {
+		res := &results[i]
+		if res.Key != f.Key {
+			continue
+		}
+		value := res.Value()
+		t.Value = jsonText(value)
+		t.Enabled = value != false
+		t.Reason = strings.ReplaceAll(res.Reason.String(), "_", " ")
+		if res.ConditionIndex >= 0 {
+			idx := res.ConditionIndex
+			t.ConditionIndex = &idx
 		}
 		return t
 	}
-	res, ok := out[key]
-	if !ok {
-		t.Err = "The flag is not evaluated (deleted flags never are)."
-		return t
-	}
-	t.Value = jsonText(res.Value)
-	t.Enabled = res.Value != false
-	t.Reason = strings.ReplaceAll(res.Evaluation.Reason, "_", " ")
-	t.ConditionIndex = res.Evaluation.ConditionIndex
+	t.Err = "The flag is not evaluated (deleted flags never are)."
 	return t
 }
 
@@ -394,19 +432,19 @@ func (c *Console) handleSaveFlag(q *request) error {
 		c.render(q.w, http.StatusOK, "flag", p)
 		return nil
 	}
-	body, err := flagBody(data)
-	var header http.Header
+	upd, err := flagUpdate(data)
+	saved := f.Flag
 	if err == nil {
-		header, err = q.apiCall("PATCH", q.apiProject("/feature_flags/%d/", f.ID), body, nil, http.StatusOK)
+		saved, err = q.c.cfg.Flags.UpdateFlag(q.ctx, q.user(), f.ProjectID, f.ID, upd)
 	}
 	if err != nil {
-		if ae := asAPIError(err); ae != nil && ae.Status == http.StatusForbidden {
+		if controlplane.ErrorKind(err) == controlplane.Forbidden {
 			return err
 		}
 		c.flagPanels(q, f, data)
 		return c.showFormError(q, p, data, err)
 	}
-	return q.redirect(livePath(q.projectPath("/feature_flags/%d", f.ID), header), "success", "Feature flag "+data.Key+" saved.")
+	return q.redirect(livePath(q.projectPath("/feature_flags/%d", f.ID), saved.SnapshotVersion), "success", "Feature flag "+data.Key+" saved.")
 }
 
 // handleToggleFlag switches a flag on or off from the list.
@@ -417,7 +455,7 @@ func (c *Console) handleToggleFlag(q *request) error {
 	}
 	vals := q.r.PostForm["active"]
 	on := len(vals) > 0 && vals[len(vals)-1] == "true"
-	header, err := q.apiCall("PATCH", q.apiProject("/feature_flags/%d/", f.ID), map[string]any{"active": on}, nil, http.StatusOK)
+	saved, err := q.c.cfg.Flags.UpdateFlag(q.ctx, q.user(), f.ProjectID, f.ID, controlplane.FlagUpdate{Active: &on})
 	if err != nil {
 		return err
 	}
@@ -429,7 +467,7 @@ func (c *Console) handleToggleFlag(q *request) error {
 	if next := q.r.PostFormValue("next"); strings.HasPrefix(next, "/project/") {
 		back = next
 	}
-	return q.redirect(livePath(back, header), "success", "Feature flag "+f.Key+" is now "+state+".")
+	return q.redirect(livePath(back, saved.SnapshotVersion), "success", "Feature flag "+f.Key+" is now "+state+".")
 }
 
 // handleDeleteFlag soft-deletes or restores a flag.
@@ -439,9 +477,9 @@ func (c *Console) handleDeleteFlag(deleted bool) sessionHandler {
 		if err != nil {
 			return err
 		}
-		if err := q.api("PATCH", q.apiProject("/feature_flags/%d/", f.ID), map[string]any{"deleted": deleted}, nil); err != nil {
-			if ae := asAPIError(err); ae != nil && ae.Status == http.StatusBadRequest {
-				return q.redirect(q.projectPath("/feature_flags/%d", f.ID), "error", ae.Detail)
+		if _, err := q.c.cfg.Flags.UpdateFlag(q.ctx, q.user(), f.ProjectID, f.ID, controlplane.FlagUpdate{Deleted: &deleted}); err != nil {
+			if e := invalid(err); e != nil {
+				return q.redirect(q.projectPath("/feature_flags/%d", f.ID), "error", e.Detail)
 			}
 			return err
 		}
@@ -457,9 +495,9 @@ func (c *Console) handleAddRoleAccess(q *request) error {
 	if err != nil {
 		return err
 	}
-	err = q.api("POST", q.apiProject("/feature_flags/%d/role_access/", f.ID), map[string]any{"role_id": q.r.PostFormValue("role_id")}, nil)
-	if ae := asAPIError(err); ae != nil && ae.Status == http.StatusBadRequest {
-		return q.redirect(q.projectPath("/feature_flags/%d#access", f.ID), "error", ae.Detail)
+	_, err = q.c.cfg.Roles.CreateRoleAccess(q.ctx, f.ProjectID, f.ID, q.r.PostFormValue("role_id"))
+	if e := invalid(err); e != nil {
+		return q.redirect(q.projectPath("/feature_flags/%d#access", f.ID), "error", e.Detail)
 	}
 	if err != nil {
 		return err
@@ -472,11 +510,11 @@ func (c *Console) handleRemoveRoleAccess(q *request) error {
 	if err != nil {
 		return err
 	}
-	aid, err := strconv.ParseInt(q.r.PathValue("aid"), 10, 64)
+	aid, err := pathID(q.r, "aid")
 	if err != nil {
-		return &apiError{Status: http.StatusNotFound, Detail: "Not found."}
+		return err
 	}
-	if err := q.api("DELETE", q.apiProject("/feature_flags/%d/role_access/%d/", f.ID, aid), nil, nil); err != nil {
+	if err := q.c.cfg.Roles.DeleteRoleAccess(q.ctx, f.ProjectID, f.ID, aid); err != nil {
 		return err
 	}
 	return q.redirect(q.projectPath("/feature_flags/%d#access", f.ID), "success", "Role access removed.")
@@ -487,11 +525,6 @@ type activityPage struct {
 	Flag    *flagView
 	Entries []activityEntry
 	Total   int
-}
-
-type activityEntry struct {
-	activityView
-	Changes []changeView
 }
 
 type changeView struct {
@@ -509,20 +542,14 @@ func (c *Console) handleFlagActivity(q *request) error {
 	if err != nil {
 		return err
 	}
-	var out struct {
-		Results    []activityView `json:"results"`
-		TotalCount int            `json:"total_count"`
-	}
-	if err := q.api("GET", q.apiProject("/feature_flags/%d/activity/?limit=100", f.ID), nil, &out); err != nil {
+	list, total, err := q.c.cfg.Activity.FindActivity(q.ctx, controlplane.ActivityFilter{ProjectID: f.ProjectID, Scope: "FeatureFlag",
+		ItemID: strconv.FormatInt(f.ID, 10), Limit: 100})
+	if err != nil {
 		return err
 	}
-	data := &activityPage{Flag: f, Total: out.TotalCount}
-	for _, a := range out.Results {
-		e := activityEntry{activityView: a}
-		for _, ch := range a.Detail.Changes {
-			e.Changes = append(e.Changes, describeChange(ch.Field, ch.Action, ch.Before, ch.After))
-		}
-		data.Entries = append(data.Entries, e)
+	data := &activityPage{Flag: f, Total: total}
+	for _, a := range list {
+		data.Entries = append(data.Entries, newActivityEntry(a))
 	}
 	p.Data = data
 	c.render(q.w, http.StatusOK, "activity", p)

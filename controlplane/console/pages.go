@@ -2,10 +2,11 @@ package console
 
 import (
 	"net/http"
-	"net/url"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/flagedge/flagedge/controlplane"
 )
 
 // handleHome opens the flags of the current project.
@@ -41,7 +42,7 @@ func (c *Console) handleSwitch(q *request) error {
 
 // annotationsPage is the annotations list.
 type annotationsPage struct {
-	Annotations []annotationView
+	Annotations []*controlplane.Annotation
 	Search      string
 	Total       int
 }
@@ -52,18 +53,19 @@ func (c *Console) handleAnnotations(q *request) error {
 		return err
 	}
 	search := strings.TrimSpace(q.r.URL.Query().Get("search"))
-	var list listOf[annotationView]
-	if err := q.api("GET", q.apiProject("/annotations/?limit=200&search=%s", url.QueryEscape(search)), nil, &list); err != nil {
+	list, total, err := q.c.cfg.Annotations.FindAnnotations(q.ctx, controlplane.AnnotationFilter{
+		ProjectID: p.Project.ID, OrganizationID: p.Project.OrganizationID, Search: search, Limit: 200})
+	if err != nil {
 		return err
 	}
-	p.Data = &annotationsPage{Annotations: list.Results, Search: search, Total: list.Count}
+	p.Data = &annotationsPage{Annotations: list, Search: search, Total: total}
 	c.render(q.w, http.StatusOK, "annotations", p)
 	return nil
 }
 
 // annotationPage is the annotation form.
 type annotationPage struct {
-	Annotation *annotationView
+	Annotation *controlplane.Annotation
 	Content    string
 	Date       string // datetime-local value, UTC
 	Scope      string
@@ -83,27 +85,32 @@ func (c *Console) handleNewAnnotation(q *request) error {
 	return nil
 }
 
-// annotationBody reads the form into the page and the API body.
-func annotationBody(q *request, data *annotationPage) map[string]any {
+// annotationUpdate reads the form into the page and the update: content, scope and the date
+// (the form's local time, taken as UTC, or RFC 3339).
+func annotationUpdate(q *request, data *annotationPage) (controlplane.AnnotationUpdate, error) {
 	data.Content = q.r.PostFormValue("content")
 	data.Date = q.r.PostFormValue("date_marker")
 	data.Scope = q.r.PostFormValue("scope")
-	body := map[string]any{"content": data.Content, "scope": data.Scope, "date_marker": nil}
+	upd := controlplane.AnnotationUpdate{Content: &data.Content, Scope: &data.Scope, DateMarkerSet: true}
 	if data.Date != "" {
-		body["date_marker"] = data.Date
-		if t, err := time.Parse(dateLocal, data.Date); err == nil {
-			body["date_marker"] = t.UTC().Format(time.RFC3339)
+		t, err := time.Parse(dateLocal, data.Date)
+		if err != nil {
+			if t, err = time.Parse(time.RFC3339, data.Date); err != nil {
+				return upd, controlplane.FieldError("date_marker", "invalid_date", "Datetime has wrong format. Use ISO 8601.")
+			}
 		}
+		t = t.UTC()
+		upd.DateMarker = &t
 	}
-	return body
+	return upd, nil
 }
 
 func (c *Console) annotationError(q *request, p *page, data *annotationPage, err error) error {
-	ae := asAPIError(err)
-	if ae == nil || ae.Status != http.StatusBadRequest {
+	e := invalid(err)
+	if e == nil {
 		return err
 	}
-	data.Error, data.ErrorAttr = ae.Detail, ae.field()
+	data.Error, data.ErrorAttr = e.Detail, e.Attr
 	p.Data = data
 	c.render(q.w, http.StatusBadRequest, "annotation", p)
 	return nil
@@ -115,27 +122,33 @@ func (c *Console) handleCreateAnnotation(q *request) error {
 		return err
 	}
 	data := &annotationPage{}
-	body := annotationBody(q, data)
-	if err := q.api("POST", q.apiProject("/annotations/"), body, nil); err != nil {
+	upd, err := annotationUpdate(q, data)
+	if err == nil {
+		_, err = q.c.cfg.Annotations.CreateAnnotation(q.ctx, q.user(), p.Project, upd)
+	}
+	if err != nil {
 		return c.annotationError(q, p, data, err)
 	}
 	return q.redirect(q.projectPath("/annotations"), "success", "Annotation created.")
 }
 
-func (q *request) loadAnnotation() (*annotationView, error) {
-	id, err := strconv.ParseInt(q.r.PathValue("id"), 10, 64)
+// loadAnnotation reads the path's annotation (of its project, or of the organisation) and
+// its project.
+func (q *request) loadAnnotation() (*controlplane.Annotation, *controlplane.Project, error) {
+	project, err := q.project()
 	if err != nil {
-		return nil, &apiError{Status: http.StatusNotFound, Detail: "Not found."}
+		return nil, nil, err
 	}
-	var a annotationView
-	if err := q.api("GET", q.apiProject("/annotations/%d/", id), nil, &a); err != nil {
-		return nil, err
+	id, err := pathID(q.r, "id")
+	if err != nil {
+		return nil, nil, err
 	}
-	return &a, nil
+	a, err := q.c.cfg.Annotations.FindAnnotationByID(q.ctx, project.ID, project.OrganizationID, id)
+	return a, project, err
 }
 
 func (c *Console) handleAnnotation(q *request) error {
-	a, err := q.loadAnnotation()
+	a, _, err := q.loadAnnotation()
 	if err != nil {
 		return err
 	}
@@ -153,7 +166,7 @@ func (c *Console) handleAnnotation(q *request) error {
 }
 
 func (c *Console) handleSaveAnnotation(q *request) error {
-	a, err := q.loadAnnotation()
+	a, project, err := q.loadAnnotation()
 	if err != nil {
 		return err
 	}
@@ -162,19 +175,23 @@ func (c *Console) handleSaveAnnotation(q *request) error {
 		return err
 	}
 	data := &annotationPage{Annotation: a}
-	body := annotationBody(q, data)
-	if err := q.api("PATCH", q.apiProject("/annotations/%d/", a.ID), body, nil); err != nil {
+	upd, err := annotationUpdate(q, data)
+	if err == nil {
+		_, err = q.c.cfg.Annotations.UpdateAnnotation(q.ctx, q.user(), project, a.ID, upd)
+	}
+	if err != nil {
 		return c.annotationError(q, p, data, err)
 	}
 	return q.redirect(q.projectPath("/annotations"), "success", "Annotation saved.")
 }
 
 func (c *Console) handleDeleteAnnotation(q *request) error {
-	a, err := q.loadAnnotation()
+	a, project, err := q.loadAnnotation()
 	if err != nil {
 		return err
 	}
-	if err := q.api("PATCH", q.apiProject("/annotations/%d/", a.ID), map[string]any{"deleted": true}, nil); err != nil {
+	deleted := true
+	if _, err := q.c.cfg.Annotations.UpdateAnnotation(q.ctx, q.user(), project, a.ID, controlplane.AnnotationUpdate{Deleted: &deleted}); err != nil {
 		return err
 	}
 	return q.redirect(q.projectPath("/annotations"), "success", "Annotation deleted.")
@@ -182,7 +199,7 @@ func (c *Console) handleDeleteAnnotation(q *request) error {
 
 // eventsPage is the recent events table.
 type eventsPage struct {
-	Events     []eventView
+	Events     []*controlplane.Event
 	Event      string
 	DistinctID string
 	Total      int
@@ -194,18 +211,12 @@ func (c *Console) handleEvents(q *request) error {
 		return err
 	}
 	data := &eventsPage{Event: q.r.URL.Query().Get("event"), DistinctID: q.r.URL.Query().Get("distinct_id")}
-	params := url.Values{"limit": {"100"}}
-	if data.Event != "" {
-		params.Set("event", data.Event)
-	}
-	if data.DistinctID != "" {
-		params.Set("distinct_id", data.DistinctID)
-	}
-	var list listOf[eventView]
-	if err := q.api("GET", q.apiProject("/events/?%s", params.Encode()), nil, &list); err != nil {
+	list, total, err := q.c.cfg.Events.FindEvents(q.ctx, controlplane.EventFilter{ProjectID: p.Project.ID, Event: data.Event,
+		DistinctID: data.DistinctID, Limit: 100})
+	if err != nil {
 		return err
 	}
-	data.Events, data.Total = list.Results, list.Count
+	data.Events, data.Total = list, total
 	p.Data = data
 	c.render(q.w, http.StatusOK, "events", p)
 	return nil
@@ -224,11 +235,14 @@ func (c *Console) handlePersons(q *request) error {
 		return err
 	}
 	data := &personsPage{Search: strings.TrimSpace(q.r.URL.Query().Get("search"))}
-	var list listOf[personView]
-	if err := q.api("GET", q.apiProject("/persons/?limit=100&search=%s", url.QueryEscape(data.Search)), nil, &list); err != nil {
+	list, total, err := q.c.cfg.Events.FindPersons(q.ctx, controlplane.PersonFilter{ProjectID: p.Project.ID, Search: data.Search, Limit: 100})
+	if err != nil {
 		return err
 	}
-	data.Persons, data.Total = list.Results, list.Count
+	for _, person := range list {
+		data.Persons = append(data.Persons, newPersonView(person))
+	}
+	data.Total = total
 	p.Data = data
 	c.render(q.w, http.StatusOK, "persons", p)
 	return nil
@@ -237,28 +251,29 @@ func (c *Console) handlePersons(q *request) error {
 // personPage is one person with their properties and recent events.
 type personPage struct {
 	Person personView
-	Events []eventView
+	Events []*controlplane.Event
 }
 
 func (c *Console) handlePerson(q *request) error {
-	id, err := strconv.ParseInt(q.r.PathValue("id"), 10, 64)
+	id, err := pathID(q.r, "id")
 	if err != nil {
-		return &apiError{Status: http.StatusNotFound, Detail: "Not found."}
+		return err
 	}
 	p, err := q.page("Person", "persons")
 	if err != nil {
 		return err
 	}
-	data := &personPage{}
-	if err := q.api("GET", q.apiProject("/persons/%d/", id), nil, &data.Person); err != nil {
+	person, err := q.c.cfg.Events.FindPersonByID(q.ctx, p.Project.ID, id)
+	if err != nil {
 		return err
 	}
-	for _, did := range data.Person.DistinctIDs {
-		var list listOf[eventView]
-		if err := q.api("GET", q.apiProject("/events/?limit=20&distinct_id=%s", url.QueryEscape(did)), nil, &list); err != nil {
+	data := &personPage{Person: newPersonView(person)}
+	for _, did := range person.DistinctIDs {
+		list, _, err := q.c.cfg.Events.FindEvents(q.ctx, controlplane.EventFilter{ProjectID: p.Project.ID, DistinctID: did, Limit: 20})
+		if err != nil {
 			return err
 		}
-		data.Events = append(data.Events, list.Results...)
+		data.Events = append(data.Events, list...)
 		if len(data.Events) >= 50 {
 			break
 		}

@@ -2,6 +2,7 @@ package console
 
 import (
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 
@@ -10,8 +11,8 @@ import (
 
 // keysPage lists the user's personal API keys; NewKey is shown once, right after creation.
 type keysPage struct {
-	Keys      []keyView
-	NewKey    *keyView
+	Keys      []*controlplane.PersonalKey
+	NewKey    *newKeyView
 	Objects   []string
 	Error     string
 	ErrorAttr string
@@ -23,7 +24,7 @@ func (c *Console) keysPage(q *request, status int, data *keysPage) error {
 	if err != nil {
 		return err
 	}
-	if err := q.api("GET", "/api/personal_api_keys/", nil, &data.Keys); err != nil {
+	if data.Keys, err = q.c.cfg.Keys.FindKeys(q.ctx, q.user().ID); err != nil {
 		return err
 	}
 	data.Objects = controlplane.ScopeObjects
@@ -49,34 +50,34 @@ func (c *Console) handleCreateKey(q *request) error {
 			}
 		}
 	}
-	body := map[string]any{"label": data.Label, "scopes": scopes}
 	if scopes == nil {
-		body["scopes"] = []string{}
+		scopes = []string{}
 	}
+	upd := controlplane.KeyUpdate{Label: &data.Label, Scopes: &scopes}
 	if pid := q.r.PostFormValue("project"); pid != "" {
 		if id, err := strconv.ParseInt(pid, 10, 64); err == nil {
-			body["scoped_teams"] = []int64{id}
+			upd.ScopedTeams = &[]int64{id}
 		}
 	}
-	var created keyView
-	if err := q.api("POST", "/api/personal_api_keys/", body, &created); err != nil {
-		ae := asAPIError(err)
-		if ae == nil || ae.Status != http.StatusBadRequest {
+	created, secret, err := q.c.cfg.Keys.CreateKey(q.ctx, q.user(), upd)
+	if err != nil {
+		e := invalid(err)
+		if e == nil {
 			return err
 		}
-		data.Error, data.ErrorAttr = ae.Detail, ae.field()
+		data.Error, data.ErrorAttr = e.Detail, e.Attr
 		return c.keysPage(q, http.StatusBadRequest, data)
 	}
-	data.NewKey, data.Label = &created, ""
+	data.NewKey, data.Label = &newKeyView{PersonalKey: created, Value: secret}, ""
 	return c.keysPage(q, http.StatusCreated, data)
 }
 
 func (c *Console) handleDeleteKey(q *request) error {
-	id, err := strconv.ParseInt(q.r.PathValue("id"), 10, 64)
+	id, err := pathID(q.r, "id")
 	if err != nil {
-		return &apiError{Status: http.StatusNotFound, Detail: "Not found."}
+		return err
 	}
-	if err := q.api("DELETE", "/api/personal_api_keys/"+strconv.FormatInt(id, 10)+"/", nil, nil); err != nil {
+	if err := q.c.cfg.Keys.DeleteKey(q.ctx, q.user().ID, id); err != nil {
 		return err
 	}
 	return q.redirect("/settings/keys", "success", "Key revoked. Edges stop accepting it within a second.")
@@ -85,11 +86,14 @@ func (c *Console) handleDeleteKey(q *request) error {
 // membersPage lists the organisation's members; Invite holds a new member's link, once.
 type membersPage struct {
 	Members []memberView
-	Invite  *struct {
-		TargetEmail    string `json:"target_email"`
-		SetPasswordURL string `json:"set_password_url"`
-	}
-	Error string
+	Invite  *inviteView
+	Error   string
+}
+
+// inviteView is a new member's email and the link that lets them choose a password.
+type inviteView struct {
+	TargetEmail    string
+	SetPasswordURL string
 }
 
 func (c *Console) membersPage(q *request, status int, data *membersPage) error {
@@ -97,11 +101,13 @@ func (c *Console) membersPage(q *request, status int, data *membersPage) error {
 	if err != nil {
 		return err
 	}
-	var list listOf[memberView]
-	if err := q.api("GET", "/api/organizations/@current/members/?limit=1000", nil, &list); err != nil {
+	list, _, err := q.c.cfg.Users.FindMembers(q.ctx, q.user().OrganizationID, maxListed, 0)
+	if err != nil {
 		return err
 	}
-	data.Members = list.Results
+	for _, m := range list {
+		data.Members = append(data.Members, memberView{Member: m, Level: controlplane.MembershipLevel(m.User.OrgRole)})
+	}
 	p.Data = data
 	c.render(q.w, status, "members", p)
 	return nil
@@ -113,30 +119,42 @@ func (c *Console) handleMembers(q *request) error {
 
 func (c *Console) handleInvite(q *request) error {
 	data := &membersPage{}
-	level := 1
+	req := controlplane.InviteRequest{Email: q.r.PostFormValue("email"), FirstName: q.r.PostFormValue("first_name"), OrgRole: controlplane.OrgRoleMember}
 	if q.r.PostFormValue("admin") == "on" {
-		level = 8
+		req.OrgRole = controlplane.OrgRoleAdmin
 	}
-	err := q.api("POST", "/api/organizations/@current/invites/", map[string]any{
-		"target_email": q.r.PostFormValue("email"), "first_name": q.r.PostFormValue("first_name"), "level": level}, &data.Invite)
+	inv, err := q.c.cfg.Users.InviteMember(q.ctx, q.user(), req)
 	if err != nil {
-		ae := asAPIError(err)
-		if ae == nil || ae.Status >= 500 {
+		e := userError(err)
+		if e == nil {
 			return err
 		}
-		data.Invite, data.Error = nil, ae.Detail
-		return c.membersPage(q, ae.Status, data)
+		data.Error = e.Detail
+		return c.membersPage(q, statusOf(e.Kind), data)
 	}
+	data.Invite = &inviteView{TargetEmail: inv.User.Email, SetPasswordURL: c.baseURL(q.r) + "/set-password?token=" + url.QueryEscape(inv.PasswordToken)}
 	return c.membersPage(q, http.StatusCreated, data)
 }
 
 func (c *Console) handleRemoveMember(q *request) error {
-	if err := q.api("DELETE", "/api/organizations/@current/members/"+q.r.PathValue("uuid")+"/", nil, nil); err != nil {
-		ae := asAPIError(err)
-		if ae == nil || ae.Status >= 500 {
+	if err := q.c.cfg.Users.RemoveMember(q.ctx, q.user(), q.r.PathValue("uuid")); err != nil {
+		e := userError(err)
+		if e == nil {
 			return err
 		}
-		return q.redirect("/settings/members", "error", ae.Detail)
+		return q.redirect("/settings/members", "error", e.Detail)
 	}
 	return q.redirect("/settings/members", "success", "Member removed.")
+}
+
+// baseURL is the scheme and host of absolute links: the public URL, else the request's.
+func (c *Console) baseURL(r *http.Request) string {
+	if base := strings.TrimRight(c.cfg.PublicURL, "/"); base != "" {
+		return base
+	}
+	scheme := "http"
+	if r.TLS != nil {
+		scheme = "https"
+	}
+	return scheme + "://" + r.Host
 }

@@ -102,9 +102,9 @@ func TestFilterFormErrors(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := filterFormFrom(tc.form, nil).filters()
-			fe, ok := err.(*formError)
-			if !ok || fe.Attr != tc.attr {
-				t.Errorf("err = %v, want a form error on %s", err, tc.attr)
+			fe := invalid(err)
+			if fe == nil || fe.Attr != tc.attr {
+				t.Errorf("err = %v, want a field error on %s", err, tc.attr)
 			}
 		})
 	}

@@ -7,67 +7,21 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/flagedge/flagedge/controlplane"
 )
 
-// The API's answers, as the pages read them.
+// What the pages show beyond the domain's types: a flag with whether the user may change it,
+// role levels by name, persons' properties as a map, a new key with its secret.
 
-// listOf is the API's paginated envelope.
-type listOf[T any] struct {
-	Count   int     `json:"count"`
-	Next    *string `json:"next"`
-	Results []T     `json:"results"`
-}
-
-type userView struct {
-	ID        int64  `json:"id"`
-	UUID      string `json:"uuid"`
-	FirstName string `json:"first_name"`
-	LastName  string `json:"last_name"`
-	Email     string `json:"email"`
-}
-
-// Name is the user's name for display, the email when unnamed.
-func (u userView) Name() string {
-	if n := strings.TrimSpace(u.FirstName + " " + u.LastName); n != "" {
-		return n
-	}
-	return u.Email
-}
-
-type projectView struct {
-	ID         int64  `json:"id"`
-	Name       string `json:"name"`
-	APIToken   string `json:"api_token"`
-	Timezone   string `json:"timezone"`
-	GroupTypes []struct {
-		GroupType string `json:"group_type"`
-		Index     int    `json:"group_type_index"`
-	} `json:"group_types"`
-}
-
+// flagView is a flag as the user sees it.
 type flagView struct {
-	ID                         int64           `json:"id"`
-	Key                        string          `json:"key"`
-	Name                       string          `json:"name"`
-	Filters                    json.RawMessage `json:"filters"`
-	Deleted                    bool            `json:"deleted"`
-	Active                     bool            `json:"active"`
-	CreatedBy                  *userView       `json:"created_by"`
-	CreatedAt                  time.Time       `json:"created_at"`
-	UpdatedAt                  time.Time       `json:"updated_at"`
-	Version                    int             `json:"version"`
-	LastModifiedBy             *userView       `json:"last_modified_by"`
-	RolloutPercentage          *float64        `json:"rollout_percentage"`
-	EnsureExperienceContinuity bool            `json:"ensure_experience_continuity"`
-	CanEdit                    bool            `json:"can_edit"`
-	Tags                       []string        `json:"tags"`
-	LastCalledAt               time.Time       `json:"last_called_at"` // zero: never
-	EvaluationCounts           struct {
-		Day   int64 `json:"1d"`
-		Week  int64 `json:"7d"`
-		Month int64 `json:"30d"`
-	} `json:"evaluation_counts"`
-	Stale bool `json:"stale"`
+	*controlplane.Flag
+	CanEdit bool
+	// LastCalledAt (zero: never), EvaluationCounts and Stale are the flag's usage at the edges.
+	LastCalledAt     time.Time
+	EvaluationCounts evaluationCounts
+	Stale            bool
 }
 
 // Summary describes the flag's release conditions in a line.
@@ -108,99 +62,68 @@ func (f flagView) Summary() string {
 	return strings.Join(parts, " · ")
 }
 
-type activityView struct {
-	ID   string `json:"id"`
-	User *struct {
-		FirstName string `json:"first_name"`
-		Email     string `json:"email"`
-	} `json:"user"`
-	Activity string `json:"activity"`
-	ItemID   string `json:"item_id"`
-	Detail   struct {
-		Name    string `json:"name"`
-		Changes []struct {
-			Action string          `json:"action"`
-			Field  string          `json:"field"`
-			Before json.RawMessage `json:"before"`
-			After  json.RawMessage `json:"after"`
-		} `json:"changes"`
-	} `json:"detail"`
-	CreatedAt time.Time `json:"created_at"`
+// activityEntry is an activity log entry as the timeline shows it: who did what, when, and
+// its changes described.
+type activityEntry struct {
+	Who       string
+	Activity  string
+	CreatedAt time.Time
+	Changes   []changeView
 }
 
-// Who names the user of an activity entry.
-func (a activityView) Who() string {
-	if a.User == nil {
-		return "System"
+func newActivityEntry(a *controlplane.Activity) activityEntry {
+	e := activityEntry{Who: "System", Activity: a.Activity, CreatedAt: a.CreatedAt}
+	if a.User != nil {
+		e.Who = a.User.FirstName
+		if e.Who == "" {
+			e.Who = a.User.Email
+		}
 	}
-	if a.User.FirstName != "" {
-		return a.User.FirstName
+	for _, ch := range a.Detail.Changes {
+		e.Changes = append(e.Changes, describeChange(ch.Field, ch.Action, jsonOf(ch.Before), jsonOf(ch.After)))
 	}
-	return a.User.Email
+	return e
 }
 
-type roleView struct {
-	ID                      string `json:"id"`
-	Name                    string `json:"name"`
-	FeatureFlagsAccessLevel int    `json:"feature_flags_access_level"`
-}
+// roleView is a role.
+type roleView struct{ *controlplane.Role }
 
 // Level names the role's flag access level.
 func (r roleView) Level() string {
-	if r.FeatureFlagsAccessLevel == 21 {
+	if r.FeatureFlagsAccessLevel == controlplane.AccessLevelView {
 		return "Can view"
 	}
 	return "Can edit"
 }
 
+// roleAccessView is a role's access to a flag.
 type roleAccessView struct {
-	ID      int64     `json:"id"`
-	Role    roleView  `json:"role"`
-	AddedAt time.Time `json:"added_at"`
+	*controlplane.RoleAccess
+	Role roleView
 }
 
-type annotationView struct {
-	ID         int64      `json:"id"`
-	Content    string     `json:"content"`
-	DateMarker *time.Time `json:"date_marker"`
-	Scope      string     `json:"scope"`
-	Deleted    bool       `json:"deleted"`
-	CreatedBy  *userView  `json:"created_by"`
-	CreatedAt  time.Time  `json:"created_at"`
+// newKeyView is a key just issued, with its secret (shown once).
+type newKeyView struct {
+	*controlplane.PersonalKey
+	Value string
 }
 
-type keyView struct {
-	ID          int64      `json:"id"`
-	Label       string     `json:"label"`
-	Value       string     `json:"value"`
-	MaskValue   string     `json:"mask_value"`
-	Scopes      []string   `json:"scopes"`
-	ScopedTeams []int64    `json:"scoped_teams"`
-	CreatedAt   time.Time  `json:"created_at"`
-	LastUsedAt  *time.Time `json:"last_used_at"`
-}
-
+// memberView is a member with their PostHog membership level (1 member, 8 admin).
 type memberView struct {
-	User        userView  `json:"user"`
-	Level       int       `json:"level"`
-	JoinedAt    time.Time `json:"joined_at"`
-	HasPassword bool      `json:"has_password"`
+	*controlplane.Member
+	Level int
 }
 
-type eventView struct {
-	UUID       string          `json:"uuid"`
-	Event      string          `json:"event"`
-	DistinctID string          `json:"distinct_id"`
-	Properties json.RawMessage `json:"properties"`
-	Timestamp  time.Time       `json:"timestamp"`
-}
-
+// personView is a person with their properties decoded.
 type personView struct {
-	ID          int64          `json:"id"`
-	UUID        string         `json:"uuid"`
-	DistinctIDs []string       `json:"distinct_ids"`
-	Properties  map[string]any `json:"properties"`
-	CreatedAt   time.Time      `json:"created_at"`
+	*controlplane.Person
+	Properties map[string]any
+}
+
+func newPersonView(p *controlplane.Person) personView {
+	v := personView{Person: p}
+	_ = json.Unmarshal(p.Properties, &v.Properties) // stored as a JSON object
+	return v
 }
 
 // property is one key and value for a properties table.

@@ -64,20 +64,17 @@ func asUser(r *http.Request, key *controlplane.APIKey) *http.Request {
 
 // authenticate returns the bearer key of the request, when it carries the scope.
 func (s *Server) authenticate(r *http.Request, scope controlplane.Scope) (*controlplane.APIKey, error) {
-	key := principalFrom(r.Context()) // the console's logged-in user, calling in process
-	if key == nil {
-		header := r.Header.Get("Authorization")
-		if header == "" {
-			return nil, controlplane.ErrNotAuthenticated
-		}
-		scheme, secret, _ := strings.Cut(header, " ")
-		if !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(secret) == "" {
-			return nil, controlplane.ErrNotAuthenticated
-		}
-		var err error
-		if key, err = s.cfg.Auth.AuthenticatePersonalKey(r.Context(), strings.TrimSpace(secret)); err != nil {
-			return nil, err
-		}
+	header := r.Header.Get("Authorization")
+	if header == "" {
+		return nil, controlplane.ErrNotAuthenticated
+	}
+	scheme, secret, _ := strings.Cut(header, " ")
+	if !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(secret) == "" {
+		return nil, controlplane.ErrNotAuthenticated
+	}
+	key, err := s.cfg.Auth.AuthenticatePersonalKey(r.Context(), strings.TrimSpace(secret))
+	if err != nil {
+		return nil, err
 	}
 	if !key.HasScope(scope) {
 		return nil, controlplane.Errorf(controlplane.Forbidden, "permission_denied", "API key missing required scope '%s'", scope)

@@ -1,8 +1,11 @@
 package httpapi
 
 import (
+	"encoding/json"
 	"net/http"
+	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/flagedge/flagedge/controlplane"
 )
@@ -12,14 +15,11 @@ func (s *Server) handleListFlags(w http.ResponseWriter, r *http.Request, c *call
 	if err != nil {
 		return err
 	}
-	filter := controlplane.FlagFilter{ProjectID: c.project.ID, Limit: limit, Offset: offset}
-	switch r.URL.Query().Get("stale") {
-	case "", "false", "0":
-	case "true", "1":
-		filter.Stale = true
-	default:
-		return controlplane.FieldError("stale", "invalid_input", "stale must be true or false.")
+	filter, err := flagFilter(r)
+	if err != nil {
+		return err
 	}
+	filter.ProjectID, filter.Limit, filter.Offset = c.project.ID, limit, offset
 	list, total, err := s.cfg.Flags.FindFlags(r.Context(), filter)
 	if err != nil {
 		return err
@@ -37,6 +37,63 @@ func (s *Server) handleListFlags(w http.ResponseWriter, r *http.Request, c *call
 	}
 	writeJSON(w, http.StatusOK, s.newPage(r, total, limit, offset, out))
 	return nil
+}
+
+// flagFilter reads PostHog's list filters: search, active (true, false or STALE; also
+// ?stale=true),
+// created_by_id, type, tags and excluded_properties (JSON lists of names), evaluation_runtime,
+// has_evaluation_tags and order. Unknown values filter nothing, as in PostHog, except an
+// order or creator that cannot be used, which is 400.
+func flagFilter(r *http.Request) (controlplane.FlagFilter, error) {
+	q := r.URL.Query()
+	var f controlplane.FlagFilter
+	f.Search = q.Get("search")
+	switch v := q.Get("active"); v {
+	case "":
+	case "STALE":
+		f.Stale = true
+	default:
+		active := v == "true"
+		f.Active = &active
+	}
+	switch q.Get("stale") {
+	case "", "false", "0":
+	case "true", "1":
+		f.Stale = true
+	default:
+		return f, controlplane.FieldError("stale", "invalid_input", "stale must be true or false.")
+	}
+	if v := q.Get("created_by_id"); v != "" {
+		id, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			return f, controlplane.FieldError("created_by_id", "invalid_input", "A valid integer is required.")
+		}
+		f.CreatedBy = &id
+	}
+	f.Type = q.Get("type")
+	f.EvaluationRuntime = q.Get("evaluation_runtime")
+	f.Tags, f.ExcludedKeys = jsonList(q.Get("tags")), jsonList(q.Get("excluded_properties"))
+	if v := q.Get("has_evaluation_tags"); v != "" {
+		has := strings.EqualFold(v, "true") || v == "1" || strings.EqualFold(v, "yes")
+		f.HasEvaluationTags = &has
+	}
+	if v := q.Get("order"); v != "" {
+		if !slices.Contains(controlplane.FlagOrderFields, strings.TrimPrefix(v, "-")) {
+			return f, controlplane.FieldError("order", "invalid_input",
+				"Order by one of "+strings.Join(controlplane.FlagOrderFields, ", ")+", with - first for descending.")
+		}
+		f.Order = v
+	}
+	return f, nil
+}
+
+// jsonList reads a JSON list of strings; anything else is no list, as PostHog ignores it.
+func jsonList(v string) []string {
+	var list []string
+	if v == "" || json.Unmarshal([]byte(v), &list) != nil {
+		return nil
+	}
+	return list
 }
 
 func (s *Server) handleCreateFlag(w http.ResponseWriter, r *http.Request, c *call) error {

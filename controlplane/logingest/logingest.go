@@ -28,8 +28,8 @@ import (
 )
 
 // Store stores spool records (encoded EventBatch messages), record i captured by edge
-// edgeIDs[i], in one transaction, returning only once it has committed
-// (syncserver.Server.IngestRecords).
+// edgeIDs[i], in one transaction, returning only once it has committed (ingest.Ingester,
+// which the gRPC sync service calls too).
 type Store interface {
 	IngestRecords(ctx context.Context, records [][]byte, edgeIDs []string) (controlplane.IngestResult, error)
 }

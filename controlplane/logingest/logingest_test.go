@@ -16,9 +16,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/flagedge/flagedge/controlplane/ingest"
 	"github.com/flagedge/flagedge/controlplane/logingest"
 	"github.com/flagedge/flagedge/controlplane/postgres"
-	"github.com/flagedge/flagedge/controlplane/syncserver"
 	"github.com/flagedge/flagedge/internal/natstest"
 	"github.com/flagedge/flagedge/internal/pgtest"
 	"github.com/flagedge/flagedge/shared/eventlog"
@@ -53,7 +53,7 @@ func startReplica(t *testing.T, natsURL, dbURL string, cfg logingest.Config) *re
 	}
 	t.Cleanup(nc.Close)
 	reg := prometheus.NewRegistry()
-	srv := syncserver.NewServer(postgres.NewSnapshotStore(db), postgres.NewPersonStore(db), postgres.NewEventStore(db, quiet), quiet, reg)
+	srv := ingest.New(postgres.NewEventStore(db, quiet), quiet, reg)
 	in, err := logingest.New(nc, srv, cfg, quiet, reg)
 	if err != nil {
 		t.Fatal(err)

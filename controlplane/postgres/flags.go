@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -102,18 +103,21 @@ func findFlag(ctx context.Context, q querier, projectID, id int64, forUpdate boo
 
 // FindFlags returns a page of the project's non-deleted flags, newest first, and the total.
 func (s *FlagService) FindFlags(ctx context.Context, filter controlplane.FlagFilter) ([]*controlplane.Flag, int, error) {
-	where, args := ` WHERE f.project_id = $1 AND NOT f.deleted`, []any{filter.ProjectID}
-	if filter.Stale {
-		where += staleFlag
-		args = append(args, s.db.Now().Add(-controlplane.StaleAfter))
-	}
+	c := flagConditions(filter, s.db.Now().Add(-controlplane.StaleAfter))
 	var total int
-	if err := s.db.Pool.QueryRow(ctx, `SELECT count(*) FROM feature_flags f`+where, args...).Scan(&total); err != nil {
+	if err := s.db.Pool.QueryRow(ctx, `SELECT count(*) FROM feature_flags f`+c.where(), c.args...).Scan(&total); err != nil {
 		return nil, 0, fmt.Errorf("count flags: %w", err)
 	}
-	n := len(args)
-	rows, err := s.db.Pool.Query(ctx, flagSelect+where+fmt.Sprintf(` ORDER BY f.id DESC LIMIT $%d OFFSET $%d`, n+1, n+2),
-		append(args, filter.Limit, filter.Offset)...)
+	order := "f.created_at DESC, f.id DESC"
+	if field, desc := strings.CutPrefix(filter.Order, "-"); slices.Contains(controlplane.FlagOrderFields, field) {
+		dir := " ASC"
+		if desc {
+			dir = " DESC"
+		}
+		order = "f." + field + dir + ", f.id" + dir
+	}
+	page, args := c.page(filter.Limit, filter.Offset)
+	rows, err := s.db.Pool.Query(ctx, flagSelect+c.where()+" ORDER BY "+order+page, args...)
 	if err != nil {
 		return nil, 0, fmt.Errorf("find flags: %w", err)
 	}
@@ -124,18 +128,55 @@ func (s *FlagService) FindFlags(ctx context.Context, filter controlplane.FlagFil
 	return list, total, nil
 }
 
-// staleFlag keeps the flags older than $2 (now less controlplane.StaleAfter) that were not
+// staleFlag keeps the flags older than ? (now less controlplane.StaleAfter) that were not
 // evaluated since, or that are active, fully rolled out and unchanged since: a condition
 // without properties at 100 % (or no rollout), and either no variants or one at 100 %.
-const staleFlag = ` AND f.created_at < $2 AND (
-	NOT EXISTS (SELECT 1 FROM flag_last_called l WHERE l.project_id = f.project_id AND l.flag_key = f.key AND l.last_called_at >= $2)
-	OR (f.active AND f.updated_at < $2
+const staleFlag = `f.created_at < ? AND (
+	NOT EXISTS (SELECT 1 FROM flag_last_called l WHERE l.project_id = f.project_id AND l.flag_key = f.key AND l.last_called_at >= ?)
+	OR (f.active AND f.updated_at < ?
 		AND EXISTS (SELECT 1 FROM jsonb_array_elements(CASE WHEN jsonb_typeof(f.filters->'groups') = 'array' THEN f.filters->'groups' ELSE '[]' END) g
 			WHERE (jsonb_typeof(g->'properties') IS DISTINCT FROM 'array' OR jsonb_array_length(g->'properties') = 0)
 			AND (jsonb_typeof(g->'rollout_percentage') IS DISTINCT FROM 'number' OR (g->>'rollout_percentage')::numeric >= 100))
 		AND (jsonb_typeof(f.filters->'multivariate'->'variants') IS DISTINCT FROM 'array'
 			OR EXISTS (SELECT 1 FROM jsonb_array_elements(f.filters->'multivariate'->'variants') v
 				WHERE jsonb_typeof(v->'rollout_percentage') = 'number' AND (v->>'rollout_percentage')::numeric >= 100))))`
+
+// flagConditions are the conditions of a flag list; staleBefore is when a stale flag was last
+// created, evaluated or changed at the latest.
+func flagConditions(filter controlplane.FlagFilter, staleBefore time.Time) *conditions {
+	var c conditions
+	c.add("f.project_id = ? AND NOT f.deleted", filter.ProjectID)
+	if filter.Search != "" {
+		p := containsPattern(filter.Search)
+		c.addPair("(f.key ILIKE ? OR f.name ILIKE ?)", p, p)
+	}
+	if filter.Stale {
+		c.add(staleFlag, staleBefore)
+	} else if filter.Active != nil {
+		c.add("f.active = ?", *filter.Active)
+	}
+	if filter.CreatedBy != nil {
+		c.add("f.created_by = ?", *filter.CreatedBy)
+	}
+	switch filter.Type {
+	case "boolean":
+		c.clauses = append(c.clauses, "COALESCE(jsonb_array_length(f.filters->'multivariate'->'variants'), 0) = 0")
+	case "multivariant":
+		c.clauses = append(c.clauses, "COALESCE(jsonb_array_length(f.filters->'multivariate'->'variants'), 0) > 0")
+	case "experiment", "remote_config":
+		c.clauses = append(c.clauses, "false")
+	}
+	if len(filter.Tags) > 0 {
+		c.add("f.tags && ?", filter.Tags)
+	}
+	if len(filter.ExcludedKeys) > 0 {
+		c.add("NOT (f.key = ANY(?))", filter.ExcludedKeys)
+	}
+	if r := filter.EvaluationRuntime; (r != "" && r != "all") || (filter.HasEvaluationTags != nil && *filter.HasEvaluationTags) {
+		c.clauses = append(c.clauses, "false")
+	}
+	return &c
+}
 
 const flagKeyIndex = "feature_flags_project_key"
 
@@ -294,7 +335,7 @@ func checkReferences(ctx context.Context, tx pgx.Tx, projectID int64, key string
 	}
 	for _, ref := range flagRefs {
 		if ref == key {
-			return controlplane.FieldError("filters", "invalid_input", "A flag cannot depend on itself.")
+			return controlplane.FieldError("filters", "invalid_input", fmt.Sprintf("Feature flag '%s' cannot depend on itself", key))
 		}
 		var exists bool
 		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM feature_flags WHERE project_id = $1 AND NOT deleted
@@ -305,7 +346,76 @@ func checkReferences(ctx context.Context, tx pgx.Tx, projectID int64, key string
 			return controlplane.FieldError("filters", "invalid_input", fmt.Sprintf("Flag %q, which this flag depends on, does not exist.", ref))
 		}
 	}
+	if len(flagRefs) > 0 {
+		return checkCycles(ctx, tx, projectID, key, flagRefs)
+	}
 	return nil
+}
+
+// checkCycles refuses a flag whose dependencies lead back to it, with PostHog's message
+// naming the cycle ("Circular dependency detected: a → b → a"). The flag's new references
+// stand in for its stored ones.
+func checkCycles(ctx context.Context, tx pgx.Tx, projectID int64, key string, refs []string) error {
+	rows, err := tx.Query(ctx, `SELECT id, key, filters FROM feature_flags WHERE project_id = $1 AND NOT deleted`, projectID)
+	if err != nil {
+		return err
+	}
+	type stored struct {
+		id      int64
+		key     string
+		filters json.RawMessage
+	}
+	all, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (stored, error) {
+		var f stored
+		err := r.Scan(&f.id, &f.key, &f.filters)
+		return f, err
+	})
+	if err != nil {
+		return err
+	}
+	keyOf := map[string]string{} // a reference (key or id) → key
+	for _, f := range all {
+		keyOf[f.key], keyOf[strconv.FormatInt(f.id, 10)] = f.key, f.key
+	}
+	resolve := func(list []string) []string {
+		var out []string
+		for _, r := range list {
+			if k, ok := keyOf[r]; ok {
+				out = append(out, k)
+			} else if r == key {
+				out = append(out, key)
+			}
+		}
+		return out
+	}
+	deps := map[string][]string{}
+	for _, f := range all {
+		if parsed, err := flags.ParseFilters(f.filters); err == nil {
+			_, r := parsed.References()
+			deps[f.key] = resolve(r)
+		}
+	}
+	deps[key] = resolve(refs)
+	done := map[string]bool{}
+	var visit func(k string, path []string) error
+	visit = func(k string, path []string) error {
+		if i := slices.Index(path, k); i >= 0 {
+			cycle := append(slices.Clone(path[i:]), k)
+			return controlplane.FieldError("filters", "invalid_input", "Circular dependency detected: "+strings.Join(cycle, " → "))
+		}
+		if done[k] {
+			return nil
+		}
+		path = append(path, k)
+		for _, d := range deps[k] {
+			if err := visit(d, path); err != nil {
+				return err
+			}
+		}
+		done[k] = true
+		return nil
+	}
+	return visit(key, nil)
 }
 
 // recordActivity appends an entry to the activity log.

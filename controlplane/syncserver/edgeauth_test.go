@@ -19,6 +19,7 @@ import (
 
 	"github.com/flagedge/flagedge/controlplane"
 	"github.com/flagedge/flagedge/controlplane/bloomhub"
+	"github.com/flagedge/flagedge/controlplane/ingest"
 	"github.com/flagedge/flagedge/controlplane/postgres"
 	"github.com/flagedge/flagedge/controlplane/syncserver"
 	"github.com/flagedge/flagedge/shared/syncpb"
@@ -35,7 +36,7 @@ func TestEdgeAuthentication(t *testing.T) {
 	auth := syncserver.NewEdgeAuth(edges, log, prometheus.NewRegistry())
 	auth.RefreshInterval = 100 * time.Millisecond
 	go auth.Run(ctx)
-	srv := syncserver.NewServer(postgres.NewSnapshotStore(e.db), postgres.NewPersonStore(e.db), postgres.NewEventStore(e.db, log), log, prometheus.NewRegistry())
+	srv := syncserver.NewServer(postgres.NewSnapshotStore(e.db), postgres.NewPersonStore(e.db), ingest.New(postgres.NewEventStore(e.db, log), log, nil), log, prometheus.NewRegistry())
 	g := grpc.NewServer(append(syncserver.ServerOptions(), grpc.UnaryInterceptor(auth.UnaryInterceptor()), grpc.StreamInterceptor(auth.StreamInterceptor()))...)
 	syncpb.RegisterSyncServer(g, srv)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -152,7 +153,7 @@ func TestScopedEdge(t *testing.T) {
 	if err := hub.Resync(ctx); err != nil {
 		t.Fatal(err)
 	}
-	srv := syncserver.NewServer(postgres.NewSnapshotStore(e.db), postgres.NewPersonStore(e.db), postgres.NewEventStore(e.db, log), log,
+	srv := syncserver.NewServer(postgres.NewSnapshotStore(e.db), postgres.NewPersonStore(e.db), ingest.New(postgres.NewEventStore(e.db, log), log, nil), log,
 		prometheus.NewRegistry(), syncserver.WithMembership(hub))
 	g := grpc.NewServer(append(syncserver.ServerOptions(), grpc.UnaryInterceptor(auth.UnaryInterceptor()), grpc.StreamInterceptor(auth.StreamInterceptor()))...)
 	syncpb.RegisterSyncServer(g, srv)

@@ -33,7 +33,7 @@ type Server struct {
 	syncpb.UnimplementedSyncServer
 	snapshots controlplane.SnapshotStore
 	persons   controlplane.PersonStore
-	events    controlplane.EventStore
+	ingester  Ingester
 	log       *slog.Logger
 
 	mu   sync.Mutex // guards subs
@@ -56,10 +56,15 @@ type Server struct {
 	replicaID string
 	replica   atomic.Pointer[string] // this replica's name for people
 
-	streams      prometheus.Gauge
-	sent         prometheus.Counter
-	ingested     *prometheus.CounterVec
-	deadLettered *prometheus.CounterVec
+	streams prometheus.Gauge
+	sent    prometheus.Counter
+}
+
+// Ingester stores spool records, record i captured by edge edgeIDs[i], in one transaction,
+// returning once it has committed (ingest.Ingester: the one owner of ingestion, which the
+// event log's consumer calls too).
+type Ingester interface {
+	IngestRecords(ctx context.Context, records [][]byte, edgeIDs []string) (controlplane.IngestResult, error)
 }
 
 // Option configures a Server.
@@ -70,17 +75,13 @@ type Option func(*Server)
 func WithMembership(hub *bloomhub.Hub) Option { return func(s *Server) { s.members = hub } }
 
 // NewServer returns a sync server. Call Notify for each change and Resync after missed ones.
-func NewServer(snapshots controlplane.SnapshotStore, persons controlplane.PersonStore, events controlplane.EventStore, log *slog.Logger, reg prometheus.Registerer, opts ...Option) *Server {
-	s := &Server{snapshots: snapshots, persons: persons, events: events, log: log, subs: map[*subscriber]struct{}{},
-		ingested: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "flagedge_controlplane_ingested_events_total",
-			Help: "Events received from edges, by result: stored or duplicate."}, []string{"result"}),
+func NewServer(snapshots controlplane.SnapshotStore, persons controlplane.PersonStore, ingester Ingester, log *slog.Logger, reg prometheus.Registerer, opts ...Option) *Server {
+	s := &Server{snapshots: snapshots, persons: persons, ingester: ingester, log: log, subs: map[*subscriber]struct{}{},
 		streams: prometheus.NewGauge(prometheus.GaugeOpts{Name: "flagedge_controlplane_watch_streams", Help: "Edges watching snapshots."}),
 		sent:    prometheus.NewCounter(prometheus.CounterOpts{Name: "flagedge_controlplane_snapshots_sent_total", Help: "Project snapshots sent to edges."}),
-		deadLettered: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "flagedge_controlplane_dead_lettered_events_total",
-			Help: "Events refused for their content and written to the dead-letter table, by SQLSTATE (or \"undecodable\")."}, []string{"sqlstate"}),
 	}
 	if reg != nil {
-		reg.MustRegister(s.streams, s.sent, s.ingested, s.deadLettered)
+		reg.MustRegister(s.streams, s.sent)
 	}
 	s.versions.read = snapshots.ProjectVersions
 	for _, o := range opts {
@@ -507,11 +508,11 @@ func (s *Server) unavailable(op string, err error) error {
 	return status.Errorf(codes.Unavailable, "%s failed", op)
 }
 
-// Ingest stores the events of the batches, each once, and applies them to persons and
-// groups. It answers only once everything is stored: the edge then drops the batches. An
-// event that can never be stored (PostgreSQL refuses its content, or it cannot be decoded)
-// is dead-lettered by the store and counted, and the call still succeeds, so that the edge
-// moves on; any other failure answers Unavailable and the edge sends the batches again.
+// Ingest hands the batches to the ingester, which stores their events, each once, and
+// applies them to persons and groups. It answers only once everything is stored: the edge
+// then drops the batches. An event that can never be stored (PostgreSQL refuses its content,
+// or it cannot be decoded) is dead-lettered and counted, and the call still succeeds, so that
+// the edge moves on; any other failure answers Unavailable and the edge sends them again.
 func (s *Server) Ingest(ctx context.Context, req *syncpb.IngestRequest) (*syncpb.IngestResponse, error) {
 	edgeIDs := make([]string, len(req.Batches))
 	for i := range edgeIDs {
@@ -521,54 +522,13 @@ func (s *Server) Ingest(ctx context.Context, req *syncpb.IngestRequest) (*syncpb
 	// (FailedPrecondition): the edge splits the call and moves that record to its
 	// dead-letter file, storing the rest.
 	for _, raw := range req.Batches {
-		if id := batchProject(raw); !serves(ctx, id) {
+		if id := syncpb.BatchProject(raw); !serves(ctx, id) {
 			return nil, status.Errorf(codes.FailedPrecondition, "this edge is not served project %d: its events are refused", id)
 		}
 	}
-	res, err := s.IngestRecords(ctx, req.Batches, edgeIDs)
+	res, err := s.ingester.IngestRecords(ctx, req.Batches, edgeIDs)
 	if err != nil {
 		return nil, s.unavailable("ingest", err)
 	}
 	return &syncpb.IngestResponse{Stored: int64(res.Stored), Duplicates: int64(res.Duplicates)}, nil
 }
-
-// IngestRecords stores spool records (encoded EventBatch messages), record i captured by edge
-// edgeIDs[i], in one transaction, exactly as Ingest does: it is also how the records taken
-// from the event log are stored, so both paths decode, de-duplicate, dead-letter and count
-// alike. It returns only once the transaction has committed; on error nothing is stored.
-func (s *Server) IngestRecords(ctx context.Context, records [][]byte, edgeIDs []string) (controlplane.IngestResult, error) {
-	batches := make([]controlplane.EventBatch, 0, len(records))
-	for i, raw := range records {
-		batches = append(batches, decodeBatch(raw, edgeIDs[i]))
-	}
-	res, err := s.events.Ingest(ctx, batches)
-	if err != nil {
-		return res, err
-	}
-	s.ingested.WithLabelValues("stored").Add(float64(res.Stored))
-	s.ingested.WithLabelValues("duplicate").Add(float64(res.Duplicates))
-	edge := "" // the edge for the logs: the dead_letters table has each event's own
-	if len(res.DeadLetters) > 0 {
-		edge = edgeIDs[0]
-		for _, id := range edgeIDs {
-			if id != edge {
-				edge = "(several)"
-				break
-			}
-		}
-	}
-	for i, d := range res.DeadLetters {
-		s.deadLettered.WithLabelValues(d.Code).Inc()
-		if i < maxDeadLetterLogs {
-			s.log.Warn("event dead-lettered", "edge_id", edge, "project", d.ProjectID, "uuid", d.UUID, "sqlstate", d.Code, "reason", d.Reason)
-		}
-	}
-	if n := len(res.DeadLetters); n > maxDeadLetterLogs {
-		s.log.Warn("more events dead-lettered", "edge_id", edge, "count", n-maxDeadLetterLogs)
-	}
-	return res, nil
-}
-
-// maxDeadLetterLogs bounds the log lines one Ingest call writes about dead letters; the
-// counter and the table have them all.
-const maxDeadLetterLogs = 10

@@ -21,6 +21,7 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/flagedge/flagedge/controlplane/ingest"
 	"github.com/flagedge/flagedge/controlplane/postgres"
 	"github.com/flagedge/flagedge/controlplane/syncserver"
 	"github.com/flagedge/flagedge/internal/pgtest"
@@ -57,7 +58,7 @@ func newEnv(t *testing.T) *env {
 	}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	reg := prometheus.NewRegistry()
-	srv := syncserver.NewServer(postgres.NewSnapshotStore(db), postgres.NewPersonStore(db), postgres.NewEventStore(db, log), log, reg)
+	srv := syncserver.NewServer(postgres.NewSnapshotStore(db), postgres.NewPersonStore(db), ingest.New(postgres.NewEventStore(db, log), log, reg), log, reg)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 
 	"github.com/flagedge/flagedge/shared/eventlog"
+	"github.com/flagedge/flagedge/shared/syncpb"
 )
 
 // JetStreamDestination delivers spool records to the event log: each record is published as
@@ -80,12 +81,6 @@ func (d *JetStreamDestination) Deliver(ctx context.Context, records [][]byte) er
 	return nil
 }
 
-// Field numbers of the sync protocol's EventBatch message.
-const (
-	batchProjectID = 1
-	batchEvents    = 2
-)
-
 // splitRecord returns the record as the message payloads to publish and the project they
 // belong to: the record itself when it fits in limit bytes, else encoded EventBatch messages
 // holding its events in order, each within limit. The split is deterministic, so a record
@@ -95,31 +90,18 @@ func splitRecord(record []byte, limit int) ([][]byte, int64, error) {
 	var project int64
 	var head []byte     // every field but the events, kept as written
 	var events [][]byte // each event field, tag included
-	ok := true
-	for rest := record; len(rest) > 0 && ok; {
-		num, typ, n := protowire.ConsumeTag(rest)
-		if n < 0 {
-			ok = false
-			break
-		}
-		m := protowire.ConsumeFieldValue(num, typ, rest[n:])
-		if m < 0 {
-			ok = false
-			break
-		}
-		field := rest[:n+m]
+	ok := syncpb.Walk(record, func(f syncpb.Field) error {
 		switch {
-		case num == batchProjectID && typ == protowire.VarintType:
-			v, _ := protowire.ConsumeVarint(rest[n:])
-			project = int64(v)
-			head = append(head, field...)
-		case num == batchEvents:
-			events = append(events, field)
+		case f.Num == syncpb.EventBatchProjectID && f.Type == protowire.VarintType:
+			project = int64(f.Varint)
+			head = append(head, f.Raw...)
+		case f.Num == syncpb.EventBatchEvents:
+			events = append(events, f.Raw)
 		default:
-			head = append(head, field...)
+			head = append(head, f.Raw...)
 		}
-		rest = rest[n+m:]
-	}
+		return nil
+	}) == nil
 	if !ok {
 		project = 0
 	}

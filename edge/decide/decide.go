@@ -159,7 +159,8 @@ func (d *Handler) Evaluate(ctx *fasthttp.RequestCtx, project *state.Project, c *
 // evaluate adds GeoIP and the stored layers the project's flags need to the request and
 // evaluates the snapshot into results. It reports whether any flag could not be computed.
 func (d *Handler) evaluate(ctx *fasthttp.RequestCtx, project *state.Project, in *input, results []flags.Result) (_ []flags.Result, errored bool) {
-	req := flags.Request{DistinctID: in.distinctID, PersonProperties: in.personProperties, GroupProperties: in.groupProperties}
+	req := flags.Request{DistinctID: in.distinctID, DeviceID: in.deviceID, PersonProperties: in.personProperties,
+		GroupProperties: in.groupProperties}
 	if !in.geoipDisable {
 		req.GeoIP = d.geo.Lookup(d.ips.ClientIP(ctx.Request.Header.PeekAll("X-Forwarded-For"), ctx.RemoteIP()))
 	}

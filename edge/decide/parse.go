@@ -17,6 +17,7 @@ type input struct {
 	token              string
 	distinctID         string
 	anonDistinctID     string
+	deviceID           string
 	groups             map[string]string
 	personProperties   flags.Properties
 	groupProperties    map[string]flags.Properties
@@ -58,8 +59,18 @@ func (s *scratch) parse(body []byte) error {
 			}
 		case "distinct_id":
 			in.distinctID = idOf(v)
-		case "$anon_distinct_id":
-			in.anonDistinctID = idOf(v)
+		case "$distinct_id": // an alias; distinct_id wins
+			if in.distinctID == "" {
+				in.distinctID = idOf(v)
+			}
+		case "$anon_distinct_id", "anon_distinct_id":
+			if id := idOf(v); id != "" {
+				in.anonDistinctID = id
+			}
+		case "$device_id", "device_id":
+			if id := idOf(v); id != "" {
+				in.deviceID = id
+			}
 		case "person_properties":
 			if o, err := v.Object(); err == nil {
 				o.Visit(func(k []byte, pv *fastjson.Value) { s.person[bytesString(k)] = in.values.of(pv) })
@@ -99,7 +110,7 @@ func (s *scratch) parse(body []byte) error {
 			in.geoipDisable = truthy(v)
 		case "disable_flags":
 			in.disableFlags = truthy(v)
-		case "flag_keys_to_evaluate":
+		case "flag_keys_to_evaluate", "flag_keys":
 			if arr, err := v.Array(); err == nil {
 				for _, k := range arr {
 					if key := stringOf(k); key != "" {

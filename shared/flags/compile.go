@@ -81,6 +81,13 @@ type compiledFlag struct {
 	groupIndex int8            // -1 for person flags
 	active     bool
 	continuity bool // ensure_experience_continuity
+	// perCondition is set when conditions differ in what they bucket on (another
+	// aggregation than the flag's, or device ids): the subject is then chosen per condition.
+	perCondition bool
+	earlyExit    bool
+	// missingDependency is set when the flag depends on a flag that does not exist, on
+	// itself, on a cycle, or on a flag with a missing dependency: it is then false.
+	missingDependency bool
 }
 
 // flagValues are what an enabled flag can be besides a plain true: its variants, and the
@@ -88,6 +95,9 @@ type compiledFlag struct {
 type flagValues struct {
 	variants    []variant
 	payloadTrue json.RawMessage
+	// split is set when the variant depends on the hash: some variant has a share and it is
+	// not all of it.
+	split bool
 }
 
 // rareConditions are the kinds of condition few flags have.
@@ -102,6 +112,9 @@ type condition struct {
 	// 100%, which need no hash.
 	rollout int64
 	variant int // index of the override variant, -1 for none
+	// groupIndex is the group type the condition aggregates by, -1 for persons.
+	groupIndex int8
+	device     bool // a person condition bucketed on the device id
 }
 
 // holdout is a holdout condition: it names a variant of its own (e.g. "holdout-7").
@@ -161,6 +174,7 @@ func Compile(p Project) (*Snapshot, error) {
 		return nil, &CompileError{Problems: problems}
 	}
 	s.evalOrder = evaluationOrder(s.flags, c.deps)
+	markMissingDependencies(s.flags, s.evalOrder, c.deps)
 	for k := range c.personKeys {
 		s.personKeys = append(s.personKeys, k)
 	}
@@ -196,10 +210,11 @@ func (c *compiler) compileFlag(cf *compiledFlag, d FlagDefinition) error {
 	if len(bytes.TrimSpace(raw)) == 0 {
 		raw = json.RawMessage(`{}`)
 	}
-	f, err := ParseFilters(raw)
+	f, err := decodeFilters(raw)
 	if err != nil {
 		return err
 	}
+	cf.earlyExit = f.EarlyExit
 	cf.groupIndex = -1
 	if f.AggregationGroupTypeIndex != nil {
 		cf.groupIndex = int8(*f.AggregationGroupTypeIndex) // 0–4: Validate checked
@@ -213,6 +228,12 @@ func (c *compiler) compileFlag(cf *compiledFlag, d FlagDefinition) error {
 			cf.values.variants = append(cf.values.variants, variant{key: v.Key, above: lastBelow(lower), upTo: lastBelow(upper)})
 			variantIndex[v.Key] = i
 			lower = upper
+		}
+		for _, v := range f.Multivariate.Variants {
+			if v.RolloutPercentage > 0 {
+				cf.values.split = v.RolloutPercentage < 100
+				break
+			}
 		}
 	}
 	for k, payload := range f.Payloads {
@@ -235,8 +256,11 @@ func (c *compiler) compileFlag(cf *compiledFlag, d FlagDefinition) error {
 		}
 		out := make([]condition, len(src))
 		for i, cond := range src {
-			if out[i], err = c.compileCondition(cond, cf, variantIndex); err != nil {
+			if out[i], err = c.compileCondition(cond, f, cf, variantIndex); err != nil {
 				return nil, err
+			}
+			if int(out[i].groupIndex) != int(cf.groupIndex) || out[i].device {
+				cf.perCondition = true
 			}
 		}
 		return out, nil
@@ -265,8 +289,17 @@ func (c *compiler) compileFlag(cf *compiledFlag, d FlagDefinition) error {
 	return nil
 }
 
-func (c *compiler) compileCondition(cond Condition, cf *compiledFlag, variants map[string]int) (condition, error) {
-	out := condition{rollout: maxHash, variant: -1}
+func (c *compiler) compileCondition(cond Condition, f *Filters, cf *compiledFlag, variants map[string]int) (condition, error) {
+	gi := cond.groupIndex(f.AggregationGroupTypeIndex)
+	if gi >= maxGroupTypes {
+		return condition{}, errors.New("aggregation_group_type_index must be between 0 and 4")
+	}
+	out := condition{rollout: maxHash, variant: -1, groupIndex: int8(gi)}
+	bucketing := f.BucketingIdentifier
+	if cond.BucketingIdentifier != "" {
+		bucketing = cond.BucketingIdentifier
+	}
+	out.device = gi < 0 && bucketing == "device_id"
 	if cond.RolloutPercentage != nil {
 		out.rollout = lastAtMost(*cond.RolloutPercentage / 100)
 	}
@@ -279,7 +312,7 @@ func (c *compiler) compileCondition(cond Condition, cf *compiledFlag, variants m
 		out.matchers = make([]matcherRef, 0, len(cond.Properties))
 	}
 	for _, p := range cond.Properties {
-		m, err := c.compileProperty(p, int(cf.groupIndex))
+		m, err := c.compileProperty(p, gi)
 		if err != nil {
 			return out, err
 		}
@@ -467,6 +500,36 @@ func evaluationOrder(flags []compiledFlag, deps [][]int) []int {
 	return nil
 }
 
+// markMissingDependencies marks the flags with a flag filter that can never be evaluated (its
+// flag is unknown, the flag itself, or a cycle cut it) and, dependencies first, the flags that
+// depend on a marked one.
+func markMissingDependencies(flags []compiledFlag, order []int, deps [][]int) {
+	visit := func(i int) {
+		f := &flags[i]
+		f.forEachCondition(func(c *condition) {
+			for _, m := range c.matchers {
+				if m.source == sourceFlag && m.flagIndex < 0 {
+					f.missingDependency = true
+				}
+			}
+		})
+		for _, d := range deps[i] {
+			if flags[d].missingDependency {
+				f.missingDependency = true
+			}
+		}
+	}
+	if order == nil {
+		for i := range flags {
+			visit(i)
+		}
+		return
+	}
+	for _, i := range order {
+		visit(i)
+	}
+}
+
 func cutDependency(f *compiledFlag, dep int) {
 	f.forEachCondition(func(c *condition) {
 		for _, m := range c.matchers {
@@ -581,7 +644,7 @@ func (s *Snapshot) NeedsPersonLookup(overrides, geoip Properties) bool {
 		if k == "distinct_id" {
 			continue
 		}
-		if v, ok := overrides[k]; ok && v != nil {
+		if _, ok := overrides[k]; ok {
 			continue
 		}
 		if v, ok := geoip[k]; ok && v != nil {
@@ -599,7 +662,7 @@ func (s *Snapshot) NeedsGroupLookup(gi int, overrides Properties) bool {
 		if k == "$group_key" {
 			continue
 		}
-		if v, ok := overrides[k]; !ok || v == nil {
+		if _, ok := overrides[k]; !ok {
 			return true
 		}
 	}

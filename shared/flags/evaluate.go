@@ -31,6 +31,9 @@ type Request struct {
 	// HashKeyOverrides maps flag keys to the identifier to hash instead of the distinct_id,
 	// for flags with experience continuity.
 	HashKeyOverrides map[string]string
+	// DeviceID is the request's $device_id, which conditions bucketed by device hash; when
+	// it is empty, the person properties' $device_id is used.
+	DeviceID string
 
 	// Now is the time relative dates count back from; zero means time.Now().
 	Now time.Time
@@ -49,10 +52,11 @@ const (
 	ReasonHoldoutConditionValue
 	ReasonDisabled
 	ReasonError
+	ReasonMissingDependency
 )
 
 var reasonCodes = [...]string{"no_condition_match", "out_of_rollout_bound", "no_group_type", "condition_match",
-	"super_condition_value", "holdout_condition_value", "disabled", "error"}
+	"super_condition_value", "holdout_condition_value", "disabled", "error", "missing_dependency"}
 
 // String returns the reason's API code.
 func (r Reason) String() string { return reasonCodes[r] }
@@ -74,6 +78,8 @@ func (r Reason) Description(index int) string {
 		return "Holdout condition value"
 	case ReasonDisabled:
 		return "Feature flag is disabled"
+	case ReasonMissingDependency:
+		return "Flag cannot be evaluated due to missing dependency"
 	}
 	return "Error evaluating flag"
 }
@@ -150,6 +156,9 @@ type evaluation struct {
 	failed     bool
 	hashSubj   string
 	groupIndex int
+	// noSubject is set for a condition bucketed by a device id the request lacks: what
+	// depends on the hash is withheld.
+	noSubject bool
 	// rolloutHash is the flag's rollout hash once computed (haveRollout): every condition
 	// of a flag hashes the same input.
 	rolloutHash int64
@@ -208,12 +217,16 @@ func (e *evaluation) flag(f *compiledFlag, r *Result) {
 		r.Reason = ReasonDisabled
 		return
 	}
-	e.current, e.failed, e.groupIndex, e.haveRollout = f, false, int(f.groupIndex), false
+	if f.missingDependency {
+		r.Reason = ReasonMissingDependency
+		return
+	}
+	e.current, e.failed, e.groupIndex, e.haveRollout, e.noSubject = f, false, int(f.groupIndex), false, false
 	e.hashSubj = e.req.DistinctID
 	if f.groupIndex >= 0 {
 		e.groupName = e.snap.groupTypes[f.groupIndex]
 		key, ok := e.req.Groups[e.groupName]
-		if e.groupName == "" || !ok || key == "" {
+		if !f.perCondition && (e.groupName == "" || !ok || key == "") {
 			r.Reason = ReasonNoGroupType
 			return
 		}
@@ -232,12 +245,22 @@ func (e *evaluation) flag(f *compiledFlag, r *Result) {
 	best, bestIndex := ReasonNoConditionMatch, -1
 	for i := range f.conditions {
 		c := &f.conditions[i]
-		matched, reason := e.condition(c)
+		var matched bool
+		var reason Reason
+		if f.perCondition && !e.subject(f, c) {
+			reason = ReasonNoGroupType
+		} else {
+			matched, reason = e.condition(c)
+		}
 		if matched {
 			r.Reason, r.ConditionIndex = ReasonConditionMatch, i
 			e.enable(r, f, c.variant)
 			e.finish(r)
 			return
+		}
+		if reason == ReasonOutOfRolloutBound && f.earlyExit {
+			best, bestIndex = reason, i
+			break
 		}
 		if reason >= best {
 			best, bestIndex = reason, i
@@ -245,6 +268,44 @@ func (e *evaluation) flag(f *compiledFlag, r *Result) {
 	}
 	r.Reason, r.ConditionIndex = best, bestIndex
 	e.finish(r)
+}
+
+// subject chooses what a condition of a per-condition flag buckets on: the key of its group,
+// the device id, or the flag's person subject. It reports false when the condition's group
+// is not in the request.
+func (e *evaluation) subject(f *compiledFlag, c *condition) bool {
+	subj, group := e.req.DistinctID, int(c.groupIndex)
+	e.noSubject = false
+	switch {
+	case group >= 0:
+		name := e.snap.groupTypes[group]
+		key, ok := e.req.Groups[name]
+		if name == "" || !ok || key == "" {
+			return false
+		}
+		e.groupName, e.groupKey, subj = name, key, key
+	case c.device:
+		subj = e.deviceID()
+		e.noSubject = subj == ""
+	case f.continuity:
+		if override, ok := e.req.HashKeyOverrides[f.key]; ok && override != "" {
+			subj = override
+		}
+	}
+	e.groupIndex = group
+	if subj != e.hashSubj {
+		e.hashSubj, e.haveRollout = subj, false
+	}
+	return true
+}
+
+// deviceID is the request's device id, else the person properties' $device_id.
+func (e *evaluation) deviceID() string {
+	if e.req.DeviceID != "" {
+		return e.req.DeviceID
+	}
+	s, _ := e.req.PersonProperties["$device_id"].(string)
+	return s
 }
 
 // rareConditions applies a flag's super condition and holdouts, and reports whether one of
@@ -312,6 +373,9 @@ func (e *evaluation) condition(c *condition) (bool, Reason) {
 	if ok, _ := e.propertiesMatch(c); !ok {
 		return false, ReasonNoConditionMatch
 	}
+	if e.noSubject && (c.rollout < maxHash || (c.variant < 0 && e.current.values != nil && e.current.values.split)) {
+		return false, ReasonOutOfRolloutBound
+	}
 	if c.rollout < maxHash {
 		if !e.haveRollout {
 			e.rolloutHash, e.haveRollout = int64(e.hash(e.current.key, true, "")), true
@@ -368,7 +432,7 @@ func (e *evaluation) matchProperty(m *matcher) bool {
 		v, ok = e.lookupGroup(m)
 	}
 	if !ok {
-		return m.op.whenMissing()
+		return m.valid && m.op.whenMissing()
 	}
 	return m.matchValue(v, e)
 }
@@ -391,16 +455,24 @@ func (e *evaluation) lookupPerson(m *matcher) (any, bool) {
 }
 
 // personValue finds a person property in the request's layers; distinct_id is the request's.
+// The request's properties win, and a null one stands (it is a property set to null) unless
+// GeoIP has the key; stored properties come last.
 func (e *evaluation) personValue(key string) (any, bool) {
 	if key == "distinct_id" {
 		return e.req.DistinctID, true
 	}
-	for _, layer := range [...]Properties{e.req.PersonProperties, e.req.GeoIP, e.req.StoredPerson} {
-		if v, ok := layer[key]; ok && v != nil {
-			return v, true
-		}
+	v, sent := e.req.PersonProperties[key]
+	if sent && v != nil {
+		return v, true
 	}
-	return nil, false
+	if g, ok := e.req.GeoIP[key]; ok && g != nil {
+		return g, true
+	}
+	if sent {
+		return nil, true
+	}
+	v, ok := e.req.StoredPerson[key]
+	return v, ok
 }
 
 func (e *evaluation) lookupGroup(m *matcher) (any, bool) {
@@ -412,10 +484,10 @@ func (e *evaluation) lookupGroup(m *matcher) (any, bool) {
 	if m.key == "$group_key" && groupKey != "" {
 		return groupKey, true
 	}
-	if v, ok := e.req.GroupProperties[name][m.key]; ok && v != nil {
+	if v, ok := e.req.GroupProperties[name][m.key]; ok {
 		return v, true
 	}
-	if v, ok := e.req.StoredGroups[name][m.key]; ok && v != nil {
+	if v, ok := e.req.StoredGroups[name][m.key]; ok {
 		return v, true
 	}
 	if e.req.GroupLookupFailed&(1<<m.groupIndex) != 0 {

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"regexp"
 	"strconv"
 	"strings"
 )
@@ -17,6 +16,12 @@ type Filters struct {
 	AggregationGroupTypeIndex *int                       `json:"aggregation_group_type_index"`
 	SuperGroups               []Condition                `json:"super_groups"`
 	HoldoutGroups             []Condition                `json:"holdout_groups"`
+	// EarlyExit stops evaluation at the first condition whose properties match but whose
+	// rollout leaves the user out: the flag is then false.
+	EarlyExit bool `json:"early_exit"`
+	// BucketingIdentifier is "device_id" to bucket person conditions on the request's device
+	// id instead of its distinct_id; "" or "distinct_id" otherwise.
+	BucketingIdentifier string `json:"bucketing_identifier"`
 }
 
 // Multivariate lists a flag's variants.
@@ -36,6 +41,42 @@ type Condition struct {
 	Properties        []Property `json:"properties"`
 	RolloutPercentage *float64   `json:"rollout_percentage"`
 	Variant           *string    `json:"variant"`
+	// AggregationGroupTypeIndex aggregates this condition by another unit than the flag:
+	// absent inherits the flag's, null is persons, a number that group type.
+	AggregationGroupTypeIndex OptionalIndex `json:"aggregation_group_type_index"`
+	// BucketingIdentifier overrides the flag's for this condition.
+	BucketingIdentifier string `json:"bucketing_identifier"`
+}
+
+// OptionalIndex is a group type index that can be absent, null or a number.
+type OptionalIndex struct {
+	Set   bool // present in the JSON (null included)
+	Index *int // nil for null
+}
+
+// UnmarshalJSON reads null or a number; being called at all means the key is present.
+func (o *OptionalIndex) UnmarshalJSON(b []byte) error {
+	o.Set, o.Index = true, nil
+	if string(bytes.TrimSpace(b)) == "null" {
+		return nil
+	}
+	return json.Unmarshal(b, &o.Index)
+}
+
+// MarshalJSON writes null or the number.
+func (o OptionalIndex) MarshalJSON() ([]byte, error) { return json.Marshal(o.Index) }
+
+// groupIndex is the condition's aggregation: its own when set, else the flag's; -1 for
+// persons.
+func (c *Condition) groupIndex(flag *int) int {
+	idx := flag
+	if c.AggregationGroupTypeIndex.Set {
+		idx = c.AggregationGroupTypeIndex.Index
+	}
+	if idx == nil {
+		return -1
+	}
+	return *idx
 }
 
 // Property is one property filter. Value holds a decoded JSON value (numbers as json.Number).
@@ -81,6 +122,27 @@ func ParseFilters(data []byte) (*Filters, error) {
 	}
 	if err := f.Validate(); err != nil {
 		return nil, err
+	}
+	return &f, nil
+}
+
+// decodeFilters decodes a filters document for compilation: without the checks of Validate,
+// since a definition PostHog would evaluate must compile (an operand the engine cannot read
+// matches nothing), but with the group type indexes in range.
+func decodeFilters(data []byte) (*Filters, error) {
+	var f Filters
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.UseNumber()
+	if err := dec.Decode(&f); err != nil {
+		return nil, invalidf("Invalid filters: %s", describeJSONError(err))
+	}
+	if i := f.AggregationGroupTypeIndex; i != nil && (*i < 0 || *i >= maxGroupTypes) {
+		return nil, invalidf("aggregation_group_type_index must be between 0 and 4.")
+	}
+	for _, c := range f.Groups {
+		if i := c.AggregationGroupTypeIndex.Index; i != nil && (*i < 0 || *i >= maxGroupTypes) {
+			return nil, invalidf("aggregation_group_type_index must be between 0 and 4.")
+		}
 	}
 	return &f, nil
 }
@@ -182,20 +244,25 @@ func (f *Filters) validateCondition(c Condition, variants map[string]bool) error
 	if c.Variant != nil && *c.Variant != "" && variants != nil && !variants[*c.Variant] {
 		return invalidf("variant %q does not exist on this flag.", *c.Variant)
 	}
+	if i := c.AggregationGroupTypeIndex.Index; i != nil && (*i < 0 || *i > 4) {
+		return invalidf("aggregation_group_type_index must be between 0 and 4.")
+	}
+	gi := c.groupIndex(f.AggregationGroupTypeIndex)
 	for _, p := range c.Properties {
-		if err := f.validateProperty(p); err != nil {
+		if err := validateProperty(p, gi); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-func (f *Filters) validateProperty(p Property) error {
+// validateProperty checks a filter of a condition aggregated by group type gi (-1: persons).
+func validateProperty(p Property, gi int) error {
 	typ := p.Type
 	if typ == "" {
 		typ = TypePerson
 	}
-	if f.AggregationGroupTypeIndex == nil {
+	if gi < 0 {
 		switch typ {
 		case TypePerson, TypeCohort, TypeFlag:
 		case TypeGroup:
@@ -207,7 +274,7 @@ func (f *Filters) validateProperty(p Property) error {
 		if typ != TypeGroup {
 			return invalidf("a group flag can only use group properties (property %q has type %q).", p.Key, typ)
 		}
-		if p.GroupTypeIndex == nil || *p.GroupTypeIndex != *f.AggregationGroupTypeIndex {
+		if p.GroupTypeIndex == nil || *p.GroupTypeIndex != gi {
 			return invalidf("property %q must belong to the flag's group type.", p.Key)
 		}
 	}
@@ -246,17 +313,11 @@ func ValidateOperator(typ, op string, value any) error {
 			return invalidf("operator %s takes a string, number, boolean or a list of them.", op)
 		}
 	case OpIsSet, OpIsNotSet:
-	case OpIContains, OpNotIContains, OpStartsWith, OpEndsWith, OpNotStartsWith, OpNotEndsWith:
+	case OpIContains, OpNotIContains, OpStartsWith, OpEndsWith, OpNotStartsWith, OpNotEndsWith, OpRegex, OpNotRegex:
+		// Any pattern is accepted, as PostHog accepts it; one that does not compile matches
+		// nothing.
 		if _, ok := value.(string); !ok {
 			return invalidf("operator %s takes a string value.", op)
-		}
-	case OpRegex, OpNotRegex:
-		s, ok := value.(string)
-		if !ok {
-			return invalidf("operator %s takes a string value.", op)
-		}
-		if _, err := regexp.Compile(s); err != nil {
-			return invalidf("invalid regular expression %q.", s)
 		}
 	case OpGT, OpGTE, OpLT, OpLTE:
 		switch value.(type) {
@@ -264,29 +325,11 @@ func ValidateOperator(typ, op string, value any) error {
 		default:
 			return invalidf("operator %s takes a number or a string.", op)
 		}
-	case OpDateBefore, OpDateAfter, OpDateExact:
-		s, ok := value.(string)
-		if !ok {
-			return invalidf("operator %s takes a date string.", op)
-		}
-		if _, err := parseDateFilter(s); err != nil {
-			return err
-		}
-	case OpSemverEq, OpSemverNeq, OpSemverGT, OpSemverGTE, OpSemverLT, OpSemverLTE, OpSemverTilde, OpSemverCaret:
-		s, ok := value.(string)
-		if !ok {
-			return invalidf("operator %s takes a version string.", op)
-		}
-		if _, ok := parseSemver(s); !ok {
-			return invalidf("invalid version %q.", s)
-		}
-	case OpSemverWildcard:
-		s, ok := value.(string)
-		if !ok {
-			return invalidf("operator %s takes a version pattern such as 1.2.*.", op)
-		}
-		if _, ok := wildcardRange(s); !ok {
-			return invalidf("invalid version pattern %q.", s)
+	case OpDateBefore, OpDateAfter, OpDateExact, OpSemverEq, OpSemverNeq, OpSemverGT, OpSemverGTE, OpSemverLT,
+		OpSemverLTE, OpSemverTilde, OpSemverCaret, OpSemverWildcard:
+		// A date or version the server cannot read is no match, not a refused flag.
+		if _, ok := value.(string); !ok {
+			return invalidf("operator %s takes a string value.", op)
 		}
 	case OpIn, OpNotIn, OpFlagEvaluatesTo:
 		return invalidf("operator %s is only for %s filters.", op, map[string]string{OpIn: "cohort", OpNotIn: "cohort", OpFlagEvaluatesTo: "flag"}[op])

@@ -1,7 +1,6 @@
 package flags
 
 import (
-	"regexp"
 	"strings"
 )
 
@@ -74,11 +73,9 @@ func (op opcode) whenMissing() bool {
 type matcher struct {
 	key    string
 	lowers []string       // exact/is_not: lower-case string forms of the operand(s)
-	bools  []bool         // exact/is_not in boolMode: the operand(s) as booleans
-	str    string         // the operand's string form
-	lower  string         // lower case of str
-	num    float64        // gt…lte: the operand as a number
-	re     *regexp.Regexp // nil for an invalid pattern: never matches
+	lower  string         // icontains…not_ends_with: the operand, ASCII letters lower-cased
+	num    float64        // gt…lte: the operand as a number (numOK)
+	re     *compiledRegex // nil for an invalid pattern: never matches
 	cohort *cohort
 
 	// *rareOperand holds the operands of date, semver and flag filters; nil for the others,
@@ -89,33 +86,43 @@ type matcher struct {
 	source     source
 	op         opcode
 	negation   bool
-	boolMode   bool // exact/is_not compare as booleans
+	boolMode   bool // exact/is_not compare truth values
+	boolWant   bool // in boolMode: the operand's truth
 	numOK      bool
+	valid      bool // false when the operand cannot be read (the filter then matches nothing)
 }
 
 // rareOperand is the part of a matcher that only some operators use.
 type rareOperand struct {
 	date       dateFilter
 	version    semver
-	vrange     semverRange
+	vrange     versionReq
 	flagIndex  int // -1: an unknown flag or a cycle: never matches
 	expectBool bool
 	expectStr  string
 	expectIsS  bool
 }
 
-// newMatcher compiles a filter. ValidateOperator has the same rules; both reject the same
-// definitions.
+// newMatcher compiles a filter. Only what makes a filter meaningless is an error (an unknown
+// operator, or an operator of another property type); an operand the operator cannot read
+// compiles into a filter that matches nothing, as on PostHog's server. ValidateOperator is
+// the stricter check the API applies when a flag is saved.
 func newMatcher(p Property) (*matcher, error) {
 	typ := p.Type
 	if typ == "" {
 		typ = TypePerson
 	}
-	if err := ValidateOperator(typ, p.Operator, p.Value); err != nil {
-		return nil, err
-	}
 	opName := defaultOperator(typ, p.Operator)
-	m := &matcher{op: opcodes[opName], negation: p.Negation, key: p.Key}
+	op, known := opcodes[opName]
+	switch {
+	case !known:
+		return nil, invalidf("unknown operator %q.", opName)
+	case typ == TypeCohort && op != opIn && op != opNotIn,
+		typ == TypeFlag && op != opFlagEvaluatesTo,
+		typ != TypeCohort && typ != TypeFlag && (op == opIn || op == opNotIn || op == opFlagEvaluatesTo):
+		return nil, invalidf("operator %s is not for %s filters.", opName, typ)
+	}
+	m := &matcher{op: op, negation: p.Negation, key: p.Key, valid: true}
 	switch {
 	case typ == TypeFlag, m.op >= opDateBefore && m.op <= opDateExact, m.op >= opSemverEq && m.op <= opSemverRange:
 		m.rareOperand = &rareOperand{}
@@ -138,67 +145,69 @@ func newMatcher(p Property) (*matcher, error) {
 		}
 		return m, nil
 	}
+	if p.Value == nil && m.op != opIsSet && m.op != opIsNotSet {
+		m.valid = false // an operator that needs a value has none: no match
+		return m, nil
+	}
 	var buf [32]byte
 	switch m.op {
 	case opExact, opIsNot:
+		if booleanLike(p.Value) {
+			m.boolMode, m.boolWant = true, truthy(p.Value)
+			break
+		}
 		values, isList := p.Value.([]any)
 		if !isList {
 			values = []any{p.Value}
 		}
-		m.boolMode = len(values) > 0
 		for _, v := range values {
-			b, ok := boolean(v)
-			m.boolMode = m.boolMode && ok
-			m.bools = append(m.bools, b)
-			s, _ := stringForm(v, &buf)
-			m.lowers = append(m.lowers, strings.ToLower(s))
+			m.lowers = append(m.lowers, lowerUnicode(stringForm(v, &buf)))
 		}
 	case opIContains, opNotIContains, opStartsWith, opEndsWith, opNotStartsWith, opNotEndsWith:
-		m.str = p.Value.(string)
-		m.lower = strings.ToLower(m.str)
+		m.lower = lowerASCIIString(stringForm(p.Value, &buf))
 	case opRegex, opNotRegex:
-		m.re = compileRegex(p.Value.(string))
+		m.re = compileRegex(stringForm(p.Value, &buf))
 	case opGT, opGTE, opLT, opLTE:
-		s, _ := stringForm(p.Value, &buf)
-		m.str = strings.Clone(s)
 		m.num, m.numOK = number(p.Value)
+		m.valid = m.numOK
 	case opDateBefore, opDateAfter, opDateExact:
-		m.date, _ = parseDateFilter(p.Value.(string))
+		s, ok := p.Value.(string)
+		m.date = parseDateFilter(s)
+		m.valid = ok && m.date.valid
 	case opSemverEq, opSemverNeq, opSemverGT, opSemverGTE, opSemverLT, opSemverLTE:
-		m.version, _ = parseSemver(p.Value.(string))
+		m.version, m.valid = parseSemver(stringForm(p.Value, &buf))
+		m.version.pre, m.version.build = strings.Clone(m.version.pre), strings.Clone(m.version.build)
 	case opSemverRange:
-		s := p.Value.(string)
-		switch opName {
-		case OpSemverTilde:
-			m.vrange, _ = tildeRange(s)
-		case OpSemverCaret:
-			m.vrange, _ = caretRange(s)
-		default:
-			m.vrange, _ = wildcardRange(s)
+		m.vrange, m.valid = requirement(opName, stringForm(p.Value, &buf))
+		for i := range m.vrange {
+			m.vrange[i].pre = strings.Clone(m.vrange[i].pre)
 		}
 	}
 	return m, nil
 }
 
-// matchValue applies the operator to a present property value (before negation).
+// matchValue applies the operator to a present property value, which may be nil: a property
+// set to null (before negation).
 func (m *matcher) matchValue(v any, e *evaluation) bool {
 	switch m.op {
-	case opExact, opIsNot:
-		var buf [32]byte
-		return m.exact(v, &buf) == (m.op == opExact)
 	case opIsSet:
 		return true
 	case opIsNotSet:
 		return false
+	}
+	if !m.valid {
+		return false
+	}
+	var buf [32]byte
+	switch m.op {
+	case opExact, opIsNot:
+		return m.exact(v, &buf) == (m.op == opExact)
 	case opDateBefore, opDateAfter, opDateExact:
 		return m.matchDate(v, e)
 	case opGT, opGTE, opLT, opLTE:
 		return m.compareOrdered(v)
 	}
-	s, ok := text(v)
-	if !ok {
-		return m.op.whenMissing()
-	}
+	s := stringForm(v, &buf)
 	switch m.op {
 	case opIContains:
 		return containsFold(s, m.lower)
@@ -212,12 +221,16 @@ func (m *matcher) matchValue(v any, e *evaluation) bool {
 		return hasSuffixFold(s, m.lower)
 	case opNotEndsWith:
 		return !hasSuffixFold(s, m.lower)
+	}
+	// The regexp packages and the version cache may keep the text: not s, which may be buf.
+	t := text(v)
+	switch m.op {
 	case opRegex:
-		return m.re != nil && m.re.MatchString(s)
+		return m.re != nil && m.re.match(t)
 	case opNotRegex:
-		return m.re != nil && !m.re.MatchString(s)
+		return m.re != nil && m.re.valid(t) && !m.re.match(t)
 	case opSemverEq, opSemverNeq, opSemverGT, opSemverGTE, opSemverLT, opSemverLTE:
-		pv, ok := e.parsed.version(s)
+		pv, ok := e.parsed.version(t)
 		if !ok {
 			return false
 		}
@@ -236,88 +249,53 @@ func (m *matcher) matchValue(v any, e *evaluation) bool {
 		}
 		return c <= 0
 	case opSemverRange:
-		pv, ok := e.parsed.version(s)
-		return ok && m.vrange.contains(pv)
+		pv, ok := e.parsed.version(t)
+		return ok && m.vrange.matches(pv)
 	}
 	return false
 }
 
-// text is v's string form: strings as they are, other scalars formatted (rare, so the
-// allocation is acceptable; the regexp package may keep what it is given).
-func text(v any) (string, bool) {
-	if s, ok := v.(string); ok {
-		return s, true
-	}
-	return scalarString(v)
-}
-
-// exact reports whether v equals the operand (or one of the operands): as booleans when the
-// operand is boolean, else on case-insensitive string forms.
+// exact reports whether v equals the operand (or one of the operands): compared as truth
+// values when the operand is boolean, else as lower-cased string forms.
 func (m *matcher) exact(v any, buf *[32]byte) bool {
 	if m.boolMode {
-		b, ok := boolean(v)
-		if !ok {
-			return false
-		}
-		for _, want := range m.bools {
-			if b == want {
-				return true
-			}
-		}
-		return false
+		return truthy(v) == m.boolWant
 	}
-	if list, ok := v.([]any); ok { // a list-valued property matches when any element does
-		for _, e := range list {
-			if _, isList := e.([]any); !isList && m.exact(e, buf) {
-				return true
-			}
-		}
-		return false
-	}
-	s, ok := stringForm(v, buf)
-	if !ok {
-		return false
-	}
+	s := stringForm(v, buf)
 	for _, want := range m.lowers {
-		if strings.EqualFold(s, want) {
+		if equalLower(s, want) {
 			return true
 		}
 	}
 	return false
 }
 
-// compareOrdered compares numerically when both sides are numbers, else as strings.
+// compareOrdered compares numerically; a value that is not a number matches nothing.
 func (m *matcher) compareOrdered(v any) bool {
-	var c int
-	if pn, ok := number(v); ok && m.numOK {
-		switch {
-		case pn < m.num:
-			c = -1
-		case pn > m.num:
-			c = 1
-		}
-	} else {
-		s, ok := text(v)
-		if !ok {
-			return false
-		}
-		c = strings.Compare(s, m.str)
+	pn, ok := number(v)
+	if !ok {
+		return false
 	}
 	switch m.op {
 	case opGT:
-		return c > 0
+		return pn > m.num
 	case opGTE:
-		return c >= 0
+		return pn >= m.num
 	case opLT:
-		return c < 0
+		return pn < m.num
 	}
-	return c <= 0
+	return pn <= m.num
 }
 
 func (m *matcher) matchDate(v any, e *evaluation) bool {
 	pt, ok := e.parsed.date(v)
 	if !ok {
-		return false
+		s, isString := v.(string)
+		rel, isRelative := parseRelativeDate(s)
+		if !isString || !isRelative {
+			return false
+		}
+		pt = rel.resolve(e.clock())
 	}
 	ft := m.date.resolve(e.clock())
 	switch m.op {
@@ -325,11 +303,6 @@ func (m *matcher) matchDate(v any, e *evaluation) bool {
 		return pt.Before(ft)
 	case opDateAfter:
 		return pt.After(ft)
-	}
-	if m.date.dateOnly {
-		py, pm, pd := pt.UTC().Date()
-		fy, fm, fd := ft.Date()
-		return py == fy && pm == fm && pd == fd
 	}
 	return pt.Equal(ft)
 }

@@ -4,34 +4,77 @@ import (
 	"regexp"
 	"sync"
 	"sync/atomic"
+	"time"
+
+	"github.com/dlclark/regexp2"
 )
+
+// PostHog's server matches regex filters with a backtracking engine (fancy-regex): it
+// accepts lookaround and backreferences, which Go's RE2 does not, and it gives up on a
+// pattern that backtracks too much. A pattern RE2 compiles is matched by RE2 (no
+// backtracking, no allocation); one only a backtracking engine compiles is matched by
+// regexp2 with a time limit; one neither compiles matches nothing, for regex and not_regex
+// alike. Matching is a search (not anchored) and case-sensitive.
 
 // maxInternedRegexes bounds the shared table of compiled patterns; past it, patterns are
 // compiled per flag as usual.
 const maxInternedRegexes = 10_000
 
+// backtrackTimeout bounds one backtracking match; a match that runs out matches nothing.
+const backtrackTimeout = 5 * time.Millisecond
+
+// compiledRegex is a compiled pattern: re2 when RE2 compiles it, else back.
+type compiledRegex struct {
+	re2  *regexp.Regexp
+	back *regexp2.Regexp
+}
+
+// match reports whether the pattern occurs in s.
+func (c *compiledRegex) match(s string) bool {
+	if c.re2 != nil {
+		return c.re2.MatchString(s)
+	}
+	ok, err := c.back.MatchString(s)
+	return ok && err == nil
+}
+
+// valid reports whether matching s comes to an answer: a backtracking match that runs out of
+// time does not, and then not_regex does not match either.
+func (c *compiledRegex) valid(s string) bool {
+	if c.re2 != nil {
+		return true
+	}
+	_, err := c.back.MatchString(s)
+	return err == nil
+}
+
 // regexes holds compiled patterns shared by every snapshot: an edge compiles the same
-// patterns for many projects and every version of each, and a compiled regexp.Regexp, safe
-// for concurrent use, costs kilobytes.
+// patterns for many projects and every version of each, and a compiled pattern, safe for
+// concurrent use, costs kilobytes.
 var regexes struct {
-	sync.Map // pattern → *regexp.Regexp
+	sync.Map // pattern → *compiledRegex
 	n        atomic.Int64
 }
 
 // compileRegex returns the compiled pattern, shared when possible; nil for an invalid one.
-func compileRegex(pattern string) *regexp.Regexp {
+func compileRegex(pattern string) *compiledRegex {
 	if re, ok := regexes.Load(pattern); ok {
-		return re.(*regexp.Regexp)
+		return re.(*compiledRegex)
 	}
-	re, err := regexp.Compile(pattern)
-	if err != nil {
+	c := &compiledRegex{}
+	if re, err := regexp.Compile(pattern); err == nil {
+		c.re2 = re
+	} else if back, err := regexp2.Compile(pattern, regexp2.RE2); err == nil {
+		back.MatchTimeout = backtrackTimeout
+		c.back = back
+	} else {
 		return nil
 	}
 	if regexes.n.Load() < maxInternedRegexes {
-		if prev, loaded := regexes.LoadOrStore(pattern, re); loaded {
-			return prev.(*regexp.Regexp)
+		if prev, loaded := regexes.LoadOrStore(pattern, c); loaded {
+			return prev.(*compiledRegex)
 		}
 		regexes.n.Add(1)
 	}
-	return re
+	return c
 }

@@ -32,6 +32,7 @@ import (
 	"github.com/flagedge/flagedge/controlplane/console"
 	"github.com/flagedge/flagedge/controlplane/flageval"
 	"github.com/flagedge/flagedge/controlplane/httpapi"
+	"github.com/flagedge/flagedge/controlplane/ingest"
 	"github.com/flagedge/flagedge/controlplane/logingest"
 	"github.com/flagedge/flagedge/controlplane/loginlimit"
 	"github.com/flagedge/flagedge/controlplane/postgres"
@@ -179,6 +180,7 @@ type controlPlane struct {
 	http     *http.Server
 	grpc     *grpc.Server
 	sync     *syncserver.Server
+	ingest   *ingest.Ingester // the one owner of ingestion: the sync service and the event log call it
 	members  *bloomhub.Hub
 	edges    *syncserver.EdgeAuth
 	// sessions records this replica's edges and what they serve (replicaID: this process);
@@ -248,7 +250,8 @@ func assemble(cfg *serveConfig, db *postgres.DB, logger *slog.Logger) (*controlP
 		return nil, err
 	}
 	cp.members = bloomhub.NewHub(postgres.NewMemberStore(db), logger, cp.reg)
-	cp.sync = syncserver.NewServer(postgres.NewSnapshotStore(db), postgres.NewPersonStore(db), postgres.NewEventStore(db, logger), logger, cp.reg,
+	cp.ingest = ingest.New(postgres.NewEventStore(db, logger), logger, cp.reg)
+	cp.sync = syncserver.NewServer(postgres.NewSnapshotStore(db), postgres.NewPersonStore(db), cp.ingest, logger, cp.reg,
 		syncserver.WithMembership(cp.members), syncserver.WithSessions(cp.sessions, cp.replicaID),
 		syncserver.WithEvaluations(postgres.NewEvaluationStore(db)))
 	cp.edges = syncserver.NewEdgeAuth(postgres.NewEdgeService(db), logger, cp.reg)
@@ -281,7 +284,7 @@ func (cp *controlPlane) connectEventLog() (func(), error) {
 	}
 	lc := logingest.DefaultConfig
 	lc.Replicas, lc.Workers, lc.MaxBytes, lc.MaxAge, lc.AckWait = int(cfg.LogReplicas), int(cfg.LogWorkers), cfg.LogMaxBytes, cfg.LogMaxAge, cfg.LogAckWait
-	if cp.logIn, err = logingest.New(nc, cp.sync, lc, cp.log, cp.reg); err != nil {
+	if cp.logIn, err = logingest.New(nc, cp.ingest, lc, cp.log, cp.reg); err != nil {
 		nc.Close()
 		return nil, err
 	}
@@ -373,9 +376,11 @@ func (cp *controlPlane) run(ctx context.Context) error {
 func newHTTPHandler(db *postgres.DB, cfg *serveConfig, ready func(context.Context) error, logger *slog.Logger, reg *prometheus.Registry,
 	sessions controlplane.EdgeSessionStore, waiter *rollout.Watcher) (http.Handler, error) {
 	services, personStore := authz.Wrap(postgres.NewServices(db, 0)), postgres.NewPersonStore(db)
+	evaluator := &flageval.Evaluator{Snapshots: postgres.NewSnapshotStore(db), Persons: personStore, Scanner: personStore}
+	usage := postgres.NewEvaluationStore(db)
 	api := httpapi.New(httpapi.Config{
 		Services:     services,
-		Evaluator:    &flageval.Evaluator{Snapshots: postgres.NewSnapshotStore(db), Persons: personStore, Scanner: personStore},
+		Evaluator:    evaluator,
 		Ready:        ready,
 		PublicURL:    cfg.PublicURL,
 		Logger:       logger,
@@ -383,7 +388,7 @@ func newHTTPHandler(db *postgres.DB, cfg *serveConfig, ready func(context.Contex
 		NoMetrics:    cfg.MetricsAddr != "",
 		EdgeSessions: sessions,
 		Rollout:      waiter,
-		Usage:        postgres.NewEvaluationStore(db),
+		Usage:        usage,
 	})
 	clientIP := clientip.Peer
 	if cfg.TrustedProxies != "" {
@@ -393,7 +398,8 @@ func newHTTPHandler(db *postgres.DB, cfg *serveConfig, ready func(context.Contex
 		}
 		clientIP = proxies.RequestIP
 	}
-	web, err := console.New(console.Config{API: api, Users: services.Users, Sessions: services.Sessions, Logger: logger,
+	web, err := console.New(console.Config{Services: services, Evaluator: evaluator, PublicURL: cfg.PublicURL, Logger: logger,
+		EdgeSessions: sessions, Rollout: waiter, Usage: usage,
 		SecureCookies: strings.HasPrefix(cfg.PublicURL, "https://") || cfg.TLSCert != "",
 		Logins:        loginlimit.New(cfg.logins(), reg), ClientIP: clientIP})
 	if err != nil {

@@ -1,34 +1,10 @@
 package httpapi
 
 import (
-	"context"
 	"net/http"
 	"strings"
 	"time"
-
-	"github.com/flagedge/flagedge/controlplane"
 )
-
-type principalKey struct{}
-
-// SessionPrincipal is the credential the console presents for a logged-in user: the
-// user's own rights (scope "*", every project of their organisation), never more. Role
-// access, admin-only writes and project reach are then checked exactly as for a key.
-func SessionPrincipal(u *controlplane.User) *controlplane.APIKey {
-	return &controlplane.APIKey{Label: "console session", User: *u, Scopes: []string{string(controlplane.ScopeAll)}}
-}
-
-// WithPrincipal returns ctx carrying a principal that the API accepts in place of a bearer
-// key. Only code in this process can set it: it is how the console calls the API in process,
-// so that the console has no path to the data but the API's handlers and their checks.
-func WithPrincipal(ctx context.Context, key *controlplane.APIKey) context.Context {
-	return context.WithValue(ctx, principalKey{}, key)
-}
-
-func principalFrom(ctx context.Context) *controlplane.APIKey {
-	key, _ := ctx.Value(principalKey{}).(*controlplane.APIKey)
-	return key
-}
 
 // Router is a handler that names the route a request takes, from a bounded set, for the
 // metrics of the answers it gives.
