@@ -55,6 +55,11 @@ var ErrNotAuthenticated = &Error{Kind: NotAuthenticated, Code: "not_authenticate
 // ErrPermissionDenied is returned when the caller may not modify the object.
 var ErrPermissionDenied = &Error{Kind: Forbidden, Code: "permission_denied", Detail: "You do not have permission to perform this action."}
 
+// ErrUnstorable is returned when the database refuses a value for what it is (text it cannot
+// hold, a value too long for an index) that the boundary checks let through: a bad input,
+// not a server error.
+var ErrUnstorable = &Error{Kind: Invalid, Code: "invalid_input", Detail: "The request holds a value that cannot be stored."}
+
 // ErrKeyConflict is returned when a flag key is already taken in the project.
 var ErrKeyConflict = FieldError("key", "unique", "There is already a feature flag with this key.")
 

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
-	"strings"
 
 	"github.com/flagedge/flagedge/controlplane"
 )
@@ -22,13 +21,12 @@ type errorBody struct {
 // with a generic message: their cause never reaches the client.
 func writeError(w http.ResponseWriter, log *slog.Logger, r *http.Request, err error) {
 	var e *controlplane.Error
-	if !errors.As(err, &e) && isDataError(err) {
-		// The boundary checks should have refused the value; answer what it is, a bad
-		// input, rather than a server error, and log it so the check can be added.
+	if errors.Is(err, controlplane.ErrUnstorable) {
+		// The store found the value unstorable (postgres maps the SQLSTATE): the boundary
+		// checks should have refused it; log it so the check can be added.
 		log.Warn("database refused a request's value", "method", r.Method, "path", r.URL.Path, "err", err)
-		e = controlplane.Errorf(controlplane.Invalid, "invalid_input", "The request holds a value that cannot be stored.")
 	}
-	if e == nil || e.Kind == controlplane.Internal {
+	if !errors.As(err, &e) || e == nil || e.Kind == controlplane.Internal {
 		log.Error("internal error", "method", r.Method, "path", r.URL.Path, "err", err)
 		writeJSON(w, http.StatusInternalServerError, errorBody{Type: "server_error", Code: "error", Detail: "A server error occurred."})
 		return
@@ -51,18 +49,6 @@ func writeError(w http.ResponseWriter, log *slog.Logger, r *http.Request, err er
 		status, body.Type = http.StatusRequestEntityTooLarge, "invalid_request"
 	}
 	writeJSON(w, status, body)
-}
-
-// isDataError reports whether err is the database refusing a value for what it is
-// (SQLSTATE class 22, data exception, or 54, program limit exceeded, such as a value too
-// long for an index), as opposed to the database failing.
-func isDataError(err error) bool {
-	var se interface{ SQLState() string }
-	if !errors.As(err, &se) {
-		return false
-	}
-	code := se.SQLState()
-	return strings.HasPrefix(code, "22") || strings.HasPrefix(code, "54")
 }
 
 // writeJSON writes v as the JSON body with the given status.

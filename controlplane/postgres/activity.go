@@ -2,7 +2,6 @@ package postgres
 
 import (
 	"context"
-	"fmt"
 
 	"github.com/jackc/pgx/v5"
 
@@ -24,13 +23,13 @@ func (s *ActivityService) FindActivity(ctx context.Context, f controlplane.Activ
 	where := ` WHERE a.project_id = $1 AND a.scope = $2 AND ($3 = '' OR a.item_id = $3)`
 	var total int
 	if err := s.db.Pool.QueryRow(ctx, `SELECT count(*) FROM activity_log a`+where, f.ProjectID, f.Scope, f.ItemID).Scan(&total); err != nil {
-		return nil, 0, fmt.Errorf("count activity: %w", err)
+		return nil, 0, opError("count activity", err)
 	}
 	rows, err := s.db.Pool.Query(ctx, `SELECT a.id::text, a.project_id, a.activity, a.scope, a.item_id, a.detail, a.created_at,
 		`+userSummaryJSON("u")+` FROM activity_log a LEFT JOIN users u ON u.id = a.user_id`+where+`
 		ORDER BY a.created_at DESC, a.id LIMIT $4 OFFSET $5`, f.ProjectID, f.Scope, f.ItemID, f.Limit, f.Offset)
 	if err != nil {
-		return nil, 0, fmt.Errorf("find activity: %w", err)
+		return nil, 0, opError("find activity", err)
 	}
 	list, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (*controlplane.Activity, error) {
 		var a controlplane.Activity
@@ -42,7 +41,7 @@ func (s *ActivityService) FindActivity(ctx context.Context, f controlplane.Activ
 		return &a, nil
 	})
 	if err != nil {
-		return nil, 0, fmt.Errorf("find activity: %w", err)
+		return nil, 0, opError("find activity", err)
 	}
 	return list, total, nil
 }

@@ -2,7 +2,6 @@ package postgres
 
 import (
 	"context"
-	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -58,16 +57,16 @@ func (s *AnnotationService) FindAnnotations(ctx context.Context, f controlplane.
 	}
 	var total int
 	if err := s.db.Pool.QueryRow(ctx, `SELECT count(*) FROM annotations a`+c.where(), c.args...).Scan(&total); err != nil {
-		return nil, 0, fmt.Errorf("count annotations: %w", err)
+		return nil, 0, opError("count annotations", err)
 	}
 	limit, args := c.page(f.Limit, f.Offset)
 	rows, err := s.db.Pool.Query(ctx, annotationSelect+c.where()+` ORDER BY a.date_marker DESC NULLS LAST, a.id DESC`+limit, args...)
 	if err != nil {
-		return nil, 0, fmt.Errorf("find annotations: %w", err)
+		return nil, 0, opError("find annotations", err)
 	}
 	list, err := pgx.CollectRows(rows, scanAnnotation)
 	if err != nil {
-		return nil, 0, fmt.Errorf("find annotations: %w", err)
+		return nil, 0, opError("find annotations", err)
 	}
 	return list, total, nil
 }
@@ -86,11 +85,11 @@ func findAnnotation(ctx context.Context, q interface {
 	}
 	rows, err := q.Query(ctx, sql, id, projectID, orgID)
 	if err != nil {
-		return nil, fmt.Errorf("find annotation: %w", err)
+		return nil, opError("find annotation", err)
 	}
 	a, err := pgx.CollectExactlyOneRow(rows, scanAnnotation)
 	if err != nil {
-		return nil, fmt.Errorf("find annotation: %w", notFoundIfNoRows(err))
+		return nil, opError("find annotation", notFoundIfNoRows(err))
 	}
 	return a, nil
 }
@@ -118,7 +117,7 @@ func (s *AnnotationService) CreateAnnotation(ctx context.Context, actor *control
 		return recordActivity(ctx, tx, project.ID, actor, controlplane.ActivityCreated, "Annotation", id, annotationName(created), nil)
 	})
 	if err != nil {
-		return nil, fmt.Errorf("create annotation: %w", err)
+		return nil, opError("create annotation", err)
 	}
 	return created, nil
 }
@@ -157,7 +156,7 @@ func (s *AnnotationService) UpdateAnnotation(ctx context.Context, actor *control
 		return err
 	})
 	if err != nil {
-		return nil, fmt.Errorf("update annotation: %w", err)
+		return nil, opError("update annotation", err)
 	}
 	return updated, nil
 }

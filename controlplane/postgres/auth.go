@@ -52,7 +52,7 @@ func (s *AuthService) AuthenticatePersonalKey(ctx context.Context, secret string
 		return nil, ErrInvalidPersonalKey
 	}
 	if err != nil {
-		return nil, fmt.Errorf("authenticate personal key: %w", err)
+		return nil, opError("authenticate personal key", err)
 	}
 	return &k, nil
 }
@@ -97,7 +97,7 @@ func (s *AuthService) CreatePersonalKey(ctx context.Context, email, label string
 		return bumpOrganizationSnapshots(ctx, tx, key.User.OrganizationID)
 	})
 	if err != nil {
-		return nil, fmt.Errorf("create personal key: %w", err)
+		return nil, opError("create personal key", err)
 	}
 	return key, nil
 }
@@ -110,7 +110,7 @@ func (s *AuthService) RevokePersonalKey(ctx context.Context, id int64) error {
 			DELETE FROM personal_api_keys k USING users u
 			WHERE k.id = $1 AND u.id = k.user_id RETURNING u.organization_id`, id).Scan(&orgID)
 		if err != nil {
-			return fmt.Errorf("revoke personal key: %w", notFoundIfNoRows(err))
+			return opError("revoke personal key", notFoundIfNoRows(err))
 		}
 		return bumpOrganizationSnapshots(ctx, tx, orgID)
 	})

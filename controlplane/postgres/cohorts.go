@@ -3,7 +3,6 @@ package postgres
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 
 	"github.com/jackc/pgx/v5"
 
@@ -36,16 +35,16 @@ func scanCohort(row pgx.Row) (*controlplane.Cohort, error) {
 func (s *CohortService) FindCohorts(ctx context.Context, projectID int64, limit, offset int) ([]*controlplane.Cohort, int, error) {
 	var total int
 	if err := s.db.Pool.QueryRow(ctx, `SELECT count(*) FROM cohorts WHERE project_id = $1 AND NOT deleted`, projectID).Scan(&total); err != nil {
-		return nil, 0, fmt.Errorf("count cohorts: %w", err)
+		return nil, 0, opError("count cohorts", err)
 	}
 	rows, err := s.db.Pool.Query(ctx, cohortSelect+` WHERE c.project_id = $1 AND NOT c.deleted ORDER BY c.id DESC LIMIT $2 OFFSET $3`,
 		projectID, limit, offset)
 	if err != nil {
-		return nil, 0, fmt.Errorf("find cohorts: %w", err)
+		return nil, 0, opError("find cohorts", err)
 	}
 	list, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (*controlplane.Cohort, error) { return scanCohort(r) })
 	if err != nil {
-		return nil, 0, fmt.Errorf("find cohorts: %w", err)
+		return nil, 0, opError("find cohorts", err)
 	}
 	return list, total, nil
 }
@@ -54,7 +53,7 @@ func (s *CohortService) FindCohorts(ctx context.Context, projectID int64, limit,
 func (s *CohortService) FindCohortByID(ctx context.Context, projectID, id int64) (*controlplane.Cohort, error) {
 	c, err := scanCohort(s.db.Pool.QueryRow(ctx, cohortSelect+` WHERE c.project_id = $1 AND c.id = $2`, projectID, id))
 	if err != nil {
-		return nil, fmt.Errorf("find cohort: %w", notFoundIfNoRows(err))
+		return nil, opError("find cohort", notFoundIfNoRows(err))
 	}
 	return c, nil
 }
@@ -78,7 +77,7 @@ func (s *CohortService) CreateCohort(ctx context.Context, actor *controlplane.Us
 		return bumpSnapshot(ctx, tx, projectID)
 	})
 	if err != nil {
-		return nil, fmt.Errorf("create cohort: %w", err)
+		return nil, opError("create cohort", err)
 	}
 	return s.FindCohortByID(ctx, projectID, id)
 }
@@ -105,7 +104,7 @@ func (s *CohortService) UpdateCohort(ctx context.Context, actor *controlplane.Us
 		return bumpSnapshot(ctx, tx, projectID)
 	})
 	if err != nil {
-		return nil, fmt.Errorf("update cohort: %w", err)
+		return nil, opError("update cohort", err)
 	}
 	return s.FindCohortByID(ctx, projectID, id)
 }
@@ -134,7 +133,7 @@ func (s *CohortService) CreateStaticCohort(ctx context.Context, actor *controlpl
 		return bumpSnapshot(ctx, tx, projectID)
 	})
 	if err != nil {
-		return nil, fmt.Errorf("create static cohort: %w", err)
+		return nil, opError("create static cohort", err)
 	}
 	return s.FindCohortByID(ctx, projectID, id)
 }
@@ -142,7 +141,7 @@ func (s *CohortService) CreateStaticCohort(ctx context.Context, actor *controlpl
 // SetCount stores a property cohort's size.
 func (s *CohortService) SetCount(ctx context.Context, projectID, id int64, count int) error {
 	if _, err := s.db.Pool.Exec(ctx, `UPDATE cohorts SET count = $3 WHERE project_id = $1 AND id = $2`, projectID, id, count); err != nil {
-		return fmt.Errorf("set cohort count: %w", err)
+		return opError("set cohort count", err)
 	}
 	return nil
 }
@@ -154,7 +153,7 @@ func (s *PersonStore) ScanPersons(ctx context.Context, projectID, afterID int64,
 			COALESCE((SELECT array_agg(cp.cohort_id) FROM cohort_people cp WHERE cp.person_id = p.id), '{}')
 		FROM persons p WHERE p.project_id = $1 AND p.id > $2 ORDER BY p.id LIMIT $3`, projectID, afterID, limit)
 	if err != nil {
-		return nil, fmt.Errorf("scan persons: %w", err)
+		return nil, opError("scan persons", err)
 	}
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (controlplane.StoredPersonRow, error) {
 		var p controlplane.StoredPersonRow
@@ -166,7 +165,7 @@ func (s *PersonStore) ScanPersons(ctx context.Context, projectID, afterID int64,
 		return p, err
 	})
 	if err != nil {
-		return nil, fmt.Errorf("scan persons: %w", err)
+		return nil, opError("scan persons", err)
 	}
 	return out, nil
 }
@@ -176,7 +175,7 @@ func (s *PersonStore) ScanGroups(ctx context.Context, projectID int64, typeIndex
 	rows, err := s.db.Pool.Query(ctx, `SELECT group_key, properties FROM groups
 		WHERE project_id = $1 AND group_type_index = $2 AND group_key > $3 ORDER BY group_key LIMIT $4`, projectID, typeIndex, afterKey, limit)
 	if err != nil {
-		return nil, fmt.Errorf("scan groups: %w", err)
+		return nil, opError("scan groups", err)
 	}
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (controlplane.StoredGroupRow, error) {
 		var g controlplane.StoredGroupRow
@@ -184,7 +183,7 @@ func (s *PersonStore) ScanGroups(ctx context.Context, projectID int64, typeIndex
 		return g, err
 	})
 	if err != nil {
-		return nil, fmt.Errorf("scan groups: %w", err)
+		return nil, opError("scan groups", err)
 	}
 	return out, nil
 }
@@ -198,7 +197,7 @@ func (s *FlagService) EnsureUsageDashboard(ctx context.Context, actor *controlpl
 	var dashboardID int64
 	if err := s.db.Pool.QueryRow(ctx, `INSERT INTO dashboards (project_id, name, created_by) VALUES ($1, $2, $3) RETURNING id`,
 		projectID, "Feature flag: "+f.Key+" usage", actor.ID).Scan(&dashboardID); err != nil {
-		return nil, fmt.Errorf("create usage dashboard: %w", err)
+		return nil, opError("create usage dashboard", err)
 	}
 	return s.UpdateFlag(ctx, actor, projectID, flagID, controlplane.FlagUpdate{UsageDashboard: &dashboardID})
 }

@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -138,4 +139,16 @@ func notFoundIfNoRows(err error) error {
 		return controlplane.ErrNotFound
 	}
 	return err
+}
+
+// opError wraps err with the operation's name, and as controlplane.ErrUnstorable when
+// PostgreSQL refused a value for what it is (SQLSTATE class 22, data exception, or 54,
+// program limit exceeded): the request's input, not the database, is at fault. The cause
+// stays in the chain for the logs.
+func opError(op string, err error) error {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && (strings.HasPrefix(pgErr.Code, "22") || strings.HasPrefix(pgErr.Code, "54")) {
+		return fmt.Errorf("%s: %w: %w", op, controlplane.ErrUnstorable, err)
+	}
+	return fmt.Errorf("%s: %w", op, err)
 }

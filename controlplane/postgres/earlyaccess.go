@@ -101,12 +101,12 @@ func findFeature(ctx context.Context, q featureQuerier, projectID int64, id stri
 func (s *EarlyAccessFeatureService) FindEarlyAccessFeatures(ctx context.Context, projectID int64, limit, offset int) ([]*controlplane.EarlyAccessFeature, int, error) {
 	var total int
 	if err := s.db.Pool.QueryRow(ctx, `SELECT count(*) FROM early_access_features WHERE project_id = $1`, projectID).Scan(&total); err != nil {
-		return nil, 0, fmt.Errorf("count early access features: %w", err)
+		return nil, 0, opError("count early access features", err)
 	}
 	list, err := scanFeatures(ctx, s.db.Pool, featureSelect+` WHERE e.project_id = $1 ORDER BY e.created_at DESC, e.id DESC LIMIT $2 OFFSET $3`,
 		projectID, limit, offset)
 	if err != nil {
-		return nil, 0, fmt.Errorf("find early access features: %w", err)
+		return nil, 0, opError("find early access features", err)
 	}
 	return list, total, nil
 }
@@ -115,7 +115,7 @@ func (s *EarlyAccessFeatureService) FindEarlyAccessFeatures(ctx context.Context,
 func (s *EarlyAccessFeatureService) FindEarlyAccessFeatureByID(ctx context.Context, projectID int64, id string) (*controlplane.EarlyAccessFeature, error) {
 	f, err := findFeature(ctx, s.db.Pool, projectID, id, false)
 	if err != nil {
-		return nil, fmt.Errorf("find early access feature: %w", err)
+		return nil, opError("find early access feature", err)
 	}
 	return f, nil
 }
@@ -177,7 +177,7 @@ func (s *EarlyAccessFeatureService) CreateEarlyAccessFeature(ctx context.Context
 		return bumpSnapshot(ctx, tx, projectID)
 	})
 	if err != nil {
-		return nil, fmt.Errorf("create early access feature: %w", err)
+		return nil, opError("create early access feature", err)
 	}
 	return created, nil
 }
@@ -258,7 +258,7 @@ func (s *EarlyAccessFeatureService) UpdateEarlyAccessFeature(ctx context.Context
 		return bumpSnapshot(ctx, tx, projectID)
 	})
 	if err != nil {
-		return nil, fmt.Errorf("update early access feature: %w", err)
+		return nil, opError("update early access feature", err)
 	}
 	return updated, nil
 }
@@ -282,7 +282,7 @@ func (s *EarlyAccessFeatureService) DeleteEarlyAccessFeature(ctx context.Context
 		return bumpSnapshot(ctx, tx, projectID)
 	})
 	if err != nil {
-		return fmt.Errorf("delete early access feature: %w", err)
+		return opError("delete early access feature", err)
 	}
 	return nil
 }

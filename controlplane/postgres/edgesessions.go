@@ -2,7 +2,6 @@ package postgres
 
 import (
 	"context"
-	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -53,7 +52,7 @@ func (s *EdgeSessionStore) OpenSessions(ctx context.Context, opens []controlplan
 		return err
 	})
 	if err != nil {
-		return fmt.Errorf("open edge sessions: %w", err)
+		return opError("open edge sessions", err)
 	}
 	return nil
 }
@@ -61,7 +60,7 @@ func (s *EdgeSessionStore) OpenSessions(ctx context.Context, opens []controlplan
 // CloseSessions forgets sessions.
 func (s *EdgeSessionStore) CloseSessions(ctx context.Context, ids []string) error {
 	if _, err := s.db.Pool.Exec(ctx, `DELETE FROM edge_sessions WHERE id = ANY($1::uuid[])`, ids); err != nil {
-		return fmt.Errorf("close edge sessions: %w", err)
+		return opError("close edge sessions", err)
 	}
 	return nil
 }
@@ -71,7 +70,7 @@ func (s *EdgeSessionStore) Heartbeat(ctx context.Context, replicaID string) erro
 	_, err := s.db.Pool.Exec(ctx, `WITH marked AS (UPDATE edge_sessions SET seen_at = now() WHERE replica_id = $1)
 		DELETE FROM edge_sessions WHERE seen_at < now() - $2::interval AND replica_id <> $1`, replicaID, SessionTTL)
 	if err != nil {
-		return fmt.Errorf("edge session heartbeat: %w", err)
+		return opError("edge session heartbeat", err)
 	}
 	return nil
 }
@@ -154,7 +153,7 @@ func (s *EdgeSessionStore) Acknowledge(ctx context.Context, acks []controlplane.
 		return err
 	})
 	if err != nil {
-		return nil, fmt.Errorf("acknowledge versions: %w", err)
+		return nil, opError("acknowledge versions", err)
 	}
 	return results, nil
 }
@@ -172,7 +171,7 @@ func (s *EdgeSessionStore) FindProjectEdges(ctx context.Context, projectID int64
 		WHERE p.id = $1
 		ORDER BY s.edge_name, s.edge_id, s.connected_at`, projectID, SessionTTL)
 	if err != nil {
-		return nil, fmt.Errorf("find project edges: %w", err)
+		return nil, opError("find project edges", err)
 	}
 	defer rows.Close()
 	var out *controlplane.ProjectEdges
@@ -181,7 +180,7 @@ func (s *EdgeSessionStore) FindProjectEdges(ctx context.Context, projectID int64
 		var name, edgeID, replica *string
 		var connectedAt, ackedAt *time.Time
 		if err := rows.Scan(&current, &name, &edgeID, &replica, &connectedAt, &version, &ackedAt); err != nil {
-			return nil, fmt.Errorf("find project edges: %w", err)
+			return nil, opError("find project edges", err)
 		}
 		if out == nil {
 			out = &controlplane.ProjectEdges{Current: current, Edges: []controlplane.EdgeProjectStatus{}}
@@ -193,7 +192,7 @@ func (s *EdgeSessionStore) FindProjectEdges(ctx context.Context, projectID int64
 			ConnectedAt: *connectedAt, Version: version, AckedAt: ackedAt, Lag: max(current-version, 0)})
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("find project edges: %w", err)
+		return nil, opError("find project edges", err)
 	}
 	if out == nil {
 		return nil, controlplane.ErrNotFound

@@ -2,7 +2,6 @@ package postgres
 
 import (
 	"context"
-	"fmt"
 	"sync/atomic"
 	"time"
 
@@ -67,11 +66,11 @@ func (s *EvaluationStore) AddEvaluations(ctx context.Context, counts []controlpl
 		return err
 	})
 	if err != nil {
-		return fmt.Errorf("add evaluations: %w", err)
+		return opError("add evaluations", err)
 	}
 	if last := s.pruned.Load(); now.Unix()-last >= 3600 && s.pruned.CompareAndSwap(last, now.Unix()) {
 		if _, err := s.db.Pool.Exec(ctx, `DELETE FROM flag_evaluations WHERE hour < $1`, now.Add(-evaluationRetention)); err != nil {
-			return fmt.Errorf("delete old evaluation counts: %w", err)
+			return opError("delete old evaluation counts", err)
 		}
 	}
 	return nil
@@ -90,7 +89,7 @@ func (s *EvaluationStore) FlagUsage(ctx context.Context, projectID int64, keys [
 		WHERE l.project_id = $1 AND l.flag_key = ANY ($2)
 		GROUP BY l.flag_key, l.last_called_at`, projectID, keys, now)
 	if err != nil {
-		return nil, fmt.Errorf("flag usage: %w", err)
+		return nil, opError("flag usage", err)
 	}
 	defer rows.Close()
 	out := map[string]controlplane.FlagUsage{}
@@ -99,13 +98,13 @@ func (s *EvaluationStore) FlagUsage(ctx context.Context, projectID int64, keys [
 		var u controlplane.FlagUsage
 		var last time.Time
 		if err := rows.Scan(&key, &last, &u.Last1d, &u.Last7d, &u.Last30d); err != nil {
-			return nil, fmt.Errorf("flag usage: %w", err)
+			return nil, opError("flag usage", err)
 		}
 		u.LastCalledAt = &last
 		out[key] = u
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("flag usage: %w", err)
+		return nil, opError("flag usage", err)
 	}
 	return out, nil
 }
@@ -118,7 +117,7 @@ func (s *EvaluationStore) DailyEvaluations(ctx context.Context, projectID int64,
 		FROM flag_evaluations WHERE project_id = $1 AND flag_key = $2 AND hour >= $3
 		GROUP BY 1`, projectID, key, first)
 	if err != nil {
-		return nil, fmt.Errorf("daily evaluations: %w", err)
+		return nil, opError("daily evaluations", err)
 	}
 	defer rows.Close()
 	byDay := map[time.Time]int64{}
@@ -126,12 +125,12 @@ func (s *EvaluationStore) DailyEvaluations(ctx context.Context, projectID int64,
 		var day time.Time
 		var n int64
 		if err := rows.Scan(&day, &n); err != nil {
-			return nil, fmt.Errorf("daily evaluations: %w", err)
+			return nil, opError("daily evaluations", err)
 		}
 		byDay[time.Date(day.Year(), day.Month(), day.Day(), 0, 0, 0, 0, time.UTC)] = n
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("daily evaluations: %w", err)
+		return nil, opError("daily evaluations", err)
 	}
 	out := make([]controlplane.DailyEvaluations, days)
 	for i := range out {

@@ -72,17 +72,17 @@ func (r *EventReader) FindEvents(ctx context.Context, f controlplane.EventFilter
 	}
 	var total int
 	if err := r.db.Pool.QueryRow(ctx, `SELECT count(*) FROM events`+c.where(), c.args...).Scan(&total); err != nil {
-		return nil, 0, fmt.Errorf("count events: %w", err)
+		return nil, 0, opError("count events", err)
 	}
 	limit, args := c.page(f.Limit, f.Offset)
 	rows, err := r.db.Pool.Query(ctx, `SELECT uuid::text, project_id, event, distinct_id, properties, timestamp, created_at FROM events`+
 		c.where()+` ORDER BY timestamp DESC, uuid`+limit, args...)
 	if err != nil {
-		return nil, 0, fmt.Errorf("find events: %w", err)
+		return nil, 0, opError("find events", err)
 	}
 	list, err := pgx.CollectRows(rows, scanEvent)
 	if err != nil {
-		return nil, 0, fmt.Errorf("find events: %w", err)
+		return nil, 0, opError("find events", err)
 	}
 	return list, total, nil
 }
@@ -98,11 +98,11 @@ func (r *EventReader) FindEventByUUID(ctx context.Context, projectID int64, id s
 	rows, err := r.db.Pool.Query(ctx, `SELECT uuid::text, project_id, event, distinct_id, properties, timestamp, created_at
 		FROM events WHERE project_id = $1 AND uuid::text = $2`, projectID, strings.ToLower(id))
 	if err != nil {
-		return nil, fmt.Errorf("find event: %w", err)
+		return nil, opError("find event", err)
 	}
 	e, err := pgx.CollectExactlyOneRow(rows, scanEvent)
 	if err != nil {
-		return nil, fmt.Errorf("find event: %w", notFoundIfNoRows(err))
+		return nil, opError("find event", notFoundIfNoRows(err))
 	}
 	return e, nil
 }
@@ -129,16 +129,16 @@ func (r *EventReader) FindPersons(ctx context.Context, f controlplane.PersonFilt
 	}
 	var total int
 	if err := r.db.Pool.QueryRow(ctx, `SELECT count(*) FROM persons p`+c.where(), c.args...).Scan(&total); err != nil {
-		return nil, 0, fmt.Errorf("count persons: %w", err)
+		return nil, 0, opError("count persons", err)
 	}
 	limit, args := c.page(f.Limit, f.Offset)
 	rows, err := r.db.Pool.Query(ctx, personSelect+c.where()+` ORDER BY p.id DESC`+limit, args...)
 	if err != nil {
-		return nil, 0, fmt.Errorf("find persons: %w", err)
+		return nil, 0, opError("find persons", err)
 	}
 	list, err := pgx.CollectRows(rows, scanPerson)
 	if err != nil {
-		return nil, 0, fmt.Errorf("find persons: %w", err)
+		return nil, 0, opError("find persons", err)
 	}
 	return list, total, nil
 }
@@ -147,11 +147,11 @@ func (r *EventReader) FindPersons(ctx context.Context, f controlplane.PersonFilt
 func (r *EventReader) FindPersonByID(ctx context.Context, projectID, id int64) (*controlplane.Person, error) {
 	rows, err := r.db.Pool.Query(ctx, personSelect+` WHERE p.project_id = $1 AND p.id = $2`, projectID, id)
 	if err != nil {
-		return nil, fmt.Errorf("find person: %w", err)
+		return nil, opError("find person", err)
 	}
 	p, err := pgx.CollectExactlyOneRow(rows, scanPerson)
 	if err != nil {
-		return nil, fmt.Errorf("find person: %w", notFoundIfNoRows(err))
+		return nil, opError("find person", notFoundIfNoRows(err))
 	}
 	return p, nil
 }
@@ -168,13 +168,13 @@ func (r *EventReader) FindGroups(ctx context.Context, f controlplane.GroupFilter
 	}
 	var total int
 	if err := r.db.Pool.QueryRow(ctx, `SELECT count(*) FROM groups`+c.where(), c.args...).Scan(&total); err != nil {
-		return nil, 0, fmt.Errorf("count groups: %w", err)
+		return nil, 0, opError("count groups", err)
 	}
 	limit, args := c.page(f.Limit, f.Offset)
 	rows, err := r.db.Pool.Query(ctx, `SELECT group_type_index, group_key, properties, created_at FROM groups`+
 		c.where()+` ORDER BY created_at DESC, group_key`+limit, args...)
 	if err != nil {
-		return nil, 0, fmt.Errorf("find groups: %w", err)
+		return nil, 0, opError("find groups", err)
 	}
 	list, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (*controlplane.Group, error) {
 		var g controlplane.Group
@@ -182,7 +182,7 @@ func (r *EventReader) FindGroups(ctx context.Context, f controlplane.GroupFilter
 		return &g, err
 	})
 	if err != nil {
-		return nil, 0, fmt.Errorf("find groups: %w", err)
+		return nil, 0, opError("find groups", err)
 	}
 	return list, total, nil
 }

@@ -96,7 +96,7 @@ func findFlag(ctx context.Context, q querier, projectID, id int64, forUpdate boo
 	}
 	f, err := scanFlag(q.QueryRow(ctx, sql, projectID, id))
 	if err != nil {
-		return nil, fmt.Errorf("find flag: %w", notFoundIfNoRows(err))
+		return nil, opError("find flag", notFoundIfNoRows(err))
 	}
 	return f, nil
 }
@@ -106,7 +106,7 @@ func (s *FlagService) FindFlags(ctx context.Context, filter controlplane.FlagFil
 	c := flagConditions(filter, s.db.Now().Add(-controlplane.StaleAfter))
 	var total int
 	if err := s.db.Pool.QueryRow(ctx, `SELECT count(*) FROM feature_flags f`+c.where(), c.args...).Scan(&total); err != nil {
-		return nil, 0, fmt.Errorf("count flags: %w", err)
+		return nil, 0, opError("count flags", err)
 	}
 	order := "f.created_at DESC, f.id DESC"
 	if field, desc := strings.CutPrefix(filter.Order, "-"); slices.Contains(controlplane.FlagOrderFields, field) {
@@ -119,11 +119,11 @@ func (s *FlagService) FindFlags(ctx context.Context, filter controlplane.FlagFil
 	page, args := c.page(filter.Limit, filter.Offset)
 	rows, err := s.db.Pool.Query(ctx, flagSelect+c.where()+" ORDER BY "+order+page, args...)
 	if err != nil {
-		return nil, 0, fmt.Errorf("find flags: %w", err)
+		return nil, 0, opError("find flags", err)
 	}
 	list, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (*controlplane.Flag, error) { return scanFlag(r) })
 	if err != nil {
-		return nil, 0, fmt.Errorf("find flags: %w", err)
+		return nil, 0, opError("find flags", err)
 	}
 	return list, total, nil
 }
@@ -191,7 +191,7 @@ func (s *FlagService) CreateFlag(ctx context.Context, actor *controlplane.User, 
 		return err
 	})
 	if err != nil {
-		return nil, fmt.Errorf("create flag: %w", err)
+		return nil, opError("create flag", err)
 	}
 	return created, nil
 }
@@ -254,7 +254,7 @@ func (s *FlagService) UpdateFlag(ctx context.Context, actor *controlplane.User, 
 		return err
 	})
 	if err != nil {
-		return nil, fmt.Errorf("update flag: %w", err)
+		return nil, opError("update flag", err)
 	}
 	return updated, nil
 }
@@ -429,7 +429,7 @@ func recordActivity(ctx context.Context, tx pgx.Tx, projectID int64, actor *cont
 	_, err := tx.Exec(ctx, `INSERT INTO activity_log (project_id, user_id, activity, scope, item_id, detail)
 		VALUES ($1, $2, $3, $4, $5, $6)`, projectID, userID, activity, scope, detail.ID, detail)
 	if err != nil {
-		return fmt.Errorf("record activity: %w", err)
+		return opError("record activity", err)
 	}
 	return nil
 }

@@ -41,11 +41,11 @@ func scanKey(row pgx.Row) (*controlplane.PersonalKey, error) {
 func (s *KeyService) FindKeys(ctx context.Context, userID int64) ([]*controlplane.PersonalKey, error) {
 	rows, err := s.db.Pool.Query(ctx, `SELECT `+keyColumns+` FROM personal_api_keys k WHERE k.user_id = $1 ORDER BY k.id DESC`, userID)
 	if err != nil {
-		return nil, fmt.Errorf("find keys: %w", err)
+		return nil, opError("find keys", err)
 	}
 	list, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (*controlplane.PersonalKey, error) { return scanKey(r) })
 	if err != nil {
-		return nil, fmt.Errorf("find keys: %w", err)
+		return nil, opError("find keys", err)
 	}
 	return list, nil
 }
@@ -54,7 +54,7 @@ func (s *KeyService) FindKeys(ctx context.Context, userID int64) ([]*controlplan
 func (s *KeyService) FindKeyByID(ctx context.Context, userID, id int64) (*controlplane.PersonalKey, error) {
 	k, err := scanKey(s.db.Pool.QueryRow(ctx, `SELECT `+keyColumns+` FROM personal_api_keys k WHERE k.user_id = $1 AND k.id = $2`, userID, id))
 	if err != nil {
-		return nil, fmt.Errorf("find key: %w", notFoundIfNoRows(err))
+		return nil, opError("find key", notFoundIfNoRows(err))
 	}
 	return k, nil
 }
@@ -124,7 +124,7 @@ func (s *KeyService) CreateKey(ctx context.Context, user *controlplane.User, upd
 		return bumpKeyProjects(ctx, tx, user.OrganizationID, key.ScopedTeams)
 	})
 	if err != nil {
-		return nil, "", fmt.Errorf("create key: %w", err)
+		return nil, "", opError("create key", err)
 	}
 	return key, secret, nil
 }
@@ -176,7 +176,7 @@ func (s *KeyService) UpdateKey(ctx context.Context, user *controlplane.User, id 
 		return bumpKeyProjects(ctx, tx, user.OrganizationID, append(slices.Clone(before.ScopedTeams), after.ScopedTeams...))
 	})
 	if err != nil {
-		return nil, fmt.Errorf("update key: %w", err)
+		return nil, opError("update key", err)
 	}
 	return key, nil
 }
@@ -195,7 +195,7 @@ func (s *KeyService) DeleteKey(ctx context.Context, userID, id int64) error {
 		return deleteKeys(ctx, tx, `k.user_id = $1 AND k.id = $2`, userID, id)
 	})
 	if err != nil {
-		return fmt.Errorf("delete key: %w", err)
+		return opError("delete key", err)
 	}
 	return nil
 }

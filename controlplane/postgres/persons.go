@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 
 	"github.com/jackc/pgx/v5"
 
@@ -38,10 +37,10 @@ func (s *PersonStore) LookupPerson(ctx context.Context, projectID int64, distinc
 		return nil, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("lookup person: %w", err)
+		return nil, opError("lookup person", err)
 	}
 	if err := json.Unmarshal(overrides, &p.HashKeyOverrides); err != nil {
-		return nil, fmt.Errorf("lookup person: %w", err)
+		return nil, opError("lookup person", err)
 	}
 	return &p, nil
 }
@@ -61,7 +60,7 @@ func (s *PersonStore) LookupGroups(ctx context.Context, projectID int64, refs []
 		JOIN unnest($2::int[], $3::text[]) AS want(idx, key) ON g.group_type_index = want.idx AND g.group_key = want.key
 		WHERE g.project_id = $1`, projectID, indexes, keys)
 	if err != nil {
-		return nil, fmt.Errorf("lookup groups: %w", err)
+		return nil, opError("lookup groups", err)
 	}
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (controlplane.StoredGroup, error) {
 		var g controlplane.StoredGroup
@@ -69,7 +68,7 @@ func (s *PersonStore) LookupGroups(ctx context.Context, projectID int64, refs []
 		return g, err
 	})
 	if err != nil {
-		return nil, fmt.Errorf("lookup groups: %w", err)
+		return nil, opError("lookup groups", err)
 	}
 	return out, nil
 }
@@ -106,7 +105,7 @@ func (s *PersonStore) SetHashKeyOverrides(ctx context.Context, projectID int64, 
 		return rows.Err()
 	})
 	if err != nil {
-		return nil, fmt.Errorf("set hash key overrides: %w", err)
+		return nil, opError("set hash key overrides", err)
 	}
 	return out, nil
 }

@@ -41,7 +41,7 @@ func scanProject(row pgx.Row) (*controlplane.Project, error) {
 func (s *ProjectService) FindProjectByID(ctx context.Context, id int64) (*controlplane.Project, error) {
 	p, err := scanProject(s.db.Pool.QueryRow(ctx, `SELECT `+projectColumns+` FROM projects p WHERE p.id = $1`, id))
 	if err != nil {
-		return nil, fmt.Errorf("find project: %w", notFoundIfNoRows(err))
+		return nil, opError("find project", notFoundIfNoRows(err))
 	}
 	return p, nil
 }
@@ -50,7 +50,7 @@ func (s *ProjectService) FindProjectByID(ctx context.Context, id int64) (*contro
 func (s *ProjectService) FindProjectByToken(ctx context.Context, token string) (*controlplane.Project, error) {
 	p, err := scanProject(s.db.Pool.QueryRow(ctx, `SELECT `+projectColumns+` FROM projects p WHERE p.api_token = $1`, token))
 	if err != nil {
-		return nil, fmt.Errorf("find project: %w", notFoundIfNoRows(err))
+		return nil, opError("find project", notFoundIfNoRows(err))
 	}
 	return p, nil
 }
@@ -60,17 +60,17 @@ func (s *ProjectService) FindProjects(ctx context.Context, f controlplane.Projec
 	var total int
 	if err := s.db.Pool.QueryRow(ctx, `SELECT count(*) FROM projects p
 		WHERE p.organization_id = $1 AND ($2::bigint[] IS NULL OR p.id = ANY($2))`, f.OrganizationID, f.IDs).Scan(&total); err != nil {
-		return nil, 0, fmt.Errorf("count projects: %w", err)
+		return nil, 0, opError("count projects", err)
 	}
 	rows, err := s.db.Pool.Query(ctx, `SELECT `+projectColumns+` FROM projects p
 		WHERE p.organization_id = $1 AND ($2::bigint[] IS NULL OR p.id = ANY($2))
 		ORDER BY p.id LIMIT $3 OFFSET $4`, f.OrganizationID, f.IDs, f.Limit, f.Offset)
 	if err != nil {
-		return nil, 0, fmt.Errorf("find projects: %w", err)
+		return nil, 0, opError("find projects", err)
 	}
 	projects, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (*controlplane.Project, error) { return scanProject(r) })
 	if err != nil {
-		return nil, 0, fmt.Errorf("find projects: %w", err)
+		return nil, 0, opError("find projects", err)
 	}
 	return projects, total, nil
 }
@@ -90,7 +90,7 @@ func (s *ProjectService) CreateProject(ctx context.Context, orgID int64, name st
 		return bumpSnapshot(ctx, tx, id)
 	})
 	if err != nil {
-		return nil, fmt.Errorf("create project: %w", err)
+		return nil, opError("create project", err)
 	}
 	return s.FindProjectByID(ctx, id)
 }
@@ -126,7 +126,7 @@ func (s *ProjectService) UpdateProject(ctx context.Context, id int64, upd contro
 		return bumpSnapshot(ctx, tx, id)
 	})
 	if err != nil {
-		return nil, fmt.Errorf("update project: %w", err)
+		return nil, opError("update project", err)
 	}
 	return s.FindProjectByID(ctx, id)
 }

@@ -3,7 +3,6 @@ package postgres
 import (
 	"context"
 	"errors"
-	"fmt"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -44,15 +43,15 @@ func isInvalidUUID(err error) bool {
 func (s *RoleService) FindRoles(ctx context.Context, orgID int64, limit, offset int) ([]*controlplane.Role, int, error) {
 	var total int
 	if err := s.db.Pool.QueryRow(ctx, `SELECT count(*) FROM roles WHERE organization_id = $1`, orgID).Scan(&total); err != nil {
-		return nil, 0, fmt.Errorf("count roles: %w", err)
+		return nil, 0, opError("count roles", err)
 	}
 	rows, err := s.db.Pool.Query(ctx, roleSelect+` WHERE r.organization_id = $1 ORDER BY r.created_at, r.id LIMIT $2 OFFSET $3`, orgID, limit, offset)
 	if err != nil {
-		return nil, 0, fmt.Errorf("find roles: %w", err)
+		return nil, 0, opError("find roles", err)
 	}
 	list, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (*controlplane.Role, error) { return scanRole(r) })
 	if err != nil {
-		return nil, 0, fmt.Errorf("find roles: %w", err)
+		return nil, 0, opError("find roles", err)
 	}
 	return list, total, nil
 }
@@ -61,7 +60,7 @@ func (s *RoleService) FindRoles(ctx context.Context, orgID int64, limit, offset 
 func (s *RoleService) FindRoleByID(ctx context.Context, orgID int64, id string) (*controlplane.Role, error) {
 	r, err := scanRole(s.db.Pool.QueryRow(ctx, roleSelect+` WHERE r.organization_id = $1 AND r.id::text = $2`, orgID, id))
 	if err != nil {
-		return nil, fmt.Errorf("find role: %w", notFoundIfNoRows(err))
+		return nil, opError("find role", notFoundIfNoRows(err))
 	}
 	return r, nil
 }
@@ -82,7 +81,7 @@ func (s *RoleService) CreateRole(ctx context.Context, actor *controlplane.User, 
 		return nil, controlplane.FieldError("name", "unique", "There is already a role with this name.")
 	}
 	if err != nil {
-		return nil, fmt.Errorf("create role: %w", err)
+		return nil, opError("create role", err)
 	}
 	return s.FindRoleByID(ctx, actor.OrganizationID, id)
 }
@@ -99,7 +98,7 @@ func (s *RoleService) UpdateRole(ctx context.Context, orgID int64, id string, up
 		return nil, controlplane.FieldError("name", "unique", "There is already a role with this name.")
 	}
 	if err != nil {
-		return nil, fmt.Errorf("update role: %w", err)
+		return nil, opError("update role", err)
 	}
 	if tag.RowsAffected() == 0 {
 		return nil, controlplane.ErrNotFound
@@ -111,7 +110,7 @@ func (s *RoleService) UpdateRole(ctx context.Context, orgID int64, id string, up
 func (s *RoleService) DeleteRole(ctx context.Context, orgID int64, id string) error {
 	tag, err := s.db.Pool.Exec(ctx, `DELETE FROM roles WHERE organization_id = $1 AND id::text = $2`, orgID, id)
 	if err != nil {
-		return fmt.Errorf("delete role: %w", err)
+		return opError("delete role", err)
 	}
 	if tag.RowsAffected() == 0 {
 		return controlplane.ErrNotFound
@@ -135,16 +134,16 @@ func (s *RoleService) FindMemberships(ctx context.Context, orgID int64, roleID s
 	}
 	var total int
 	if err := s.db.Pool.QueryRow(ctx, `SELECT count(*) FROM role_memberships WHERE role_id::text = $1`, roleID).Scan(&total); err != nil {
-		return nil, 0, fmt.Errorf("count members: %w", err)
+		return nil, 0, opError("count members", err)
 	}
 	rows, err := s.db.Pool.Query(ctx, membershipSelect+` WHERE r.organization_id = $1 AND m.role_id::text = $2 ORDER BY m.joined_at, m.id
 		LIMIT $3 OFFSET $4`, orgID, roleID, limit, offset)
 	if err != nil {
-		return nil, 0, fmt.Errorf("find members: %w", err)
+		return nil, 0, opError("find members", err)
 	}
 	list, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (*controlplane.RoleMembership, error) { return scanMembership(r) })
 	if err != nil {
-		return nil, 0, fmt.Errorf("find members: %w", err)
+		return nil, 0, opError("find members", err)
 	}
 	return list, total, nil
 }
@@ -164,11 +163,11 @@ func (s *RoleService) AddMember(ctx context.Context, orgID int64, roleID, userUU
 	case isUniqueViolation(err, "role_memberships_role_id_user_id_key"):
 		return nil, controlplane.FieldError("user_uuid", "unique", "The user is already a member of this role.")
 	case err != nil:
-		return nil, fmt.Errorf("add member: %w", err)
+		return nil, opError("add member", err)
 	}
 	m, err := scanMembership(s.db.Pool.QueryRow(ctx, membershipSelect+` WHERE m.id::text = $1`, id))
 	if err != nil {
-		return nil, fmt.Errorf("add member: %w", err)
+		return nil, opError("add member", err)
 	}
 	return m, nil
 }
@@ -178,7 +177,7 @@ func (s *RoleService) RemoveMember(ctx context.Context, orgID int64, roleID, mem
 	tag, err := s.db.Pool.Exec(ctx, `DELETE FROM role_memberships m USING roles r
 		WHERE r.id = m.role_id AND r.organization_id = $1 AND m.role_id::text = $2 AND m.id::text = $3`, orgID, roleID, membershipID)
 	if err != nil {
-		return fmt.Errorf("remove member: %w", err)
+		return opError("remove member", err)
 	}
 	if tag.RowsAffected() == 0 {
 		return controlplane.ErrNotFound
@@ -212,15 +211,15 @@ const flagOfProject = `a.feature_flag_id = $1 AND EXISTS (SELECT 1 FROM feature_
 func (s *RoleService) FindRoleAccess(ctx context.Context, projectID, flagID int64, limit, offset int) ([]*controlplane.RoleAccess, int, error) {
 	var total int
 	if err := s.db.Pool.QueryRow(ctx, `SELECT count(*) FROM feature_flag_role_access a WHERE `+flagOfProject, flagID, projectID).Scan(&total); err != nil {
-		return nil, 0, fmt.Errorf("count role access: %w", err)
+		return nil, 0, opError("count role access", err)
 	}
 	rows, err := s.db.Pool.Query(ctx, roleAccessSelect+` WHERE `+flagOfProject+` ORDER BY a.id DESC LIMIT $3 OFFSET $4`, flagID, projectID, limit, offset)
 	if err != nil {
-		return nil, 0, fmt.Errorf("find role access: %w", err)
+		return nil, 0, opError("find role access", err)
 	}
 	list, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (*controlplane.RoleAccess, error) { return scanRoleAccess(r) })
 	if err != nil {
-		return nil, 0, fmt.Errorf("find role access: %w", err)
+		return nil, 0, opError("find role access", err)
 	}
 	return list, total, nil
 }
@@ -229,7 +228,7 @@ func (s *RoleService) FindRoleAccess(ctx context.Context, projectID, flagID int6
 func (s *RoleService) FindRoleAccessByID(ctx context.Context, projectID, flagID, id int64) (*controlplane.RoleAccess, error) {
 	a, err := scanRoleAccess(s.db.Pool.QueryRow(ctx, roleAccessSelect+` WHERE `+flagOfProject+` AND a.id = $3`, flagID, projectID, id))
 	if err != nil {
-		return nil, fmt.Errorf("find role access: %w", notFoundIfNoRows(err))
+		return nil, opError("find role access", notFoundIfNoRows(err))
 	}
 	return a, nil
 }
@@ -248,7 +247,7 @@ func (s *RoleService) CreateRoleAccess(ctx context.Context, projectID, flagID in
 	case isUniqueViolation(err, "feature_flag_role_access_feature_flag_id_role_id_key"):
 		return nil, controlplane.FieldError("role_id", "unique", "This role already has access to this feature flag.")
 	case err != nil:
-		return nil, fmt.Errorf("create role access: %w", err)
+		return nil, opError("create role access", err)
 	}
 	return s.FindRoleAccessByID(ctx, projectID, flagID, id)
 }
@@ -257,7 +256,7 @@ func (s *RoleService) CreateRoleAccess(ctx context.Context, projectID, flagID in
 func (s *RoleService) DeleteRoleAccess(ctx context.Context, projectID, flagID, id int64) error {
 	tag, err := s.db.Pool.Exec(ctx, `DELETE FROM feature_flag_role_access a WHERE `+flagOfProject+` AND a.id = $3`, flagID, projectID, id)
 	if err != nil {
-		return fmt.Errorf("delete role access: %w", err)
+		return opError("delete role access", err)
 	}
 	if tag.RowsAffected() == 0 {
 		return controlplane.ErrNotFound
@@ -283,14 +282,14 @@ func (s *RoleService) EditableFlags(ctx context.Context, user *controlplane.User
 				WHERE a.feature_flag_id = f.id AND r.feature_flags_access_level = $3 AND m.user_id = $2)
 		FROM feature_flags f WHERE f.id = ANY($1)`, flagIDs, user.ID, controlplane.AccessLevelEdit)
 	if err != nil {
-		return nil, fmt.Errorf("editable flags: %w", err)
+		return nil, opError("editable flags", err)
 	}
 	defer rows.Close()
 	for rows.Next() {
 		var id int64
 		var ok bool
 		if err := rows.Scan(&id, &ok); err != nil {
-			return nil, fmt.Errorf("editable flags: %w", err)
+			return nil, opError("editable flags", err)
 		}
 		out[id] = ok
 	}

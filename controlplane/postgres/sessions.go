@@ -3,7 +3,6 @@ package postgres
 import (
 	"context"
 	"errors"
-	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -50,7 +49,7 @@ func (s *SessionService) CreateSession(ctx context.Context, userID int64) (*cont
 		return err
 	})
 	if err != nil {
-		return nil, "", fmt.Errorf("create session: %w", err)
+		return nil, "", opError("create session", err)
 	}
 	return sess, token, nil
 }
@@ -69,7 +68,7 @@ func (s *SessionService) FindSession(ctx context.Context, token string) (*contro
 		return nil, ErrNoSession
 	}
 	if err != nil {
-		return nil, fmt.Errorf("find session: %w", err)
+		return nil, opError("find session", err)
 	}
 	return &sess, nil
 }
@@ -77,7 +76,7 @@ func (s *SessionService) FindSession(ctx context.Context, token string) (*contro
 // DeleteSession ends the session of a cookie token.
 func (s *SessionService) DeleteSession(ctx context.Context, token string) error {
 	if _, err := s.db.Pool.Exec(ctx, `DELETE FROM console_sessions WHERE token_hash = $1`, HashKey(token)); err != nil {
-		return fmt.Errorf("delete session: %w", err)
+		return opError("delete session", err)
 	}
 	return nil
 }

@@ -2,7 +2,6 @@ package postgres
 
 import (
 	"context"
-	"fmt"
 
 	"github.com/jackc/pgx/v5"
 
@@ -24,7 +23,7 @@ func NewSnapshotStore(db *DB) *SnapshotStore { return &SnapshotStore{db: db} }
 func (s *SnapshotStore) DatabaseID(ctx context.Context) (string, error) {
 	var id string
 	if err := s.db.Pool.QueryRow(ctx, `SELECT id::text FROM database_identity`).Scan(&id); err != nil {
-		return "", fmt.Errorf("database identity: %w", err)
+		return "", opError("database identity", err)
 	}
 	return id, nil
 }
@@ -33,14 +32,14 @@ func (s *SnapshotStore) DatabaseID(ctx context.Context) (string, error) {
 func (s *SnapshotStore) ProjectVersions(ctx context.Context) (map[int64]int64, error) {
 	rows, err := s.db.Pool.Query(ctx, `SELECT id, snapshot_version FROM projects`)
 	if err != nil {
-		return nil, fmt.Errorf("project versions: %w", err)
+		return nil, opError("project versions", err)
 	}
 	defer rows.Close()
 	out := map[int64]int64{}
 	for rows.Next() {
 		var id, v int64
 		if err := rows.Scan(&id, &v); err != nil {
-			return nil, fmt.Errorf("project versions: %w", err)
+			return nil, opError("project versions", err)
 		}
 		out[id] = v
 	}
@@ -56,7 +55,7 @@ func (s *SnapshotStore) BuildSnapshot(ctx context.Context, projectID int64) (*co
 	snap := &controlplane.ProjectSnapshot{ProjectID: projectID, BuiltAt: s.db.Now()}
 	tx, err := s.db.Pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
 	if err != nil {
-		return nil, fmt.Errorf("build snapshot: %w", err)
+		return nil, opError("build snapshot", err)
 	}
 	defer tx.Rollback(ctx) //nolint:errcheck // read-only
 	var secret string
@@ -69,7 +68,7 @@ func (s *SnapshotStore) BuildSnapshot(ctx context.Context, projectID int64) (*co
 		&c.AutocaptureOptOut, &c.SessionRecordingOptIn, &c.HeatmapsOptIn, &c.CaptureConsoleLogOptIn,
 		&c.CapturePerformanceOptIn, &c.AutocaptureExceptionsOptIn)
 	if err != nil {
-		return nil, fmt.Errorf("build snapshot: %w", notFoundIfNoRows(err))
+		return nil, opError("build snapshot", notFoundIfNoRows(err))
 	}
 	snap.SecretTokenSHA256 = HashKey(secret)
 
@@ -77,14 +76,14 @@ func (s *SnapshotStore) BuildSnapshot(ctx context.Context, projectID int64) (*co
 		WHERE u.organization_id = $1 AND (k.scoped_projects IS NULL OR $2 = ANY(k.scoped_projects))
 		ORDER BY k.id`, orgID, projectID, readScopes)
 	if err != nil {
-		return nil, fmt.Errorf("build snapshot: keys: %w", err)
+		return nil, opError("build snapshot: keys", err)
 	}
 	for rows.Next() {
 		var hash []byte
 		var canRead bool
 		if err := rows.Scan(&hash, &canRead); err != nil {
 			rows.Close()
-			return nil, fmt.Errorf("build snapshot: keys: %w", err)
+			return nil, opError("build snapshot: keys", err)
 		}
 		if canRead {
 			snap.ReadKeySHA256 = append(snap.ReadKeySHA256, hash)
@@ -93,13 +92,13 @@ func (s *SnapshotStore) BuildSnapshot(ctx context.Context, projectID int64) (*co
 		}
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("build snapshot: keys: %w", err)
+		return nil, opError("build snapshot: keys", err)
 	}
 
 	rows, err = tx.Query(ctx, `SELECT id, key, name, active, version, ensure_experience_continuity, filters
 		FROM feature_flags WHERE project_id = $1 AND NOT deleted ORDER BY id`, projectID)
 	if err != nil {
-		return nil, fmt.Errorf("build snapshot: flags: %w", err)
+		return nil, opError("build snapshot: flags", err)
 	}
 	snap.Flags, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (flags.FlagDefinition, error) {
 		var f flags.FlagDefinition
@@ -107,12 +106,12 @@ func (s *SnapshotStore) BuildSnapshot(ctx context.Context, projectID int64) (*co
 		return f, err
 	})
 	if err != nil {
-		return nil, fmt.Errorf("build snapshot: flags: %w", err)
+		return nil, opError("build snapshot: flags", err)
 	}
 
 	rows, err = tx.Query(ctx, `SELECT id, is_static, filters FROM cohorts WHERE project_id = $1 AND NOT deleted ORDER BY id`, projectID)
 	if err != nil {
-		return nil, fmt.Errorf("build snapshot: cohorts: %w", err)
+		return nil, opError("build snapshot: cohorts", err)
 	}
 	snap.Cohorts, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (flags.CohortDefinition, error) {
 		var c flags.CohortDefinition
@@ -120,12 +119,12 @@ func (s *SnapshotStore) BuildSnapshot(ctx context.Context, projectID int64) (*co
 		return c, err
 	})
 	if err != nil {
-		return nil, fmt.Errorf("build snapshot: cohorts: %w", err)
+		return nil, opError("build snapshot: cohorts", err)
 	}
 
 	rows, err = tx.Query(ctx, `SELECT group_type, group_type_index FROM group_type_mappings WHERE project_id = $1 ORDER BY group_type_index`, projectID)
 	if err != nil {
-		return nil, fmt.Errorf("build snapshot: group types: %w", err)
+		return nil, opError("build snapshot: group types", err)
 	}
 	snap.GroupTypes, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (controlplane.GroupType, error) {
 		var g controlplane.GroupType
@@ -133,14 +132,14 @@ func (s *SnapshotStore) BuildSnapshot(ctx context.Context, projectID int64) (*co
 		return g, err
 	})
 	if err != nil {
-		return nil, fmt.Errorf("build snapshot: group types: %w", err)
+		return nil, opError("build snapshot: group types", err)
 	}
 
 	rows, err = tx.Query(ctx, `SELECT e.id::text, e.name, e.description, e.stage, e.documentation_url, COALESCE(f.key, ''), e.created_at
 		FROM early_access_features e LEFT JOIN feature_flags f ON f.id = e.feature_flag_id
 		WHERE e.project_id = $1 ORDER BY e.created_at, e.id`, projectID)
 	if err != nil {
-		return nil, fmt.Errorf("build snapshot: early access features: %w", err)
+		return nil, opError("build snapshot: early access features", err)
 	}
 	snap.Features, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (controlplane.SnapshotFeature, error) {
 		var f controlplane.SnapshotFeature
@@ -148,7 +147,7 @@ func (s *SnapshotStore) BuildSnapshot(ctx context.Context, projectID int64) (*co
 		return f, err
 	})
 	if err != nil {
-		return nil, fmt.Errorf("build snapshot: early access features: %w", err)
+		return nil, opError("build snapshot: early access features", err)
 	}
 	return snap, tx.Commit(ctx)
 }

@@ -53,7 +53,7 @@ func (s *UserService) FindUserByID(ctx context.Context, id int64) (*controlplane
 	var u controlplane.User
 	err := s.db.Pool.QueryRow(ctx, `SELECT `+userColumns+` FROM users u WHERE u.id = $1 AND`+activeUser, id).Scan(scanUserInto(&u)...)
 	if err != nil {
-		return nil, fmt.Errorf("find user: %w", notFoundIfNoRows(err))
+		return nil, opError("find user", notFoundIfNoRows(err))
 	}
 	return &u, nil
 }
@@ -64,7 +64,7 @@ func (s *UserService) FindOrganization(ctx context.Context, id int64) (*controlp
 	err := s.db.Pool.QueryRow(ctx, `SELECT id, uuid::text, name, created_at FROM organizations WHERE id = $1`, id).
 		Scan(&o.ID, &o.UUID, &o.Name, &o.CreatedAt)
 	if err != nil {
-		return nil, fmt.Errorf("find organization: %w", notFoundIfNoRows(err))
+		return nil, opError("find organization", notFoundIfNoRows(err))
 	}
 	return &o, nil
 }
@@ -73,12 +73,12 @@ func (s *UserService) FindOrganization(ctx context.Context, id int64) (*controlp
 func (s *UserService) FindMembers(ctx context.Context, orgID int64, limit, offset int) ([]*controlplane.Member, int, error) {
 	var total int
 	if err := s.db.Pool.QueryRow(ctx, `SELECT count(*) FROM users u WHERE u.organization_id = $1 AND`+activeUser, orgID).Scan(&total); err != nil {
-		return nil, 0, fmt.Errorf("count members: %w", err)
+		return nil, 0, opError("count members", err)
 	}
 	rows, err := s.db.Pool.Query(ctx, `SELECT `+userColumns+`, u.created_at, u.password_hash IS NOT NULL
 		FROM users u WHERE u.organization_id = $1 AND`+activeUser+` ORDER BY u.id LIMIT $2 OFFSET $3`, orgID, limit, offset)
 	if err != nil {
-		return nil, 0, fmt.Errorf("find members: %w", err)
+		return nil, 0, opError("find members", err)
 	}
 	list, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (*controlplane.Member, error) {
 		var m controlplane.Member
@@ -86,7 +86,7 @@ func (s *UserService) FindMembers(ctx context.Context, orgID int64, limit, offse
 		return &m, err
 	})
 	if err != nil {
-		return nil, 0, fmt.Errorf("find members: %w", err)
+		return nil, 0, opError("find members", err)
 	}
 	return list, total, nil
 }
@@ -124,7 +124,7 @@ func (s *UserService) InviteMember(ctx context.Context, actor *controlplane.User
 		return err
 	})
 	if err != nil {
-		return nil, fmt.Errorf("invite member: %w", err)
+		return nil, opError("invite member", err)
 	}
 	return inv, nil
 }
@@ -158,7 +158,7 @@ func (s *UserService) RemoveMember(ctx context.Context, actor *controlplane.User
 		return nil
 	})
 	if err != nil {
-		return fmt.Errorf("remove member: %w", err)
+		return opError("remove member", err)
 	}
 	return nil
 }
@@ -170,7 +170,7 @@ func (s *UserService) SetPassword(ctx context.Context, email, password string) (
 	}
 	hash, err := bcrypt.GenerateFromPassword([]byte(password), s.Cost)
 	if err != nil {
-		return nil, fmt.Errorf("set password: %w", err)
+		return nil, opError("set password", err)
 	}
 	var u controlplane.User
 	err = s.db.Pool.QueryRow(ctx, `UPDATE users u SET password_hash = $2 WHERE lower(u.email) = lower($1) AND`+activeUser+`
@@ -179,7 +179,7 @@ func (s *UserService) SetPassword(ctx context.Context, email, password string) (
 		return nil, controlplane.FieldError("email", "invalid_input", fmt.Sprintf("No user with email %q.", email))
 	}
 	if err != nil {
-		return nil, fmt.Errorf("set password: %w", err)
+		return nil, opError("set password", err)
 	}
 	return &u, nil
 }
@@ -193,7 +193,7 @@ func (s *UserService) SetPasswordWithToken(ctx context.Context, token, password 
 	}
 	hash, err := bcrypt.GenerateFromPassword([]byte(password), s.Cost)
 	if err != nil {
-		return nil, fmt.Errorf("set password: %w", err)
+		return nil, opError("set password", err)
 	}
 	var u controlplane.User
 	err = s.db.inTx(ctx, func(tx pgx.Tx) error {
@@ -214,7 +214,7 @@ func (s *UserService) SetPasswordWithToken(ctx context.Context, token, password 
 		return err
 	})
 	if err != nil {
-		return nil, fmt.Errorf("set password: %w", err)
+		return nil, opError("set password", err)
 	}
 	return &u, nil
 }
@@ -232,7 +232,7 @@ func (s *UserService) CheckPassword(ctx context.Context, email, password string)
 	err := s.db.Pool.QueryRow(ctx, `SELECT `+userColumns+`, u.password_hash FROM users u WHERE lower(u.email) = lower($1) AND`+activeUser,
 		strings.TrimSpace(email)).Scan(append(scanUserInto(&u), &hash)...)
 	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
-		return nil, fmt.Errorf("check password: %w", err)
+		return nil, opError("check password", err)
 	}
 	if hash == nil {
 		_ = bcrypt.CompareHashAndPassword(s.dummyHash, []byte(password)) // equal time for unknown accounts
