@@ -138,7 +138,7 @@ func eventLogRun(ctx context.Context, pg *pgcluster.Cluster, cluster *natstest.C
 		return res, err
 	}
 	defer nc.Close()
-	ingestCfg := logingest.DefaultConfig
+	ingestCfg := logingest.DefaultConfig()
 	ingestCfg.Replicas, ingestCfg.MaxBytes = cfg.streamReplicas, 2<<30
 	lags := &lagObserver{h: hdrhistogram.New(1, 120_000_000, 3)}
 	runCtx, stop := context.WithCancel(ctx)

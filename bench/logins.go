@@ -54,16 +54,12 @@ func loginsScenario(cfg config) error {
 		return err
 	}
 	defer s.close()
-	var projects struct {
-		Results []struct {
-			ID int64 `json:"id"`
-		} `json:"results"`
-	}
-	if err := getJSON(s.controlPlaneURL()+"/api/projects/", s.personalKey, &projects); err != nil || len(projects.Results) == 0 {
-		return fmt.Errorf("list projects: %v %v", projects, err)
+	projectID, _, err := s.project()
+	if err != nil {
+		return err
 	}
 	// The probe reads a project's flags: authentication, a database read, JSON.
-	probe := fmt.Sprintf("%s/api/projects/%d/feature_flags/", s.controlPlaneURL(), projects.Results[0].ID)
+	probe := fmt.Sprintf("%s/api/projects/%d/feature_flags/", s.controlPlaneURL(), projectID)
 	var results []loginsPhaseResult
 	for n, phase := range []struct {
 		name  string

@@ -299,6 +299,7 @@ func (r *regions) start(ctx context.Context) error {
 	}
 	cfg := r.cfg
 	cfg.controlPlane, cfg.edges, cfg.personalKey = r.stack.controlPlaneURL(), []string{"http://" + r.stack.edge.httpAddr}, r.stack.personalKey
+	cfg.edgeMetrics = "http://" + r.stack.edge.metricsAddr
 	if r.bench, err = newBench(cfg); err != nil {
 		return err
 	}

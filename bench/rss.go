@@ -111,7 +111,7 @@ func (b *bench) rss(n int) error {
 
 // read takes the edge's RSS and Go heap figures from its /metrics.
 func (res *rssResult) read(b *bench) error {
-	m, err := scrape(b.cfg.edges[0])
+	m, err := scrape(b.cfg.edgeMetrics)
 	if err != nil {
 		return err
 	}
@@ -409,7 +409,7 @@ func (b *bench) waitFilters(announced float64, projects int, deadline time.Time,
 		if err != nil {
 			return err
 		}
-		edge, err := scrape(b.cfg.edges[0])
+		edge, err := scrape(b.cfg.edgeMetrics)
 		if err != nil {
 			return err
 		}
@@ -438,7 +438,7 @@ func (b *bench) waitFilters(announced float64, projects int, deadline time.Time,
 // evenly over them, and records how the edge's membership checks answered.
 func (b *bench) samplePersons(projects []*project, counts []int, run string, out *rssPersons) error {
 	series := func(r string) string { return `flagedge_edge_membership_checks_total{result="` + r + `"}` }
-	before, err := scrape(b.cfg.edges[0])
+	before, err := scrape(b.cfg.edgeMetrics)
 	if err != nil {
 		return err
 	}
@@ -472,7 +472,7 @@ func (b *bench) samplePersons(projects []*project, counts []int, run string, out
 			return fmt.Errorf("decide for a stored person: %d, %v", status, err)
 		}
 	}
-	after, err := scrape(b.cfg.edges[0])
+	after, err := scrape(b.cfg.edgeMetrics)
 	if err != nil {
 		return err
 	}
@@ -542,7 +542,7 @@ func (b *bench) returning(project *project, users int, run string) (*rssReturnin
 	const exponent = 1.1
 	out := &rssReturning{Requests: rssReturningRequests, Users: users, Exponent: exponent}
 	series := func(r string) string { return `flagedge_edge_cache_lookups_total{cache="persons",result="` + r + `"}` }
-	before, err := scrape(b.cfg.edges[0])
+	before, err := scrape(b.cfg.edgeMetrics)
 	if err != nil {
 		return nil, err
 	}
@@ -586,7 +586,7 @@ func (b *bench) returning(project *project, users int, run string) (*rssReturnin
 	if n := failed.Load(); n > 0 {
 		return nil, fmt.Errorf("returning users: %d requests failed", n)
 	}
-	after, err := scrape(b.cfg.edges[0])
+	after, err := scrape(b.cfg.edgeMetrics)
 	if err != nil {
 		return nil, err
 	}
@@ -643,6 +643,7 @@ func rssOnce(cfg config, edgeBin string) (*rssResult, error) {
 	}
 	defer stack.close()
 	cfg.controlPlane, cfg.edges, cfg.personalKey = stack.controlPlaneURL(), []string{"http://" + stack.edge.httpAddr}, stack.personalKey
+	cfg.edgeMetrics = "http://" + stack.edge.metricsAddr
 	b, err := newBench(cfg)
 	if err != nil {
 		return nil, err

@@ -326,7 +326,7 @@ func (b *bench) waitValue(edge string, want bool, since time.Time) error {
 
 // edgeMetric reads one series from the first edge's /metrics.
 func (b *bench) edgeMetric(name string) (float64, error) {
-	m, err := scrape(b.cfg.edges[0])
+	m, err := scrape(b.cfg.edgeMetrics)
 	if err != nil {
 		return 0, err
 	}

@@ -127,7 +127,7 @@ func startSelfStack(ctx context.Context, opts stackOptions) (_ *selfStack, err e
 			return nil, err
 		}
 	}
-	edgeArgs := append([]string{"--http-addr", "127.0.0.1:0", "--control-plane", link, "--edge-token", edgeToken,
+	edgeArgs := append([]string{"--http-addr", "127.0.0.1:0", "--metrics-addr", "127.0.0.1:0", "--control-plane", link, "--edge-token", edgeToken,
 		"--data-dir", filepath.Join(s.dir, "edge-data"), "--edge-id", opts.name + "-edge", "--drain-delay", "0s"}, opts.edgeArgs...)
 	edgeBin := filepath.Join(s.dir, "edge")
 	if opts.edgeBin != "" {
@@ -137,10 +137,27 @@ func startSelfStack(ctx context.Context, opts stackOptions) (_ *selfStack, err e
 		bin: edgeBin, args: edgeArgs}); err != nil {
 		return nil, err
 	}
+	if err := s.edge.waitListening("metrics listening"); err != nil {
+		return nil, err
+	}
 	if err := waitReady("http://" + s.edge.httpAddr + "/_ready"); err != nil {
 		return nil, fmt.Errorf("%w; the edge logged:\n%s", err, s.edge.logTail())
 	}
 	return s, nil
+}
+
+// project returns the id and API token of the stack's project (the bootstrap's).
+func (s *selfStack) project() (id int64, token string, err error) {
+	var projects struct {
+		Results []struct {
+			ID       int64  `json:"id"`
+			APIToken string `json:"api_token"`
+		} `json:"results"`
+	}
+	if err := getJSON(s.controlPlaneURL()+"/api/projects/", s.personalKey, &projects); err != nil || len(projects.Results) == 0 {
+		return 0, "", fmt.Errorf("list projects: %v %v", projects, err)
+	}
+	return projects.Results[0].ID, projects.Results[0].APIToken, nil
 }
 
 // controlPlaneURL is the management API's base URL.
@@ -207,6 +224,8 @@ type process struct {
 	done     chan struct{}
 	httpAddr string // from its "… listening" log line
 	grpcAddr string // the control plane's, from the same line
+	// metricsAddr is the edge's --metrics-addr, from its "metrics listening" line.
+	metricsAddr string
 }
 
 // startProcess starts c and waits for its listening line: the binaries listen on port 0 and
@@ -255,12 +274,17 @@ func (p *process) waitListening(msg string) error {
 		data, _ := os.ReadFile(p.log)
 		for _, line := range strings.Split(string(data), "\n") {
 			var entry struct {
-				Msg      string `json:"msg"`
-				HTTPAddr string `json:"http_addr"`
-				GRPCAddr string `json:"grpc_addr"`
+				Msg         string `json:"msg"`
+				HTTPAddr    string `json:"http_addr"`
+				GRPCAddr    string `json:"grpc_addr"`
+				MetricsAddr string `json:"metrics_addr"`
 			}
 			if json.Unmarshal([]byte(line), &entry) == nil && entry.Msg == msg {
-				p.httpAddr, p.grpcAddr = entry.HTTPAddr, entry.GRPCAddr
+				if entry.MetricsAddr != "" {
+					p.metricsAddr = entry.MetricsAddr
+				} else {
+					p.httpAddr, p.grpcAddr = entry.HTTPAddr, entry.GRPCAddr
+				}
 				return nil
 			}
 		}

@@ -12,8 +12,12 @@ import (
 	"github.com/flagedge/flagedge/shared/flags"
 )
 
-// DefaultFilters is what a flag created without filters gets: everyone, as PostHog does.
-var DefaultFilters = json.RawMessage(`{"groups": [{"properties": [], "rollout_percentage": null}]}`)
+// defaultFilters is what a flag created without filters gets: everyone, as PostHog does.
+const defaultFilters = `{"groups": [{"properties": [], "rollout_percentage": null}]}`
+
+// DefaultFilters returns the filters of a flag created without any (a new slice each time:
+// the stored flag owns it).
+func DefaultFilters() json.RawMessage { return json.RawMessage(defaultFilters) }
 
 // Flag is a feature flag of a project.
 type Flag struct {

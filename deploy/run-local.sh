@@ -11,6 +11,7 @@ cd "$(dirname "$0")/.."
 HTTP_ADDR=${FLAGEDGE_HTTP_ADDR:-127.0.0.1:8000}
 GRPC_ADDR=${FLAGEDGE_GRPC_ADDR:-127.0.0.1:9000}
 EDGE_ADDR=${FLAGEDGE_EDGE_ADDR:-127.0.0.1:8080}
+EDGE_METRICS_ADDR=${FLAGEDGE_EDGE_METRICS_ADDR:-127.0.0.1:9181}
 EMAIL=${FLAGEDGE_DEMO_EMAIL:-admin@example.com}
 # No load balancer waits on /_ready here: Ctrl-C stops at once.
 export FLAGEDGE_DRAIN_DELAY=${FLAGEDGE_DRAIN_DELAY:-0s}
@@ -54,7 +55,7 @@ edge_token=$(bin/controlplane edges create --name "local-edge-$(date +%s)-$$" | 
 
 geoip=$(bash deploy/fetch-geoip.sh .run/geoip)
 mkdir -p .run/edge-data
-FLAGEDGE_EDGE_TOKEN="$edge_token" bin/edge --http-addr "$EDGE_ADDR" --control-plane "$GRPC_ADDR" --data-dir .run/edge-data ${geoip:+--geoip-db "$geoip"} --ofrep-streams \
+FLAGEDGE_EDGE_TOKEN="$edge_token" bin/edge --http-addr "$EDGE_ADDR" --metrics-addr "$EDGE_METRICS_ADDR" --control-plane "$GRPC_ADDR" --data-dir .run/edge-data ${geoip:+--geoip-db "$geoip"} --ofrep-streams \
   ${FLAGEDGE_PPROF_ADDR:+--pprof-addr "$FLAGEDGE_PPROF_ADDR"} &
 pids+=($!)
 
@@ -72,7 +73,7 @@ password=$(sed -nE 's/.*"password":"([^"]+)".*/\1/p' <<<"$keys")
 login="log in as $EMAIL with password $password"
 [ -n "$password" ] || login="log in as $EMAIL (set a password: bin/controlplane users set-password --email $EMAIL)"
 if [ $# -gt 0 ]; then
-  FLAGEDGE="http://$HTTP_ADDR" EDGE="http://$EDGE_ADDR" PROJECT="$project_id" KEY="$personal" TOKEN="$token" "$@"
+  FLAGEDGE="http://$HTTP_ADDR" EDGE="http://$EDGE_ADDR" EDGE_METRICS="http://$EDGE_METRICS_ADDR" PROJECT="$project_id" KEY="$personal" TOKEN="$token" "$@"
   exit $?
 fi
 cat <<MSG
@@ -84,7 +85,7 @@ flagedge is running.
   console         http://$HTTP_ADDR/  $login
 
 Try:
-  export FLAGEDGE=http://$HTTP_ADDR EDGE=http://$EDGE_ADDR PROJECT=$project_id KEY=$personal TOKEN=$token
+  export FLAGEDGE=http://$HTTP_ADDR EDGE=http://$EDGE_ADDR EDGE_METRICS=http://$EDGE_METRICS_ADDR PROJECT=$project_id KEY=$personal TOKEN=$token
   curl -s -H "Authorization: Bearer \$KEY" \$FLAGEDGE/api/projects/\$PROJECT/feature_flags/
   curl -s -X POST "\$EDGE/decide/?v=3" -d '{"api_key": "'\$TOKEN'", "distinct_id": "user-1"}'
   curl -s -X POST -H "Authorization: Bearer \$TOKEN" \$EDGE/ofrep/v1/evaluate/flags -d '{"context": {"targetingKey": "user-1"}}'

@@ -204,9 +204,10 @@ func (s *stack) startControlPlane() {
 // edge is a running edge.
 type edge struct {
 	*process
-	url     string
-	dataDir string
-	addr    string
+	url        string
+	metricsURL string // its /metrics, on a listener of its own
+	dataDir    string
+	addr       string
 }
 
 // startEdge starts an edge with extra flags; dataDir "" gives it a new one.
@@ -221,10 +222,16 @@ func (s *stack) startEdge(name, dataDir string, waitReady bool, extra ...string)
 	if !slices.Contains(extra, "--edge-token") {
 		args = append(args, "--edge-token", s.edgeToken(name))
 	}
+	if !slices.Contains(extra, "--metrics-addr") {
+		args = append(args, "--metrics-addr", "127.0.0.1:0") // several edges run at once
+	}
 	args = append(args, extra...)
 	e.process = start(s.t, name, binaries.edge, args...)
 	e.addr = e.listening("edge listening")["http_addr"].(string)
 	e.url = "http://" + e.addr
+	if addr, ok := e.listening("metrics listening")["metrics_addr"].(string); ok {
+		e.metricsURL = "http://" + addr + "/metrics"
+	}
 	if waitReady {
 		waitFor(s.t, name+" ready", func() bool { return status(e.url+"/_ready") == 200 })
 	}

@@ -25,7 +25,7 @@ func announced(t *testing.T, e *edge) int {
 // contain skip (when not empty).
 func metricSum(t *testing.T, e *edge, prefix, skip string) int {
 	t.Helper()
-	resp, err := http.Get(e.url + "/metrics")
+	resp, err := http.Get(e.metricsURL)
 	if err != nil {
 		t.Fatal(err)
 	}

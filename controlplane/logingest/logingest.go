@@ -60,9 +60,12 @@ type Config struct {
 	StoreTimeout time.Duration
 }
 
-// DefaultConfig is what `controlplane serve` uses unless told otherwise.
-var DefaultConfig = Config{Replicas: 1, MaxAge: 7 * 24 * time.Hour, MaxBytes: 10 << 30, AckWait: 30 * time.Second,
-	Workers: 2, BatchMessages: 1000, BatchBytes: 4 << 20, FetchWait: 100 * time.Millisecond, StoreTimeout: 25 * time.Second}
+// DefaultConfig returns what `controlplane serve` uses unless told otherwise (a function, so
+// that no caller can change another's defaults).
+func DefaultConfig() Config {
+	return Config{Replicas: 1, MaxAge: 7 * 24 * time.Hour, MaxBytes: 10 << 30, AckWait: 30 * time.Second,
+		Workers: 2, BatchMessages: 1000, BatchBytes: 4 << 20, FetchWait: 100 * time.Millisecond, StoreTimeout: 25 * time.Second}
+}
 
 // StreamConfig is the stream's configuration as cfg describes it.
 func StreamConfig(cfg Config) jetstream.StreamConfig {

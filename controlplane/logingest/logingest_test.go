@@ -183,7 +183,7 @@ func TestTwoReplicasShareTheLogAndStoreOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := logingest.DefaultConfig
+	cfg := logingest.DefaultConfig()
 	// Small batches, so that both replicas get some of this short run.
 	cfg.Replicas, cfg.AckWait, cfg.MaxBytes, cfg.BatchMessages = 3, 2*time.Second, 64<<20, 20
 	a, b := startReplica(t, cluster.URL(), dbURL, cfg), startReplica(t, cluster.URL(), dbURL, cfg)

@@ -203,7 +203,7 @@ func createFlag(ctx context.Context, tx pgx.Tx, now time.Time, actor *controlpla
 		return nil, err
 	}
 	f := &controlplane.Flag{
-		ProjectID: projectID, Filters: controlplane.DefaultFilters, Active: true, CreatedAt: now,
+		ProjectID: projectID, Filters: controlplane.DefaultFilters(), Active: true, CreatedAt: now,
 		RollbackConditions: json.RawMessage("null"), Tags: []string{}, AnalyticsDashboards: []int64{},
 	}
 	upd.Apply(f)

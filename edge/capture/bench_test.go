@@ -47,7 +47,7 @@ func BenchmarkCaptureBatch100(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer sp.Close()
-	h := capture.NewHandler(holder, sp, nil, nil, nil, log, nil)
+	h := capture.NewHandler(holder, sp, nil, nil, nil, nil, nil, log, nil)
 	bodies := make([][]byte, 64)
 	for i := range bodies {
 		bodies[i] = batchBody(token, 100, i)

@@ -6,18 +6,22 @@ package capture
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"log/slog"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/valyala/fasthttp"
 	"github.com/valyala/fastjson"
+	"golang.org/x/time/rate"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/flagedge/flagedge/edge/admit"
 	"github.com/flagedge/flagedge/edge/apierror"
 	"github.com/flagedge/flagedge/edge/geocache"
 	"github.com/flagedge/flagedge/edge/reqbody"
@@ -33,6 +37,39 @@ import (
 // MaxBodyBytes bounds a capture request, compressed or not.
 const MaxBodyBytes = 20 << 20
 
+// Limits is what one capture request may hold (docs/api.md, "Limits"), checked before its
+// events are parsed. PostHog publishes the body (20 MB) and event (1 MB) limits; the others
+// are the edge's own, far above what SDKs send (they batch 100 to 250 events, posthog-node
+// halves its batch on a 413), so that what a request costs to parse is bounded.
+var Limits = event.Limits{
+	MaxEvents:      10_000,
+	MaxValues:      500_000,
+	MaxProperties:  10_000,
+	MaxDepth:       64,
+	MaxKeyBytes:    1 << 10,
+	MaxStringBytes: event.MaxEventBytes,
+}
+
+// What parsing, stamping and spooling a body costs beyond its text, measured on batches of
+// tiny and of large events (TestParseCostWithinEstimate): the text about four times over
+// (the parser's copy, each event's properties, its stamped record, the spool record), and
+// per value and per event the parsed tree and the event's structures.
+const (
+	costPerByte  = 4
+	costPerValue = 160
+	costPerEvent = 1 << 10
+)
+
+// parseCost is what decoding a body of n bytes holding st costs in memory, to reserve from
+// the in-flight budget before it is parsed.
+func parseCost(n int, st event.Stats) int {
+	return costPerByte*n + costPerValue*st.Values + costPerEvent*st.Events
+}
+
+// largeBody is the size above which a request's parser is dropped after use rather than
+// pooled: the pool would keep the memory of the largest batch it ever parsed.
+const largeBody = 1 << 20
+
 // PersonCache is told about person property changes the edge captures, so that /decide at
 // this edge sees them before the control plane has stored them, and about the persons and
 // groups the captured events will make the control plane store (membership keys).
@@ -47,16 +84,25 @@ type Handler struct {
 	spool   *spool.Spool
 	geo     *geocache.Locator
 	ips     *clientip.Resolver // nil: X-Forwarded-For trusted
+	budget  *reqbody.Budget    // nil: unbounded
+	limiter *admit.Limiter     // nil: no rate limits
 	persons PersonCache        // may be nil
 	log     *slog.Logger
 	now     func() time.Time
 	parsers fastjson.ParserPool
 	events  *prometheus.CounterVec
+
+	// unavailable counts the requests refused since logUnavailable last logged.
+	unavailable    atomic.Int64
+	logUnavailable rate.Sometimes
 }
 
-// NewHandler returns the capture handler. locator, ips and persons may be nil.
-func NewHandler(h *state.Holder, sp *spool.Spool, locator *geocache.Locator, ips *clientip.Resolver, persons PersonCache, log *slog.Logger, reg prometheus.Registerer) *Handler {
-	c := &Handler{state: h, spool: sp, geo: locator, ips: ips, persons: persons, log: log, now: time.Now,
+// NewHandler returns the capture handler. locator, ips, budget, limiter and persons may be
+// nil.
+func NewHandler(h *state.Holder, sp *spool.Spool, locator *geocache.Locator, ips *clientip.Resolver, budget *reqbody.Budget,
+	limiter *admit.Limiter, persons PersonCache, log *slog.Logger, reg prometheus.Registerer) *Handler {
+	c := &Handler{state: h, spool: sp, geo: locator, ips: ips, budget: budget, limiter: limiter, persons: persons, log: log, now: time.Now,
+		logUnavailable: rate.Sometimes{Interval: unavailableLogInterval},
 		events: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "flagedge_edge_capture_events_total",
 			Help: "Captured events by result: accepted, or the reason they were not ingested."}, []string{"result"})}
 	if reg != nil {
@@ -71,7 +117,9 @@ func NewHandler(h *state.Holder, sp *spool.Spool, locator *geocache.Locator, ips
 // then acknowledge.
 func (c *Handler) Serve(ctx *fasthttp.RequestCtx, engage bool) error {
 	now := c.now()
-	payload, err := c.decode(ctx)
+	lease := c.budget.Lease()
+	defer lease.Release()
+	payload, err := c.decode(ctx, &lease)
 	if err != nil {
 		return err
 	}
@@ -113,30 +161,38 @@ func (c *Handler) Serve(ctx *fasthttp.RequestCtx, engage bool) error {
 	return nil
 }
 
-// decode reads the body (or GET ?data=) in any of the SDKs' encodings and parses its events.
-func (c *Handler) decode(ctx *fasthttp.RequestCtx) (*event.Payload, error) {
-	raw := ctx.PostBody()
-	if ctx.IsGet() || len(raw) == 0 {
-		if data := ctx.QueryArgs().Peek("data"); len(data) > 0 {
-			raw = data
+// decode reads the body (or GET ?data=) in any of the SDKs' encodings, checks it against
+// Limits and parses its events, holding the memory all this takes in lease.
+func (c *Handler) decode(ctx *fasthttp.RequestCtx, lease *reqbody.Lease) (*event.Payload, error) {
+	var raw []byte
+	if !ctx.IsGet() {
+		var err error
+		if raw, err = reqbody.Read(ctx, MaxBodyBytes, lease); err != nil {
+			return nil, reqbody.AsAPIError(err, errBodyTooLarge)
 		}
 	}
-	if len(raw) > MaxBodyBytes {
-		return nil, errBodyTooLarge
+	if len(raw) == 0 {
+		raw = ctx.QueryArgs().Peek("data") // bounded by the header size limit
 	}
 	if len(bytes.TrimSpace(raw)) == 0 {
 		return nil, apierror.Malformed("no data found.")
 	}
-	body, err := reqbody.Decode(ctx, raw, MaxBodyBytes)
-	if errors.Is(err, event.ErrTooLarge) {
-		return nil, errBodyTooLarge
-	}
+	body, err := reqbody.Decode(ctx, raw, MaxBodyBytes, lease)
 	if err != nil {
-		return nil, apierror.Malformed(err.Error())
+		return nil, reqbody.AsAPIError(err, errBodyTooLarge)
+	}
+	st, err := event.Scan(body, Limits)
+	if err != nil {
+		return nil, reqbody.AsAPIError(err, errBodyTooLarge)
+	}
+	if err := lease.Reserve(parseCost(len(body), st)); err != nil {
+		return nil, reqbody.AsAPIError(err, errBodyTooLarge)
 	}
 	parser := c.parsers.Get()
 	payload, err := event.ParseCapture(parser, body)
-	c.parsers.Put(parser)
+	if len(body) <= largeBody {
+		c.parsers.Put(parser)
+	}
 	if errors.Is(err, event.ErrEventTooLarge) {
 		return nil, apierror.TooLarge("An event is over 1 MB.")
 	}
@@ -182,14 +238,24 @@ func (c *Handler) append(batch *syncpb.EventBatch) error {
 	if err == nil {
 		err = c.spool.Append(records...)
 	}
-	if err != nil && !errors.Is(err, spool.ErrFull) {
-		c.log.Error("spool append failed", "err", err)
-	}
 	if err != nil {
+		c.unavailable.Add(1)
+		c.logUnavailable.Do(func() {
+			level := slog.LevelError
+			if errors.Is(err, spool.ErrFull) {
+				level = slog.LevelWarn
+			}
+			c.log.Log(context.Background(), level, "capture answers 503: the spool cannot take events", "err", err,
+				"refused_since_last_log", c.unavailable.Swap(0))
+		})
 		return apierror.CaptureUnavailable
 	}
 	return nil
 }
+
+// unavailableLogInterval is how often at most a spool that cannot take events is logged: a
+// full spool refuses every request, and a line per request would flood the log.
+const unavailableLogInterval = 10 * time.Second
 
 // project resolves the request's project from its token, or from a personal API key and a
 // project_id.
@@ -219,6 +285,11 @@ func (c *Handler) project(ctx *fasthttp.RequestCtx, p *event.Payload) (*state.Pr
 	project := c.state.ByToken(token)
 	if project == nil {
 		return nil, apierror.InvalidAPIKey
+	}
+	if c.limiter != nil {
+		if r, ok := c.limiter.Project(project.ID, time.Now()); !ok {
+			return nil, apierror.RateLimited(r.RetryAfter)
+		}
 	}
 	return project, nil
 }

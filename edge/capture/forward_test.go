@@ -108,7 +108,7 @@ func forward(t *testing.T, dest capture.Destination, clock *instantClock, names 
 		}
 	}
 	path := filepath.Join(dir, "dead-letters.jsonl")
-	dl, err := capture.OpenDeadLetters(path)
+	dl, err := capture.OpenDeadLetters(path, 0, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,14 +7,15 @@ package decide
 import (
 	"bytes"
 	"context"
-	"errors"
 	"log/slog"
 	"strconv"
 	"sync"
+	"time"
 
 	"github.com/valyala/fasthttp"
 	"github.com/valyala/fastjson"
 
+	"github.com/flagedge/flagedge/edge/admit"
 	"github.com/flagedge/flagedge/edge/apierror"
 	"github.com/flagedge/flagedge/edge/geocache"
 	"github.com/flagedge/flagedge/edge/persons"
@@ -28,12 +29,41 @@ import (
 // MaxBodyBytes bounds a decoded /decide body; requests carry one user's properties.
 const MaxBodyBytes = 1 << 20
 
+// Limits is what one /decide or /flags body may hold (docs/api.md, "Limits"), checked before
+// a body of more than smallBody bytes is parsed; a smaller body cannot cost much whatever it
+// holds, and is not scanned twice. PostHog publishes none of these: they are far above what
+// an SDK sends for one user.
+var Limits = event.Limits{
+	MaxEvents:      100_000, // a body is one object: nothing counts as events
+	MaxValues:      100_000,
+	MaxProperties:  10_000,
+	MaxDepth:       32,
+	MaxKeyBytes:    1 << 10,
+	MaxStringBytes: 64 << 10,
+}
+
+// smallBody is the size up to which a body is parsed without Scan and without reserving its
+// cost: at most a few tens of kilobytes of parsed values.
+const smallBody = 4 << 10
+
+// What parsing a body costs beyond its text (the parser's copy): per value, the parsed
+// value and its entry in the property maps.
+const costPerValue = 256
+
+var errBodyTooLarge = apierror.TooLarge("The request body is over 1 MB.")
+
+// largeBody is the size above which a request's scratch is dropped after use rather than
+// pooled, so that the pool does not keep the memory of the largest body it ever parsed.
+const largeBody = 64 << 10
+
 // Handler serves /decide and /flags.
 type Handler struct {
 	state   *state.Holder
 	persons *persons.Store
 	geo     *geocache.Locator
 	ips     *clientip.Resolver
+	budget  *reqbody.Budget // nil: unbounded
+	limiter *admit.Limiter  // nil: no rate limits
 	log     *slog.Logger
 	pool    sync.Pool // *scratch
 }
@@ -46,12 +76,15 @@ type scratch struct {
 	groupProps map[string]flags.Properties
 	results    []flags.Result
 	out        []byte
+	lease      reqbody.Lease // of the in-flight budget, here so that it is not allocated
 }
 
-// NewHandler returns the decide handler. store, locator and ips may be nil (no stored
-// properties, no GeoIP, X-Forwarded-For trusted).
-func NewHandler(h *state.Holder, store *persons.Store, locator *geocache.Locator, ips *clientip.Resolver, log *slog.Logger) *Handler {
-	d := &Handler{state: h, persons: store, geo: locator, ips: ips, log: log}
+// NewHandler returns the decide handler. store, locator, ips, budget and limiter may be nil
+// (no stored properties, no GeoIP, X-Forwarded-For trusted, no in-flight budget, no rate
+// limits).
+func NewHandler(h *state.Holder, store *persons.Store, locator *geocache.Locator, ips *clientip.Resolver, budget *reqbody.Budget,
+	limiter *admit.Limiter, log *slog.Logger) *Handler {
+	d := &Handler{state: h, persons: store, geo: locator, ips: ips, budget: budget, limiter: limiter, log: log}
 	d.pool.New = func() any {
 		return &scratch{out: make([]byte, 0, 4096), person: flags.Properties{}, groupProps: map[string]flags.Properties{}}
 	}
@@ -70,8 +103,10 @@ const (
 // Serve answers a /decide or /flags request, or returns the *apierror.Error to answer.
 func (d *Handler) Serve(ctx *fasthttp.RequestCtx, ep Endpoint) error {
 	s := d.pool.Get().(*scratch)
-	defer d.pool.Put(s)
-	if err := decodeInto(ctx, s); err != nil {
+	s.lease = d.budget.Lease()
+	large, err := decodeInto(ctx, s, &s.lease)
+	defer d.done(s, large)
+	if err != nil {
 		return err
 	}
 	project, err := d.project(ctx, &s.in)
@@ -94,27 +129,45 @@ func (d *Handler) Serve(ctx *fasthttp.RequestCtx, ep Endpoint) error {
 	return nil
 }
 
+// done gives back what a request held: the scratch to the pool (unless it parsed a large
+// body) and its lease of the in-flight budget.
+func (d *Handler) done(s *scratch, large bool) {
+	s.lease.Release()
+	if !large {
+		d.pool.Put(s)
+	}
+}
+
 // decodeInto decodes the request body (or GET ?data=) in any of the SDKs' encodings and
-// parses it into s.in.
-func decodeInto(ctx *fasthttp.RequestCtx, s *scratch) error {
-	raw := ctx.PostBody()
+// parses it into s.in, holding what a large body costs in lease. It reports whether the
+// body was large.
+func decodeInto(ctx *fasthttp.RequestCtx, s *scratch, lease *reqbody.Lease) (large bool, err error) {
+	var raw []byte
 	if ctx.IsGet() {
-		raw = ctx.QueryArgs().Peek("data")
+		raw = ctx.QueryArgs().Peek("data") // bounded by the header size limit
+	} else if raw, err = reqbody.Read(ctx, MaxBodyBytes, lease); err != nil {
+		return false, reqbody.AsAPIError(err, errBodyTooLarge)
 	}
 	if len(bytes.TrimSpace(raw)) == 0 {
-		return s.parse(nil) // no body: the token may come as ?token=, and distinct_id is missing
+		return false, s.parse(nil) // no body: the token may come as ?token=, and distinct_id is missing
 	}
-	decoded, err := reqbody.Decode(ctx, raw, MaxBodyBytes)
-	if errors.Is(err, event.ErrTooLarge) {
-		return apierror.TooLarge("The request body is over 1 MB.")
-	}
-	if err == nil {
-		err = s.parse(decoded)
-	}
+	decoded, err := reqbody.Decode(ctx, raw, MaxBodyBytes, lease)
 	if err != nil {
-		return apierror.Malformed(err.Error())
+		return false, reqbody.AsAPIError(err, errBodyTooLarge)
 	}
-	return nil
+	if len(decoded) > smallBody {
+		st, err := event.Scan(decoded, Limits)
+		if err != nil {
+			return false, reqbody.AsAPIError(err, errBodyTooLarge)
+		}
+		if err := lease.Reserve(len(decoded) + costPerValue*st.Values); err != nil {
+			return false, reqbody.AsAPIError(err, errBodyTooLarge)
+		}
+	}
+	if err := s.parse(decoded); err != nil {
+		return false, apierror.Malformed(err.Error())
+	}
+	return len(decoded) > largeBody, nil
 }
 
 // project finds the project of the request's token (the body's, else ?token=).
@@ -132,6 +185,11 @@ func (d *Handler) project(ctx *fasthttp.RequestCtx, in *input) (*state.Project, 
 	project := d.state.ByToken(token)
 	if project == nil {
 		return nil, apierror.InvalidAPIKey
+	}
+	if d.limiter != nil {
+		if r, ok := d.limiter.Project(project.ID, time.Now()); !ok {
+			return nil, apierror.RateLimited(r.RetryAfter)
+		}
 	}
 	return project, nil
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/flagedge/flagedge/edge/decide"
 	"github.com/flagedge/flagedge/edge/evalcount"
 	"github.com/flagedge/flagedge/edge/httpapi"
+	"github.com/flagedge/flagedge/edge/reqbody"
 	"github.com/flagedge/flagedge/edge/state"
 	"github.com/flagedge/flagedge/shared/flags/flagstest"
 	"github.com/flagedge/flagedge/shared/syncpb"
@@ -21,7 +22,7 @@ import (
 
 // realisticHandler serves flagstest.RealisticProject (50 flags) and returns request bodies
 // for distinct users carrying person properties, as server-side SDKs send them.
-func realisticHandler(b *testing.B) (fasthttp.RequestHandler, [][]byte) {
+func realisticHandler(b *testing.B) (*httpapi.Server, [][]byte) {
 	p := flagstest.RealisticProject()
 	pb := &syncpb.ProjectSnapshot{ProjectId: 1, Version: 1, ApiToken: token, GroupTypes: map[int32]string{}}
 	for i, name := range p.GroupTypes {
@@ -39,7 +40,8 @@ func realisticHandler(b *testing.B) (fasthttp.RequestHandler, [][]byte) {
 	if err := holder.Apply(&syncpb.WatchResponse{Snapshots: []*syncpb.ProjectSnapshot{pb}, InitialSyncDone: true}); err != nil {
 		b.Fatal(err)
 	}
-	api := httpapi.New(httpapi.Config{State: holder, Decide: decide.NewHandler(holder, nil, nil, nil, log), Logger: log})
+	// The in-flight budget as the edge runs by default: small bodies never touch it.
+	api := httpapi.New(httpapi.Config{State: holder, Decide: decide.NewHandler(holder, nil, nil, nil, reqbody.NewBudget(256<<20), nil, log), Logger: log})
 	bodies := make([][]byte, 1024)
 	for i := range bodies {
 		bodies[i], _ = json.Marshal(map[string]any{
@@ -49,13 +51,14 @@ func realisticHandler(b *testing.B) (fasthttp.RequestHandler, [][]byte) {
 			"group_properties":  map[string]any{"company": map[string]any{"seats": 10 * (i % 20)}},
 		})
 	}
-	return api.Handler(), bodies
+	return api, bodies
 }
 
 // BenchmarkDecideHandler is the server's work for one /decide?v=3: routing, body decoding,
 // evaluation of 50 flags and the response, without the network.
 func BenchmarkDecideHandler(b *testing.B) {
-	handler, bodies := realisticHandler(b)
+	api, bodies := realisticHandler(b)
+	handler := api.Handler()
 	var ctx fasthttp.RequestCtx
 	var req fasthttp.Request
 	req.Header.SetMethod("POST")
@@ -77,9 +80,9 @@ func BenchmarkDecideHandler(b *testing.B) {
 // BenchmarkDecideInmemory is one /decide?v=3 through fasthttp's client and server over an
 // in-memory listener: HTTP parsing and writing on both sides included.
 func BenchmarkDecideInmemory(b *testing.B) {
-	handler, bodies := realisticHandler(b)
+	api, bodies := realisticHandler(b)
 	ln := fasthttputil.NewInmemoryListener()
-	srv := &fasthttp.Server{Handler: handler}
+	srv := api.NewFastHTTPServer(testConns, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	go srv.Serve(ln) //nolint:errcheck // ends when the listener closes
 	defer ln.Close()
 	client := &fasthttp.Client{Dial: func(string) (net.Conn, error) { return ln.Dial() }}

@@ -3,9 +3,12 @@ package httpapi
 import (
 	"errors"
 	"net"
+	"strconv"
+	"time"
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/flagedge/flagedge/edge/admit"
 	"github.com/flagedge/flagedge/edge/apierror"
 	"github.com/flagedge/flagedge/edge/jsonenc"
 )
@@ -33,7 +36,18 @@ func (s *Server) writeError(ctx *fasthttp.RequestCtx, err error) {
 	}
 	b = append(b, '}')
 	ctx.Response.ResetBody()
+	if e.RetryAfter > 0 {
+		ctx.Response.Header.Set("Retry-After", strconv.Itoa(e.RetryAfterSeconds()))
+	}
 	writeJSON(ctx, e.Status, b)
+	switch {
+	case e.Status == fasthttp.StatusRequestEntityTooLarge:
+		s.cfg.Refusals.Count(admit.Oversize)
+	case e == apierror.Busy:
+		s.cfg.Refusals.Count(admit.InflightBudget)
+	case e == apierror.CaptureUnavailable:
+		s.cfg.Refusals.Count(admit.SpoolFull)
+	}
 }
 
 // errBodyTooLarge answers bodies over the server's limit, refused before they are read.
@@ -45,6 +59,8 @@ var errBodyTooLarge = apierror.TooLarge("The request body is over 20 MB.")
 // closes the connection afterwards.
 func (s *Server) ServeError(ctx *fasthttp.RequestCtx, err error) {
 	setCORS(ctx)
+	start := time.Now()
+	defer s.unreadable.observe(ctx, start)
 	var netErr net.Error
 	switch {
 	case errors.Is(err, fasthttp.ErrBodyTooLarge):

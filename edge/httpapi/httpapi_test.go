@@ -18,17 +18,21 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/valyala/fasthttp"
 
+	"github.com/flagedge/flagedge/edge/admit"
 	"github.com/flagedge/flagedge/edge/cache"
 	"github.com/flagedge/flagedge/edge/capture"
 	"github.com/flagedge/flagedge/edge/decide"
 	"github.com/flagedge/flagedge/edge/geocache"
 	"github.com/flagedge/flagedge/edge/httpapi"
+	"github.com/flagedge/flagedge/edge/reqbody"
 	"github.com/flagedge/flagedge/edge/spool"
 	"github.com/flagedge/flagedge/edge/state"
 	"github.com/flagedge/flagedge/geoip"
 	"github.com/flagedge/flagedge/geoip/geoiptest"
+	"github.com/flagedge/flagedge/shared/clientip"
 	"github.com/flagedge/flagedge/shared/flags"
 	"github.com/flagedge/flagedge/shared/syncpb"
 )
@@ -80,7 +84,18 @@ type env struct {
 	spool   *spool.Spool
 }
 
-func newEnv(t testing.TB, ready bool) *env {
+func newEnv(t testing.TB, ready bool) *env { return newLimitedEnv(t, ready, limits{}) }
+
+// limits are the bounds on hostile traffic an env's edge applies; the zero value applies none.
+type limits struct {
+	budget   *reqbody.Budget
+	limiter  *admit.Limiter
+	ips      *clientip.Resolver
+	refusals *admit.Refusals
+	registry *prometheus.Registry
+}
+
+func newLimitedEnv(t testing.TB, ready bool, l limits) *env {
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	holder := state.NewHolder("", log, nil)
 	if ready {
@@ -103,9 +118,28 @@ func newEnv(t testing.TB, ready bool) *env {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { sp.Close() })
-	api := httpapi.New(httpapi.Config{State: holder, Decide: decide.NewHandler(holder, nil, locator, nil, log),
-		Capture: capture.NewHandler(holder, sp, locator, nil, nil, log, nil), Logger: log})
+	api := httpapi.New(httpapi.Config{State: holder, Decide: decide.NewHandler(holder, nil, locator, l.ips, l.budget, l.limiter, log),
+		Capture: capture.NewHandler(holder, sp, locator, l.ips, l.budget, l.limiter, nil, log, nil), Logger: log,
+		Limiter: l.limiter, IPs: l.ips, Refusals: l.refusals, Registry: l.registry})
 	return &env{t: t, holder: holder, handler: api.Handler(), api: api, spool: sp}
+}
+
+// testConns are the edge's connection settings in tests.
+var testConns = httpapi.ConnConfig{HeaderTimeout: 5 * time.Second, BodyTimeout: 30 * time.Second, WriteTimeout: 30 * time.Second,
+	IdleTimeout: 60 * time.Second, MaxHeaderBytes: 8 << 10}
+
+// serve runs e's API on a real server on 127.0.0.1 with connection settings c and returns
+// its address.
+func (e *env) serve(c httpapi.ConnConfig, maxConnsPerAddr int) string {
+	e.t.Helper()
+	srv := e.api.NewFastHTTPServer(c, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	go srv.Serve(httpapi.Listen(ln, maxConnsPerAddr, nil))
+	e.t.Cleanup(func() { srv.Shutdown() })
+	return ln.Addr().String()
 }
 
 // otherSnapshot is another project, for checks that one project's credentials do not reach
@@ -441,28 +475,18 @@ func TestBrowserEndpoints(t *testing.T) {
 	}
 }
 
-// TestOversizedBodyIs413 sends only the headers of a request whose body is over the limit to a
-// real server: it answers 413 in the API's shape at once, without waiting for (or reading)
-// the body.
+// TestOversizedBodyIs413 sends the headers and the first 8 KiB of a request whose body is
+// over the limit to a real server: it answers 413 in the API's shape at once, without
+// waiting for (or reading) the rest. (fasthttp reads 8 KiB of every body before handlers.)
 func TestOversizedBodyIs413(t *testing.T) {
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	holder := state.NewHolder("", log, nil)
-	api := httpapi.New(httpapi.Config{State: holder, Decide: decide.NewHandler(holder, nil, nil, nil, log), Logger: log})
-	srv := &fasthttp.Server{Handler: api.Handler(), ErrorHandler: api.ServeError, MaxRequestBodySize: httpapi.MaxBodyBytes,
-		Logger: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go srv.Serve(ln)
-	t.Cleanup(func() { srv.Shutdown() })
+	addr := newEnv(t, true).serve(testConns, 0)
 	for _, path := range []string{"/batch/", "/decide/?v=3"} {
-		conn, err := net.Dial("tcp", ln.Addr().String())
+		conn, err := net.Dial("tcp", addr)
 		if err != nil {
 			t.Fatal(err)
 		}
 		conn.SetDeadline(time.Now().Add(5 * time.Second))
-		fmt.Fprintf(conn, "POST %s HTTP/1.1\r\nHost: x\r\nOrigin: https://app.example\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n", path, httpapi.MaxBodyBytes+1)
+		fmt.Fprintf(conn, "POST %s HTTP/1.1\r\nHost: x\r\nOrigin: https://app.example\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", path, capture.MaxBodyBytes+1, strings.Repeat(" ", 8<<10))
 		var resp fasthttp.Response
 		if err := resp.Read(bufio.NewReader(conn)); err != nil {
 			t.Fatalf("%s: %v", path, err)
@@ -507,7 +531,7 @@ func TestDecidePropertiesOfConsecutiveRequests(t *testing.T) {
 	if err := holder.Apply(&syncpb.WatchResponse{Snapshots: []*syncpb.ProjectSnapshot{pb}, InitialSyncDone: true}); err != nil {
 		t.Fatal(err)
 	}
-	e := &env{t: t, holder: holder, handler: httpapi.New(httpapi.Config{State: holder, Decide: decide.NewHandler(holder, nil, nil, nil, log), Logger: log}).Handler()}
+	e := &env{t: t, holder: holder, handler: httpapi.New(httpapi.Config{State: holder, Decide: decide.NewHandler(holder, nil, nil, nil, nil, nil, log), Logger: log}).Handler()}
 	pick := func(i int, options ...any) any { return options[i%len(options)] }
 	for i := range 300 {
 		person := map[string]any{"age": pick(i, 25, 31, "40", 30.5, nil), "plan": pick(i/2, "pro", "free", 7, false),

@@ -16,16 +16,15 @@ import (
 	"github.com/valyala/fasthttp"
 	"github.com/valyala/fasthttp/fasthttpadaptor"
 
+	"github.com/flagedge/flagedge/edge/admit"
 	"github.com/flagedge/flagedge/edge/apierror"
 	"github.com/flagedge/flagedge/edge/capture"
 	"github.com/flagedge/flagedge/edge/decide"
 	"github.com/flagedge/flagedge/edge/ofrep"
+	"github.com/flagedge/flagedge/edge/reqbody"
 	"github.com/flagedge/flagedge/edge/state"
+	"github.com/flagedge/flagedge/shared/clientip"
 )
-
-// MaxBodyBytes is the largest request body the edge reads: capture batches may be 20 MB, and
-// a little more covers their form or base64 encodings. Larger ones get 413 unread.
-const MaxBodyBytes = 21 << 20
 
 // Config holds what the edge's HTTP surface serves from.
 type Config struct {
@@ -38,6 +37,11 @@ type Config struct {
 	Registry *prometheus.Registry
 	// NoMetrics leaves /metrics out: it is served on a listener of its own.
 	NoMetrics bool
+	// Limiter applies the rate limits per client address (nil: none), the address being
+	// the one IPs finds; Refusals counts refusals (nil: uncounted).
+	Limiter  *admit.Limiter
+	IPs      *clientip.Resolver
+	Refusals *admit.Refusals
 }
 
 // Server routes the edge's requests.
@@ -47,6 +51,8 @@ type Server struct {
 	requests *prometheus.CounterVec
 	latency  *prometheus.HistogramVec
 	draining atomic.Bool
+	// The routes answered outside the router's named routes, counted as such.
+	preflight, unreadable *routeStats
 }
 
 // New builds the edge's HTTP handler.
@@ -62,11 +68,21 @@ func New(cfg Config) *Server {
 			Buckets: []float64{.00005, .0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, 1}}, []string{"route"}),
 	}
 	cfg.Registry.MustRegister(s.requests, s.latency)
+	s.preflight, s.unreadable = s.stats("preflight"), s.stats("unreadable")
 	s.router.RedirectTrailingSlash = false
 	s.router.HandleOPTIONS = true
 	s.router.GlobalOPTIONS = preflight
-	s.router.NotFound = func(ctx *fasthttp.RequestCtx) { s.writeError(ctx, apierror.NotFound) }
-	s.router.MethodNotAllowed = func(ctx *fasthttp.RequestCtx) { s.writeError(ctx, apierror.MethodNotAllowed) }
+	notFound, notAllowed := s.stats("not_found"), s.stats("method_not_allowed")
+	s.router.NotFound = func(ctx *fasthttp.RequestCtx) {
+		start := time.Now()
+		s.writeError(ctx, apierror.NotFound)
+		notFound.observe(ctx, start)
+	}
+	s.router.MethodNotAllowed = func(ctx *fasthttp.RequestCtx) {
+		start := time.Now()
+		s.writeError(ctx, apierror.MethodNotAllowed)
+		notAllowed.observe(ctx, start)
+	}
 
 	// Paths are registered without a trailing slash; Handler drops it from requests.
 	s.handle([]string{"GET", "POST"}, "decide", []string{"/decide"}, func(ctx *fasthttp.RequestCtx) error { return cfg.Decide.Serve(ctx, decide.Decide) })
@@ -83,7 +99,7 @@ func New(cfg Config) *Server {
 	s.handle([]string{"GET"}, "surveys", []string{"/api/surveys"}, s.handleSurveys)
 
 	if cfg.OFREP != nil {
-		// OFREP's answers, errors included, are in OFREP's shapes.
+		// OFREP's answers, errors and refusals included, are in OFREP's shapes.
 		ofrepError := func(ctx *fasthttp.RequestCtx, err error) { ofrep.WriteError(ctx, cfg.Logger, err) }
 		s.handleWith(ofrepError, []string{"POST"}, "ofrep_evaluate", []string{"/ofrep/v1/evaluate/flags/{key}"}, cfg.OFREP.ServeFlag)
 		s.handleWith(ofrepError, []string{"POST"}, "ofrep_bulk", []string{"/ofrep/v1/evaluate/flags"}, cfg.OFREP.ServeBulk)
@@ -93,10 +109,18 @@ func New(cfg Config) *Server {
 		}
 	}
 
-	s.router.GET("/_health", func(ctx *fasthttp.RequestCtx) { writeJSON(ctx, fasthttp.StatusOK, []byte(`{"status":"ok"}`)) })
-	s.router.GET("/_ready", s.handleReady)
+	// Operations' routes are not rate limited: probes and scrapes come from the operator.
+	s.register(s.writeError, nil, []string{"GET"}, "health", []string{"/_health"}, func(ctx *fasthttp.RequestCtx) error {
+		writeJSON(ctx, fasthttp.StatusOK, []byte(`{"status":"ok"}`))
+		return nil
+	})
+	s.register(s.writeError, nil, []string{"GET"}, "ready", []string{"/_ready"}, s.handleReady)
 	if !cfg.NoMetrics {
-		s.router.GET("/metrics", fasthttpadaptor.NewFastHTTPHandler(promhttp.HandlerFor(cfg.Registry, promhttp.HandlerOpts{})))
+		metrics := fasthttpadaptor.NewFastHTTPHandler(promhttp.HandlerFor(cfg.Registry, promhttp.HandlerOpts{}))
+		s.register(s.writeError, nil, []string{"GET"}, "metrics", []string{"/metrics"}, func(ctx *fasthttp.RequestCtx) error {
+			metrics(ctx)
+			return nil
+		})
 	}
 	return s
 }
@@ -109,13 +133,17 @@ func (s *Server) Handler() fasthttp.RequestHandler {
 	return func(ctx *fasthttp.RequestCtx) {
 		setCORS(ctx)
 		if ctx.IsOptions() {
+			start := time.Now()
 			preflight(ctx) // on any path, known or not
+			s.preflight.observe(ctx, start)
+			reqbody.Finish(ctx)
 			return
 		}
 		if p := ctx.Path(); len(p) > 1 && p[len(p)-1] == '/' {
 			ctx.URI().SetPathBytes(bytes.TrimRight(p, "/"))
 		}
 		route(ctx)
+		reqbody.Finish(ctx)
 	}
 }
 
@@ -125,33 +153,42 @@ func (s *Server) Routes() map[string][]string { return s.router.List() }
 // Drain makes /_ready answer 503, so load balancers stop sending traffic before shutdown.
 func (s *Server) Drain() { s.draining.Store(true) }
 
-// handle registers h for methods on paths, with CORS headers, a request count and a latency
-// histogram under the route's name; the error h returns is written here, in the API's shape.
+// handle registers h for methods on paths of an SDK-facing route: rate limited, with CORS
+// headers, a request count and a latency histogram under the route's name; the error h
+// returns is written here, in the API's shape.
 func (s *Server) handle(methods []string, route string, paths []string, h func(*fasthttp.RequestCtx) error) {
 	s.handleWith(s.writeError, methods, route, paths, h)
 }
 
-// handleWith is handle with the errors h returns written by writeError.
+// handleWith is handle with the errors and refusals (*apierror.Error values) written by
+// writeError: a route of another API (OFREP) answers in its own shape but is limited and
+// counted the same way.
 func (s *Server) handleWith(writeError func(*fasthttp.RequestCtx, error), methods []string, route string, paths []string, h func(*fasthttp.RequestCtx) error) {
-	latency := s.latency.WithLabelValues(route)
-	var counters [600]atomic.Pointer[prometheus.Counter]
+	s.register(writeError, s.cfg.Limiter, methods, route, paths, h)
+}
+
+// register registers h for methods on paths under the route's name, counted and timed,
+// limited per client address by limiter (nil: not limited), its errors written by
+// writeError.
+func (s *Server) register(writeError func(*fasthttp.RequestCtx, error), limiter *admit.Limiter, methods []string, route string, paths []string,
+	h func(*fasthttp.RequestCtx) error) {
+	stats := s.stats(route)
 	wrapped := func(ctx *fasthttp.RequestCtx) {
 		start := time.Now()
-		if err := h(ctx); err != nil {
+		var err error
+		if limiter != nil {
+			addr := s.cfg.IPs.ClientIP(ctx.Request.Header.PeekAll("X-Forwarded-For"), ctx.RemoteIP())
+			if r, ok := limiter.Addr(addr, start); !ok {
+				err = apierror.RateLimited(r.RetryAfter)
+			}
+		}
+		if err == nil {
+			err = h(ctx)
+		}
+		if err != nil {
 			writeError(ctx, err)
 		}
-		latency.Observe(time.Since(start).Seconds())
-		code := ctx.Response.StatusCode()
-		if code < 0 || code >= len(counters) {
-			code = 0
-		}
-		c := counters[code].Load()
-		if c == nil {
-			counter := s.requests.WithLabelValues(route, strconv.Itoa(code))
-			c = &counter
-			counters[code].Store(c)
-		}
-		(*c).Inc()
+		stats.observe(ctx, start)
 	}
 	for _, m := range methods {
 		for _, p := range paths {
@@ -160,12 +197,41 @@ func (s *Server) handleWith(writeError func(*fasthttp.RequestCtx, error), method
 	}
 }
 
-func (s *Server) handleReady(ctx *fasthttp.RequestCtx) {
+// routeStats is one route's request counts by status and its latency histogram.
+type routeStats struct {
+	s        *Server
+	route    string
+	latency  prometheus.Observer
+	counters [600]atomic.Pointer[prometheus.Counter] // by status code, made on first use
+}
+
+func (s *Server) stats(route string) *routeStats {
+	return &routeStats{s: s, route: route, latency: s.latency.WithLabelValues(route)}
+}
+
+// observe counts the answer ctx holds, given when the request started.
+func (r *routeStats) observe(ctx *fasthttp.RequestCtx, start time.Time) {
+	r.latency.Observe(time.Since(start).Seconds())
+	code := ctx.Response.StatusCode()
+	if code < 0 || code >= len(r.counters) {
+		code = 0
+	}
+	c := r.counters[code].Load()
+	if c == nil {
+		counter := r.s.requests.WithLabelValues(r.route, strconv.Itoa(code))
+		c = &counter
+		r.counters[code].Store(c)
+	}
+	(*c).Inc()
+}
+
+func (s *Server) handleReady(ctx *fasthttp.RequestCtx) error {
 	if s.draining.Load() || !s.cfg.State.Ready() {
 		writeJSON(ctx, fasthttp.StatusServiceUnavailable, []byte(`{"status":"unavailable"}`))
-		return
+		return nil
 	}
 	writeJSON(ctx, fasthttp.StatusOK, []byte(`{"status":"ok"}`))
+	return nil
 }
 
 // setCORS lets browsers call from any origin, with credentials, as PostHog does: the

@@ -19,6 +19,7 @@ import (
 	"github.com/flagedge/flagedge/edge/apierror"
 	"github.com/flagedge/flagedge/edge/decide"
 	"github.com/flagedge/flagedge/edge/jsonenc"
+	"github.com/flagedge/flagedge/edge/reqbody"
 	"github.com/flagedge/flagedge/edge/state"
 	"github.com/flagedge/flagedge/shared/flags"
 )
@@ -96,15 +97,15 @@ func WriteError(ctx *fasthttp.RequestCtx, log *slog.Logger, err error) {
 		switch {
 		case errors.As(err, &ae):
 			e = &Error{Status: ae.Status, Code: codeGeneral, Details: ae.Detail}
-			if ae.Status == http.StatusTooManyRequests {
-				e.RetryAfter = 1
+			if ae.RetryAfter > 0 {
+				e.RetryAfter = ae.RetryAfterSeconds()
 			}
 		default:
 			log.Error("internal error", "path", string(ctx.Path()), "err", err)
 			e = &Error{Status: http.StatusInternalServerError, Code: codeGeneral, Details: "A server error occurred."}
 		}
 	}
-	if e.Status == http.StatusTooManyRequests && len(ctx.Response.Header.Peek("Retry-After")) == 0 {
+	if (e.Status == http.StatusTooManyRequests || e.RetryAfter > 0) && len(ctx.Response.Header.Peek("Retry-After")) == 0 {
 		ctx.Response.Header.Set("Retry-After", strconv.Itoa(max(e.RetryAfter, 1)))
 	}
 	b := make([]byte, 0, 96+len(e.Details))
@@ -161,9 +162,11 @@ func (h *Handler) evaluate(ctx *fasthttp.RequestCtx) (*state.Project, []flags.Re
 	if err != nil {
 		return nil, nil, err
 	}
-	body := ctx.PostBody()
-	if len(body) > MaxBodyBytes {
-		return nil, nil, errTooLarge
+	// The edge streams request bodies: Read refuses one over the limit before reading it.
+	var unbudgeted reqbody.Lease
+	body, err := reqbody.Read(ctx, MaxBodyBytes, &unbudgeted)
+	if err != nil {
+		return nil, nil, reqbody.AsAPIError(err, errTooLarge)
 	}
 	c, err := parseRequest(body)
 	if err != nil {

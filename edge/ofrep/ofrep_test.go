@@ -70,7 +70,7 @@ func newEnv(t *testing.T, streams bool, maxPerAddr int) *env {
 		t.Fatal(err)
 	}
 	ips, _ := clientip.NewResolver("")
-	dec := decide.NewHandler(holder, nil, nil, ips, log)
+	dec := decide.NewHandler(holder, nil, nil, ips, nil, nil, log)
 	var hub *ofrep.Hub
 	if streams {
 		sc := ofrep.DefaultStreamConfig

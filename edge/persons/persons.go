@@ -77,12 +77,15 @@ type Config struct {
 	MembershipMaxBytes int64
 }
 
-// DefaultConfig is the store's configuration unless told otherwise. Its budgets (88 MiB in
-// all, of which the filters' 32 MiB serve about 13 million distinct ids) keep an edge that
-// captured a million new users in a few minutes within 150 MB resident, with the default
-// memory limit (docs/operations.md).
-var DefaultConfig = Config{Timeout: 300 * time.Millisecond, TTL: time.Minute, NegativeTTL: 10 * time.Second,
-	PersonMaxBytes: 32 << 20, GroupMaxBytes: 8 << 20, OverlayMaxBytes: 16 << 20, MembershipMaxBytes: 32 << 20}
+// DefaultConfig returns the store's configuration unless told otherwise (a function, so that
+// no caller can change another's defaults). Its budgets (88 MiB in all, of which the filters'
+// 32 MiB serve about 13 million distinct ids) keep an edge that captured a million new users
+// in a few minutes within 150 MB resident, with the default memory limit
+// (docs/operations.md).
+func DefaultConfig() Config {
+	return Config{Timeout: 300 * time.Millisecond, TTL: time.Minute, NegativeTTL: 10 * time.Second,
+		PersonMaxBytes: 32 << 20, GroupMaxBytes: 8 << 20, OverlayMaxBytes: 16 << 20, MembershipMaxBytes: 32 << 20}
+}
 
 // Store answers stored person and group properties from a cache, asking the control plane
 // on a miss, once for concurrent requests of the same key — unless the project's membership

@@ -42,6 +42,18 @@ func (f *Flags) Int64(p *int64, name, env string, def int64, usage string) {
 	f.fromEnv(name, env)
 }
 
+// Int registers an integer flag for a count or a size that fits an int.
+func (f *Flags) Int(p *int, name, env string, def int, usage string) {
+	f.IntVar(p, name, def, withEnv(usage, env))
+	f.fromEnv(name, env)
+}
+
+// Float64 registers a floating-point flag.
+func (f *Flags) Float64(p *float64, name, env string, def float64, usage string) {
+	f.Float64Var(p, name, def, withEnv(usage, env))
+	f.fromEnv(name, env)
+}
+
 // Bool registers a boolean flag.
 func (f *Flags) Bool(p *bool, name, env string, def bool, usage string) {
 	f.BoolVar(p, name, def, withEnv(usage, env))

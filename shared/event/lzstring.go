@@ -22,11 +22,24 @@ var lzBase64 = func() (t [256]uint8) {
 // it returns the decompressed text as UTF-8. The output is bounded by maxOut bytes (UTF-16
 // units times two); larger output is an error, so a small input cannot expand without limit.
 func DecompressLZ64(input string, maxOut int) ([]byte, error) {
+	return decompressLZ64(input, maxOut, nil)
+}
+
+// lzChunk is how many more output units lzDecompress reserves memory for at a time.
+const lzChunk = 64 << 10
+
+// lzUnitBytes is what one output unit costs until the UTF-8 text is returned: the unit (2
+// bytes), its share of the dictionary (at most about one unit), the runes and the text.
+const lzUnitBytes = 2 + 2 + 4 + 3
+
+// decompressLZ64 is DecompressLZ64 asking reserve (when not nil) for memory as the output
+// grows.
+func decompressLZ64(input string, maxOut int, reserve func(int) error) ([]byte, error) {
 	if input == "" {
 		return nil, ErrLZString
 	}
 	r := lzReader{input: input, position: 32, val: uint32(lzBase64[input[0]]), index: 1}
-	units, err := lzDecompress(&r, maxOut/2)
+	units, err := lzDecompress(&r, maxOut/2, reserve)
 	if err != nil {
 		return nil, err
 	}
@@ -63,7 +76,8 @@ func (r *lzReader) bits(n int) int {
 	return result
 }
 
-func lzDecompress(r *lzReader, maxUnits int) ([]uint16, error) {
+func lzDecompress(r *lzReader, maxUnits int, reserve func(int) error) ([]uint16, error) {
+	reserved := 0 // output units reserved so far
 	dict := make([][]uint16, 3, 256)
 	enlargeIn, numBits := 4, 3
 	var c []uint16
@@ -113,6 +127,12 @@ func lzDecompress(r *lzReader, maxUnits int) ([]uint16, error) {
 		out = append(out, entry...)
 		if len(out) > maxUnits {
 			return nil, ErrTooLarge
+		}
+		for reserve != nil && len(out) > reserved {
+			if err := reserve(lzChunk * lzUnitBytes); err != nil {
+				return nil, err
+			}
+			reserved += lzChunk
 		}
 		dict = append(dict, append(append(make([]uint16, 0, len(w)+1), w...), entry[0]))
 		enlargeIn--

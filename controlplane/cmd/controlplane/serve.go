@@ -99,7 +99,7 @@ func parseServeConfig(args []string, stderr io.Writer) (*serveConfig, error) {
 	// In-flight management requests are short; 15 s is ample and bounded for orchestrators.
 	fs.Duration(&cfg.ShutdownTimeout, "shutdown-timeout", "FLAGEDGE_SHUTDOWN_TIMEOUT", 15*time.Second, "how long finishing in-flight requests may take")
 	cfg.EventLog.Register(fs)
-	d := logingest.DefaultConfig
+	d := logingest.DefaultConfig()
 	fs.Int64(&cfg.LogReplicas, "event-log-replicas", "FLAGEDGE_EVENT_LOG_REPLICAS", int64(d.Replicas), "copies of the event log's stream across NATS servers (3 survives losing one); the control plane creates or updates the stream at start")
 	fs.Int64(&cfg.LogWorkers, "event-log-workers", "FLAGEDGE_EVENT_LOG_WORKERS", int64(d.Workers), "ingestion workers of this replica on the event log, each storing one batch at a time")
 	fs.Int64(&cfg.LogMaxBytes, "event-log-max-bytes", "FLAGEDGE_EVENT_LOG_MAX_BYTES", d.MaxBytes, "most bytes the event log's stream holds while ingestion lags; beyond it edges keep events in their spools")
@@ -282,7 +282,7 @@ func (cp *controlPlane) connectEventLog() (func(), error) {
 	if err != nil {
 		return nil, err
 	}
-	lc := logingest.DefaultConfig
+	lc := logingest.DefaultConfig()
 	lc.Replicas, lc.Workers, lc.MaxBytes, lc.MaxAge, lc.AckWait = int(cfg.LogReplicas), int(cfg.LogWorkers), cfg.LogMaxBytes, cfg.LogMaxAge, cfg.LogAckWait
 	if cp.logIn, err = logingest.New(nc, cp.ingest, lc, cp.log, cp.reg); err != nil {
 		nc.Close()

@@ -23,9 +23,9 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/valyala/fasthttp"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/flagedge/flagedge/edge/admit"
 	"github.com/flagedge/flagedge/edge/bloomset"
 	"github.com/flagedge/flagedge/edge/cache"
 	"github.com/flagedge/flagedge/edge/capture"
@@ -36,6 +36,7 @@ import (
 	"github.com/flagedge/flagedge/edge/httpapi"
 	"github.com/flagedge/flagedge/edge/ofrep"
 	"github.com/flagedge/flagedge/edge/persons"
+	"github.com/flagedge/flagedge/edge/reqbody"
 	"github.com/flagedge/flagedge/edge/spool"
 	"github.com/flagedge/flagedge/edge/state"
 	"github.com/flagedge/flagedge/geoip"
@@ -91,6 +92,12 @@ type config struct {
 	StreamKey     string
 	StreamMax     int64
 	StreamMaxAddr int64
+
+	// Hostile traffic (docs/operations.md).
+	MaxInflightBytes int64
+	DeadLetterMax    int64
+	Rate             admit.RateConfig
+	Conn             httpapi.ConnConfig
 }
 
 func parseConfig(args []string, stderr io.Writer) (*config, error) {
@@ -105,21 +112,23 @@ func parseConfig(args []string, stderr io.Writer) (*config, error) {
 	fs.String(&cfg.TLSCert, "tls-cert", "FLAGEDGE_TLS_CERT", "", "certificate (PEM) for HTTPS on --http-addr; with --tls-key")
 	fs.String(&cfg.TLSKey, "tls-key", "FLAGEDGE_TLS_KEY", "", "private key (PEM) of --tls-cert")
 	fs.String(&cfg.TrustedProxies, "trusted-proxies", "FLAGEDGE_TRUSTED_PROXIES", "", "comma-separated CIDRs of proxies whose X-Forwarded-For is believed (the client is the right-most address that is not one of them); empty: the header's first address is believed from anyone")
-	fs.String(&cfg.MetricsAddr, "metrics-addr", "FLAGEDGE_METRICS_ADDR", "", "serve /metrics on this address of its own instead of --http-addr")
+	// /metrics is costly to render and a map of the deployment: off the public listener.
+	fs.String(&cfg.MetricsAddr, "metrics-addr", "FLAGEDGE_METRICS_ADDR", "127.0.0.1:9181",
+		"serve /metrics on this address of its own (loopback unless set otherwise); empty: on --http-addr, public")
 	fs.String(&cfg.DataDir, "data-dir", "FLAGEDGE_DATA_DIR", "flagedge-edge-data", "directory for the snapshot copy and the capture spool")
 	fs.String(&cfg.GeoIPDB, "geoip-db", "FLAGEDGE_GEOIP_DB", "", "MaxMind City database; without it no $geoip_* properties")
 	fs.String(&cfg.EdgeID, "edge-id", "FLAGEDGE_EDGE_ID", host, "name of this edge in the control plane's logs")
-	fs.Duration(&cfg.LookupTimeout, "lookup-timeout", "FLAGEDGE_LOOKUP_TIMEOUT", persons.DefaultConfig.Timeout, "longest wait for stored properties before answering the flags that need them as failed")
-	fs.Duration(&cfg.PersonTTL, "person-cache-ttl", "FLAGEDGE_PERSON_CACHE_TTL", persons.DefaultConfig.TTL, "how long stored person and group properties are reused before they are fetched again")
-	fs.Duration(&cfg.PersonMissTTL, "person-cache-miss-ttl", "FLAGEDGE_PERSON_CACHE_MISS_TTL", persons.DefaultConfig.NegativeTTL, "how long \"no such person or group\" is reused")
+	fs.Duration(&cfg.LookupTimeout, "lookup-timeout", "FLAGEDGE_LOOKUP_TIMEOUT", persons.DefaultConfig().Timeout, "longest wait for stored properties before answering the flags that need them as failed")
+	fs.Duration(&cfg.PersonTTL, "person-cache-ttl", "FLAGEDGE_PERSON_CACHE_TTL", persons.DefaultConfig().TTL, "how long stored person and group properties are reused before they are fetched again")
+	fs.Duration(&cfg.PersonMissTTL, "person-cache-miss-ttl", "FLAGEDGE_PERSON_CACHE_MISS_TTL", persons.DefaultConfig().NegativeTTL, "how long \"no such person or group\" is reused")
 	fs.String(&cfg.SpoolFsync, "spool-fsync", "FLAGEDGE_SPOOL_FSYNC", "10ms", "when captured events are fsynced: always, never, or an interval such as 10ms")
-	fs.Int64(&cfg.MembershipMax, "membership-max-bytes", "FLAGEDGE_MEMBERSHIP_MAX_BYTES", persons.DefaultConfig.MembershipMaxBytes,
+	fs.Int64(&cfg.MembershipMax, "membership-max-bytes", "FLAGEDGE_MEMBERSHIP_MAX_BYTES", persons.DefaultConfig().MembershipMaxBytes,
 		"most bytes all membership filters may take (about 2.4 MB per million distinct ids); past it the largest projects look up every key; 0: no cap")
-	fs.Int64(&cfg.PersonMax, "person-cache-max-bytes", "FLAGEDGE_PERSON_CACHE_MAX_BYTES", persons.DefaultConfig.PersonMaxBytes,
+	fs.Int64(&cfg.PersonMax, "person-cache-max-bytes", "FLAGEDGE_PERSON_CACHE_MAX_BYTES", persons.DefaultConfig().PersonMaxBytes,
 		"most bytes the cache of looked-up persons may hold (estimated from their properties), whatever the number of users")
-	fs.Int64(&cfg.GroupMax, "group-cache-max-bytes", "FLAGEDGE_GROUP_CACHE_MAX_BYTES", persons.DefaultConfig.GroupMaxBytes,
+	fs.Int64(&cfg.GroupMax, "group-cache-max-bytes", "FLAGEDGE_GROUP_CACHE_MAX_BYTES", persons.DefaultConfig().GroupMaxBytes,
 		"most bytes the cache of looked-up groups may hold")
-	fs.Int64(&cfg.OverlayMax, "person-overlay-max-bytes", "FLAGEDGE_PERSON_OVERLAY_MAX_BYTES", persons.DefaultConfig.OverlayMaxBytes,
+	fs.Int64(&cfg.OverlayMax, "person-overlay-max-bytes", "FLAGEDGE_PERSON_OVERLAY_MAX_BYTES", persons.DefaultConfig().OverlayMaxBytes,
 		"most bytes kept of what this edge captured about persons until the control plane stores it (their properties, and which persons it created)")
 	fs.Int64(&cfg.MemoryLimit, "memory-limit", "FLAGEDGE_MEMORY_LIMIT", defaultMemoryLimit(),
 		"Go's soft memory limit in bytes: the garbage collector works harder as the heap nears it, rather than letting it double (it is not a cap); 0: Go's own (GOMEMLIMIT, else none); default 128 MiB unless GOMEMLIMIT is set")
@@ -143,6 +152,7 @@ func parseConfig(args []string, stderr io.Writer) (*config, error) {
 	fs.Int64(&cfg.StreamMaxAddr, "ofrep-stream-max-per-ip", "FLAGEDGE_OFREP_STREAM_MAX_PER_IP", int64(ofrep.DefaultStreamConfig.MaxPerAddr),
 		"most OFREP change streams open from one client address; more are refused with 429")
 	cfg.EventLog.Register(fs)
+	registerLimits(fs, cfg)
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -150,7 +160,7 @@ func parseConfig(args []string, stderr io.Writer) (*config, error) {
 }
 
 // defaultMemoryLimit is --memory-limit's default: 128 MiB, the caches' default budgets
-// (persons.DefaultConfig, 88 MiB) and 1,000 projects of 50 flags with room to spare, so that
+// (persons.DefaultConfig(), 88 MiB) and 1,000 projects of 50 flags with room to spare, so that
 // the heap does not grow to twice what is live after a burst of captures; none of ours when
 // GOMEMLIMIT is set.
 func defaultMemoryLimit() int64 {
@@ -158,6 +168,31 @@ func defaultMemoryLimit() int64 {
 		return 0
 	}
 	return 128 << 20
+}
+
+// registerLimits registers the flags that bound what clients may take of the edge.
+func registerLimits(fs *daemon.Flags, cfg *config) {
+	fs.Int64(&cfg.MaxInflightBytes, "max-inflight-bytes", "FLAGEDGE_MAX_INFLIGHT_BYTES", 256<<20,
+		"most bytes request bodies in flight may hold, with what decoding and parsing them costs; beyond it a request waits up to 1s, then gets 503 with Retry-After; 0: no bound")
+	fs.Int64(&cfg.DeadLetterMax, "dead-letter-max-bytes", "FLAGEDGE_DEAD_LETTER_MAX_BYTES", 256<<20,
+		"most bytes the dead-letter file and its rotated predecessor hold together; the oldest records beyond are dropped and counted; 0: no bound")
+	fs.Float64(&cfg.Rate.PerAddr, "rate-limit-per-ip", "FLAGEDGE_RATE_LIMIT_PER_IP", 0,
+		"requests per second each client address (as --trusted-proxies finds it) may make; beyond it 429 with Retry-After; 0: off")
+	fs.Float64(&cfg.Rate.PerProject, "rate-limit-per-project", "FLAGEDGE_RATE_LIMIT_PER_PROJECT", 0,
+		"requests per second the /decide, /flags and capture endpoints take for each project; beyond it 429 with Retry-After; 0: off")
+	fs.Int(&cfg.Rate.Burst, "rate-limit-burst", "FLAGEDGE_RATE_LIMIT_BURST", 20, "requests an address or a project may make at once above its rate")
+	// 5 s: an SDK sends its headers in one packet; a client that takes longer holds a
+	// connection for nothing (slowloris).
+	fs.Duration(&cfg.Conn.HeaderTimeout, "header-timeout", "FLAGEDGE_HEADER_TIMEOUT", 5*time.Second,
+		"longest a client may take to send a request's headers; then its connection is closed")
+	fs.Duration(&cfg.Conn.IdleTimeout, "idle-timeout", "FLAGEDGE_IDLE_TIMEOUT", 60*time.Second,
+		"how long a kept-alive connection may wait for its next request")
+	fs.Int(&cfg.Conn.MaxHeaderBytes, "max-header-bytes", "FLAGEDGE_MAX_HEADER_BYTES", 8<<10,
+		"largest request line and headers (a GET's ?data= included); larger get 431")
+	fs.Int(&cfg.Conn.MaxConnsPerAddr, "max-conns-per-ip", "FLAGEDGE_MAX_CONNS_PER_IP", 0,
+		"most connections one peer address may hold open (behind a load balancer, the balancer's); 0: no bound")
+	// Capture batches may be 20 MB from a slow link; answers are small.
+	cfg.Conn.BodyTimeout, cfg.Conn.WriteTimeout = 30*time.Second, 30*time.Second
 }
 
 func (cfg *config) validate() error {
@@ -181,6 +216,15 @@ func (cfg *config) validate() error {
 	}
 	if cfg.LookupTimeout <= 0 || cfg.PersonTTL <= 0 || cfg.PersonMissTTL <= 0 {
 		return errors.New("--lookup-timeout, --person-cache-ttl and --person-cache-miss-ttl must be positive")
+	}
+	if cfg.MaxInflightBytes < 0 || cfg.Rate.PerAddr < 0 || cfg.Rate.PerProject < 0 || cfg.Rate.Burst < 1 || cfg.Conn.MaxConnsPerAddr < 0 {
+		return errors.New("--max-inflight-bytes, --rate-limit-per-ip, --rate-limit-per-project and --max-conns-per-ip must not be negative, --rate-limit-burst at least 1")
+	}
+	if cfg.Conn.HeaderTimeout <= 0 || cfg.Conn.IdleTimeout <= 0 || cfg.Conn.MaxHeaderBytes < 1<<10 {
+		return errors.New("--header-timeout and --idle-timeout must be positive, --max-header-bytes at least 1024")
+	}
+	if cfg.DeadLetterMax != 0 && cfg.DeadLetterMax < capture.MinDeadLetterBytes {
+		return fmt.Errorf("--dead-letter-max-bytes must be 0 or at least %d", capture.MinDeadLetterBytes)
 	}
 	if cfg.DrainDelay < 0 {
 		return errors.New("--drain-delay must not be negative")
@@ -214,6 +258,7 @@ type edge struct {
 	client    syncpb.SyncClient
 	members   *bloomset.Set // filled by the snapshot stream, read by look-ups
 	api       *httpapi.Server
+	refusals  *admit.Refusals
 	streams   *ofrep.Hub // nil when streaming is off
 	forwarder *capture.Forwarder
 	counts    *evalcount.Registry // evaluations by project, flag and value, reported upstream
@@ -293,7 +338,7 @@ func assemble(cfg *config, log *slog.Logger) (e *edge, err error) {
 	e.closers = append(e.closers, func() { conn.Close() })
 	e.client = syncpb.NewSyncClient(conn)
 
-	storeCfg := persons.DefaultConfig
+	storeCfg := persons.DefaultConfig()
 	storeCfg.Timeout, storeCfg.TTL, storeCfg.NegativeTTL = cfg.LookupTimeout, cfg.PersonTTL, cfg.PersonMissTTL
 	storeCfg.MembershipMaxBytes = cfg.MembershipMax
 	storeCfg.PersonMaxBytes, storeCfg.GroupMaxBytes, storeCfg.OverlayMaxBytes = cfg.PersonMax, cfg.GroupMax, cfg.OverlayMax
@@ -305,6 +350,16 @@ func assemble(cfg *config, log *slog.Logger) (e *edge, err error) {
 	e.members = store.Membership()
 
 	ips, _ := clientip.NewResolver(cfg.TrustedProxies) // validated
+	e.refusals = admit.NewRefusals(reg)
+	limiter, err := admit.NewLimiter(cfg.Rate, e.refusals, cacheMetrics)
+	if err != nil {
+		return e, err
+	}
+	e.closers = append(e.closers, limiter.Close)
+	budget := reqbody.NewBudget(cfg.MaxInflightBytes)
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "flagedge_edge_inflight_bytes",
+		Help: "Bytes held by request bodies in flight and what decoding them costs, of --max-inflight-bytes."},
+		func() float64 { return float64(budget.Held()) }))
 	if cfg.Streams {
 		sc := ofrep.DefaultStreamConfig
 		sc.Key, sc.MaxStreams, sc.MaxPerAddr = []byte(cfg.StreamKey), int(cfg.StreamMax), int(cfg.StreamMaxAddr)
@@ -315,17 +370,20 @@ func assemble(cfg *config, log *slog.Logger) (e *edge, err error) {
 		}
 		e.streams = ofrep.NewHub(sc, e.holder, ips, log, reg)
 	}
-	dec := decide.NewHandler(e.holder, store, locator, ips, log)
+	dec := decide.NewHandler(e.holder, store, locator, ips, budget, limiter, log)
 	e.api = httpapi.New(httpapi.Config{
 		State:     e.holder,
 		Decide:    dec,
 		OFREP:     ofrep.New(ofrep.Config{State: e.holder, Decide: dec, Streams: e.streams, Logger: log}),
-		Capture:   capture.NewHandler(e.holder, e.spool, locator, ips, store, log, reg),
+		Capture:   capture.NewHandler(e.holder, e.spool, locator, ips, budget, limiter, store, log, reg),
 		Logger:    log,
 		Registry:  reg,
 		NoMetrics: cfg.MetricsAddr != "",
+		Limiter:   limiter,
+		IPs:       ips,
+		Refusals:  e.refusals,
 	})
-	deadLetters, err := capture.OpenDeadLetters(filepath.Join(cfg.DataDir, "dead-letters.jsonl"))
+	deadLetters, err := capture.OpenDeadLetters(filepath.Join(cfg.DataDir, "dead-letters.jsonl"), cfg.DeadLetterMax, reg)
 	if err != nil {
 		return e, err
 	}
@@ -408,17 +466,12 @@ func openGeoIP(path string, m *cache.Metrics, e *edge) (*geocache.Locator, error
 // drain delay while requests are still served, the listener closes and in-flight requests
 // finish, the spool is made durable, and last the watch and the forwarder stop.
 func (e *edge) serve(ctx context.Context) error {
-	srv := &fasthttp.Server{
-		Handler: e.api.Handler(), ErrorHandler: e.api.ServeError, Name: "flagedge-edge",
-		// Bounds on slow or idle clients; batch capture bodies may be up to 20 MB.
-		ReadTimeout: 30 * time.Second, WriteTimeout: 30 * time.Second, IdleTimeout: 90 * time.Second,
-		MaxRequestBodySize: httpapi.MaxBodyBytes, NoDefaultServerHeader: true,
-		Logger: slog.NewLogLogger(e.log.Handler(), slog.LevelWarn),
-	}
+	srv := e.api.NewFastHTTPServer(e.cfg.Conn, e.log)
 	ln, err := net.Listen("tcp", e.cfg.HTTPAddr)
 	if err != nil {
 		return err
 	}
+	ln = httpapi.Listen(ln, e.cfg.Conn.MaxConnsPerAddr, e.refusals)
 	e.log.Info("edge listening", "http_addr", ln.Addr().String(), "https", e.tls != nil, "control_plane", e.cfg.ControlPlane.Addrs, "edge_id", e.cfg.EdgeID,
 		"event_log", e.cfg.EventLog.Enabled())
 	if e.tls != nil {
