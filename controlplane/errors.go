@@ -3,6 +3,8 @@ package controlplane
 import (
 	"errors"
 	"fmt"
+	"strings"
+	"unicode/utf8"
 )
 
 // Kind classifies an Error; the HTTP layer maps each kind to a status code.
@@ -70,4 +72,17 @@ func ErrorKind(err error) Kind {
 		return e.Kind
 	}
 	return Internal
+}
+
+// TextProblem says why s cannot be stored as text (PostgreSQL refuses a NUL character and
+// invalid UTF-8 with SQLSTATE 22021), or is "" when it can: every input from outside is
+// checked with it before it reaches a store.
+func TextProblem(s string) string {
+	if strings.IndexByte(s, 0) >= 0 {
+		return "NUL characters are not allowed."
+	}
+	if !utf8.ValidString(s) {
+		return "Must be valid UTF-8 text."
+	}
+	return ""
 }

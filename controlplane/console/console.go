@@ -166,11 +166,50 @@ func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		r2.URL.Path = strings.TrimRight(r.URL.Path, "/")
 		r = r2
 	}
+	// Nothing the console stores or looks up may hold text PostgreSQL refuses: an address or
+	// query holding it is refused here, a form in readForm.
+	if textProblem(r.URL.Path) != "" || valuesProblem(r.URL.Query()) != "" {
+		c.renderStatus(w, r, nil, http.StatusBadRequest, "Bad request", "The address holds a NUL character or text that is not UTF-8.")
+		return
+	}
 	if _, pattern := c.mux.Handler(r); pattern == "" {
 		c.renderStatus(w, r, nil, http.StatusNotFound, "Page not found", "There is nothing at this address.")
 		return
 	}
 	c.mux.ServeHTTP(w, r)
+}
+
+// textProblem says why s cannot be stored, or "".
+func textProblem(s string) string { return controlplane.TextProblem(s) }
+
+// valuesProblem says why a field of a query or form cannot be stored, or "".
+func valuesProblem(v url.Values) string {
+	for name, values := range v {
+		if p := textProblem(name); p != "" {
+			return p
+		}
+		for _, value := range values {
+			if p := textProblem(value); p != "" {
+				return p
+			}
+		}
+	}
+	return ""
+}
+
+// readForm reads a posted form of at most maxFormBodyBytes, or answers 400 and reports
+// false: a body that cannot be read, or a field holding text that cannot be stored.
+func (c *Console) readForm(w http.ResponseWriter, r *http.Request, sess *controlplane.Session) bool {
+	r.Body = http.MaxBytesReader(w, r.Body, maxFormBodyBytes)
+	if err := r.ParseForm(); err != nil {
+		c.renderStatus(w, r, sess, http.StatusBadRequest, "Bad request", "The form could not be read.")
+		return false
+	}
+	if p := valuesProblem(r.PostForm); p != "" {
+		c.renderStatus(w, r, sess, http.StatusBadRequest, "Bad request", "A field of the form holds text that cannot be stored: "+p)
+		return false
+	}
+	return true
 }
 
 // Route names the route r takes, for the control plane's request metrics: the pattern it
@@ -230,9 +269,7 @@ func (c *Console) withSession(h sessionHandler) http.HandlerFunc {
 			return
 		}
 		if r.Method == http.MethodPost {
-			r.Body = http.MaxBytesReader(w, r.Body, maxFormBodyBytes)
-			if err := r.ParseForm(); err != nil {
-				c.renderStatus(w, r, sess, http.StatusBadRequest, "Bad request", "The form could not be read.")
+			if !c.readForm(w, r, sess) {
 				return
 			}
 			if subtle.ConstantTimeCompare([]byte(r.PostFormValue(csrfField)), []byte(sess.CSRFToken)) != 1 {

@@ -2,6 +2,7 @@ package console_test
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -29,7 +30,13 @@ import (
 	"github.com/flagedge/flagedge/internal/pgtest"
 )
 
-func TestMain(m *testing.M) { os.Exit(pgtest.Main(m, postgres.Migrate)) }
+func TestMain(m *testing.M) {
+	flag.Parse()
+	if f := flag.Lookup("test.fuzzworker"); f != nil && f.Value.String() == "true" {
+		os.Exit(m.Run()) // a fuzz worker runs only fuzz targets, which need no database
+	}
+	os.Exit(pgtest.Main(m, postgres.Migrate))
+}
 
 // site is the control plane's HTTP handler (API and console) on a real database, with a
 // bootstrapped admin whose password is known.

@@ -230,7 +230,7 @@ func (f *filterForm) filters() (json.RawMessage, error) {
 		g := map[string]any{"properties": []any{}, "rollout_percentage": nil}
 		if c.Rollout != "" {
 			pct, err := strconv.ParseFloat(c.Rollout, 64)
-			if err != nil {
+			if err != nil || !(pct >= 0 && pct <= 100) { // NaN fails both
 				return nil, controlplane.FieldError(fmt.Sprintf("c%d_rollout", i), "invalid_input", fmt.Sprintf("Condition %d: the rollout percentage must be a number from 0 to 100.", i+1))
 			}
 			g["rollout_percentage"] = pct
@@ -251,8 +251,8 @@ func (f *filterForm) filters() (json.RawMessage, error) {
 		var variants []any
 		for k, v := range f.Variants {
 			pct, err := strconv.ParseFloat(v.Rollout, 64)
-			if err != nil {
-				return nil, controlplane.FieldError(fmt.Sprintf("v%d_pct", k), "invalid_input", fmt.Sprintf("Variant %q: the percentage must be a number.", v.Key))
+			if err != nil || !(pct >= 0 && pct <= 100) {
+				return nil, controlplane.FieldError(fmt.Sprintf("v%d_pct", k), "invalid_input", fmt.Sprintf("Variant %q: the percentage must be a number from 0 to 100.", v.Key))
 			}
 			variants = append(variants, map[string]any{"key": v.Key, "name": v.Name, "rollout_percentage": pct})
 			if strings.TrimSpace(v.Payload) != "" {

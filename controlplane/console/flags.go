@@ -150,7 +150,7 @@ func flagFromForm(q *request, data *flagPage, rest map[string]json.RawMessage) {
 func applyFormAction(f *filterForm, action string) bool {
 	num := func(prefix string) (int, bool) {
 		n, err := strconv.Atoi(strings.TrimPrefix(action, prefix))
-		return n, err == nil && strings.HasPrefix(action, prefix)
+		return n, err == nil && n >= 0 && strings.HasPrefix(action, prefix)
 	}
 	switch {
 	case action == "add_condition":

@@ -10,7 +10,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/flagedge/flagedge/controlplane"
 	"github.com/flagedge/flagedge/controlplane/loginlimit"
@@ -19,14 +18,14 @@ import (
 // maxEmailBytes bounds a login's email: RFC 5321 allows 254 characters in a path.
 const maxEmailBytes = 254
 
-// loginEmailProblem says what is wrong with an email typed at login, or "": text PostgreSQL
-// cannot hold (a NUL, invalid UTF-8) or longer than any address is not anyone's email, and is
-// refused before a password hash is spent on it.
+// loginEmailProblem says what is wrong with an email typed at login, or "": one longer than
+// any address is nobody's, and is refused before a password hash is spent on it (text that
+// cannot be stored never gets here: readForm refuses it).
 func loginEmailProblem(email string) string {
 	switch {
 	case email == "":
 		return "Enter your email address."
-	case len(email) > maxEmailBytes || !utf8.ValidString(email) || strings.ContainsRune(email, 0):
+	case len(email) > maxEmailBytes:
 		return "That is not an email address."
 	}
 	return ""
@@ -91,9 +90,7 @@ func (c *Console) handleLoginPage(w http.ResponseWriter, r *http.Request) {
 }
 
 func (c *Console) handleLogin(w http.ResponseWriter, r *http.Request) {
-	r.Body = http.MaxBytesReader(w, r.Body, maxFormBodyBytes)
-	if err := r.ParseForm(); err != nil {
-		c.renderStatus(w, r, nil, http.StatusBadRequest, "Bad request", "The form could not be read.")
+	if !c.readForm(w, r, nil) {
 		return
 	}
 	data := &loginPage{Email: strings.TrimSpace(r.PostFormValue("email")), Next: r.PostFormValue("next")}
@@ -164,9 +161,7 @@ func (c *Console) handleSetPasswordPage(w http.ResponseWriter, r *http.Request) 
 
 // handleSetPassword spends an invitation's one-time token and logs the user in.
 func (c *Console) handleSetPassword(w http.ResponseWriter, r *http.Request) {
-	r.Body = http.MaxBytesReader(w, r.Body, maxFormBodyBytes)
-	if err := r.ParseForm(); err != nil {
-		c.renderStatus(w, r, nil, http.StatusBadRequest, "Bad request", "The form could not be read.")
+	if !c.readForm(w, r, nil) {
 		return
 	}
 	data := &loginPage{Token: r.PostFormValue("token")}

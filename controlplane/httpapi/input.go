@@ -28,15 +28,7 @@ const maxNumberLen = 100
 const maxExponent = 308
 
 // textProblem describes why s cannot be stored as PostgreSQL text, or is "" when it can.
-func textProblem(s string) string {
-	if strings.IndexByte(s, 0) >= 0 {
-		return "NUL characters are not allowed."
-	}
-	if !utf8.ValidString(s) {
-		return "Must be valid UTF-8 text."
-	}
-	return ""
-}
+func textProblem(s string) string { return controlplane.TextProblem(s) }
 
 // checkQuery refuses a query parameter (name or value) that is not storable text.
 func checkQuery(q url.Values) error {

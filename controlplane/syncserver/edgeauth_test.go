@@ -25,6 +25,26 @@ import (
 	"github.com/flagedge/flagedge/shared/syncpb"
 )
 
+// serveAuthenticated serves srv behind auth over gRPC on 127.0.0.1 until the test ends, and
+// returns a client of it.
+func serveAuthenticated(t *testing.T, auth *syncserver.EdgeAuth, srv *syncserver.Server) syncpb.SyncClient {
+	t.Helper()
+	g := grpc.NewServer(append(syncserver.ServerOptions(), grpc.UnaryInterceptor(auth.UnaryInterceptor()), grpc.StreamInterceptor(auth.StreamInterceptor()))...)
+	syncpb.RegisterSyncServer(g, srv)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go g.Serve(ln) //nolint:errcheck // ends with Stop
+	t.Cleanup(g.Stop)
+	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return syncpb.NewSyncClient(conn)
+}
+
 // TestEdgeAuthentication: the sync service answers only edges with a live token; a revoked
 // edge's stream is closed within a second, with Unauthenticated.
 func TestEdgeAuthentication(t *testing.T) {
@@ -37,20 +57,7 @@ func TestEdgeAuthentication(t *testing.T) {
 	auth.RefreshInterval = 100 * time.Millisecond
 	go auth.Run(ctx)
 	srv := syncserver.NewServer(postgres.NewSnapshotStore(e.db), postgres.NewPersonStore(e.db), ingest.New(postgres.NewEventStore(e.db, log), log, nil), log, prometheus.NewRegistry())
-	g := grpc.NewServer(append(syncserver.ServerOptions(), grpc.UnaryInterceptor(auth.UnaryInterceptor()), grpc.StreamInterceptor(auth.StreamInterceptor()))...)
-	syncpb.RegisterSyncServer(g, srv)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go g.Serve(ln)
-	defer g.Stop()
-	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	client := syncpb.NewSyncClient(conn)
+	client := serveAuthenticated(t, auth, srv)
 
 	// Issued after the server started: accepted without waiting for the next refresh.
 	_, token, err := edges.CreateEdge(ctx, "edge-1", nil)
@@ -155,20 +162,7 @@ func TestScopedEdge(t *testing.T) {
 	}
 	srv := syncserver.NewServer(postgres.NewSnapshotStore(e.db), postgres.NewPersonStore(e.db), ingest.New(postgres.NewEventStore(e.db, log), log, nil), log,
 		prometheus.NewRegistry(), syncserver.WithMembership(hub))
-	g := grpc.NewServer(append(syncserver.ServerOptions(), grpc.UnaryInterceptor(auth.UnaryInterceptor()), grpc.StreamInterceptor(auth.StreamInterceptor()))...)
-	syncpb.RegisterSyncServer(g, srv)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go g.Serve(ln)
-	defer g.Stop()
-	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	client := syncpb.NewSyncClient(conn)
+	client := serveAuthenticated(t, auth, srv)
 	with := func(tok string) context.Context {
 		return metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+tok)
 	}

@@ -50,10 +50,11 @@ var Limits = event.Limits{
 	MaxStringBytes: event.MaxEventBytes,
 }
 
-// What parsing, stamping and spooling a body costs beyond its text, measured on batches of
-// tiny and of large events (TestParseCostWithinEstimate): the text about four times over
-// (the parser's copy, each event's properties, its stamped record, the spool record), and
-// per value and per event the parsed tree and the event's structures.
+// What parsing, stamping and spooling a body costs beyond its text, estimated from the
+// structures involved (not measured per request): the text about four times over (the
+// parser's copy, each event's properties, its stamped record, the spool record), about 160
+// bytes per parsed JSON value (fastjson's value and key entry, with slack), and about 1 KiB
+// per event (its Event, protobuf message and uuid, time and IP strings).
 const (
 	costPerByte  = 4
 	costPerValue = 160
