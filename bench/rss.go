@@ -1,10 +1,15 @@
 package main
 
 import (
+	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
 	"math"
+	"math/rand"
+	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -50,6 +55,8 @@ type rssResult struct {
 	// ProjectsRSSMB is the RSS holding the projects, before the persons were stored.
 	ProjectsRSSMB float64     `json:"rss_projects_only_mb,omitempty"`
 	Persons       *rssPersons `json:"persons,omitempty"`
+	// Returning is the returning users' workload (--self-contained).
+	Returning *rssReturning `json:"returning,omitempty"`
 	// GoMemStats are the edge's go_memstats_* gauges (bytes) at the end, without the prefix.
 	GoMemStats map[string]float64 `json:"edge_go_memstats_bytes,omitempty"`
 }
@@ -72,6 +79,7 @@ type rssPersons struct {
 	// new ids, asked through /decide: an absent one is a stored person the filter lacks.
 	SampledPresent float64 `json:"sampled_present"`
 	SampledAbsent  float64 `json:"sampled_absent"`
+	run            string  // names the persons (personID)
 }
 
 // rss creates projects of 50 flags until the edge holds n (counting those it had), reads its
@@ -235,6 +243,7 @@ func (b *bench) storePersons(projects []*project, n int) (*rssPersons, error) {
 	}
 	announcedBefore := cp["flagedge_controlplane_membership_announced_keys_total"]
 	run := strconv.FormatInt(time.Now().UnixMilli(), 36) // a second run on the same stack stores new persons
+	out.run = run
 	start := time.Now()
 	if err := b.capturePersons(projects, counts, run, deadline); err != nil {
 		return nil, err
@@ -507,4 +516,147 @@ func (res *rssResult) markdown() string {
 		b.WriteString("\n")
 	}
 	return b.String()
+}
+
+// rssReturning is the returning users' workload after the persons are stored: /decide
+// without properties for persons of the bench project drawn by Zipf's law (a few come back
+// often, most rarely), so that each needs the person's stored properties: from the cache, or
+// looked up at the control plane.
+type rssReturning struct {
+	Requests  int     `json:"requests"`
+	Users     int     `json:"users"` // drawn from
+	Exponent  float64 `json:"zipf_exponent"`
+	Hits      float64 `json:"person_cache_hits"`
+	Misses    float64 `json:"person_cache_misses"`
+	HitRate   float64 `json:"person_cache_hit_rate"`
+	RSSMB     float64 `json:"rss_after_mb"`
+	PerSecond float64 `json:"requests_per_second"`
+}
+
+// rssReturningRequests bounds the returning users' workload: at a few thousand requests a
+// second (each miss is a look-up), well under a minute.
+const rssReturningRequests = 100_000
+
+// returning runs the returning users' workload over the first project's persons of run.
+func (b *bench) returning(project *project, users int, run string) (*rssReturning, error) {
+	const exponent = 1.1
+	out := &rssReturning{Requests: rssReturningRequests, Users: users, Exponent: exponent}
+	series := func(r string) string { return `flagedge_edge_cache_lookups_total{cache="persons",result="` + r + `"}` }
+	before, err := scrape(b.cfg.edgeMetrics)
+	if err != nil {
+		return nil, err
+	}
+	zipf := rand.NewZipf(rand.New(rand.NewSource(int64(b.cfg.seed))), exponent, 1, uint64(users-1))
+	ids := make(chan uint64, 1024)
+	go func() {
+		defer close(ids)
+		for range rssReturningRequests {
+			ids <- zipf.Uint64()
+		}
+	}()
+	start := time.Now()
+	var wg sync.WaitGroup
+	var failed atomic.Int64
+	for range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var body []byte
+			req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
+			defer fasthttp.ReleaseRequest(req)
+			defer fasthttp.ReleaseResponse(resp)
+			for i := range ids {
+				body = append(body[:0], `{"api_key":"`...)
+				body = append(body, project.token...)
+				body = append(body, `","distinct_id":"`...)
+				body = personID(body, run, 0, int(i))
+				body = append(body, `"}`...)
+				req.Header.SetMethod("POST")
+				req.Header.SetContentType("application/json")
+				req.SetRequestURI("http://" + b.work.edge + "/decide/?v=3")
+				req.SetBody(body)
+				if err := b.edge.Do(req, resp); err != nil || resp.StatusCode() != 200 {
+					failed.Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	out.PerSecond = rssReturningRequests / time.Since(start).Seconds()
+	if n := failed.Load(); n > 0 {
+		return nil, fmt.Errorf("returning users: %d requests failed", n)
+	}
+	after, err := scrape(b.cfg.edgeMetrics)
+	if err != nil {
+		return nil, err
+	}
+	out.Hits, out.Misses = after[series("hit")]-before[series("hit")], after[series("miss")]-before[series("miss")]
+	if out.Hits+out.Misses > 0 {
+		out.HitRate = out.Hits / (out.Hits + out.Misses)
+	}
+	out.RSSMB = after["process_resident_memory_bytes"] / 1e6
+	return out, nil
+}
+
+// rssSelfContained is `--scenario rss --self-contained`: for each edge binary of --edge-bin
+// (comma-separated; "tree" or empty builds the tree's), its own PostgreSQL, control plane and
+// edge, the rss scenario, then the returning users' workload; the results side by side.
+func rssSelfContained(cfg config) error {
+	var md strings.Builder
+	md.WriteString("| edge | RSS, projects only MB | RSS after persons MB | heap in use MB | returning users: person cache hit rate (hits / misses) | RSS after MB |\n|---|---:|---:|---:|---|---:|\n")
+	var all []*rssResult
+	for _, bin := range strings.Split(cfg.edgeBin, ",") {
+		name := bin
+		if bin == "tree" || bin == "" {
+			bin, name = "", "this tree"
+		}
+		res, err := rssOnce(cfg, bin)
+		if err != nil {
+			return err
+		}
+		all = append(all, res)
+		ret := res.Returning
+		fmt.Fprintf(&md, "| %s | %.0f | %.0f | %.0f | %.1f%% (%.0f / %.0f) | %.0f |\n", name, res.ProjectsRSSMB, res.RSSMB, res.HeapMB,
+			100*ret.HitRate, ret.Hits, ret.Misses, ret.RSSMB)
+		fmt.Fprintln(os.Stderr, "\n"+md.String())
+	}
+	if err := os.MkdirAll(cfg.out, 0o755); err != nil {
+		return err
+	}
+	raw, _ := json.MarshalIndent(map[string]any{"machine": machine(), "results": all}, "", "  ")
+	if err := os.WriteFile(filepath.Join(cfg.out, "rss.json"), raw, 0o644); err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(cfg.out, "rss.md"), []byte(md.String()), 0o644); err != nil {
+		return err
+	}
+	fmt.Print("\n" + md.String())
+	return nil
+}
+
+func rssOnce(cfg config, edgeBin string) (*rssResult, error) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	stack, err := startSelfStack(ctx, stackOptions{name: "rss", edgeBin: edgeBin})
+	if err != nil {
+		return nil, err
+	}
+	defer stack.close()
+	cfg.controlPlane, cfg.edges, cfg.personalKey = stack.controlPlaneURL(), []string{"http://" + stack.edge.httpAddr}, stack.personalKey
+	cfg.edgeMetrics = "http://" + stack.edge.metricsAddr
+	b, err := newBench(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if err := b.rss(cfg.rssProjects); err != nil {
+		return nil, err
+	}
+	res := b.report.RSS
+	if res.Persons == nil {
+		return nil, errors.New("rss --self-contained needs --rss-persons > 0")
+	}
+	if res.Returning, err = b.returning(b.project, res.Persons.Largest, res.Persons.run); err != nil {
+		return nil, err
+	}
+	return res, nil
 }

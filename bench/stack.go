@@ -33,11 +33,16 @@ type stackOptions struct {
 	edgeEnv []string
 	// edgeArgs are added to the edge's command line (e.g. --geoip-db).
 	edgeArgs []string
-	// controlPlaneArgs are added to the control plane's command line (e.g. --trusted-proxies).
-	controlPlaneArgs []string
 	// edgeBin, when set, is the edge binary to run instead of the one built from the tree
 	// (to measure another build of the edge against this control plane).
 	edgeBin string
+	// controlPlaneBin, when set, is the control plane binary to run instead of the one built
+	// from the tree (to measure another build of it); controlPlaneArgs are added to its serve
+	// command line (e.g. --grpc-tls-cert, --trusted-proxies).
+	controlPlaneBin  string
+	controlPlaneArgs []string
+	// noEdge starts no edge: the scenario brings its own clients (edges).
+	noEdge bool
 	// controlPlaneLink, when set, returns the address the edge dials for the control plane's
 	// gRPC address — a proxy in front of it (regions); nil: the edge dials it directly.
 	controlPlaneLink func(grpcAddr string) (string, error)
@@ -50,6 +55,7 @@ type selfStack struct {
 	pg          *pgcluster.Cluster
 	dbURL       string
 	personalKey string // the bootstrap's personal API key (scope *)
+	cpBin       string // the control plane binary run
 	cp, edge    *process
 }
 
@@ -70,11 +76,21 @@ func startSelfStack(ctx context.Context, opts stackOptions) (_ *selfStack, err e
 	if s.dir, err = os.MkdirTemp("", "flagedge-bench-"+opts.name+"-"); err != nil {
 		return nil, err
 	}
-	progress(opts.name + ": building bin/controlplane and bin/edge")
-	build := exec.CommandContext(ctx, "go", "build", "-o", s.dir+"/", "./controlplane/cmd/controlplane", "./edge/cmd/edge")
-	build.Dir = root
-	if out, err := build.CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("go build: %w\n%s", err, out)
+	// Built from the tree: the binaries for which no other is given.
+	var pkgs []string
+	if opts.controlPlaneBin == "" {
+		pkgs = append(pkgs, "./controlplane/cmd/controlplane")
+	}
+	if !opts.noEdge && opts.edgeBin == "" {
+		pkgs = append(pkgs, "./edge/cmd/edge")
+	}
+	if len(pkgs) > 0 {
+		progress(opts.name + ": building " + strings.Join(pkgs, " "))
+		build := exec.CommandContext(ctx, "go", append([]string{"build", "-o", s.dir + "/"}, pkgs...)...)
+		build.Dir = root
+		if out, err := build.CombinedOutput(); err != nil {
+			return nil, fmt.Errorf("go build: %w\n%s", err, out)
+		}
 	}
 	progress(opts.name + ": starting PostgreSQL")
 	if s.pg, err = pgcluster.Start(ctx, pgcluster.Options{}); err != nil {
@@ -84,17 +100,25 @@ func startSelfStack(ctx context.Context, opts stackOptions) (_ *selfStack, err e
 	var keys struct {
 		PersonalAPIKey string `json:"personal_api_key"`
 	}
+	cpBin := filepath.Join(s.dir, "controlplane")
+	if opts.controlPlaneBin != "" {
+		cpBin = opts.controlPlaneBin
+	}
+	s.cpBin = cpBin
 	if err := s.controlplane(ctx, &keys, "bootstrap", "--email", "bench@example.com", "--project-name", opts.name); err != nil {
 		return nil, err
 	}
 	s.personalKey = keys.PersonalAPIKey
-	edgeToken, err := s.createEdge(ctx, opts.name+"-edge")
-	if err != nil {
+	if s.cp, err = startProcess(ctx, s.dir, command{name: "controlplane", cpu: opts.controlPlaneCPU, listening: "control plane listening",
+		bin: cpBin, args: append([]string{"serve", "--database-url", s.dbURL,
+			"--http-addr", "127.0.0.1:0", "--grpc-addr", "127.0.0.1:0", "--drain-delay", "0s"}, opts.controlPlaneArgs...)}); err != nil {
 		return nil, err
 	}
-	if s.cp, err = startProcess(ctx, s.dir, command{name: "controlplane", cpu: opts.controlPlaneCPU, listening: "control plane listening",
-		bin: filepath.Join(s.dir, "controlplane"), args: append([]string{"serve", "--database-url", s.dbURL,
-			"--http-addr", "127.0.0.1:0", "--grpc-addr", "127.0.0.1:0", "--drain-delay", "0s"}, opts.controlPlaneArgs...)}); err != nil {
+	if opts.noEdge {
+		return s, nil
+	}
+	edgeToken, err := s.createEdge(ctx, opts.name+"-edge")
+	if err != nil {
 		return nil, err
 	}
 	link := s.cp.grpcAddr
@@ -151,7 +175,7 @@ func (s *selfStack) createEdge(ctx context.Context, name string) (string, error)
 // controlplane runs a bin/controlplane subcommand on the stack's database and decodes its
 // JSON output into out.
 func (s *selfStack) controlplane(ctx context.Context, out any, args ...string) error {
-	return runJSON(ctx, out, filepath.Join(s.dir, "controlplane"), append(args, "--database-url", s.dbURL)...)
+	return runJSON(ctx, out, s.cpBin, append(args, "--database-url", s.dbURL)...)
 }
 
 // keepLogs copies the processes' logs into dir as <prefix><process>.log.

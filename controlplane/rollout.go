@@ -42,21 +42,36 @@ func (p *ProjectEdges) Laggards(version int64) []EdgeProjectStatus {
 // control-plane replica shares: an edge is connected to one replica, and any replica answers
 // rollout questions.
 type EdgeSessionStore interface {
-	// OpenSession records a new Watch stream of the edge named edgeName, served by the replica
-	// (replicaID: its process, replica: its name), and returns the session's id.
-	OpenSession(ctx context.Context, replicaID, replica, edgeName, edgeID string) (string, error)
-	// ReplaceSession forgets the edge's earlier session that a new stream replaces (its replica
-	// may have died without closing it); a session of another edge is left alone.
-	ReplaceSession(ctx context.Context, previousID, edgeName string) error
-	// CloseSession forgets a session whose stream ended.
-	CloseSession(ctx context.Context, sessionID string) error
+	// OpenSessions records new Watch streams, all in one write, each after forgetting the
+	// earlier session it replaces (its replica may have died without closing it; a session
+	// of another edge is left alone).
+	OpenSessions(ctx context.Context, opens []SessionOpening) error
+	// CloseSessions forgets sessions whose streams ended, in one write.
+	CloseSessions(ctx context.Context, ids []string) error
 	// Heartbeat marks the replica's sessions as still connected and deletes sessions that
 	// nobody marked for longer than the store counts a session connected (a dead replica's).
 	Heartbeat(ctx context.Context, replicaID string) error
-	// Acknowledge records the versions a session's edge serves now, and forgets removed
-	// projects. A session that is not the edge's, or no longer open, is NotFound.
-	Acknowledge(ctx context.Context, sessionID, edgeName string, versions map[int64]int64, removed []int64) error
+	// Acknowledge records, in one write, what the sessions' edges serve now. It returns one
+	// result per acknowledgement: nil, or NotFound for a session that is not the edge's or no
+	// longer open; an error fails them all.
+	Acknowledge(ctx context.Context, acks []Acknowledgement) ([]error, error)
 	// FindProjectEdges lists the connected edges with what they serve of the project; NotFound
 	// when there is no such project.
 	FindProjectEdges(ctx context.Context, projectID int64) (*ProjectEdges, error)
+}
+
+// Acknowledgement is what one session's edge says it serves now: the versions of projects
+// (those changed since its last acknowledgement), and the projects it no longer holds.
+type Acknowledgement struct {
+	SessionID, EdgeName string
+	Versions            map[int64]int64
+	Removed             []int64
+}
+
+// SessionOpening is a Watch stream to record as a session: ID is the session's (a UUID the
+// replica makes), served by the replica (ReplicaID: its process, Replica: its name), of the
+// edge named EdgeName (its token) that calls itself EdgeID; Replaces is the edge's earlier
+// session ("" when none).
+type SessionOpening struct {
+	ID, ReplicaID, Replica, EdgeName, EdgeID, Replaces string
 }

@@ -13,6 +13,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -38,6 +39,22 @@ type filter struct {
 	bloom    *bloom.BloomFilter
 	keys     int // keys added, counting repeats
 	capacity int
+	// encoded is the filter as streams are sent it whole, encoded once for all of them; nil
+	// until a stream needs it and again once keys are added.
+	encoded *Filter
+}
+
+// whole returns the filter encoded to be sent whole, encoding it once however many streams
+// it is queued for. h.mu is held.
+func (f *filter) whole(id int64) *Filter {
+	if f.encoded == nil {
+		raw, err := f.bloom.MarshalBinary() // cannot fail: it writes to memory
+		if err != nil {
+			panic("bloomhub: encode filter: " + err.Error())
+		}
+		f.encoded = &Filter{ProjectID: id, Raw: raw, Keys: f.keys, Bytes: int(f.bloom.Cap() / 8)}
+	}
+	return f.encoded
 }
 
 // Hub holds the filters and the streams that follow them.
@@ -153,12 +170,15 @@ func (h *Hub) Announce(ctx context.Context, projectID int64, keys [][]byte, rebu
 		f.bloom.Add(k)
 	}
 	f.keys += len(keys)
+	f.encoded = nil
 	h.keys.Add(float64(len(keys)))
 	// The keys go out as additions even when a rebuild follows; a stream that has not taken
 	// them by then gets them within the whole filter instead, and an edge that receives a
-	// whole filter forgets every "not found" it cached.
+	// whole filter forgets every "not found" it cached. One Addition is shared by every
+	// stream.
+	add := &Addition{ProjectID: projectID, Keys: keys}
 	for sub := range h.subs {
-		sub.add(projectID, keys, h)
+		sub.add(add, h)
 	}
 	rebuild = rebuild || f.keys > f.capacity
 	h.mu.Unlock()
@@ -265,54 +285,91 @@ func (s *Sub) signal() {
 
 func (s *Sub) reset() {
 	s.mu.Lock()
-	s.q, s.pending = Changes{Reset: true, Filters: map[int64]Filter{}, Additions: map[int64][][]byte{}}, 0
+	s.q, s.pending = Changes{Reset: true, Filters: map[int64]*Filter{}}, 0
 	s.mu.Unlock()
 	s.signal()
 }
 
-// whole queues a copy of f, which replaces whatever additions of the project are queued.
+// whole queues f as it is now (encoded once for every stream), which replaces whatever
+// additions of the project are queued. h.mu is held.
 func (s *Sub) whole(projectID int64, f *filter) {
 	if s.serves != nil && !s.serves(projectID) {
 		return
 	}
+	enc := f.whole(projectID)
 	s.mu.Lock()
-	s.q.Filters[projectID] = Filter{Bloom: f.bloom.Copy(), Keys: f.keys}
-	s.pending -= len(s.q.Additions[projectID])
-	delete(s.q.Additions, projectID)
+	s.q.Filters[projectID] = enc
+	s.q.Additions = slices.DeleteFunc(s.q.Additions, func(a *Addition) bool {
+		if a.ProjectID == projectID {
+			s.pending -= len(a.Keys)
+			return true
+		}
+		return false
+	})
 	s.mu.Unlock()
 	s.signal()
 }
 
-// add queues keys; past maxPendingKeys, every filter of h is queued whole instead (h.mu is
-// held by the caller).
-func (s *Sub) add(projectID int64, keys [][]byte, h *Hub) {
-	if s.serves != nil && !s.serves(projectID) {
+// add queues an addition; past maxPendingKeys, every filter of h is queued whole instead
+// (h.mu is held by the caller).
+func (s *Sub) add(a *Addition, h *Hub) {
+	if s.serves != nil && !s.serves(a.ProjectID) {
 		return
 	}
 	s.mu.Lock()
-	if s.pending+len(keys) > maxPendingKeys {
+	if s.pending+len(a.Keys) > maxPendingKeys {
 		s.mu.Unlock()
 		h.sendAll(s)
 		return
 	}
-	s.q.Additions[projectID] = append(s.q.Additions[projectID], keys...)
-	s.pending += len(keys)
+	s.q.Additions = append(s.q.Additions, a)
+	s.pending += len(a.Keys)
 	s.mu.Unlock()
 	s.signal()
 }
 
 // Changes is what a stream has to send, in this order: drop every filter (Reset), install
-// the whole filters (copies taken when they were queued), add the keys.
+// the whole filters (as they were when queued), add the keys (in the order announced).
 type Changes struct {
 	Reset     bool
-	Filters   map[int64]Filter
-	Additions map[int64][][]byte
+	Filters   map[int64]*Filter
+	Additions []*Addition
 }
 
-// Filter is a whole filter to send.
+// Filter is a whole filter to send. It is made once and shared by every stream it is queued
+// for: it must not be changed.
 type Filter struct {
-	Bloom *bloom.BloomFilter
-	Keys  int
+	ProjectID int64
+	Raw       []byte // the filter's MarshalBinary encoding
+	Keys      int
+	Bytes     int // the size of its bit array
+	enc       encoded
+}
+
+// Encoded returns encode(f), computed once however many streams send f.
+func (f *Filter) Encoded(encode func(*Filter) []byte) []byte {
+	f.enc.once.Do(func() { f.enc.b = encode(f) })
+	return f.enc.b
+}
+
+// Addition is the keys one announcement added to a project's filter. It is made once and
+// shared by every stream it is queued for: it must not be changed.
+type Addition struct {
+	ProjectID int64
+	Keys      [][]byte
+	enc       encoded
+}
+
+// Encoded returns encode(a), computed once however many streams send a.
+func (a *Addition) Encoded(encode func(*Addition) []byte) []byte {
+	a.enc.once.Do(func() { a.enc.b = encode(a) })
+	return a.enc.b
+}
+
+// encoded is how a stream sends a change, made by the first stream to send it.
+type encoded struct {
+	once sync.Once
+	b    []byte
 }
 
 // Take empties the queue.
@@ -320,6 +377,6 @@ func (s *Sub) Take() Changes {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	c := s.q
-	s.q, s.pending = Changes{Filters: map[int64]Filter{}, Additions: map[int64][][]byte{}}, 0
+	s.q, s.pending = Changes{Filters: map[int64]*Filter{}}, 0
 	return c
 }

@@ -46,11 +46,15 @@ func follow(ctx context.Context, hub *bloomhub.Hub) *mirror {
 				clear(m.filters)
 			}
 			for id, f := range c.Filters {
-				m.filters[id] = f.Bloom
+				b := &bloom.BloomFilter{}
+				if err := b.UnmarshalBinary(f.Raw); err != nil {
+					panic(err)
+				}
+				m.filters[id] = b
 			}
-			for id, keys := range c.Additions {
-				if f := m.filters[id]; f != nil {
-					for _, k := range keys {
+			for _, a := range c.Additions {
+				if f := m.filters[a.ProjectID]; f != nil {
+					for _, k := range a.Keys {
 						f.Add(k)
 					}
 				}

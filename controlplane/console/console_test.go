@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"golang.org/x/crypto/bcrypt"
 
 	"github.com/flagedge/flagedge/controlplane"
@@ -295,12 +296,14 @@ func TestConsoleFlags(t *testing.T) {
 		t.Fatal(err)
 	}
 	sessions := postgres.NewEdgeSessionStore(s.db)
-	sid, err := sessions.OpenSession(context.Background(), "00000000-0000-0000-0000-000000000001", "replica-1", "edge-berlin", "berlin-1")
-	if err != nil {
+	sid := uuid.NewString()
+	if err := sessions.OpenSessions(context.Background(), []controlplane.SessionOpening{{ID: sid,
+		ReplicaID: "00000000-0000-0000-0000-000000000001", Replica: "replica-1", EdgeName: "edge-berlin", EdgeID: "berlin-1"}}); err != nil {
 		t.Fatal(err)
 	}
-	if err := sessions.Acknowledge(context.Background(), sid, "edge-berlin", map[int64]int64{s.project: 1}, nil); err != nil {
-		t.Fatal(err)
+	if res, err := sessions.Acknowledge(context.Background(), []controlplane.Acknowledgement{{SessionID: sid, EdgeName: "edge-berlin",
+		Versions: map[int64]int64{s.project: 1}}}); err != nil || res[0] != nil {
+		t.Fatal(res, err)
 	}
 	if page := b.get(p.location); !strings.Contains(page.body, "Live on 0 of 1 edges (version "+live+"): not yet on edge-berlin") {
 		t.Errorf("rollout line with a lagging edge: %.3000s", page.body)

@@ -2,11 +2,9 @@ package postgres
 
 import (
 	"context"
-	"errors"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/flagedge/flagedge/controlplane"
 )
@@ -31,31 +29,38 @@ var _ controlplane.EdgeSessionStore = (*EdgeSessionStore)(nil)
 // NewEdgeSessionStore returns an EdgeSessionStore on db.
 func NewEdgeSessionStore(db *DB) *EdgeSessionStore { return &EdgeSessionStore{db: db} }
 
-// OpenSession records a new stream.
-func (s *EdgeSessionStore) OpenSession(ctx context.Context, replicaID, replica, edgeName, edgeID string) (string, error) {
-	var id string
-	err := s.db.Pool.QueryRow(ctx, `INSERT INTO edge_sessions (edge_name, edge_id, replica_id, replica)
-		VALUES ($1, $2, $3, $4) RETURNING id::text`, edgeName, edgeID, replicaID, replica).Scan(&id)
-	if err != nil {
-		return "", opError("open edge session", err)
+// OpenSessions records new streams in one transaction (a fleet reconnecting opens thousands
+// within seconds), after forgetting the sessions they replace.
+func (s *EdgeSessionStore) OpenSessions(ctx context.Context, opens []controlplane.SessionOpening) error {
+	var ids, names, edgeIDs, replicaIDs, replicas, replaced, replacedNames []string
+	for _, o := range opens {
+		ids, names, edgeIDs = append(ids, o.ID), append(names, o.EdgeName), append(edgeIDs, o.EdgeID)
+		replicaIDs, replicas = append(replicaIDs, o.ReplicaID), append(replicas, o.Replica)
+		if o.Replaces != "" {
+			replaced, replacedNames = append(replaced, o.Replaces), append(replacedNames, o.EdgeName)
+		}
 	}
-	return id, nil
-}
-
-// ReplaceSession forgets the edge's earlier session that a new stream replaces. A session of
-// another edge, or an id that is not one, is left alone.
-func (s *EdgeSessionStore) ReplaceSession(ctx context.Context, previousID, edgeName string) error {
-	_, err := s.db.Pool.Exec(ctx, `DELETE FROM edge_sessions WHERE id::text = $1 AND edge_name = $2`, previousID, edgeName)
+	err := s.db.inTx(ctx, func(tx pgx.Tx) error {
+		if len(replaced) > 0 {
+			if _, err := tx.Exec(ctx, `DELETE FROM edge_sessions s USING unnest($1::text[], $2::text[]) AS t(id, name)
+				WHERE s.id::text = t.id AND s.edge_name = t.name`, replaced, replacedNames); err != nil {
+				return err
+			}
+		}
+		_, err := tx.Exec(ctx, `INSERT INTO edge_sessions (id, edge_name, edge_id, replica_id, replica)
+			SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::uuid[], $5::text[])`, ids, names, edgeIDs, replicaIDs, replicas)
+		return err
+	})
 	if err != nil {
-		return opError("replace edge session", err)
+		return opError("open edge sessions", err)
 	}
 	return nil
 }
 
-// CloseSession forgets a session.
-func (s *EdgeSessionStore) CloseSession(ctx context.Context, sessionID string) error {
-	if _, err := s.db.Pool.Exec(ctx, `DELETE FROM edge_sessions WHERE id = $1`, sessionID); err != nil {
-		return opError("close edge session", err)
+// CloseSessions forgets sessions.
+func (s *EdgeSessionStore) CloseSessions(ctx context.Context, ids []string) error {
+	if _, err := s.db.Pool.Exec(ctx, `DELETE FROM edge_sessions WHERE id = ANY($1::uuid[])`, ids); err != nil {
+		return opError("close edge sessions", err)
 	}
 	return nil
 }
@@ -70,44 +75,87 @@ func (s *EdgeSessionStore) Heartbeat(ctx context.Context, replicaID string) erro
 	return nil
 }
 
-// Acknowledge records what a session's edge serves and wakes the waiters of every replica.
-func (s *EdgeSessionStore) Acknowledge(ctx context.Context, sessionID, edgeName string, versions map[int64]int64, removed []int64) error {
-	projects := make([]int64, 0, len(versions))
-	held := make([]int64, 0, len(versions))
-	for p, v := range versions {
-		projects, held = append(projects, p), append(held, v)
+// Acknowledge records what the sessions' edges serve, all in one transaction (thousands of
+// edges acknowledge each change within a second), and wakes the waiters of every replica
+// once.
+func (s *EdgeSessionStore) Acknowledge(ctx context.Context, acks []controlplane.Acknowledgement) ([]error, error) {
+	ids, names := make([]string, len(acks)), make([]string, len(acks))
+	for i, a := range acks {
+		ids[i], names[i] = a.SessionID, a.EdgeName
 	}
+	results := make([]error, len(acks))
 	err := s.db.inTx(ctx, func(tx pgx.Tx) error {
-		tag, err := tx.Exec(ctx, `UPDATE edge_sessions SET seen_at = now() WHERE id = $1 AND edge_name = $2`, sessionID, edgeName)
+		// The sessions that are the edges' and open, locked until the commit: one that ends
+		// meanwhile is deleted after, with what is written here.
+		rows, err := tx.Query(ctx, `UPDATE edge_sessions s SET seen_at = now()
+			FROM unnest($1::uuid[], $2::text[]) AS t(id, name) WHERE s.id = t.id AND s.edge_name = t.name
+			RETURNING s.id::text, s.edge_name`, ids, names)
 		if err != nil {
 			return err
 		}
-		if tag.RowsAffected() == 0 {
-			return controlplane.ErrNotFound
-		}
-		if _, err := tx.Exec(ctx, `INSERT INTO edge_session_versions (session_id, project_id, version)
-			SELECT $1, p, v FROM unnest($2::bigint[], $3::bigint[]) AS t(p, v)
-			ON CONFLICT (session_id, project_id) DO UPDATE SET version = EXCLUDED.version, acked_at = now()`,
-			sessionID, projects, held); err != nil {
+		type session struct{ id, edge string }
+		open, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (session, error) {
+			var s session
+			return s, row.Scan(&s.id, &s.edge)
+		})
+		if err != nil {
 			return err
 		}
-		if len(removed) > 0 {
-			if _, err := tx.Exec(ctx, `DELETE FROM edge_session_versions WHERE session_id = $1 AND project_id = ANY($2)`,
-				sessionID, removed); err != nil {
+		found := make(map[session]bool, len(open))
+		for _, s := range open {
+			found[s] = true
+		}
+		// A session may acknowledge twice in one batch: the later says what it serves.
+		type key struct {
+			session string
+			project int64
+		}
+		final := map[key]int64{} // version; -1: removed
+		for i, a := range acks {
+			if !found[session{a.SessionID, a.EdgeName}] {
+				results[i] = controlplane.ErrNotFound
+				continue
+			}
+			for p, v := range a.Versions {
+				final[key{a.SessionID, p}] = v
+			}
+			for _, p := range a.Removed {
+				final[key{a.SessionID, p}] = -1
+			}
+		}
+		var sessions, gone []string
+		var projects, held, removed []int64
+		for k, v := range final {
+			if v < 0 {
+				gone, removed = append(gone, k.session), append(removed, k.project)
+			} else {
+				sessions, projects, held = append(sessions, k.session), append(projects, k.project), append(held, v)
+			}
+		}
+		if len(sessions) > 0 {
+			if _, err := tx.Exec(ctx, `INSERT INTO edge_session_versions (session_id, project_id, version)
+				SELECT s, p, v FROM unnest($1::uuid[], $2::bigint[], $3::bigint[]) AS t(s, p, v)
+				ON CONFLICT (session_id, project_id) DO UPDATE SET version = EXCLUDED.version, acked_at = now()`,
+				sessions, projects, held); err != nil {
 				return err
 			}
+		}
+		if len(gone) > 0 {
+			if _, err := tx.Exec(ctx, `DELETE FROM edge_session_versions v USING unnest($1::uuid[], $2::bigint[]) AS t(s, p)
+				WHERE v.session_id = t.s AND v.project_id = t.p`, gone, removed); err != nil {
+				return err
+			}
+		}
+		if len(open) == 0 {
+			return nil
 		}
 		_, err = tx.Exec(ctx, `SELECT pg_notify($1, '')`, EdgeAckChannel)
 		return err
 	})
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && pgErr.Code == "23503" { // the session ended meanwhile
-		return controlplane.ErrNotFound
+	if err != nil {
+		return nil, opError("acknowledge versions", err)
 	}
-	if err != nil && !errors.Is(err, controlplane.ErrNotFound) {
-		return opError("acknowledge versions", err)
-	}
-	return err
+	return results, nil
 }
 
 // FindProjectEdges lists the sessions marked within SessionTTL of the live edges that serve

@@ -1,8 +1,7 @@
 package syncserver
 
 import (
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protowire"
 
 	"github.com/flagedge/flagedge/controlplane/bloomhub"
 	"github.com/flagedge/flagedge/shared/bloomkeys"
@@ -14,51 +13,63 @@ import (
 // messages of twice that).
 const membershipMessageBytes = 1 << 20
 
+// resetField is a WatchResponse's membership_reset (5) set.
+var resetField = protowire.AppendVarint(protowire.AppendTag(nil, 5, protowire.VarintType), 1)
+
 // sendMembership sends a stream's membership changes in order: the reset, the whole filters,
-// then the additions.
+// then the additions. Filters and additions are encoded once for every stream they go to
+// (bloomhub shares them) and sent as they are.
 func sendMembership(stream syncpb.Sync_WatchServer, c bloomhub.Changes) error {
-	msg := &syncpb.WatchResponse{MembershipReset: c.Reset}
-	size := 0
+	var parts [][]byte
+	size, reset := 0, c.Reset
 	flush := func(force bool) error {
 		if !force && size < membershipMessageBytes {
 			return nil
 		}
-		if !msg.MembershipReset && len(msg.MembershipFilters) == 0 && len(msg.MembershipAdditions) == 0 {
+		if !reset && len(parts) == 0 {
 			return nil
 		}
-		if err := stream.Send(msg); err != nil {
+		var head []byte
+		if reset {
+			head = resetField
+		}
+		if err := stream.SendMsg(&encodedResponse{parts: append([][]byte{head}, parts...)}); err != nil {
 			return err
 		}
-		msg, size = &syncpb.WatchResponse{}, 0
+		parts, size, reset = parts[:0], 0, false
 		return nil
 	}
-	for id, f := range c.Filters {
-		if f.Bloom.Cap()/8 > bloomkeys.MaxFilterBytes {
+	for _, f := range c.Filters {
+		if f.Bytes > bloomkeys.MaxFilterBytes {
 			continue // the edge looks this project's keys up (its additions are dropped there too)
 		}
-		raw, err := f.Bloom.MarshalBinary()
-		if err != nil {
-			return status.Errorf(codes.Internal, "encode membership filter: %v", err)
-		}
-		msg.MembershipFilters = append(msg.MembershipFilters, &syncpb.MembershipFilter{ProjectId: id, Bloom: raw, Keys: int64(f.Keys)})
-		size += len(raw)
+		parts = append(parts, f.Encoded(encodeFilter))
+		size += len(f.Raw)
 		if err := flush(false); err != nil {
 			return err
 		}
 	}
-	for id, keys := range c.Additions {
-		for len(keys) > 0 {
-			add := &syncpb.MembershipAdditions{ProjectId: id}
-			for len(keys) > 0 && size < membershipMessageBytes {
-				add.Keys = append(add.Keys, keys[0])
-				size += len(keys[0]) + 2
-				keys = keys[1:]
-			}
-			msg.MembershipAdditions = append(msg.MembershipAdditions, add)
-			if err := flush(false); err != nil {
-				return err
-			}
+	for _, a := range c.Additions {
+		field := a.Encoded(encodeAddition)
+		parts = append(parts, field)
+		size += len(field)
+		if err := flush(false); err != nil {
+			return err
 		}
 	}
 	return flush(true)
+}
+
+// encodeFilter encodes a filter as a WatchResponse's membership_filters (6). Its fields are
+// integers and bytes, whose encoding cannot fail.
+func encodeFilter(f *bloomhub.Filter) []byte {
+	field, _ := encodeField(6, &syncpb.MembershipFilter{ProjectId: f.ProjectID, Bloom: f.Raw, Keys: int64(f.Keys)})
+	return field
+}
+
+// encodeAddition encodes an addition as a WatchResponse's membership_additions (7), which
+// cannot fail either.
+func encodeAddition(a *bloomhub.Addition) []byte {
+	field, _ := encodeField(7, &syncpb.MembershipAdditions{ProjectId: a.ProjectID, Keys: a.Keys})
+	return field
 }

@@ -7,7 +7,6 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"maps"
 	"strconv"
 	"strings"
 	"sync"
@@ -18,6 +17,7 @@ import (
 	"golang.org/x/sync/singleflight"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	gproto "google.golang.org/protobuf/proto"
 
 	"github.com/flagedge/flagedge/controlplane"
 	"github.com/flagedge/flagedge/controlplane/bloomhub"
@@ -40,13 +40,19 @@ type Server struct {
 	subs map[*subscriber]struct{}
 
 	builds singleflight.Group
-	cache  sync.Map // project id → *syncpb.ProjectSnapshot, the latest built
+	cache  sync.Map // project id → *encodedSnapshot, the latest built
 
 	members *bloomhub.Hub // nil: no membership filters are sent
 
+	versions freshReads             // the project versions, one read for the streams asking at once
+	dbID     atomic.Pointer[string] // the database's identity, read once (again after Resync)
+
 	evaluations controlplane.EvaluationStore // nil: evaluation reports are dropped
 
-	sessions  controlplane.EdgeSessionStore // nil: streams are not recorded
+	sessions  controlplane.EdgeSessionStore         // nil: streams are not recorded
+	opens     batcher[controlplane.SessionOpening]  // sessions to open
+	closes    batcher[string]                       // sessions to close
+	acks      batcher[controlplane.Acknowledgement] // acknowledgements to write
 	replicaID string
 	replica   atomic.Pointer[string] // this replica's name for people
 
@@ -77,10 +83,25 @@ func NewServer(snapshots controlplane.SnapshotStore, persons controlplane.Person
 	if reg != nil {
 		reg.MustRegister(s.streams, s.sent)
 	}
+	s.versions.read = snapshots.ProjectVersions
 	for _, o := range opts {
 		o(s)
 	}
 	return s
+}
+
+// databaseID is the database's identity: it changes only when the database is replaced,
+// which breaks the LISTEN connection and so comes with a Resync, which forgets it.
+func (s *Server) databaseID(ctx context.Context) (string, error) {
+	if id := s.dbID.Load(); id != nil {
+		return *id, nil
+	}
+	id, err := s.snapshots.DatabaseID(ctx)
+	if err != nil {
+		return "", err
+	}
+	s.dbID.Store(&id)
+	return id, nil
 }
 
 // subscriber is one Watch stream's queue of projects to look at. It coalesces: however many
@@ -138,8 +159,9 @@ func (s *Server) Notify(payload string) {
 // missed.
 func (s *Server) Resync() {
 	// The database may have been restored meanwhile: cached snapshots may be of versions it
-	// no longer has.
+	// no longer has, and be another database.
 	s.cache.Clear()
+	s.dbID.Store(nil)
 	s.broadcast(0, 0, true)
 }
 
@@ -170,7 +192,7 @@ func (s *Server) Watch(req *syncpb.WatchRequest, stream syncpb.Sync_WatchServer)
 	}()
 	s.log.Info("edge watching", "edge", edgeName(stream.Context()), "edge_id", req.EdgeId, "known_projects", len(req.KnownVersions))
 
-	dbID, err := s.snapshots.DatabaseID(ctx)
+	dbID, err := s.databaseID(ctx)
 	if err != nil {
 		return status.Errorf(codes.Unavailable, "read database identity: %v", err)
 	}
@@ -239,12 +261,18 @@ func (s *Server) Watch(req *syncpb.WatchRequest, stream syncpb.Sync_WatchServer)
 // the edge has — newer, or older as after a restore from a backup — and removes the projects
 // the database does not have or the edge is not served.
 func (s *Server) syncAll(ctx context.Context, stream syncpb.Sync_WatchServer, serves func(int64) bool, sent map[int64]int64, initial bool) error {
-	versions, err := s.snapshots.ProjectVersions(ctx)
+	all, err := s.versions.get(ctx)
 	if err != nil {
 		return status.Errorf(codes.Unavailable, "read project versions: %v", err)
 	}
+	versions := all // shared with other streams: filtered into a copy
 	if serves != nil {
-		maps.DeleteFunc(versions, func(id, _ int64) bool { return !serves(id) })
+		versions = make(map[int64]int64, len(all))
+		for id, v := range all {
+			if serves(id) {
+				versions[id] = v
+			}
+		}
 	}
 	wants := map[int64]int64{}
 	for id, v := range versions {
@@ -266,21 +294,27 @@ func (s *Server) syncAll(ctx context.Context, stream syncpb.Sync_WatchServer, se
 }
 
 // send sends the snapshots of the wanted projects (id → at least this version) that are
-// newer than what was sent, and msg's removals; initial marks the end of the catch-up.
+// newer than what was sent, and msg's removals; initial marks the end of the catch-up. The
+// snapshots go as the bytes encoded once per version (encoded.go), after msg's own fields.
 func (s *Server) send(ctx context.Context, stream syncpb.Sync_WatchServer, sent, wants map[int64]int64, msg *syncpb.WatchResponse, initial bool) error {
+	var snaps [][]byte
 	flush := func(last bool) error {
-		if !last && len(msg.Snapshots) < snapshotsPerMessage {
+		if !last && len(snaps) < snapshotsPerMessage {
 			return nil
 		}
-		if len(msg.Snapshots) == 0 && len(msg.RemovedProjects) == 0 && !(last && initial) {
+		if len(snaps) == 0 && len(msg.RemovedProjects) == 0 && !(last && initial) {
 			return nil
 		}
 		msg.InitialSyncDone = last && initial
-		if err := stream.Send(msg); err != nil {
+		head, err := gproto.Marshal(msg)
+		if err != nil {
+			return status.Errorf(codes.Internal, "encode watch response: %v", err)
+		}
+		if err := stream.SendMsg(&encodedResponse{parts: append([][]byte{head}, snaps...)}); err != nil {
 			return err
 		}
-		s.sent.Add(float64(len(msg.Snapshots)))
-		*msg = syncpb.WatchResponse{}
+		s.sent.Add(float64(len(snaps)))
+		*msg, snaps = syncpb.WatchResponse{}, snaps[:0]
 		return nil
 	}
 	for id, want := range wants {
@@ -298,11 +332,11 @@ func (s *Server) send(ctx context.Context, stream syncpb.Sync_WatchServer, sent,
 		if err != nil {
 			return status.Errorf(codes.Unavailable, "build snapshot %d: %v", id, err)
 		}
-		if snap.Version <= sent[id] {
+		if snap.version <= sent[id] {
 			continue
 		}
-		msg.Snapshots = append(msg.Snapshots, snap)
-		sent[id] = snap.Version
+		snaps = append(snaps, snap.field)
+		sent[id] = snap.version
 		if err := flush(false); err != nil {
 			return err
 		}
@@ -319,22 +353,23 @@ const snapshotBuildTimeout = 30 * time.Second
 // snapshot returns the project's snapshot at version want or newer: from the cache when it
 // holds one, else built once however many streams ask at the same time. A caller whose
 // stream ends stops waiting; the build carries on for the others.
-func (s *Server) snapshot(ctx context.Context, id, want int64) (*syncpb.ProjectSnapshot, error) {
-	if cached, ok := s.cache.Load(id); ok && cached.(*syncpb.ProjectSnapshot).Version >= want {
-		return cached.(*syncpb.ProjectSnapshot), nil
+func (s *Server) snapshot(ctx context.Context, id, want int64) (*encodedSnapshot, error) {
+	if cached, ok := s.cache.Load(id); ok && cached.(*encodedSnapshot).version >= want {
+		return cached.(*encodedSnapshot), nil
 	}
 	// A build already under way may have read the database before version want committed:
 	// then one more build, which cannot have.
 	for attempt := 0; ; attempt++ {
 		pb, err := s.build(ctx, id)
-		if err != nil || pb.Version >= want || attempt == 1 {
+		if err != nil || pb.version >= want || attempt == 1 {
 			return pb, err
 		}
 	}
 }
 
-// build builds the project's snapshot, once for every stream that asks meanwhile.
-func (s *Server) build(ctx context.Context, id int64) (*syncpb.ProjectSnapshot, error) {
+// build builds and encodes the project's snapshot, once for every stream that asks
+// meanwhile.
+func (s *Server) build(ctx context.Context, id int64) (*encodedSnapshot, error) {
 	buildCtx := context.WithoutCancel(ctx)
 	key := strconv.FormatInt(id, 10)
 	ch := s.builds.DoChan(key, func() (any, error) {
@@ -347,9 +382,12 @@ func (s *Server) build(ctx context.Context, id int64) (*syncpb.ProjectSnapshot, 
 			}
 			return nil, err
 		}
-		pb := SnapshotMessage(built)
-		s.cache.Store(id, pb)
-		return pb, nil
+		enc, err := encodeSnapshot(SnapshotMessage(built))
+		if err != nil {
+			return nil, err
+		}
+		s.cache.Store(id, enc)
+		return enc, nil
 	})
 	select {
 	case <-ctx.Done():
@@ -358,7 +396,7 @@ func (s *Server) build(ctx context.Context, id int64) (*syncpb.ProjectSnapshot, 
 		if r.Err != nil {
 			return nil, r.Err
 		}
-		return r.Val.(*syncpb.ProjectSnapshot), nil
+		return r.Val.(*encodedSnapshot), nil
 	}
 }
 

@@ -63,7 +63,7 @@ func newEnv(t *testing.T) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := grpc.NewServer()
+	g := grpc.NewServer(syncserver.ServerOptions()...)
 	syncpb.RegisterSyncServer(g, srv)
 	go g.Serve(ln) //nolint:errcheck // ends with Stop
 	t.Cleanup(g.Stop)

@@ -12,10 +12,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// Cache maps 64-bit keys to values, each entry costing 1, with a time to live.
+// Cache maps 64-bit keys to values with a time to live. Each entry costs 1 (New), or its size
+// in bytes (NewBytes).
 type Cache[V any] struct {
 	c      *ristretto.Cache[uint64, V]
 	ttl    time.Duration
+	cost   func(V) int64 // nil: every entry costs 1
 	hits   prometheus.Counter
 	misses prometheus.Counter
 }
@@ -38,21 +40,36 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 
 // New returns a cache of at most maxEntries entries that expire after ttl.
 func New[V any](name string, maxEntries int64, ttl time.Duration, m *Metrics) (*Cache[V], error) {
-	c, err := ristretto.NewCache(&ristretto.Config[uint64, V]{
+	return newCache[V](name, &ristretto.Config[uint64, V]{
 		NumCounters: 10 * maxEntries, // ristretto's advice: ten counters per entry
 		MaxCost:     maxEntries,
 		BufferItems: 64,
 		// Every entry costs 1: without this ristretto adds its own per-item overhead (tens of
 		// bytes) to each cost, and a cache of 100,000 entries would hold under 2,000.
 		IgnoreInternalCost: true,
-	})
+	}, ttl, nil, m)
+}
+
+// NewBytes returns a cache of at most maxBytes: each entry costs what cost says of its value
+// plus ristretto's own bookkeeping for it, so that the bound holds whatever the values hold.
+// entryBytes is a typical entry's size, by which the admission policy's counters are sized.
+func NewBytes[V any](name string, maxBytes, entryBytes int64, ttl time.Duration, cost func(V) int64, m *Metrics) (*Cache[V], error) {
+	return newCache(name, &ristretto.Config[uint64, V]{
+		NumCounters: 10 * max(maxBytes/max(entryBytes, 1), 1),
+		MaxCost:     maxBytes,
+		BufferItems: 64,
+	}, ttl, cost, m)
+}
+
+func newCache[V any](name string, cfg *ristretto.Config[uint64, V], ttl time.Duration, cost func(V) int64, m *Metrics) (*Cache[V], error) {
+	c, err := ristretto.NewCache(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("cache %s: %w", name, err)
 	}
 	if m == nil {
 		m = NewMetrics(nil)
 	}
-	return &Cache[V]{c: c, ttl: ttl, hits: m.lookups.WithLabelValues(name, "hit"), misses: m.lookups.WithLabelValues(name, "miss")}, nil
+	return &Cache[V]{c: c, ttl: ttl, cost: cost, hits: m.lookups.WithLabelValues(name, "hit"), misses: m.lookups.WithLabelValues(name, "miss")}, nil
 }
 
 // Get returns the value for key.
@@ -67,11 +84,15 @@ func (c *Cache[V]) Get(key uint64) (V, bool) {
 }
 
 // Set stores value for the cache's time to live.
-func (c *Cache[V]) Set(key uint64, value V) { c.c.SetWithTTL(key, value, 1, c.ttl) }
+func (c *Cache[V]) Set(key uint64, value V) { c.SetWithTTL(key, value, c.ttl) }
 
 // SetWithTTL stores value for ttl.
 func (c *Cache[V]) SetWithTTL(key uint64, value V, ttl time.Duration) {
-	c.c.SetWithTTL(key, value, 1, ttl)
+	cost := int64(1)
+	if c.cost != nil {
+		cost = c.cost(value)
+	}
+	c.c.SetWithTTL(key, value, cost, ttl)
 }
 
 // Delete removes key.

@@ -67,16 +67,24 @@ type Config struct {
 	// TTL is how long a found person or group is reused; NegativeTTL, one that was not found
 	// (shorter: a new user is often captured right after the first /decide).
 	TTL, NegativeTTL time.Duration
-	MaxEntries       int64
+	// PersonMaxBytes bounds the cache of looked-up persons, GroupMaxBytes that of groups, by
+	// the estimated bytes of what they hold (sizeOf), whatever the number of users.
+	PersonMaxBytes, GroupMaxBytes int64
+	// OverlayMaxBytes bounds what this edge remembers of the persons it captured (their
+	// overlays, and the marks of those it created, which get a quarter of it).
+	OverlayMaxBytes int64
 	// MembershipMaxBytes caps the memory of the membership filters (0: no cap).
 	MembershipMaxBytes int64
 }
 
 // DefaultConfig returns the store's configuration unless told otherwise (a function, so that
-// no caller can change another's defaults).
+// no caller can change another's defaults). Its budgets (88 MiB in all, of which the filters'
+// 32 MiB serve about 13 million distinct ids) keep an edge that captured a million new users
+// in a few minutes within 150 MB resident, with the default memory limit
+// (docs/operations.md).
 func DefaultConfig() Config {
-	return Config{Timeout: 300 * time.Millisecond, TTL: time.Minute, NegativeTTL: 10 * time.Second, MaxEntries: 200_000,
-		MembershipMaxBytes: 256 << 20}
+	return Config{Timeout: 300 * time.Millisecond, TTL: time.Minute, NegativeTTL: 10 * time.Second,
+		PersonMaxBytes: 32 << 20, GroupMaxBytes: 8 << 20, OverlayMaxBytes: 16 << 20, MembershipMaxBytes: 32 << 20}
 }
 
 // Store answers stored person and group properties from a cache, asking the control plane
@@ -123,19 +131,21 @@ const overlayTTL = 2 * time.Minute
 
 // NewStore returns a store over lookup. reg may be nil.
 func NewStore(lookup Lookup, cfg Config, m *cache.Metrics, log *slog.Logger, reg prometheus.Registerer) (*Store, error) {
-	persons, err := cache.New[*Person]("persons", cfg.MaxEntries, cfg.TTL, m)
+	persons, err := cache.NewBytes("persons", cfg.PersonMaxBytes, typicalEntryBytes, cfg.TTL, (*Person).size, m)
 	if err != nil {
 		return nil, err
 	}
-	groups, err := cache.New[*group]("groups", cfg.MaxEntries/4+1, cfg.TTL, m)
+	groups, err := cache.NewBytes("groups", cfg.GroupMaxBytes, typicalEntryBytes, cfg.TTL, (*group).size, m)
 	if err != nil {
 		return nil, err
 	}
-	overlays, err := cache.New[*overlay]("person_overlays", cfg.MaxEntries/4+1, overlayTTL, m)
+	overlays, err := cache.NewBytes("person_overlays", cfg.OverlayMaxBytes*3/4, typicalEntryBytes, overlayTTL, (*overlay).size, m)
 	if err != nil {
 		return nil, err
 	}
-	originated := newMarks(overlayTTL, int(cfg.MaxEntries/4+1))
+	// Two generations of marks share a quarter of the overlays' budget (50,000 marks each
+	// with the default).
+	originated := newMarks(overlayTTL, int(max(cfg.OverlayMaxBytes/4/2/markBytes, 1)))
 	calls := prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "flagedge_edge_lookup_duration_seconds",
 		Help:    "Look-ups of stored properties at the control plane, by kind (person, groups, hash_key_overrides) and result (ok, error).",
 		Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1}}, []string{"kind", "result"})

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"log/slog"
 	"net"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -126,7 +128,7 @@ func (s *Store) settle() {
 	s.overlays.Wait()
 }
 
-var testConfig = Config{Timeout: time.Second, TTL: time.Minute, NegativeTTL: time.Minute, MaxEntries: 1000}
+var testConfig = Config{Timeout: time.Second, TTL: time.Minute, NegativeTTL: time.Minute, PersonMaxBytes: 1 << 20, GroupMaxBytes: 1 << 20, OverlayMaxBytes: 1 << 20}
 
 func TestPersonMissThenHit(t *testing.T) {
 	s, cp := newStore(t, testConfig)
@@ -339,5 +341,19 @@ func TestHashKeyOverridesUpdateTheCachedPerson(t *testing.T) {
 	p, _ := s.Person(ctx, 1, 1, false, "known")
 	if p.HashKeyOverrides["exp"] != "anon-1" || cp.personCalls.Load() != 1 {
 		t.Errorf("cached person after overrides: %+v (%d look-ups)", p, cp.personCalls.Load())
+	}
+}
+
+// TestSizeCountsWhatIsHeld: the caches' cost of a person grows with what it holds, so that a
+// budget in bytes bounds memory whatever the users' properties.
+func TestSizeCountsWhatIsHeld(t *testing.T) {
+	small := &Person{distinctID: "u1", Found: true, Properties: flags.Properties{"plan": "pro"}}
+	big := &Person{distinctID: "u1", Found: true, Properties: flags.Properties{}}
+	for i := range 10 {
+		big.Properties[strconv.Itoa(i)] = strings.Repeat("x", 100)
+	}
+	big.Properties["nested"] = map[string]any{"list": []any{1.0, "two", true}}
+	if s, b := small.size(), big.size(); s <= 0 || b < s+1000 || b > 4000 {
+		t.Errorf("sizes: small %d, big %d (holds over 1,000 bytes of strings)", s, b)
 	}
 }

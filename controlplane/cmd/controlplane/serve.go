@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	_ "net/http/pprof" // served only on --pprof-addr
 	"os"
 	"os/signal"
 	"strings"
@@ -57,6 +58,7 @@ type serveConfig struct {
 	GRPCTLSKey      string
 	GRPCInsecure    bool
 	MetricsAddr     string
+	PprofAddr       string
 	DrainDelay      time.Duration
 	ShutdownTimeout time.Duration
 	EventLog        eventlog.Config
@@ -90,6 +92,7 @@ func parseServeConfig(args []string, stderr io.Writer) (*serveConfig, error) {
 	fs.String(&cfg.GRPCTLSKey, "grpc-tls-key", "FLAGEDGE_GRPC_TLS_KEY", "", "private key (PEM) of --grpc-tls-cert")
 	fs.Bool(&cfg.GRPCInsecure, "grpc-insecure", "FLAGEDGE_GRPC_INSECURE", false, "serve gRPC without TLS on an address that is not loopback (only behind something that encrypts, such as a service mesh)")
 	fs.String(&cfg.MetricsAddr, "metrics-addr", "FLAGEDGE_METRICS_ADDR", "", "serve /metrics on this address of its own instead of --http-addr")
+	fs.String(&cfg.PprofAddr, "pprof-addr", "FLAGEDGE_PPROF_ADDR", "", "address for Go's pprof endpoints (off when empty; keep it on loopback)")
 	// Load balancers probe every few seconds; 5 s of 503 on /_ready lets them stop sending
 	// before the listeners close.
 	fs.Duration(&cfg.DrainDelay, "drain-delay", "FLAGEDGE_DRAIN_DELAY", 5*time.Second, "after SIGTERM, how long /_ready answers 503 while requests are still served")
@@ -308,6 +311,13 @@ func (cp *controlPlane) run(ctx context.Context) error {
 	cp.sync.SetReplicaName(replicaName(grpcLn.Addr().String()))
 
 	g, gctx := errgroup.WithContext(ctx)
+	if cfg.PprofAddr != "" {
+		if _, err := daemon.ServeHTTP(gctx, g, cfg.PprofAddr, http.DefaultServeMux); err != nil {
+			httpLn.Close()
+			grpcLn.Close()
+			return fmt.Errorf("--pprof-addr: %w", err)
+		}
+	}
 	if cfg.MetricsAddr != "" {
 		if err := daemon.ServeMetrics(gctx, g, cfg.MetricsAddr, cp.reg, cp.log); err != nil {
 			httpLn.Close()
@@ -428,15 +438,15 @@ func (cp *controlPlane) heartbeat(ctx context.Context) {
 func newGRPCServer(sync syncpb.SyncServer, edges *syncserver.EdgeAuth, tlsConfig *tls.Config, reg *prometheus.Registry) *grpc.Server {
 	metrics := grpcprom.NewServerMetrics(grpcprom.WithServerHandlingTimeHistogram())
 	reg.MustRegister(metrics)
-	opts := []grpc.ServerOption{
+	opts := append(syncserver.ServerOptions(),
 		// Ingest calls carry up to a few MiB of events; allow a whole 20 MB capture batch.
-		grpc.MaxRecvMsgSize(64 << 20),
+		grpc.MaxRecvMsgSize(64<<20),
 		// Edges keep one Watch stream open for good: keepalives find dead peers behind NATs.
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
 		grpc.ChainUnaryInterceptor(metrics.UnaryServerInterceptor(), edges.UnaryInterceptor()),
 		grpc.ChainStreamInterceptor(metrics.StreamServerInterceptor(), edges.StreamInterceptor()),
-	}
+	)
 	if tlsConfig != nil {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(tlsConfig)))
 	}

@@ -18,6 +18,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime/debug"
 	"syscall"
 	"time"
 
@@ -73,6 +74,10 @@ type config struct {
 	PersonTTL          time.Duration
 	PersonMissTTL      time.Duration
 	MembershipMax      int64
+	PersonMax          int64
+	GroupMax           int64
+	OverlayMax         int64
+	MemoryLimit        int64
 	SpoolFsync         string
 	PprofAddr          string
 	SpoolQuota         int64
@@ -119,6 +124,14 @@ func parseConfig(args []string, stderr io.Writer) (*config, error) {
 	fs.String(&cfg.SpoolFsync, "spool-fsync", "FLAGEDGE_SPOOL_FSYNC", "10ms", "when captured events are fsynced: always, never, or an interval such as 10ms")
 	fs.Int64(&cfg.MembershipMax, "membership-max-bytes", "FLAGEDGE_MEMBERSHIP_MAX_BYTES", persons.DefaultConfig().MembershipMaxBytes,
 		"most bytes all membership filters may take (about 2.4 MB per million distinct ids); past it the largest projects look up every key; 0: no cap")
+	fs.Int64(&cfg.PersonMax, "person-cache-max-bytes", "FLAGEDGE_PERSON_CACHE_MAX_BYTES", persons.DefaultConfig().PersonMaxBytes,
+		"most bytes the cache of looked-up persons may hold (estimated from their properties), whatever the number of users")
+	fs.Int64(&cfg.GroupMax, "group-cache-max-bytes", "FLAGEDGE_GROUP_CACHE_MAX_BYTES", persons.DefaultConfig().GroupMaxBytes,
+		"most bytes the cache of looked-up groups may hold")
+	fs.Int64(&cfg.OverlayMax, "person-overlay-max-bytes", "FLAGEDGE_PERSON_OVERLAY_MAX_BYTES", persons.DefaultConfig().OverlayMaxBytes,
+		"most bytes kept of what this edge captured about persons until the control plane stores it (their properties, and which persons it created)")
+	fs.Int64(&cfg.MemoryLimit, "memory-limit", "FLAGEDGE_MEMORY_LIMIT", defaultMemoryLimit(),
+		"Go's soft memory limit in bytes: the garbage collector works harder as the heap nears it, rather than letting it double (it is not a cap); 0: Go's own (GOMEMLIMIT, else none); default 128 MiB unless GOMEMLIMIT is set")
 	fs.Int64(&cfg.SpoolQuota, "spool-quota", "FLAGEDGE_SPOOL_QUOTA", 1<<30, "most bytes the capture spool may hold; beyond it capture answers 503")
 	fs.String(&cfg.PprofAddr, "pprof-addr", "FLAGEDGE_PPROF_ADDR", "", "address for Go's pprof endpoints (off when empty; keep it on loopback)")
 	fs.String(&cfg.LogLevel, "log-level", "FLAGEDGE_LOG_LEVEL", "info", "debug, info, warn or error")
@@ -144,6 +157,17 @@ func parseConfig(args []string, stderr io.Writer) (*config, error) {
 		return nil, err
 	}
 	return cfg, cfg.validate()
+}
+
+// defaultMemoryLimit is --memory-limit's default: 128 MiB, the caches' default budgets
+// (persons.DefaultConfig(), 88 MiB) and 1,000 projects of 50 flags with room to spare, so that
+// the heap does not grow to twice what is live after a burst of captures; none of ours when
+// GOMEMLIMIT is set.
+func defaultMemoryLimit() int64 {
+	if os.Getenv("GOMEMLIMIT") != "" {
+		return 0
+	}
+	return 128 << 20
 }
 
 // registerLimits registers the flags that bound what clients may take of the edge.
@@ -184,8 +208,11 @@ func (cfg *config) validate() error {
 	if cfg.EvalReportInterval <= 0 {
 		return errors.New("--evaluation-report-interval must be positive")
 	}
-	if cfg.MembershipMax < 0 {
-		return errors.New("--membership-max-bytes must not be negative")
+	if cfg.MembershipMax < 0 || cfg.MemoryLimit < 0 {
+		return errors.New("--membership-max-bytes and --memory-limit must not be negative")
+	}
+	if cfg.PersonMax <= 0 || cfg.GroupMax <= 0 || cfg.OverlayMax <= 0 {
+		return errors.New("--person-cache-max-bytes, --group-cache-max-bytes and --person-overlay-max-bytes must be positive")
 	}
 	if cfg.LookupTimeout <= 0 || cfg.PersonTTL <= 0 || cfg.PersonMissTTL <= 0 {
 		return errors.New("--lookup-timeout, --person-cache-ttl and --person-cache-miss-ttl must be positive")
@@ -251,6 +278,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	if cfg.MemoryLimit > 0 {
+		debug.SetMemoryLimit(cfg.MemoryLimit)
+	}
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
@@ -311,6 +341,7 @@ func assemble(cfg *config, log *slog.Logger) (e *edge, err error) {
 	storeCfg := persons.DefaultConfig()
 	storeCfg.Timeout, storeCfg.TTL, storeCfg.NegativeTTL = cfg.LookupTimeout, cfg.PersonTTL, cfg.PersonMissTTL
 	storeCfg.MembershipMaxBytes = cfg.MembershipMax
+	storeCfg.PersonMaxBytes, storeCfg.GroupMaxBytes, storeCfg.OverlayMaxBytes = cfg.PersonMax, cfg.GroupMax, cfg.OverlayMax
 	store, err := persons.NewStore(e.client, storeCfg, cacheMetrics, log, reg)
 	if err != nil {
 		return e, err
