@@ -8,21 +8,11 @@ import (
 	"github.com/flagedge/flagedge/shared/flags"
 )
 
-func wanted(key string, only []string) bool {
-	if len(only) == 0 {
-		return true
-	}
-	for _, k := range only {
-		if k == key {
-			return true
-		}
-	}
-	return false
-}
+func wanted(want []bool, i int) bool { return want == nil || want[i] }
 
 // appendDecide writes the /decide answer of versions 1 to 3, with the project's client
 // configuration members.
-func appendDecide(b, members []byte, results []flags.Result, only []string, errored bool, version int) []byte {
+func appendDecide(b, members []byte, results []flags.Result, want []bool, errored bool, version int) []byte {
 	b = append(b, '{')
 	b = append(b, members...)
 	b = append(b, `,"errorComputingFlags":`...)
@@ -36,7 +26,7 @@ func appendDecide(b, members []byte, results []flags.Result, only []string, erro
 		n := 0
 		for i := range results {
 			r := &results[i]
-			if r.Enabled && wanted(r.Key, only) {
+			if r.Enabled && wanted(want, i) {
 				if n > 0 {
 					b = append(b, ',')
 				}
@@ -50,7 +40,7 @@ func appendDecide(b, members []byte, results []flags.Result, only []string, erro
 		n := 0
 		for i := range results {
 			r := &results[i]
-			if !r.Active || r.Failed || !wanted(r.Key, only) || (version == 2 && !r.Enabled) {
+			if !r.Active || r.Failed || !wanted(want, i) || (version == 2 && !r.Enabled) {
 				continue
 			}
 			if n > 0 {
@@ -68,7 +58,7 @@ func appendDecide(b, members []byte, results []flags.Result, only []string, erro
 		n := 0
 		for i := range results {
 			r := &results[i]
-			if !r.Enabled || r.Payload == nil || !wanted(r.Key, only) {
+			if !r.Enabled || r.Payload == nil || !wanted(want, i) {
 				continue
 			}
 			if n > 0 {
@@ -96,7 +86,7 @@ func appendValue(b []byte, r *flags.Result) []byte {
 
 // appendFlagsV2 writes the flags v2 answer, with the client configuration members when config
 // is set; each flag's metadata carries the snapshot version the answer was computed from.
-func appendFlagsV2(b, members, snapshotVersion []byte, results []flags.Result, only []string, errored, config bool) []byte {
+func appendFlagsV2(b, members, snapshotVersion []byte, results []flags.Result, want []bool, errored, config bool) []byte {
 	b = append(b, '{')
 	if config {
 		b = append(b, members...)
@@ -106,7 +96,7 @@ func appendFlagsV2(b, members, snapshotVersion []byte, results []flags.Result, o
 	n := 0
 	for i := range results {
 		r := &results[i]
-		if !r.Active || !wanted(r.Key, only) {
+		if !r.Active || !wanted(want, i) {
 			continue
 		}
 		if n > 0 {

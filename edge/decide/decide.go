@@ -8,6 +8,7 @@ import (
 	"bytes"
 	"context"
 	"log/slog"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -79,6 +80,7 @@ type scratch struct {
 	results    []flags.Result
 	out        []byte
 	lease      reqbody.Lease // of the in-flight budget, here so that it is not allocated
+	want       []bool        // selection's marks, reused
 }
 
 // NewHandler returns the decide handler. store, locator, ips, budget and limiter may be nil
@@ -122,9 +124,10 @@ func (d *Handler) Serve(ctx *fasthttp.RequestCtx, ep Endpoint) error {
 	s.results = s.results[:0]
 	if !s.in.disableFlags {
 		s.results, errored = d.evaluate(ctx, project, &s.in, s.results)
-		Count(project, s.results, s.in.flagKeysToEvaluate)
 	}
-	s.out = encode(s.out[:0], project, ctx.QueryArgs(), ep, s.results, s.in.flagKeysToEvaluate, errored)
+	want := selection(s.results, project.Snapshot, s.in.flagKeysToEvaluate, &s.want)
+	Count(project, s.results, want)
+	s.out = encode(s.out[:0], project, ctx.QueryArgs(), ep, s.results, want, errored)
 	ctx.SetContentType("application/json")
 	ctx.Response.Header.SetCanonical(state.VersionHeader, project.VersionText)
 	ctx.SetBody(s.out)
@@ -236,18 +239,18 @@ func (d *Handler) evaluate(ctx *fasthttp.RequestCtx, project *state.Project, in 
 
 // encode writes the answer in the shape the endpoint and its ?v= and ?config= ask for.
 // The /flags shape gives each flag's metadata the snapshot version too.
-func encode(b []byte, project *state.Project, args *fasthttp.Args, ep Endpoint, results []flags.Result, only []string, errored bool) []byte {
+func encode(b []byte, project *state.Project, args *fasthttp.Args, ep Endpoint, results []flags.Result, want []bool, errored bool) []byte {
 	members := project.ConfigMembers
 	version, _ := strconv.Atoi(bytesString(args.Peek("v")))
 	switch {
 	case ep == Flags && (version >= 2 || (version == 0 && !args.Has("config"))):
-		return appendFlagsV2(b, members, project.VersionText, results, only, errored, args.GetBool("config"))
+		return appendFlagsV2(b, members, project.VersionText, results, want, errored, args.GetBool("config"))
 	case ep == Flags:
-		return appendDecide(b, members, results, only, errored, 3)
+		return appendDecide(b, members, results, want, errored, 3)
 	case version >= 4:
-		return appendFlagsV2(b, members, project.VersionText, results, only, errored, true)
+		return appendFlagsV2(b, members, project.VersionText, results, want, errored, true)
 	}
-	return appendDecide(b, members, results, only, errored, version)
+	return appendDecide(b, members, results, want, errored, version)
 }
 
 // gather fills the request's stored layers (person, groups, continuity overrides) when the
@@ -313,15 +316,34 @@ func covers(overrides map[string]string, keys []string) bool {
 	return true
 }
 
+// selection marks, by result index, the flags a request's flag_keys_to_evaluate names; nil
+// (every flag) when it names none. One look-up per key, so that a long list costs its length
+// and not its length times the project's flags in every pass over the results.
+func selection(results []flags.Result, snap *flags.Snapshot, keys []string, marks *[]bool) []bool {
+	if len(keys) == 0 {
+		return nil
+	}
+	want := slices.Grow((*marks)[:0], len(results))[:len(results)]
+	clear(want)
+	for _, k := range keys {
+		// Of flags sharing a key, Lookup finds the last: mark the others too.
+		for i := snap.Lookup(k); i >= 0 && i < len(results) && results[i].Key == k; i-- {
+			want[i] = true
+		}
+	}
+	*marks = want
+	return want
+}
+
 // Count adds the evaluations an answer gives to the project's counters (see edge/evalcount):
-// one atomic add per flag answered — active, among only (every flag when only is empty), and
-// computed. OFREP counts its answers with it too.
-func Count(project *state.Project, results []flags.Result, only []string) {
+// one atomic add per flag answered — active, wanted (every flag when want is nil; see
+// selection), and computed. OFREP counts its answers with it too.
+func Count(project *state.Project, results []flags.Result, want []bool) {
 	if project.Counts == nil {
 		return
 	}
 	for i := range results {
-		if r := &results[i]; r.Active && !r.Failed && wanted(r.Key, only) {
+		if r := &results[i]; r.Active && !r.Failed && wanted(want, i) {
 			project.Counts.Flag(i).Add(r.Enabled, r.Variant)
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"strings"
 	"testing"
 
 	"github.com/valyala/fasthttp"
@@ -96,6 +97,35 @@ func BenchmarkDecideInmemory(b *testing.B) {
 		req.SetBody(bodies[i%len(bodies)])
 		if err := client.Do(req, resp); err != nil || resp.StatusCode() != 200 {
 			b.Fatalf("%v %d", err, resp.StatusCode())
+		}
+	}
+}
+
+// BenchmarkDecideLongFlagKeys is one /decide?v=3 whose flag_keys_to_evaluate lists 50,000
+// keys (about 600 KB, within the body limits): what a hostile caller can make the edge do
+// for each flag of the answer.
+func BenchmarkDecideLongFlagKeys(b *testing.B) {
+	api, bodies := realisticHandler(b)
+	handler := api.Handler()
+	keys := make([]string, 50_000)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("%q", fmt.Sprintf("no-such-flag-%d", i))
+	}
+	body := append([]byte(`{"flag_keys_to_evaluate":[`+strings.Join(keys, ",")+`],`), bodies[0][1:]...)
+	var ctx fasthttp.RequestCtx
+	var req fasthttp.Request
+	req.Header.SetMethod("POST")
+	req.SetRequestURI("/decide/?v=3")
+	req.Header.SetContentType("application/json")
+	ctx.Init(&req, &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)}, nil)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		ctx.Request.SetBody(body)
+		ctx.Response.Reset()
+		handler(&ctx)
+		if ctx.Response.StatusCode() != 200 {
+			b.Fatalf("%d %s", ctx.Response.StatusCode(), ctx.Response.Body())
 		}
 	}
 }
