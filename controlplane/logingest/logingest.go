@@ -158,8 +158,9 @@ func New(nc *nats.Conn, store Store, cfg Config, log *slog.Logger, reg prometheu
 // somewhere to deliver: a pull that the client has given up on while the servers were still
 // sending (what short Fetch calls met at replication 3) leaves its messages unacknowledged until
 // AckWait redelivers them. A worker that is storing a batch when ctx ends finishes it and
-// acknowledges it; what the pull had buffered and no worker took is delivered again after
-// AckWait.
+// acknowledges it; a message handed over after that is negatively acknowledged, so that it
+// is delivered again at once, and what the pull had buffered beyond is delivered again
+// after AckWait.
 func (in *Ingester) Run(ctx context.Context) {
 	retry := backoff.Backoff{Initial: 100 * time.Millisecond, Max: 5 * time.Second}
 	var cons jetstream.Consumer
@@ -183,6 +184,14 @@ func (in *Ingester) Run(ctx context.Context) {
 	wg.Go(func() { in.watchBacklog(ctx, cons) })
 	in.consume(ctx, cons, msgs)
 	wg.Wait()
+	for {
+		select {
+		case m := <-msgs: // handed over, taken by no worker: for another replica at once
+			_ = m.Nak()
+		default:
+			return
+		}
+	}
 }
 
 func (in *Ingester) ensure(ctx context.Context) (jetstream.Consumer, error) {
@@ -210,7 +219,8 @@ func (in *Ingester) consume(ctx context.Context, cons jetstream.Consumer, msgs c
 		cc, err := cons.Consume(func(m jetstream.Msg) {
 			select {
 			case msgs <- m:
-			case <-ctx.Done(): // not taken: delivered again after AckWait
+			case <-ctx.Done(): // stopping: another replica (or this one, restarted) takes it now
+				_ = m.Nak()
 			}
 		}, jetstream.PullMaxMessagesWithBytesLimit(in.cfg.BatchMessages, maxBytes),
 			jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
