@@ -215,5 +215,6 @@ type Services struct {
 	Users       UserService
 	Keys        KeyService
 	Sessions    SessionService
+	Schedules   ScheduledChangeService
 	Webhooks    WebhookService
 }

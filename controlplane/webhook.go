@@ -156,8 +156,9 @@ func WebhookTarget(raw string) (*url.URL, error) {
 
 // Object types of webhook events: what WebhookEvent.Object holds.
 const (
-	ObjectFlag       = "FeatureFlag"
-	ObjectAnnotation = "Annotation"
+	ObjectFlag            = "FeatureFlag"
+	ObjectAnnotation      = "Annotation"
+	ObjectScheduledChange = "ScheduledChange"
 )
 
 // WebhookEvent is one event, as it is enqueued in the transaction of the write it reports:
@@ -169,7 +170,7 @@ type WebhookEvent struct {
 	// SnapshotVersion is the project's snapshot version that contains the change.
 	SnapshotVersion int64
 	// ObjectType says what Object is: ObjectFlag (a *Flag), ObjectAnnotation (an
-	// *Annotation), or another name for an object already in the API's JSON shape.
+	// *Annotation), ObjectScheduledChange (a *ScheduledChange).
 	ObjectType string
 	Object     any
 }

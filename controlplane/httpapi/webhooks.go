@@ -57,8 +57,8 @@ func newDeliveryJSON(d *controlplane.WebhookDelivery) deliveryJSON {
 
 // WebhookObjects renders what webhook deliveries carry as this API shows it, for the
 // dispatcher (controlplane/webhook): a flag as GET .../feature_flags/{id}/ answers it (with
-// can_edit false and no evaluation counts: a delivery has no viewer), an annotation, a user
-// summary.
+// can_edit false and no evaluation counts: a delivery has no viewer), an annotation, a
+// scheduled change, a user summary.
 type WebhookObjects struct{}
 
 // Flag renders a flag.
@@ -66,6 +66,9 @@ func (WebhookObjects) Flag(f *controlplane.Flag) any { return newFlagJSON(f, fal
 
 // Annotation renders an annotation.
 func (WebhookObjects) Annotation(a *controlplane.Annotation) any { return newAnnotationJSON(a) }
+
+// ScheduledChange renders a scheduled change as the scheduler executed it or gave it up.
+func (WebhookObjects) ScheduledChange(c *controlplane.ScheduledChange) any { return newScheduledChangeJSON(c) }
 
 // User renders the actor of an event.
 func (WebhookObjects) User(u *controlplane.User) any { return newUserJSON(u) }

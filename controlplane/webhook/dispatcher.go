@@ -33,6 +33,7 @@ import (
 type Renderer interface {
 	Flag(f *controlplane.Flag) any
 	Annotation(a *controlplane.Annotation) any
+	ScheduledChange(c *controlplane.ScheduledChange) any
 	User(u *controlplane.User) any
 }
 
@@ -251,6 +252,12 @@ func (d *Dispatcher) Body(p *controlplane.PendingDelivery) ([]byte, error) {
 			return nil, err
 		}
 		v = d.render.Annotation(&a)
+	case controlplane.ObjectScheduledChange:
+		var c controlplane.ScheduledChange
+		if err := json.Unmarshal(p.Object, &c); err != nil {
+			return nil, err
+		}
+		v = d.render.ScheduledChange(&c)
 	}
 	if v != nil {
 		var err error

@@ -19,8 +19,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/flagedge/flagedge/controlplane"
+	"github.com/flagedge/flagedge/controlplane/authz"
 	"github.com/flagedge/flagedge/controlplane/httpapi"
 	"github.com/flagedge/flagedge/controlplane/postgres"
+	"github.com/flagedge/flagedge/controlplane/scheduler"
 	"github.com/flagedge/flagedge/controlplane/webhook"
 	"github.com/flagedge/flagedge/internal/pgtest"
 )
@@ -537,5 +539,58 @@ func TestTwoDispatchersDeliverEachOnce(t *testing.T) {
 	}
 	if len(seen) != n || len(rc.received()) != n {
 		t.Errorf("%d requests for %d events, want %d each once", len(rc.received()), len(seen), n)
+	}
+}
+
+func TestScheduledChangeEvents(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	rc := newReceiver(t, nil)
+	f.hook(rc.URL, controlplane.EventScheduledChangeExecuted, controlplane.EventScheduledChangeFailed, controlplane.EventFlagUpdated)
+	f.run(&webhook.Policy{AllowPrivate: true}, webhook.Config{}, nil)
+	ctx := context.Background()
+	store := postgres.NewScheduleStore(f.db)
+	s := scheduler.New(store, authz.Wrap(postgres.NewServices(f.db, 4)).Flags, slog.New(slog.NewTextHandler(io.Discard, nil)), prometheus.NewRegistry())
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { s.Run(runCtx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+
+	ok, gone := f.flag("scheduled-ok"), f.flag("scheduled-gone")
+	now := time.Now()
+	for _, fl := range []*controlplane.Flag{ok, gone} {
+		if _, err := store.CreateScheduledChange(ctx, f.admin, f.project.ID, controlplane.NewScheduledChange{RecordID: fmt.Sprint(fl.ID),
+			ModelName: "FeatureFlag", Payload: json.RawMessage(`{"operation": "update_status", "value": false}`), ScheduledAt: &now}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	deleted := true
+	if _, err := f.s.Flags.UpdateFlag(ctx, f.admin, f.project.ID, gone.ID, controlplane.FlagUpdate{Deleted: &deleted}); err != nil {
+		t.Fatal(err)
+	}
+	s.Wake()
+	// The applied change: its flag update and its execution; the other: its failure.
+	waitFor(t, "three deliveries", func() bool { return len(rc.received()) >= 3 })
+	time.Sleep(200 * time.Millisecond)
+	byKind := map[string][]map[string]any{}
+	for _, r := range rc.received() {
+		var body map[string]any
+		if err := json.Unmarshal(r.body, &body); err != nil {
+			t.Fatal(err)
+		}
+		byKind[body["event"].(string)] = append(byKind[body["event"].(string)], body)
+	}
+	if len(byKind["scheduled_change.executed"]) != 1 || len(byKind["scheduled_change.failed"]) != 1 || len(byKind["feature_flag.updated"]) != 1 {
+		t.Fatalf("events %v", byKind)
+	}
+	exec, failed, upd := byKind["scheduled_change.executed"][0], byKind["scheduled_change.failed"][0], byKind["feature_flag.updated"][0]
+	if d := exec["data"].(map[string]any); d["record_id"] != fmt.Sprint(ok.ID) || d["executed_at"] == nil || d["failure_reason"] != nil {
+		t.Errorf("executed: %v", exec)
+	}
+	if d := failed["data"].(map[string]any); d["record_id"] != fmt.Sprint(gone.ID) || d["failure_reason"] == nil {
+		t.Errorf("failed: %v", failed)
+	}
+	if exec["snapshot_version"] != upd["snapshot_version"] || exec["actor"].(map[string]any)["email"] != "admin@example.com" {
+		t.Errorf("executed %v, flag update %v: not the same version, or no actor", exec, upd)
 	}
 }

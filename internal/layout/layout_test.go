@@ -56,7 +56,7 @@ var (
 	cpAdapters = is("controlplane/postgres", "controlplane/httpapi", "controlplane/console", "controlplane/syncserver", "controlplane/logingest",
 		"controlplane/webhook")
 	cpDomain = is("controlplane", "controlplane/authz", "controlplane/flageval", "controlplane/ingest", "controlplane/personview",
-		"controlplane/bloomhub", "controlplane/rollout", "controlplane/loginlimit")
+		"controlplane/bloomhub", "controlplane/rollout", "controlplane/loginlimit", "controlplane/scheduler")
 	testHelpers = is("internal/pgtest", "internal/pgcluster", "internal/natstest", "internal/tlstest", "geoip/geoiptest", "shared/flags/flagstest")
 	harnesses   = under("bench", "e2e")
 )
