@@ -68,7 +68,9 @@ func (WebhookObjects) Flag(f *controlplane.Flag) any { return newFlagJSON(f, fal
 func (WebhookObjects) Annotation(a *controlplane.Annotation) any { return newAnnotationJSON(a) }
 
 // ScheduledChange renders a scheduled change as the scheduler executed it or gave it up.
-func (WebhookObjects) ScheduledChange(c *controlplane.ScheduledChange) any { return newScheduledChangeJSON(c) }
+func (WebhookObjects) ScheduledChange(c *controlplane.ScheduledChange) any {
+	return newScheduledChangeJSON(c)
+}
 
 // User renders the actor of an event.
 func (WebhookObjects) User(u *controlplane.User) any { return newUserJSON(u) }
