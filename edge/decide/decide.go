@@ -244,17 +244,17 @@ func (d *Handler) evaluate(ctx *fasthttp.RequestCtx, project *state.Project, in 
 // encode writes the answer in the shape the endpoint and its ?v= and ?config= ask for.
 // The /flags shape gives each flag's metadata the snapshot version too.
 func encode(b []byte, project *state.Project, args *fasthttp.Args, ep Endpoint, results []flags.Result, want []bool, errored bool) []byte {
-	members := project.ConfigMembers
+	members, keys := project.ConfigMembers, project.AnswerKeys
 	version, _ := strconv.Atoi(bytesString(args.Peek("v")))
 	switch {
 	case ep == Flags && (version >= 2 || (version == 0 && !args.Has("config"))):
-		return appendFlagsV2(b, members, project.VersionText, results, want, errored, args.GetBool("config"))
+		return appendFlagsV2(b, members, project.VersionText, keys, results, want, errored, args.GetBool("config"))
 	case ep == Flags:
-		return appendDecide(b, members, results, want, errored, 3)
+		return appendDecide(b, members, keys, results, want, errored, 3)
 	case version >= 4:
-		return appendFlagsV2(b, members, project.VersionText, results, want, errored, true)
+		return appendFlagsV2(b, members, project.VersionText, keys, results, want, errored, true)
 	}
-	return appendDecide(b, members, results, want, errored, version)
+	return appendDecide(b, members, keys, results, want, errored, version)
 }
 
 // gather fills the request's stored layers (person, groups, continuity overrides) when the

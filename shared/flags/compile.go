@@ -601,6 +601,9 @@ func (v *PropertyGroupValue) UnmarshalJSON(data []byte) error {
 // Len returns the number of flags in the snapshot.
 func (s *Snapshot) Len() int { return len(s.flags) }
 
+// Key returns the key of the flag whose result Evaluate writes at index i.
+func (s *Snapshot) Key(i int) string { return s.flags[i].key }
+
 // Lookup returns the index of the flag with the given key in results, or -1.
 func (s *Snapshot) Lookup(key string) int {
 	// Flags are sorted by key; of equal keys the last one is the one found.
