@@ -423,10 +423,14 @@ func checkCycles(ctx context.Context, tx pgx.Tx, projectID int64, key string, re
 	return visit(key, nil)
 }
 
-// recordActivity appends an entry to the activity log.
+// recordActivity appends an entry to the activity log; a write made by a trigger (the
+// scheduler, controlplane.NewContextWithTrigger) names it in detail.trigger.
 func recordActivity(ctx context.Context, tx pgx.Tx, projectID int64, actor *controlplane.User, activity, scope string,
 	itemID int64, name string, changes []controlplane.Change) error {
 	detail := controlplane.ActivityDetail{ID: strconv.FormatInt(itemID, 10), Name: name, Changes: changes}
+	if t := controlplane.TriggerFromContext(ctx); t != nil {
+		detail.Trigger = t
+	}
 	var userID *int64
 	if actor != nil {
 		userID = &actor.ID
