@@ -179,7 +179,13 @@ type WatchResponse struct {
 	MembershipAdditions []*MembershipAdditions `protobuf:"bytes,7,rep,name=membership_additions,json=membershipAdditions,proto3" json:"membership_additions,omitempty"`
 	// session_id names this stream, on its first message: the edge's acknowledgements carry it.
 	// Empty from control planes that do not track rollouts.
-	SessionId     string `protobuf:"bytes,8,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	SessionId string `protobuf:"bytes,8,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	// ack_delay_ms spreads acknowledgements: the edge waits a random time between this and
+	// twice this many milliseconds before acknowledging what the message brought (whatever
+	// else arrives meanwhile goes in the same acknowledgement). The control plane sets it from
+	// the number of streams it serves, so that thousands of edges do not acknowledge a change
+	// while it is still being sent to the rest; with a few edges it is 0 (acknowledge at once).
+	AckDelayMs    uint32 `protobuf:"varint,9,opt,name=ack_delay_ms,json=ackDelayMs,proto3" json:"ack_delay_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -268,6 +274,13 @@ func (x *WatchResponse) GetSessionId() string {
 		return x.SessionId
 	}
 	return ""
+}
+
+func (x *WatchResponse) GetAckDelayMs() uint32 {
+	if x != nil {
+		return x.AckDelayMs
+	}
+	return 0
 }
 
 type AcknowledgeRequest struct {
@@ -1877,7 +1890,7 @@ const file_sync_proto_rawDesc = "" +
 	"\x13previous_session_id\x18\x05 \x01(\tR\x11previousSessionId\x1a@\n" +
 	"\x12KnownVersionsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\x03R\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\xbf\x03\n" +
+	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\xe1\x03\n" +
 	"\rWatchResponse\x12?\n" +
 	"\tsnapshots\x18\x01 \x03(\v2!.flagedge.sync.v1.ProjectSnapshotR\tsnapshots\x12)\n" +
 	"\x10removed_projects\x18\x02 \x03(\x03R\x0fremovedProjects\x12*\n" +
@@ -1888,7 +1901,9 @@ const file_sync_proto_rawDesc = "" +
 	"\x12membership_filters\x18\x06 \x03(\v2\".flagedge.sync.v1.MembershipFilterR\x11membershipFilters\x12X\n" +
 	"\x14membership_additions\x18\a \x03(\v2%.flagedge.sync.v1.MembershipAdditionsR\x13membershipAdditions\x12\x1d\n" +
 	"\n" +
-	"session_id\x18\b \x01(\tR\tsessionId\"\xeb\x01\n" +
+	"session_id\x18\b \x01(\tR\tsessionId\x12 \n" +
+	"\fack_delay_ms\x18\t \x01(\rR\n" +
+	"ackDelayMs\"\xeb\x01\n" +
 	"\x12AcknowledgeRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12N\n" +
