@@ -233,7 +233,8 @@ func (s *Server) Watch(req *syncpb.WatchRequest, stream syncpb.Sync_WatchServer)
 		membersWake = members.Wake()
 	}
 	// Subscribed before reading versions: a change made meanwhile is seen twice, never lost.
-	if err := s.syncAll(ctx, stream, sub.serves, sent, true); err != nil {
+	deflated := req.AcceptsDeflatedSnapshots
+	if err := s.syncAll(ctx, stream, sub.serves, sent, deflated, true); err != nil {
 		return err
 	}
 	for {
@@ -250,9 +251,9 @@ func (s *Server) Watch(req *syncpb.WatchRequest, stream syncpb.Sync_WatchServer)
 		wants, all := sub.take()
 		var err error
 		if all {
-			err = s.syncAll(ctx, stream, sub.serves, sent, false)
+			err = s.syncAll(ctx, stream, sub.serves, sent, deflated, false)
 		} else {
-			err = s.send(ctx, stream, sent, wants, &syncpb.WatchResponse{}, false)
+			err = s.send(ctx, stream, sent, wants, &syncpb.WatchResponse{}, deflated, false)
 		}
 		if err != nil {
 			return err
@@ -281,8 +282,9 @@ func (s *Server) ackDelayMs() uint32 {
 // syncAll makes the edge hold exactly what the database holds of the projects it is served
 // (every project when serves is nil): it sends every project whose version differs from what
 // the edge has — newer, or older as after a restore from a backup — and removes the projects
-// the database does not have or the edge is not served.
-func (s *Server) syncAll(ctx context.Context, stream syncpb.Sync_WatchServer, serves func(int64) bool, sent map[int64]int64, initial bool) error {
+// the database does not have or the edge is not served. deflated sends the snapshots
+// compressed (the edge accepts them so).
+func (s *Server) syncAll(ctx context.Context, stream syncpb.Sync_WatchServer, serves func(int64) bool, sent map[int64]int64, deflated, initial bool) error {
 	all, err := s.versions.get(ctx)
 	if err != nil {
 		return status.Errorf(codes.Unavailable, "read project versions: %v", err)
@@ -312,13 +314,14 @@ func (s *Server) syncAll(ctx context.Context, stream syncpb.Sync_WatchServer, se
 			delete(sent, id)
 		}
 	}
-	return s.send(ctx, stream, sent, wants, msg, initial)
+	return s.send(ctx, stream, sent, wants, msg, deflated, initial)
 }
 
 // send sends the snapshots of the wanted projects (id → at least this version) that are
 // newer than what was sent, and msg's removals; initial marks the end of the catch-up. The
-// snapshots go as the bytes encoded once per version (encoded.go), after msg's own fields.
-func (s *Server) send(ctx context.Context, stream syncpb.Sync_WatchServer, sent, wants map[int64]int64, msg *syncpb.WatchResponse, initial bool) error {
+// snapshots go as the bytes encoded once per version (encoded.go), after msg's own fields:
+// compressed when deflated.
+func (s *Server) send(ctx context.Context, stream syncpb.Sync_WatchServer, sent, wants map[int64]int64, msg *syncpb.WatchResponse, deflated, initial bool) error {
 	var snaps [][]byte
 	flush := func(last bool) error {
 		if !last && len(snaps) < snapshotsPerMessage {
@@ -360,7 +363,7 @@ func (s *Server) send(ctx context.Context, stream syncpb.Sync_WatchServer, sent,
 		if snap.version <= sent[id] {
 			continue
 		}
-		snaps = append(snaps, snap.field)
+		snaps = append(snaps, snap.encoding(deflated))
 		sent[id] = snap.version
 		if err := flush(false); err != nil {
 			return err

@@ -50,7 +50,7 @@ func watchOnce(ctx context.Context, client syncpb.SyncClient, h *Holder, members
 	defer h.SetConnected(false)
 	stream, err := client.Watch(ctx, &syncpb.WatchRequest{
 		ProtocolVersion: syncpb.ProtocolVersion_PROTOCOL_VERSION_1, EdgeId: edgeID, KnownVersions: h.Versions(),
-		DatabaseId: h.DatabaseID(), PreviousSessionId: *session,
+		DatabaseId: h.DatabaseID(), PreviousSessionId: *session, AcceptsDeflatedSnapshots: true,
 	})
 	if err != nil {
 		return false, err
@@ -65,6 +65,7 @@ func watchOnce(ctx context.Context, client syncpb.SyncClient, h *Holder, members
 			return received, err
 		}
 		received = true
+		inflate(msg, h.log)
 		if err := h.Apply(msg); err != nil {
 			h.log.Error("apply snapshot", "err", err)
 		}
@@ -89,6 +90,26 @@ func watchOnce(ctx context.Context, client syncpb.SyncClient, h *Holder, members
 			h.SetConnected(true)
 		}
 	}
+}
+
+// maxSnapshotBytes bounds what one deflated snapshot may inflate to: 128 MiB, the largest
+// message the edge accepts from the control plane (cpclient.MaxMessageBytes), which an
+// uncompressed snapshot could not have exceeded either.
+const maxSnapshotBytes = 128 << 20
+
+// inflate moves msg's deflated snapshots into its snapshots. One that cannot be inflated is
+// reported and left out, as a snapshot that does not compile is: the project keeps serving
+// the version the edge has.
+func inflate(msg *syncpb.WatchResponse, log *slog.Logger) {
+	for _, d := range msg.DeflatedSnapshots {
+		pb, err := syncpb.Inflate(d, maxSnapshotBytes)
+		if err != nil {
+			log.Error("apply snapshot", "err", err)
+			continue
+		}
+		msg.Snapshots = append(msg.Snapshots, pb)
+	}
+	msg.DeflatedSnapshots = nil
 }
 
 // acker tells the control plane which versions the edge serves, after every applied message
