@@ -212,4 +212,5 @@ type Services struct {
 	Users       UserService
 	Keys        KeyService
 	Sessions    SessionService
+	Schedules   ScheduledChangeService
 }

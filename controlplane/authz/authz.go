@@ -40,6 +40,7 @@ func Wrap(s controlplane.Services) controlplane.Services {
 	out.Dashboards = dashboards{g}
 	out.Users = users{g}
 	out.Keys = keys{g}
+	out.Schedules = schedules{g}
 	return out
 }
 

@@ -42,6 +42,18 @@ func (f *matrixFixtures) freshFeature() string {
 	return r.str("id")
 }
 
+// freshScheduledChange schedules a change of the fixtures' flag, far ahead, for a request
+// that reads or deletes one.
+func (f *matrixFixtures) freshScheduledChange() int64 {
+	r := f.e.do("POST", fmt.Sprintf("/api/projects/%d/scheduled_changes/", f.e.project), f.e.key, map[string]any{
+		"record_id": f.flag, "model_name": "FeatureFlag", "scheduled_at": "2031-01-01T00:00:00Z",
+		"payload": map[string]any{"operation": "update_status", "value": true}})
+	if r.status != 201 {
+		f.e.t.Fatalf("create scheduled change: %d %s", r.status, r.raw)
+	}
+	return int64(r.body["id"].(float64))
+}
+
 func (f *matrixFixtures) unique(prefix string) string {
 	f.n++
 	return fmt.Sprintf("%s-%d", prefix, f.n)
@@ -158,6 +170,19 @@ func matrixTable() map[string]matrixEntry {
 		}},
 		"DELETE /api/projects/{project_id}/early_access_feature/{id}": get(204, func(f *matrixFixtures) string {
 			return proj(f, "/early_access_feature/%s/", f.freshFeature())
+		}),
+		"GET /api/projects/{project_id}/scheduled_changes": get(200, func(f *matrixFixtures) string {
+			return proj(f, "/scheduled_changes/?record_id=%d", f.flag)
+		}),
+		"POST /api/projects/{project_id}/scheduled_changes": {201, func(f *matrixFixtures) (string, any) {
+			return proj(f, "/scheduled_changes/"), map[string]any{"record_id": fmt.Sprint(f.flag), "model_name": "FeatureFlag",
+				"scheduled_at": "2031-01-01T00:00:00Z", "payload": map[string]any{"operation": "update_status", "value": false}}
+		}},
+		"GET /api/projects/{project_id}/scheduled_changes/{id}": get(200, func(f *matrixFixtures) string {
+			return proj(f, "/scheduled_changes/%d/", f.freshScheduledChange())
+		}),
+		"DELETE /api/projects/{project_id}/scheduled_changes/{id}": get(204, func(f *matrixFixtures) string {
+			return proj(f, "/scheduled_changes/%d/", f.freshScheduledChange())
 		}),
 		"GET /api/projects/{project_id}/annotations": get(200, func(f *matrixFixtures) string { return f.e.annotationsPath("/") }),
 		"POST /api/projects/{project_id}/annotations": {201, func(f *matrixFixtures) (string, any) {

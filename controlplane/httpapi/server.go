@@ -138,6 +138,12 @@ func (s *Server) routes() {
 	s.projectRoute("PATCH", features+"/{id}", controlplane.ScopeFeatureWrite, s.handlePatchFeature)
 	s.projectRoute("DELETE", features+"/{id}", controlplane.ScopeFeatureWrite, s.handleDeleteFeature)
 
+	const scheduled = "/api/projects/{project_id}/scheduled_changes"
+	s.projectRoute("GET", scheduled, controlplane.ScopeFlagRead, s.handleListScheduledChanges)
+	s.projectRoute("POST", scheduled, controlplane.ScopeFlagWrite, s.handleCreateScheduledChange)
+	s.projectRoute("GET", scheduled+"/{id}", controlplane.ScopeFlagRead, s.handleGetScheduledChange)
+	s.projectRoute("DELETE", scheduled+"/{id}", controlplane.ScopeFlagWrite, s.handleDeleteScheduledChange)
+
 	const annotations = "/api/projects/{project_id}/annotations"
 	s.projectRoute("GET", annotations, controlplane.ScopeAnnotationRead, s.handleListAnnotations)
 	s.projectRoute("POST", annotations, controlplane.ScopeAnnotationWrite, s.handleCreateAnnotation)

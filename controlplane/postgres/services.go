@@ -22,5 +22,6 @@ func NewServices(db *DB, bcryptCost int) controlplane.Services {
 		Users:       NewUserService(db, bcryptCost),
 		Keys:        NewKeyService(db),
 		Sessions:    NewSessionService(db),
+		Schedules:   NewScheduleStore(db),
 	}
 }

@@ -11,8 +11,9 @@ import (
 func wanted(want []bool, i int) bool { return want == nil || want[i] }
 
 // appendDecide writes the /decide answer of versions 1 to 3, with the project's client
-// configuration members.
-func appendDecide(b, members []byte, results []flags.Result, want []bool, errored bool, version int) []byte {
+// configuration members; keys[i] is the JSON string of results[i].Key (state.Project's
+// AnswerKeys).
+func appendDecide(b, members []byte, keys [][]byte, results []flags.Result, want []bool, errored bool, version int) []byte {
 	b = append(b, '{')
 	b = append(b, members...)
 	b = append(b, `,"errorComputingFlags":`...)
@@ -30,7 +31,7 @@ func appendDecide(b, members []byte, results []flags.Result, want []bool, errore
 				if n > 0 {
 					b = append(b, ',')
 				}
-				b = jsonenc.AppendString(b, r.Key)
+				b = append(b, keys[i]...)
 				n++
 			}
 		}
@@ -46,7 +47,7 @@ func appendDecide(b, members []byte, results []flags.Result, want []bool, errore
 			if n > 0 {
 				b = append(b, ',')
 			}
-			b = jsonenc.AppendString(b, r.Key)
+			b = append(b, keys[i]...)
 			b = append(b, ':')
 			b = appendValue(b, r)
 			n++
@@ -64,7 +65,7 @@ func appendDecide(b, members []byte, results []flags.Result, want []bool, errore
 			if n > 0 {
 				b = append(b, ',')
 			}
-			b = jsonenc.AppendString(b, r.Key)
+			b = append(b, keys[i]...)
 			b = append(b, ':')
 			b = append(b, r.Payload...)
 			n++
@@ -86,7 +87,8 @@ func appendValue(b []byte, r *flags.Result) []byte {
 
 // appendFlagsV2 writes the flags v2 answer, with the client configuration members when config
 // is set; each flag's metadata carries the snapshot version the answer was computed from.
-func appendFlagsV2(b, members, snapshotVersion []byte, results []flags.Result, want []bool, errored, config bool) []byte {
+// keys are the results' keys as JSON strings, as for appendDecide.
+func appendFlagsV2(b, members, snapshotVersion []byte, keys [][]byte, results []flags.Result, want []bool, errored, config bool) []byte {
 	b = append(b, '{')
 	if config {
 		b = append(b, members...)
@@ -103,9 +105,9 @@ func appendFlagsV2(b, members, snapshotVersion []byte, results []flags.Result, w
 			b = append(b, ',')
 		}
 		n++
-		b = jsonenc.AppendString(b, r.Key)
+		b = append(b, keys[i]...)
 		b = append(b, `:{"key":`...)
-		b = jsonenc.AppendString(b, r.Key)
+		b = append(b, keys[i]...)
 		b = append(b, `,"enabled":`...)
 		b = jsonenc.AppendBool(b, r.Enabled)
 		b = append(b, `,"variant":`...)

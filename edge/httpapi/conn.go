@@ -127,13 +127,96 @@ const (
 	lingerBytes = 4 << 20
 )
 
-// conn gives its place back once, when closed, and lingers when asked to.
+// conn gives its place back once, when closed, lingers when asked to, and applies its
+// deadlines lazily (see deadline).
 type conn struct {
 	net.Conn
-	l      *listener // nil when not counted
-	addr   netip.Addr
-	linger atomic.Bool
-	once   sync.Once
+	l               *listener // nil when not counted
+	addr            netip.Addr
+	linger          atomic.Bool
+	once            sync.Once
+	reading, writes deadline
+}
+
+// deadlineSlack is how much later than asked a deadline may fire: fasthttp sets a read
+// deadline twice and a write deadline once for every request of a kept-alive connection,
+// and each one given to the socket costs a runtime timer update; rounded up to this, the
+// deadlines of a busy connection stay where they are for many requests.
+const deadlineSlack = 50 * time.Millisecond
+
+// deadline is one direction's deadline as asked (rounded up to deadlineSlack, in Unix
+// nanoseconds, 0 for none) and as given to the socket, which happens before the next Read
+// (or Write), only when it moved. A deadline asked while a Read blocks applies to the next
+// one; the edge's server asks for its deadlines between its own reads and writes. Between
+// a request's headers and its handler, fasthttp moves the read deadline from the idle timeout
+// to the header timeout without reading again: that one is never given to the socket.
+type deadline struct {
+	want, applied atomic.Int64
+}
+
+func (d *deadline) set(t time.Time) {
+	var n int64
+	if !t.IsZero() {
+		n = t.UnixNano()
+		if r := n % int64(deadlineSlack); r != 0 {
+			n += int64(deadlineSlack) - r
+		}
+		if n == 0 {
+			n = int64(deadlineSlack) // the epoch itself: still a deadline, not none
+		}
+	}
+	d.want.Store(n)
+}
+
+// moved returns the deadline to give the socket, when it moved since last given (then
+// given reports it done).
+func (d *deadline) moved() (t time.Time, n int64, ok bool) {
+	n = d.want.Load()
+	if n == d.applied.Load() {
+		return time.Time{}, 0, false
+	}
+	if n != 0 {
+		t = time.Unix(0, n)
+	}
+	return t, n, true
+}
+
+func (d *deadline) given(n int64) { d.applied.Store(n) }
+
+func (c *conn) SetReadDeadline(t time.Time) error {
+	c.reading.set(t)
+	return nil
+}
+
+func (c *conn) SetWriteDeadline(t time.Time) error {
+	c.writes.set(t)
+	return nil
+}
+
+func (c *conn) SetDeadline(t time.Time) error {
+	c.reading.set(t)
+	c.writes.set(t)
+	return nil
+}
+
+func (c *conn) Read(p []byte) (int, error) {
+	if t, n, ok := c.reading.moved(); ok {
+		if err := c.Conn.SetReadDeadline(t); err != nil {
+			return 0, err
+		}
+		c.reading.given(n)
+	}
+	return c.Conn.Read(p)
+}
+
+func (c *conn) Write(p []byte) (int, error) {
+	if t, n, ok := c.writes.moved(); ok {
+		if err := c.Conn.SetWriteDeadline(t); err != nil {
+			return 0, err
+		}
+		c.writes.given(n)
+	}
+	return c.Conn.Write(p)
 }
 
 // LingerOnClose makes Close send the answer's end first (a TCP half-close) and read and drop

@@ -14,6 +14,7 @@ import (
 
 	"github.com/flagedge/flagedge/edge/clientconfig"
 	"github.com/flagedge/flagedge/edge/evalcount"
+	"github.com/flagedge/flagedge/edge/jsonenc"
 	"github.com/flagedge/flagedge/shared/flags"
 	"github.com/flagedge/flagedge/shared/syncpb"
 )
@@ -44,6 +45,10 @@ type Project struct {
 	// EarlyAccessFeatures are the project's early access features, every stage, in the
 	// control plane's order.
 	EarlyAccessFeatures []EarlyAccessFeature
+	// AnswerKeys are the keys of the snapshot's flags as JSON strings, by result index
+	// (AnswerKeys[i] is Snapshot.Key(i) quoted and escaped), written once here so that an
+	// answer copies them instead of escaping 50 keys twice per request.
+	AnswerKeys [][]byte
 	// Counts are the evaluation counters of the snapshot's flags (nil when the edge does not
 	// count): Counts.Flag(i) counts the i-th result of Snapshot.Evaluate.
 	Counts *evalcount.Project
@@ -132,7 +137,8 @@ func compileProject(pb *syncpb.ProjectSnapshot) (*Project, error) {
 		BuiltAt: time.UnixMilli(pb.BuiltAtUnixMs), Payloads: map[string][]byte{}, readKeys: map[[sha256.Size]byte]bool{}}
 	for _, f := range pb.Flags {
 		def.Flags = append(def.Flags, flags.FlagDefinition{ID: f.Id, Key: f.Key, Name: f.Name, Active: f.Active,
-			Version: int(f.Version), EnsureExperienceContinuity: f.EnsureExperienceContinuity, Filters: f.Filters})
+			Version: int(f.Version), EnsureExperienceContinuity: f.EnsureExperienceContinuity, Filters: f.Filters,
+			EvaluationRuntime: f.EvaluationRuntime, EvaluationTags: f.EvaluationTags})
 		if f.Active && f.EnsureExperienceContinuity {
 			p.ContinuityFlags = append(p.ContinuityFlags, f.Key)
 		}
@@ -148,6 +154,7 @@ func compileProject(pb *syncpb.ProjectSnapshot) (*Project, error) {
 		return nil, fmt.Errorf("project %d version %d: %w", pb.ProjectId, pb.Version, err)
 	}
 	p.Snapshot = snap
+	p.AnswerKeys = answerKeys(snap)
 	for _, f := range pb.Flags {
 		parsed, err := flags.ParseFilters(f.Filters)
 		if err == nil {
@@ -183,6 +190,23 @@ func compileProject(pb *syncpb.ProjectSnapshot) (*Project, error) {
 		}
 	}
 	return p, nil
+}
+
+// answerKeys encodes the snapshot's flag keys as JSON strings, in one block of memory.
+func answerKeys(snap *flags.Snapshot) [][]byte {
+	var all []byte
+	ends := make([]int, snap.Len())
+	for i := range ends {
+		all = jsonenc.AppendString(all, snap.Key(i))
+		ends[i] = len(all)
+	}
+	keys := make([][]byte, len(ends))
+	start := 0
+	for i, end := range ends {
+		keys[i] = all[start:end:end]
+		start = end
+	}
+	return keys
 }
 
 // countDefinitions lists the snapshot's flags in evaluation order with the values they can

@@ -55,7 +55,7 @@ func not(f func(string) bool) func(string) bool { return func(p string) bool { r
 var (
 	cpAdapters = is("controlplane/postgres", "controlplane/httpapi", "controlplane/console", "controlplane/syncserver", "controlplane/logingest")
 	cpDomain   = is("controlplane", "controlplane/authz", "controlplane/flageval", "controlplane/ingest", "controlplane/personview",
-		"controlplane/bloomhub", "controlplane/rollout", "controlplane/loginlimit")
+		"controlplane/bloomhub", "controlplane/rollout", "controlplane/loginlimit", "controlplane/scheduler")
 	testHelpers = is("internal/pgtest", "internal/pgcluster", "internal/natstest", "internal/tlstest", "geoip/geoiptest", "shared/flags/flagstest")
 	harnesses   = under("bench", "e2e")
 )

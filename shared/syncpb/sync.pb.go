@@ -1099,9 +1099,14 @@ type Flag struct {
 	Version                    int32                  `protobuf:"varint,5,opt,name=version,proto3" json:"version,omitempty"`
 	EnsureExperienceContinuity bool                   `protobuf:"varint,6,opt,name=ensure_experience_continuity,json=ensureExperienceContinuity,proto3" json:"ensure_experience_continuity,omitempty"`
 	// filters is the flag's filters as JSON.
-	Filters       []byte `protobuf:"bytes,7,opt,name=filters,proto3" json:"filters,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Filters []byte `protobuf:"bytes,7,opt,name=filters,proto3" json:"filters,omitempty"`
+	// evaluation_runtime is "all", "client" or "server" (empty from older control planes:
+	// "all"); evaluation_tags are the flag's evaluation tags. Edges leave the flag out of
+	// requests from another runtime or naming only other evaluation contexts.
+	EvaluationRuntime string   `protobuf:"bytes,8,opt,name=evaluation_runtime,json=evaluationRuntime,proto3" json:"evaluation_runtime,omitempty"`
+	EvaluationTags    []string `protobuf:"bytes,9,rep,name=evaluation_tags,json=evaluationTags,proto3" json:"evaluation_tags,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *Flag) Reset() {
@@ -1179,6 +1184,20 @@ func (x *Flag) GetEnsureExperienceContinuity() bool {
 func (x *Flag) GetFilters() []byte {
 	if x != nil {
 		return x.Filters
+	}
+	return nil
+}
+
+func (x *Flag) GetEvaluationRuntime() string {
+	if x != nil {
+		return x.EvaluationRuntime
+	}
+	return ""
+}
+
+func (x *Flag) GetEvaluationTags() []string {
+	if x != nil {
+		return x.EvaluationTags
 	}
 	return nil
 }
@@ -2060,7 +2079,7 @@ const file_sync_proto_rawDesc = "" +
 	"\x05stage\x18\x04 \x01(\tR\x05stage\x12+\n" +
 	"\x11documentation_url\x18\x05 \x01(\tR\x10documentationUrl\x12\x19\n" +
 	"\bflag_key\x18\x06 \x01(\tR\aflagKey\x12+\n" +
-	"\x12created_at_unix_ms\x18\a \x01(\x03R\x0fcreatedAtUnixMs\"\xca\x01\n" +
+	"\x12created_at_unix_ms\x18\a \x01(\x03R\x0fcreatedAtUnixMs\"\xa2\x02\n" +
 	"\x04Flag\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x03R\x02id\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12\x12\n" +
@@ -2068,7 +2087,9 @@ const file_sync_proto_rawDesc = "" +
 	"\x06active\x18\x04 \x01(\bR\x06active\x12\x18\n" +
 	"\aversion\x18\x05 \x01(\x05R\aversion\x12@\n" +
 	"\x1censure_experience_continuity\x18\x06 \x01(\bR\x1aensureExperienceContinuity\x12\x18\n" +
-	"\afilters\x18\a \x01(\fR\afilters\"c\n" +
+	"\afilters\x18\a \x01(\fR\afilters\x12-\n" +
+	"\x12evaluation_runtime\x18\b \x01(\tR\x11evaluationRuntime\x12'\n" +
+	"\x0fevaluation_tags\x18\t \x03(\tR\x0eevaluationTags\"c\n" +
 	"\x06Cohort\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x03R\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x1b\n" +

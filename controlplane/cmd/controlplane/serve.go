@@ -37,6 +37,7 @@ import (
 	"github.com/flagedge/flagedge/controlplane/loginlimit"
 	"github.com/flagedge/flagedge/controlplane/postgres"
 	"github.com/flagedge/flagedge/controlplane/rollout"
+	"github.com/flagedge/flagedge/controlplane/scheduler"
 	"github.com/flagedge/flagedge/controlplane/syncserver"
 	"github.com/flagedge/flagedge/internal/daemon"
 	"github.com/flagedge/flagedge/shared/clientip"
@@ -188,6 +189,9 @@ type controlPlane struct {
 	sessions  *postgres.EdgeSessionStore
 	replicaID string
 	rollout   *rollout.Watcher
+	// scheduler runs due scheduled changes; every replica runs one (they claim changes in
+	// the database, so each runs once).
+	scheduler *scheduler.Scheduler
 	logIn     *logingest.Ingester // nil without --event-log-url
 }
 
@@ -254,6 +258,7 @@ func assemble(cfg *serveConfig, db *postgres.DB, logger *slog.Logger) (*controlP
 	cp.sync = syncserver.NewServer(postgres.NewSnapshotStore(db), postgres.NewPersonStore(db), cp.ingest, logger, cp.reg,
 		syncserver.WithMembership(cp.members), syncserver.WithSessions(cp.sessions, cp.replicaID),
 		syncserver.WithEvaluations(postgres.NewEvaluationStore(db)))
+	cp.scheduler = scheduler.New(postgres.NewScheduleStore(db), authz.Wrap(postgres.NewServices(db, 0)).Flags, logger, cp.reg)
 	cp.edges = syncserver.NewEdgeAuth(postgres.NewEdgeService(db), logger, cp.reg)
 	cp.grpc = newGRPCServer(cp.sync, cp.edges, grpcTLS, cp.reg)
 	return cp, nil
@@ -338,6 +343,12 @@ func (cp *controlPlane) run(ctx context.Context) error {
 			func(context.Context, string) error { cp.rollout.Notify(); return nil },
 			func(context.Context) error { cp.rollout.Notify(); return nil }, nil)
 	})
+	g.Go(func() error {
+		return postgres.Listen(gctx, cfg.DatabaseURL, postgres.ScheduleChannel, cp.log,
+			func(context.Context, string) error { cp.scheduler.Wake(); return nil },
+			func(context.Context) error { cp.scheduler.Wake(); return nil }, nil)
+	})
+	g.Go(func() error { cp.scheduler.Run(gctx); return nil })
 	g.Go(func() error { cp.heartbeat(gctx); return nil })
 	g.Go(func() error { cp.edges.Run(gctx); return nil })
 	if cp.logIn != nil {
