@@ -34,7 +34,7 @@ const MinPollInterval = 1000 // milliseconds
 
 // exposeHeaders are the response headers a page on another origin may read: providers read
 // the bulk answer's ETag and a 429's Retry-After.
-const exposeHeaders = "ETag, Retry-After"
+const exposeHeaders = "ETag, Retry-After, X-Flagedge-Snapshot-Version"
 
 // Config holds what OFREP answers from.
 type Config struct {

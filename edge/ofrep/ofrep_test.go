@@ -264,7 +264,7 @@ func TestBulk(t *testing.T) {
 		t.Errorf("%d flags, want all 8 (the inactive one included): %v", len(got), got)
 	}
 	etag := a.header.Get("ETag")
-	if !strings.HasPrefix(etag, `"`) || a.header.Get("Access-Control-Expose-Headers") != "ETag, Retry-After" {
+	if !strings.HasPrefix(etag, `"`) || a.header.Get("Access-Control-Expose-Headers") != "ETag, Retry-After, X-Flagedge-Snapshot-Version" {
 		t.Fatalf("ETag %q, expose %q", etag, a.header.Get("Access-Control-Expose-Headers"))
 	}
 	if r := e.do("POST", "/ofrep/v1/evaluate/flags", body, auth, "If-None-Match: "+etag); r.status != 304 || len(r.raw) != 0 || r.header.Get("ETag") != etag {
