@@ -496,7 +496,9 @@ func newGRPCServer(sync syncpb.SyncServer, edges *syncserver.EdgeAuth, tlsConfig
 		grpc.ChainStreamInterceptor(metrics.StreamServerInterceptor(), edges.StreamInterceptor()),
 	)
 	if tlsConfig != nil {
-		opts = append(opts, grpc.Creds(credentials.NewTLS(tlsConfig)))
+		// crypto/tls reads whole records into a buffer of its own: gRPC's read buffer in front
+		// of it would be 4 KiB more per edge for no fewer system calls.
+		opts = append(opts, grpc.Creds(credentials.NewTLS(tlsConfig)), grpc.ReadBufferSize(0))
 	}
 	srv := grpc.NewServer(opts...)
 	syncpb.RegisterSyncServer(srv, sync)
