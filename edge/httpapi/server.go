@@ -244,13 +244,16 @@ func setCORS(ctx *fasthttp.RequestCtx) {
 	h := &ctx.Response.Header
 	origin := ctx.Request.Header.Peek("Origin")
 	if len(origin) == 0 {
-		h.Set("Access-Control-Allow-Origin", "*")
+		h.SetCanonical(allowOrigin, anyOrigin)
 		return
 	}
-	h.SetBytesV("Access-Control-Allow-Origin", originOf(origin))
+	h.SetCanonical(allowOrigin, originOf(origin))
 	h.Set("Access-Control-Allow-Credentials", "true")
 	h.Set("Vary", "Origin")
 }
+
+// The header every answer carries, in canonical form (SetCanonical skips normalising it).
+var allowOrigin, anyOrigin = []byte("Access-Control-Allow-Origin"), []byte("*")
 
 // originOf returns scheme://host[:port] of an Origin header, or "*" when it has no host.
 func originOf(origin []byte) []byte {
