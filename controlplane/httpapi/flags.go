@@ -201,6 +201,8 @@ func decodeFlagUpdate(w http.ResponseWriter, r *http.Request) (controlplane.Flag
 		f.strings("tags", &u.Tags),
 		f.ints("analytics_dashboards", &u.AnalyticsDashboards),
 		f.boolean("has_enriched_analytics", &u.HasEnrichedAnalytics),
+		f.evaluationRuntime(&u.EvaluationRuntime),
+		f.strings("evaluation_tags", &u.EvaluationTags),
 	} {
 		if step != nil {
 			return u, step
@@ -208,4 +210,20 @@ func decodeFlagUpdate(w http.ResponseWriter, r *http.Request) (controlplane.Flag
 	}
 	f.anyJSON("rollback_conditions", &u.RollbackConditions)
 	return u, nil
+}
+
+// evaluationRuntime reads evaluation_runtime. PostHog stores a null or blank one, which its
+// /flags service treats as "all": flagedge stores "all".
+func (f fields) evaluationRuntime(dst **string) error {
+	if raw, ok := f["evaluation_runtime"]; ok && isNull(raw) {
+		all := "all"
+		*dst = &all
+		return nil
+	}
+	if err := f.str("evaluation_runtime", dst); err != nil || *dst == nil || **dst != "" {
+		return err
+	}
+	all := "all"
+	*dst = &all
+	return nil
 }

@@ -59,6 +59,8 @@ type flagJSON struct {
 	UsageDashboard             *int64                        `json:"usage_dashboard"`
 	AnalyticsDashboards        []int64                       `json:"analytics_dashboards"`
 	HasEnrichedAnalytics       bool                          `json:"has_enriched_analytics"`
+	EvaluationRuntime          string                        `json:"evaluation_runtime"`
+	EvaluationTags             []string                      `json:"evaluation_tags"`
 	// LastCalledAt, EvaluationCounts and Stale say how much edges evaluate the flag.
 	LastCalledAt     *timeJSON        `json:"last_called_at"`
 	EvaluationCounts evaluationCounts `json:"evaluation_counts"`
@@ -83,6 +85,7 @@ func newFlagJSON(f *controlplane.Flag, canEdit bool) flagJSON {
 		RollbackConditions: f.RollbackConditions, PerformedRollback: f.PerformedRollback, CanEdit: canEdit,
 		Tags: nonNil(f.Tags), UsageDashboard: f.UsageDashboard, AnalyticsDashboards: nonNil(f.AnalyticsDashboards),
 		HasEnrichedAnalytics: f.HasEnrichedAnalytics, Features: nonNil(f.Features),
+		EvaluationRuntime: f.EvaluationRuntime, EvaluationTags: nonNil(f.EvaluationTags),
 	}
 }
 

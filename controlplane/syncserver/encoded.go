@@ -19,11 +19,12 @@ import (
 // protobuf encoding of a message is the concatenation of its fields' encodings, in any
 // order, so a message of several snapshots is their encodings one after the other.
 
-// encodedSnapshot is a snapshot's version and its encoding as field 1 (snapshots) of a
-// WatchResponse, immutable once made.
+// encodedSnapshot is a snapshot's version and its encodings as field 1 (snapshots) and,
+// compressed, field 10 (deflated_snapshots) of a WatchResponse, immutable once made.
 type encodedSnapshot struct {
-	version int64
-	field   []byte
+	version  int64
+	field    []byte
+	deflated []byte
 }
 
 func encodeSnapshot(pb *syncpb.ProjectSnapshot) (*encodedSnapshot, error) {
@@ -31,7 +32,27 @@ func encodeSnapshot(pb *syncpb.ProjectSnapshot) (*encodedSnapshot, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &encodedSnapshot{version: pb.Version, field: field}, nil
+	d, err := syncpb.Deflate(pb)
+	if err != nil {
+		return nil, err
+	}
+	deflated, err := encodeField(10, d)
+	if err != nil {
+		return nil, err
+	}
+	if len(deflated) >= len(field) { // a small snapshot: compressing it gains nothing
+		deflated = field
+	}
+	return &encodedSnapshot{version: pb.Version, field: field, deflated: deflated}, nil
+}
+
+// encoding returns the snapshot as a stream gets it: deflated to edges that accept it, where
+// that is smaller.
+func (e *encodedSnapshot) encoding(deflated bool) []byte {
+	if deflated {
+		return e.deflated
+	}
+	return e.field
 }
 
 // encodeField encodes m as field num of a WatchResponse.

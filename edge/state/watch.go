@@ -5,6 +5,8 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"math/rand/v2"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -48,7 +50,7 @@ func watchOnce(ctx context.Context, client syncpb.SyncClient, h *Holder, members
 	defer h.SetConnected(false)
 	stream, err := client.Watch(ctx, &syncpb.WatchRequest{
 		ProtocolVersion: syncpb.ProtocolVersion_PROTOCOL_VERSION_1, EdgeId: edgeID, KnownVersions: h.Versions(),
-		DatabaseId: h.DatabaseID(), PreviousSessionId: *session,
+		DatabaseId: h.DatabaseID(), PreviousSessionId: *session, AcceptsDeflatedSnapshots: true,
 	})
 	if err != nil {
 		return false, err
@@ -63,6 +65,7 @@ func watchOnce(ctx context.Context, client syncpb.SyncClient, h *Holder, members
 			return received, err
 		}
 		received = true
+		inflate(msg, h.log)
 		if err := h.Apply(msg); err != nil {
 			h.log.Error("apply snapshot", "err", err)
 		}
@@ -72,6 +75,9 @@ func watchOnce(ctx context.Context, client syncpb.SyncClient, h *Holder, members
 			go acks.run(ctx)
 		}
 		if acks != nil {
+			if msg.SessionId != "" || len(msg.Snapshots) > 0 {
+				acks.delay.Store(int64(msg.AckDelayMs) * int64(time.Millisecond))
+			}
 			acks.poke()
 		}
 		if members != nil {
@@ -86,15 +92,37 @@ func watchOnce(ctx context.Context, client syncpb.SyncClient, h *Holder, members
 	}
 }
 
+// maxSnapshotBytes bounds what one deflated snapshot may inflate to: 128 MiB, the largest
+// message the edge accepts from the control plane (cpclient.MaxMessageBytes), which an
+// uncompressed snapshot could not have exceeded either.
+const maxSnapshotBytes = 128 << 20
+
+// inflate moves msg's deflated snapshots into its snapshots. One that cannot be inflated is
+// reported and left out, as a snapshot that does not compile is: the project keeps serving
+// the version the edge has.
+func inflate(msg *syncpb.WatchResponse, log *slog.Logger) {
+	for _, d := range msg.DeflatedSnapshots {
+		pb, err := syncpb.Inflate(d, maxSnapshotBytes)
+		if err != nil {
+			log.Error("apply snapshot", "err", err)
+			continue
+		}
+		msg.Snapshots = append(msg.Snapshots, pb)
+	}
+	msg.DeflatedSnapshots = nil
+}
+
 // acker tells the control plane which versions the edge serves, after every applied message
 // of one stream: it sends what changed since its last acknowledgement, one call at a time, so
-// a burst of changes costs one call once the previous one is answered.
+// a burst of changes costs one call once the previous one is answered. It waits first as
+// long as the control plane asks (ack_delay_ms, non-zero when it serves many edges).
 type acker struct {
 	client  syncpb.SyncClient
 	h       *Holder
 	session string
 	wake    chan struct{} // capacity 1
 	acked   map[int64]int64
+	delay   atomic.Int64 // the control plane's ack_delay_ms, as a time.Duration
 }
 
 func (a *acker) poke() {
@@ -118,6 +146,9 @@ func (a *acker) run(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-a.wake:
+		}
+		if d := time.Duration(a.delay.Load()); d > 0 && !sleep(ctx, d+rand.N(d)) {
+			return
 		}
 		req := &syncpb.AcknowledgeRequest{SessionId: a.session, Versions: map[int64]int64{}}
 		held := a.h.Versions()
@@ -144,12 +175,22 @@ func (a *acker) run(ctx context.Context) {
 			return
 		default:
 			a.h.log.Warn("acknowledge versions failed; retrying", "err", err)
-			select {
-			case <-ctx.Done():
+			if !sleep(ctx, ackRetry) {
 				return
-			case <-time.After(ackRetry):
 			}
 			a.poke()
 		}
+	}
+}
+
+// sleep waits for d, or less if ctx ends first (false then).
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
 	}
 }

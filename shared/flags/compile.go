@@ -19,6 +19,10 @@ type FlagDefinition struct {
 	Version                    int
 	EnsureExperienceContinuity bool
 	Filters                    json.RawMessage
+	// EvaluationRuntime is "all" (or empty), "client" or "server"; EvaluationTags are the
+	// flag's evaluation tags. Together they say which requests get the flag (Selected).
+	EvaluationRuntime string
+	EvaluationTags    []string
 }
 
 // CohortDefinition is a cohort: static (a list of persons, known to the caller) or defined by
@@ -65,6 +69,9 @@ type Snapshot struct {
 	personKeys    []string
 	groupKeys     [maxGroupTypes][]string
 	staticCohorts bool
+	// runtimeScoped is set when a flag is for one runtime only, tagged when a flag has
+	// evaluation tags (see Filters).
+	runtimeScoped, tagged bool
 
 	// What Source returns besides the flags.
 	cohortSources []cohortSource
@@ -92,6 +99,8 @@ type compiledFlag struct {
 	// missingDependency is set when the flag depends on a flag that does not exist, on
 	// itself, on a cycle, or on a flag with a missing dependency: it is then false.
 	missingDependency bool
+	runtime           Runtime  // RuntimeAll, RuntimeClient or RuntimeServer
+	evaluationTags    []string // nil when the flag has none
 	// sure is the flag's index in Snapshot.sure, or -1.
 	sure int8
 }
@@ -232,6 +241,12 @@ func (c *compiler) compileFlag(cf *compiledFlag, d FlagDefinition) error {
 	c.flagIndex = c.byKey[d.Key]
 	cf.key, cf.id, cf.version, cf.active, cf.continuity = d.Key, d.ID, d.Version, d.Active, d.EnsureExperienceContinuity
 	cf.filters, cf.name = internJSON(d.Filters), internString(d.Name)
+	cf.runtime = ParseRuntime(d.EvaluationRuntime)
+	if len(d.EvaluationTags) > 0 {
+		cf.evaluationTags = append([]string(nil), d.EvaluationTags...)
+	}
+	c.snap.runtimeScoped = c.snap.runtimeScoped || cf.runtime != RuntimeAll
+	c.snap.tagged = c.snap.tagged || len(cf.evaluationTags) > 0
 	raw := d.Filters
 	if len(bytes.TrimSpace(raw)) == 0 {
 		raw = json.RawMessage(`{}`)
@@ -633,7 +648,8 @@ func (s *Snapshot) Source() Project {
 	for i := range s.flags {
 		f := &s.flags[i]
 		p.Flags[i] = FlagDefinition{ID: f.id, Key: f.key, Name: f.name.String(), Active: f.active, Version: f.version,
-			EnsureExperienceContinuity: f.continuity, Filters: f.filters.rawMessage()}
+			EnsureExperienceContinuity: f.continuity, Filters: f.filters.rawMessage(),
+			EvaluationRuntime: f.runtime.String(), EvaluationTags: f.evaluationTags}
 	}
 	for _, c := range s.cohortSources {
 		p.Cohorts = append(p.Cohorts, CohortDefinition{ID: c.id, Static: c.static, Filters: c.filters.rawMessage()})
