@@ -26,8 +26,8 @@ import (
 	"github.com/flagedge/flagedge/controlplane/httpapi"
 	"github.com/flagedge/flagedge/controlplane/loginlimit"
 	"github.com/flagedge/flagedge/controlplane/postgres"
-	"github.com/flagedge/flagedge/controlplane/webhook"
 	"github.com/flagedge/flagedge/controlplane/rollout"
+	"github.com/flagedge/flagedge/controlplane/webhook"
 	"github.com/flagedge/flagedge/internal/pgtest"
 )
 
