@@ -63,7 +63,10 @@ func TestConsoleWebhooks(t *testing.T) {
 	}
 
 	// A member of the organisation who is not an admin is refused.
-	if _, err := postgres.CreateUser(context.Background(), s.db, "admin@example.com", "member@example.com", "member-password-1", false); err != nil {
+	if _, err := postgres.CreateUser(context.Background(), s.db, "admin@example.com", "member@example.com", "", false); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := postgres.NewUserService(s.db, 4).SetPassword(context.Background(), "member@example.com", "member-password-1"); err != nil {
 		t.Fatal(err)
 	}
 	m := s.browser()
