@@ -29,7 +29,18 @@ type matrixFixtures struct {
 	event      string
 	person     int64
 	feature    string
+	hook       int64
 	n          int // makes names unique
+}
+
+// freshHook creates a webhook for a request that deletes one.
+func (f *matrixFixtures) freshHook() int64 {
+	r := f.e.do("POST", fmt.Sprintf("/api/projects/%d/webhooks/", f.e.project), f.e.key,
+		map[string]any{"url": "https://93.184.215.14/" + f.unique("hook"), "events": []string{"annotation.created"}, "secret": "0123456789abcdef"})
+	if r.status != 201 {
+		f.e.t.Fatalf("create webhook: %d %s", r.status, r.raw)
+	}
+	return int64(r.body["id"].(float64))
 }
 
 // freshFeature creates an early access feature (with its flag) for a request that deletes one.
@@ -213,6 +224,18 @@ func matrixTable() map[string]matrixEntry {
 			role, id := f.freshMembership()
 			return roles(f, "/%s/role_memberships/%s/", role, id)
 		}),
+		"GET /api/projects/{project_id}/webhooks": get(200, func(f *matrixFixtures) string { return proj(f, "/webhooks/") }),
+		"POST /api/projects/{project_id}/webhooks": {201, func(f *matrixFixtures) (string, any) {
+			return proj(f, "/webhooks/"), map[string]any{"url": "https://93.184.215.14/" + f.unique("hook"), "events": []string{"feature_flag.created"}, "secret": "0123456789abcdef"}
+		}},
+		"GET /api/projects/{project_id}/webhooks/{id}": get(200, func(f *matrixFixtures) string { return proj(f, "/webhooks/%d/", f.hook) }),
+		"PATCH /api/projects/{project_id}/webhooks/{id}": {200, func(f *matrixFixtures) (string, any) {
+			return proj(f, "/webhooks/%d/", f.hook), map[string]any{"enabled": true}
+		}},
+		"DELETE /api/projects/{project_id}/webhooks/{id}": get(204, func(f *matrixFixtures) string { return proj(f, "/webhooks/%d/", f.freshHook()) }),
+		"GET /api/projects/{project_id}/webhooks/{id}/deliveries": get(200, func(f *matrixFixtures) string {
+			return proj(f, "/webhooks/%d/deliveries/", f.hook)
+		}),
 		"GET /api/projects/{project_id}/events":      get(200, func(f *matrixFixtures) string { return proj(f, "/events/") }),
 		"GET /api/projects/{project_id}/events/{id}": get(200, func(f *matrixFixtures) string { return proj(f, "/events/%s/", f.event) }),
 		"GET /api/projects/{project_id}/persons":     get(200, func(f *matrixFixtures) string { return proj(f, "/persons/") }),
@@ -263,6 +286,7 @@ func TestRouteAuthorisationMatrix(t *testing.T) {
 	fx.annotation = int64(e.do("POST", e.annotationsPath("/"), e.key, map[string]any{"content": "matrix"}).body["id"].(float64))
 	fx.cohort = int64(e.do("POST", fmt.Sprintf("/api/projects/%d/cohorts/", e.project), e.key, map[string]any{"name": "matrix", "is_static": true}).body["id"].(float64))
 	fx.feature = fx.freshFeature()
+	fx.hook = fx.freshHook()
 	fx.event = uuid.NewString()
 	now := time.Now()
 	if _, err := postgres.NewEventStore(e.db, slog.New(slog.NewTextHandler(io.Discard, nil))).Ingest(ctx, []controlplane.EventBatch{{

@@ -242,6 +242,16 @@ func TestOpenAPIValidatesResponses(t *testing.T) {
 		{method: "GET", specPath: "/api/projects/{project_id}/annotations/{id}/", path: p(proj("/annotations/{annotation}/")), want: 200},
 		{method: "PATCH", specPath: "/api/projects/{project_id}/annotations/{id}/", path: p(proj("/annotations/{annotation}/")), body: map[string]any{"deleted": true}, want: 200},
 		{method: "DELETE", specPath: "/api/projects/{project_id}/annotations/{id}/", path: p(proj("/annotations/{annotation}/")), want: 405},
+		{method: "POST", specPath: "/api/projects/{project_id}/webhooks/", path: p(proj("/webhooks/")), body: map[string]any{
+			"url": "https://93.184.215.14/hook", "events": []string{"feature_flag.updated"}, "secret": "0123456789abcdef"}, want: 201, save: map[string]string{"hook": "id"}},
+		{method: "POST", specPath: "/api/projects/{project_id}/webhooks/", path: p(proj("/webhooks/")), body: map[string]any{
+			"url": "http://127.0.0.1:9/hook", "events": []string{"feature_flag.updated"}, "secret": "0123456789abcdef"}, want: 400},
+		{method: "GET", specPath: "/api/projects/{project_id}/webhooks/", path: p(proj("/webhooks/")), want: 200},
+		{method: "GET", specPath: "/api/projects/{project_id}/webhooks/{id}/", path: p(proj("/webhooks/{hook}/")), want: 200},
+		{method: "PATCH", specPath: "/api/projects/{project_id}/webhooks/{id}/", path: p(proj("/webhooks/{hook}/")), body: map[string]any{"enabled": false}, want: 200},
+		{method: "GET", specPath: "/api/projects/{project_id}/webhooks/{id}/deliveries/", path: p(proj("/webhooks/{hook}/deliveries/")), want: 200},
+		{method: "DELETE", specPath: "/api/projects/{project_id}/webhooks/{id}/", path: p(proj("/webhooks/{hook}/")), want: 204},
+		{method: "GET", specPath: "/api/projects/{project_id}/webhooks/{id}/", path: p(proj("/webhooks/{hook}/")), want: 404},
 		{method: "GET", specPath: "/api/projects/{project_id}/events/", path: p(proj("/events/")), want: 200, save: map[string]string{}},
 		{method: "GET", specPath: "/api/projects/{project_id}/events/{id}/", path: p(proj("/events/018f0000-0000-7000-8000-000000000001/")), want: 200},
 		{method: "GET", specPath: "/api/projects/{project_id}/persons/", path: p(proj("/persons/?distinct_id=user-1")), want: 200, save: map[string]string{"person": "results.0.id"}},

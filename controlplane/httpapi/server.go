@@ -151,6 +151,14 @@ func (s *Server) routes() {
 	s.projectRoute("PATCH", annotations+"/{id}", controlplane.ScopeAnnotationWrite, s.handlePatchAnnotation)
 	s.publicRoute("DELETE", annotations+"/{id}", http.HandlerFunc(handleHardDelete))
 
+	const hooks = "/api/projects/{project_id}/webhooks"
+	s.projectRoute("GET", hooks, controlplane.ScopeWebhookRead, s.handleListWebhooks)
+	s.projectRoute("POST", hooks, controlplane.ScopeWebhookWrite, s.handleCreateWebhook)
+	s.projectRoute("GET", hooks+"/{id}", controlplane.ScopeWebhookRead, s.handleGetWebhook)
+	s.projectRoute("PATCH", hooks+"/{id}", controlplane.ScopeWebhookWrite, s.handlePatchWebhook)
+	s.projectRoute("DELETE", hooks+"/{id}", controlplane.ScopeWebhookWrite, s.handleDeleteWebhook)
+	s.projectRoute("GET", hooks+"/{id}/deliveries", controlplane.ScopeWebhookRead, s.handleListDeliveries)
+
 	const roles = "/api/organizations/{org}/roles"
 	s.orgRoute("GET", roles, controlplane.ScopeRoleRead, s.handleListRoles)
 	s.orgRoute("POST", roles, controlplane.ScopeRoleWrite, s.handleCreateRole)

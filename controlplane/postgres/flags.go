@@ -237,6 +237,9 @@ func createFlag(ctx context.Context, tx pgx.Tx, now time.Time, actor *controlpla
 		created.ID, created.Key, nil); err != nil {
 		return nil, err
 	}
+	if err := enqueueFlagEvent(ctx, tx, actor, controlplane.ActivityCreated, created); err != nil {
+		return nil, err
+	}
 	return created, nil
 }
 
@@ -309,7 +312,22 @@ func updateFlag(ctx context.Context, tx pgx.Tx, now time.Time, actor *controlpla
 	if err != nil {
 		return nil, false, err
 	}
+	if err := enqueueFlagEvent(ctx, tx, actor, activity, updated); err != nil {
+		return nil, false, err
+	}
 	return updated, true, nil
+}
+
+// enqueueFlagEvent reports a flag's creation, change or deletion to the project's webhooks
+// in tx, naming the snapshot version the caller's bump will make.
+func enqueueFlagEvent(ctx context.Context, tx pgx.Tx, actor *controlplane.User, activity string, f *controlplane.Flag) error {
+	version, err := nextSnapshotVersion(ctx, tx, f.ProjectID)
+	if err != nil {
+		return err
+	}
+	return EnqueueWebhookEvent(ctx, tx, controlplane.WebhookEvent{ProjectID: f.ProjectID,
+		Kind: controlplane.EventKind("feature_flag", activity), Actor: actor, SnapshotVersion: version,
+		ObjectType: controlplane.ObjectFlag, Object: f})
 }
 
 // checkReferences refuses filters that name a cohort or a flag the project does not have

@@ -256,7 +256,17 @@ func finishScheduledChange(ctx context.Context, tx pgx.Tx, c *controlplane.Sched
 		return fmt.Errorf("finish scheduled change: %w", err)
 	}
 	c.FailureReason = reason
-	return nil
+	kind := controlplane.EventScheduledChangeExecuted
+	if reason != "" {
+		kind = controlplane.EventScheduledChangeFailed
+	}
+	// The version that holds what the change applied (or the current one, when it failed).
+	var version int64
+	if err := tx.QueryRow(ctx, `SELECT snapshot_version FROM projects WHERE id = $1`, c.ProjectID).Scan(&version); err != nil {
+		return fmt.Errorf("finish scheduled change: %w", err)
+	}
+	return EnqueueWebhookEvent(ctx, tx, controlplane.WebhookEvent{ProjectID: c.ProjectID, Kind: kind, Actor: c.CreatedBy,
+		SnapshotVersion: version, ObjectType: controlplane.ObjectScheduledChange, Object: c})
 }
 
 // failureReason is what a permanent failure says in failure_reason: the domain error's

@@ -23,5 +23,6 @@ func NewServices(db *DB, bcryptCost int) controlplane.Services {
 		Keys:        NewKeyService(db),
 		Sessions:    NewSessionService(db),
 		Schedules:   NewScheduleStore(db),
+		Webhooks:    NewWebhookService(db),
 	}
 }
