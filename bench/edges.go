@@ -81,6 +81,9 @@ type edgesResult struct {
 	// ConfirmedMs are, for each change, the times from the PATCH being sent until the control
 	// plane's rollout_status answered that every edge serves it (edges acknowledging only).
 	ConfirmedMs []float64 `json:"rollout_confirmed_ms,omitempty"`
+	// ConfirmMissed counts the changes rollout_status did not confirm (it failed, or answered
+	// 408 after 30 s).
+	ConfirmMissed int `json:"rollout_confirm_missed"`
 	// The control plane's resident memory before any client, once all are synced, and after
 	// the changes; KB per edge is (synced − before) ÷ edges.
 	RSSBeforeMB     float64 `json:"cp_rss_before_mb"`
@@ -144,19 +147,24 @@ func (r *edgesResult) row() string {
 	return fmt.Sprintf("| %s | %d of %d | %.2f (%.0f / %.0f) | %.0f / %.0f / %.0f (%d rounds, %d missed) | %.0f / %.0f / %.0f | %.1f (%.1f, %.1f; %.1f) | %.2f, %.2f | %d | %s |",
 		r.ControlPlane, r.Synced, r.Edges, r.SyncSeconds, r.SyncP50Ms, r.SyncP99Ms, r.ChangeP50Ms, r.ChangeP99Ms, r.ChangeMaxMs, r.Rounds, r.Missed,
 		r.RSSBeforeMB, r.RSSSyncedMB, r.RSSAfterMB, r.RSSPerEdgeKB, r.HeapKBPerEdge, r.StackKBPerEdge, r.GoroutinesPerEdge,
-		r.SyncCPUSeconds, r.ChangeCPUPerRnd, r.SnapshotBytes, msList(r.ConfirmedMs))
+		r.SyncCPUSeconds, r.ChangeCPUPerRnd, r.SnapshotBytes, msList(r.ConfirmedMs, r.ConfirmMissed))
 }
 
-// msList formats milliseconds as "12, 340, 560", or "–" when there are none.
-func msList(ms []float64) string {
-	if len(ms) == 0 {
+// msList formats milliseconds as "12, 340, 560", with how many are missing ("12, 340 (1
+// missed)"), or "–" when there are none.
+func msList(ms []float64, missed int) string {
+	if len(ms) == 0 && missed == 0 {
 		return "–"
 	}
 	parts := make([]string, len(ms))
 	for i, v := range ms {
 		parts[i] = strconv.FormatFloat(v, 'f', 0, 64)
 	}
-	return strings.Join(parts, ", ")
+	out := strings.Join(parts, ", ")
+	if missed > 0 {
+		out += fmt.Sprintf(" (%d missed)", missed)
+	}
+	return out
 }
 
 // raiseFileLimit raises this process's open-file limit to its hard limit: one descriptor per
@@ -259,8 +267,9 @@ func edgesRun(cfg config, cpBin string, nth int) (*edgesResult, error) {
 		if err := os.MkdirAll(cfg.out, 0o755); err != nil {
 			return nil, err
 		}
-		// The changes take about two seconds each (the change, then a second at rest).
-		go func() { profiled <- fetchProfile(pprofAddr, 2*cfg.edgesRounds, profilePath) }()
+		// A round takes about three seconds: the change, its confirmation by rollout_status
+		// (one to two seconds with 10,000 edges), then a second at rest.
+		go func() { profiled <- fetchProfile(pprofAddr, 3*cfg.edgesRounds, profilePath) }()
 	}
 	_, cpu2 := procStat(pid)
 	for round := range cfg.edgesRounds {
@@ -282,6 +291,8 @@ func edgesRun(cfg config, cpBin string, nth int) (*edgesResult, error) {
 		times, missed := fleet.waitChange(sent, edgesTimeout)
 		if ms := <-confirmed; ms > 0 {
 			res.ConfirmedMs = append(res.ConfirmedMs, ms)
+		} else if fleet.sessions.Load() && fleet.ack {
+			res.ConfirmMissed++
 		}
 		res.Missed += missed
 		all = append(all, times...)

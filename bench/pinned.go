@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -615,7 +616,8 @@ func profileEdge(ctx context.Context, st *pinnedStack, dir string, load func(sec
 // fetchProfile takes a CPU profile of seconds from a process's pprof endpoints at addr into
 // path.
 func fetchProfile(addr string, seconds int, path string) error {
-	resp, err := httpClient.Get(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", addr, seconds))
+	client := &http.Client{Timeout: time.Duration(seconds+30) * time.Second}
+	resp, err := client.Get(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", addr, seconds))
 	if err != nil {
 		return err
 	}

@@ -158,9 +158,6 @@ func (s *EdgeSessionStore) Acknowledge(ctx context.Context, acks []controlplane.
 	return results, nil
 }
 
-// FindProjectEdges lists the sessions marked within SessionTTL of the live edges that serve
-// the project (all projects, or those their token lists), with what they serve of it, by
-// edge name.
 // projectEdgesFrom joins project $1 with the sessions of the edges serving it that were seen
 // within $2 (none: one row with NULL session columns) and what each serves of it.
 const projectEdgesFrom = `FROM projects p
@@ -186,6 +183,9 @@ func (s *EdgeSessionStore) CountLaggards(ctx context.Context, projectID, version
 	return laggards, nil
 }
 
+// FindProjectEdges lists the sessions marked within SessionTTL of the live edges that serve
+// the project (all projects, or those their token lists), with what they serve of it, by
+// edge name.
 func (s *EdgeSessionStore) FindProjectEdges(ctx context.Context, projectID int64) (*controlplane.ProjectEdges, error) {
 	rows, err := s.db.Pool.Query(ctx, `SELECT p.snapshot_version, s.edge_name, s.edge_id, s.replica, s.connected_at,
 			COALESCE(v.version, 0), v.acked_at

@@ -45,8 +45,8 @@ func (w *Watcher) next() <-chan struct{} {
 }
 
 // Wait returns once every connected edge serves the project at version or later (done), or
-// when timeout has passed (not done: the edges' state then), or ctx ends (its error). A
-// project without connected edges is done at once.
+// when timeout has passed (the edges' state then, done if the last of them caught up just
+// in time), or ctx ends (its error). A project without connected edges is done at once.
 func (w *Watcher) Wait(ctx context.Context, projectID, version int64, timeout time.Duration) (edges *controlplane.ProjectEdges, done bool, err error) {
 	deadline := time.NewTimer(timeout)
 	defer deadline.Stop()

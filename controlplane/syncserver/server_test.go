@@ -64,7 +64,7 @@ func newEnv(t *testing.T) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := grpc.NewServer(syncserver.ServerOptions()...)
+	g := grpc.NewServer(syncserver.ServerOptions(false)...)
 	syncpb.RegisterSyncServer(g, srv)
 	go g.Serve(ln) //nolint:errcheck // ends with Stop
 	t.Cleanup(g.Stop)
@@ -426,4 +426,35 @@ func TestDeflatedSnapshots(t *testing.T) {
 		t.Errorf("inflated snapshot differs from the plain one:\n%v\n%v", got, want)
 	}
 	t.Logf("snapshot of 10 flags: %d bytes, deflated %d", proto.Size(want), len(d.Deflated))
+}
+
+// TestAckDelayGrowsWithStreams: a replica serving one edge asks for no delay before
+// acknowledgements; one serving thirty asks for one (40 µs per stream: 1 ms), on the
+// stream's first message and on its snapshots.
+func TestAckDelayGrowsWithStreams(t *testing.T) {
+	e := newEnv(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	watch := func() (first, snapshots *syncpb.WatchResponse) {
+		stream, err := e.client.Watch(ctx, &syncpb.WatchRequest{ProtocolVersion: syncpb.ProtocolVersion_PROTOCOL_VERSION_1, EdgeId: "t"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if first, err = stream.Recv(); err != nil {
+			t.Fatal(err)
+		}
+		if snapshots, err = stream.Recv(); err != nil {
+			t.Fatal(err)
+		}
+		return first, snapshots
+	}
+	if first, snaps := watch(); first.AckDelayMs != 0 || snaps.AckDelayMs != 0 || len(snaps.Snapshots) == 0 {
+		t.Errorf("one stream: delay %d and %d ms (%d snapshots), want 0", first.AckDelayMs, snaps.AckDelayMs, len(snaps.Snapshots))
+	}
+	for range 28 {
+		watch()
+	}
+	if first, snaps := watch(); first.AckDelayMs != 1 || snaps.AckDelayMs != 1 || len(snaps.Snapshots) == 0 {
+		t.Errorf("thirty streams: delay %d and %d ms (%d snapshots), want 1", first.AckDelayMs, snaps.AckDelayMs, len(snaps.Snapshots))
+	}
 }

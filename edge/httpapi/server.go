@@ -245,14 +245,17 @@ func setCORS(ctx *fasthttp.RequestCtx) {
 	h := &ctx.Response.Header
 	origin := ctx.Request.Header.Peek("Origin")
 	if len(origin) == 0 {
-		h.Set("Access-Control-Allow-Origin", "*")
+		h.SetCanonical(allowOrigin, anyOrigin)
 		return
 	}
-	h.SetBytesV("Access-Control-Allow-Origin", originOf(origin))
+	h.SetCanonical(allowOrigin, originOf(origin))
 	h.Set("Access-Control-Allow-Credentials", "true")
 	h.Set("Access-Control-Expose-Headers", exposeHeaders)
 	h.Set("Vary", "Origin")
 }
+
+// The header every answer carries, in canonical form (SetCanonical skips normalising it).
+var allowOrigin, anyOrigin = []byte("Access-Control-Allow-Origin"), []byte("*")
 
 // exposeHeaders are the response headers a browser's script may read besides the simple ones.
 const exposeHeaders = "X-Flagedge-Snapshot-Version"

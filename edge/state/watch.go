@@ -11,8 +11,10 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/flagedge/flagedge/edge/bloomset"
+	"github.com/flagedge/flagedge/edge/cpclient"
 	"github.com/flagedge/flagedge/internal/backoff"
 	"github.com/flagedge/flagedge/shared/syncpb"
 )
@@ -76,7 +78,7 @@ func watchOnce(ctx context.Context, client syncpb.SyncClient, h *Holder, members
 		}
 		if acks != nil {
 			if msg.SessionId != "" || len(msg.Snapshots) > 0 {
-				acks.delay.Store(int64(msg.AckDelayMs) * int64(time.Millisecond))
+				acks.delay.Store(int64(min(time.Duration(msg.AckDelayMs)*time.Millisecond, maxAckDelay)))
 			}
 			acks.poke()
 		}
@@ -92,21 +94,23 @@ func watchOnce(ctx context.Context, client syncpb.SyncClient, h *Holder, members
 	}
 }
 
-// maxSnapshotBytes bounds what one deflated snapshot may inflate to: 128 MiB, the largest
-// message the edge accepts from the control plane (cpclient.MaxMessageBytes), which an
-// uncompressed snapshot could not have exceeded either.
-const maxSnapshotBytes = 128 << 20
+// maxInflatedBytes bounds what the deflated snapshots of one message may inflate to, all
+// together: the largest message the edge accepts from the control plane, which the same
+// snapshots sent uncompressed could not have exceeded either.
+const maxInflatedBytes = cpclient.MaxMessageBytes
 
-// inflate moves msg's deflated snapshots into its snapshots. One that cannot be inflated is
-// reported and left out, as a snapshot that does not compile is: the project keeps serving
-// the version the edge has.
+// inflate moves msg's deflated snapshots into its snapshots. One that cannot be inflated
+// (or would take the message past maxInflatedBytes) is reported and left out, as a snapshot
+// that does not compile is: the project keeps serving the version the edge has.
 func inflate(msg *syncpb.WatchResponse, log *slog.Logger) {
+	budget := maxInflatedBytes
 	for _, d := range msg.DeflatedSnapshots {
-		pb, err := syncpb.Inflate(d, maxSnapshotBytes)
+		pb, err := syncpb.Inflate(d, budget)
 		if err != nil {
 			log.Error("apply snapshot", "err", err)
 			continue
 		}
+		budget -= proto.Size(pb)
 		msg.Snapshots = append(msg.Snapshots, pb)
 	}
 	msg.DeflatedSnapshots = nil
@@ -132,24 +136,29 @@ func (a *acker) poke() {
 	}
 }
 
-// ackTimeout bounds one acknowledgement; ackRetry is the pause after a failed one.
+// ackTimeout bounds one acknowledgement; ackRetry is the pause after a failed one;
+// maxAckDelay bounds the wait a control plane may ask for before acknowledging (it asks at
+// most 5 s), so that a wrong one cannot keep a rollout from ever being confirmed.
 const (
-	ackTimeout = 5 * time.Second
-	ackRetry   = 200 * time.Millisecond
+	ackTimeout  = 5 * time.Second
+	ackRetry    = 200 * time.Millisecond
+	maxAckDelay = 10 * time.Second
 )
 
 // run acknowledges until ctx (the stream's) ends, or the control plane says the session is
 // over or acknowledgements are not known to it (an older control plane).
 func (a *acker) run(ctx context.Context) {
+	retrying := false // the last call failed: it goes again after ackRetry, not the delay
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-a.wake:
 		}
-		if d := time.Duration(a.delay.Load()); d > 0 && !sleep(ctx, d+rand.N(d)) {
+		if d := time.Duration(a.delay.Load()); d > 0 && !retrying && !sleep(ctx, d+rand.N(d)) {
 			return
 		}
+		retrying = false
 		req := &syncpb.AcknowledgeRequest{SessionId: a.session, Versions: map[int64]int64{}}
 		held := a.h.Versions()
 		for id, v := range held {
@@ -178,6 +187,7 @@ func (a *acker) run(ctx context.Context) {
 			if !sleep(ctx, ackRetry) {
 				return
 			}
+			retrying = true
 			a.poke()
 		}
 	}

@@ -66,6 +66,10 @@ type Snapshot struct {
 	evalOrder  []int          // dependencies before dependents; nil when that is the output order
 	groupTypes [maxGroupTypes]string
 
+	// sure lists, up to maxSure, the flags whose rollout hash of the distinct id every
+	// evaluation computes (see markSure): an evaluation computes them first, two at a time.
+	sure []int
+
 	personKeys    []string
 	groupKeys     [maxGroupTypes][]string
 	staticCohorts bool
@@ -102,6 +106,8 @@ type compiledFlag struct {
 	runtime           Runtime  // RuntimeAll, RuntimeClient or RuntimeServer
 	bucketing         string   // the flag-level bucketing_identifier, for Source
 	evaluationTags    []string // nil when the flag has none
+	// sure is the flag's index in Snapshot.sure, or -1.
+	sure int8
 }
 
 // flagValues are what an enabled flag can be besides a plain true: its variants, and the
@@ -197,7 +203,27 @@ func Compile(p Project) (*Snapshot, error) {
 		sort.Strings(s.groupKeys[i])
 	}
 	s.assignMemoSlots()
+	s.markSure()
 	return s, nil
+}
+
+// maxSure bounds Snapshot.sure: an evaluation keeps their hashes in an array of this size.
+const maxSure = 64
+
+// markSure lists the flags whose rollout hash every evaluation computes, with the distinct
+// id as its subject: active person flags without per-condition subjects, experience
+// continuity, super conditions or holdouts, whose first condition has no properties and a
+// rollout below 100%.
+func (s *Snapshot) markSure() {
+	for i := range s.flags {
+		f := &s.flags[i]
+		f.sure = -1
+		if len(s.sure) < maxSure && f.active && !f.missingDependency && f.groupIndex < 0 && !f.perCondition && !f.continuity &&
+			f.rare == nil && len(f.conditions) > 0 && len(f.conditions[0].matchers) == 0 && f.conditions[0].rollout < maxHash {
+			f.sure = int8(len(s.sure))
+			s.sure = append(s.sure, i)
+		}
+	}
 }
 
 type compiler struct {

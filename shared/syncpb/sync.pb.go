@@ -87,8 +87,8 @@ type WatchRequest struct {
 	// the control plane forgets it at once (its replica may have died without closing it).
 	PreviousSessionId string `protobuf:"bytes,5,opt,name=previous_session_id,json=previousSessionId,proto3" json:"previous_session_id,omitempty"`
 	// accepts_deflated_snapshots asks for snapshots as deflated_snapshots (compressed) rather
-	// than snapshots: a change then costs the control plane a fifth of the bytes to encrypt and
-	// send to each edge. Edges that do not set it get snapshots.
+	// than snapshots: a change then costs the control plane about an eighth of the bytes to
+	// encrypt and send to each edge. Edges that do not set it get snapshots.
 	AcceptsDeflatedSnapshots bool `protobuf:"varint,6,opt,name=accepts_deflated_snapshots,json=acceptsDeflatedSnapshots,proto3" json:"accepts_deflated_snapshots,omitempty"`
 	unknownFields            protoimpl.UnknownFields
 	sizeCache                protoimpl.SizeCache
