@@ -130,6 +130,8 @@ func (c *Console) routes() {
 	c.mux.HandleFunc("POST "+p+"/feature_flags/{id}/delete", c.withSession(c.handleDeleteFlag(true)))
 	c.mux.HandleFunc("POST "+p+"/feature_flags/{id}/restore", c.withSession(c.handleDeleteFlag(false)))
 	c.mux.HandleFunc("GET "+p+"/feature_flags/{id}/activity", c.withSession(c.handleFlagActivity))
+	c.mux.HandleFunc("POST "+p+"/feature_flags/{id}/schedule", c.withSession(c.handleScheduleChange))
+	c.mux.HandleFunc("POST "+p+"/feature_flags/{id}/schedule/{sid}/delete", c.withSession(c.handleCancelScheduledChange))
 	c.mux.HandleFunc("POST "+p+"/feature_flags/{id}/role_access", c.withSession(c.handleAddRoleAccess))
 	c.mux.HandleFunc("POST "+p+"/feature_flags/{id}/role_access/{aid}/delete", c.withSession(c.handleRemoveRoleAccess))
 

@@ -484,6 +484,9 @@ func TestConsoleRoleAccess(t *testing.T) {
 	viewer := s.browser()
 	vtok := viewer.login("viewer@example.com", "viewer password")
 	page := viewer.get(flagPath)
+	if strings.Contains(page.body, `id="schedule-form"`) {
+		t.Error("the viewer is offered to schedule changes")
+	}
 	if !strings.Contains(page.body, "can view this flag but not change it") {
 		t.Errorf("the viewer is not told: %.1000s", page.body)
 	}
@@ -494,6 +497,7 @@ func TestConsoleRoleAccess(t *testing.T) {
 		{flagPath, url.Values{"csrf_token": {vtok}, "key": {"guarded"}, "name": {"hijacked"}, "cond_count": {"1"}, "action": {"save"}}},
 		{flagPath + "/active", url.Values{"csrf_token": {vtok}, "active": {"false"}}},
 		{flagPath + "/delete", url.Values{"csrf_token": {vtok}}},
+		{flagPath + "/schedule", url.Values{"csrf_token": {vtok}, "operation": {"enable"}, "scheduled_at": {"2030-01-01T00:00"}}},
 	} {
 		if p := viewer.post(tc.path, tc.form); p.status != http.StatusForbidden {
 			t.Errorf("viewer POST %s: %d, want 403", tc.path, p.status)

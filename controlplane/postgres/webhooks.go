@@ -226,10 +226,13 @@ func EnqueueWebhookEvent(ctx context.Context, tx pgx.Tx, ev controlplane.Webhook
 
 // nextSnapshotVersion is the project's snapshot version that the bump ending tx will make:
 // it locks the project's row, so no other write takes that number first. Writes that
-// enqueue an event before they bump the snapshot (once) name the version with it.
+// enqueue an event before they bump the snapshot (once) name the version with it. The lock is
+// FOR NO KEY UPDATE, the one the bump's UPDATE takes: FOR UPDATE would also wait for the
+// KEY SHARE locks that rows referencing the project (an activity entry just inserted) hold,
+// and two writes in one project would deadlock.
 func nextSnapshotVersion(ctx context.Context, tx pgx.Tx, projectID int64) (int64, error) {
 	var v int64
-	err := tx.QueryRow(ctx, `SELECT snapshot_version + 1 FROM projects WHERE id = $1 FOR UPDATE`, projectID).Scan(&v)
+	err := tx.QueryRow(ctx, `SELECT snapshot_version + 1 FROM projects WHERE id = $1 FOR NO KEY UPDATE`, projectID).Scan(&v)
 	return v, err
 }
 
