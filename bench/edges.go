@@ -12,7 +12,9 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"maps"
 	"math/big"
+	mrand "math/rand/v2"
 	"net"
 	"os"
 	"path/filepath"
@@ -76,6 +78,12 @@ type edgesResult struct {
 	ChangeMaxMs float64   `json:"change_max_ms"`
 	RoundMaxMs  []float64 `json:"round_max_ms"`
 	Missed      int       `json:"change_missed"` // clients a change did not reach within edgesTimeout
+	// ConfirmedMs are, for each change, the times from the PATCH being sent until the control
+	// plane's rollout_status answered that every edge serves it (edges acknowledging only).
+	ConfirmedMs []float64 `json:"rollout_confirmed_ms,omitempty"`
+	// ConfirmMissed counts the changes rollout_status did not confirm (it failed, or answered
+	// 408 after 30 s).
+	ConfirmMissed int `json:"rollout_confirm_missed"`
 	// The control plane's resident memory before any client, once all are synced, and after
 	// the changes; KB per edge is (synced − before) ÷ edges.
 	RSSBeforeMB     float64 `json:"cp_rss_before_mb"`
@@ -101,11 +109,11 @@ func edgesScenario(cfg config) error {
 		return err
 	}
 	var results []*edgesResult
-	for _, bin := range strings.Split(cfg.controlPlaneBin, ",") {
+	for i, bin := range strings.Split(cfg.controlPlaneBin, ",") {
 		if bin == "tree" {
 			bin = ""
 		}
-		res, err := edgesRun(cfg, bin)
+		res, err := edgesRun(cfg, bin, i+1)
 		if err != nil {
 			return err
 		}
@@ -132,14 +140,31 @@ func edgesScenario(cfg config) error {
 	return nil
 }
 
-const edgesHeader = "| control plane | edges synced | initial sync s (p50 / p99 per client, ms) | change to all p50 / p99 / max ms | CP RSS before / synced / after MB | KB per edge (heap, stacks; goroutines) | CP CPU s: sync, per change | snapshot B |\n" +
-	"|---|---:|---|---|---|---|---|---:|\n"
+const edgesHeader = "| control plane | edges synced | initial sync s (p50 / p99 per client, ms) | change to all p50 / p99 / max ms | CP RSS before / synced / after MB | KB per edge (heap, stacks; goroutines) | CP CPU s: sync, per change | snapshot B | rollout_status 200 after, ms per change |\n" +
+	"|---|---:|---|---|---|---|---|---:|---|\n"
 
 func (r *edgesResult) row() string {
-	return fmt.Sprintf("| %s | %d of %d | %.2f (%.0f / %.0f) | %.0f / %.0f / %.0f (%d rounds, %d missed) | %.0f / %.0f / %.0f | %.1f (%.1f, %.1f; %.1f) | %.2f, %.2f | %d |",
+	return fmt.Sprintf("| %s | %d of %d | %.2f (%.0f / %.0f) | %.0f / %.0f / %.0f (%d rounds, %d missed) | %.0f / %.0f / %.0f | %.1f (%.1f, %.1f; %.1f) | %.2f, %.2f | %d | %s |",
 		r.ControlPlane, r.Synced, r.Edges, r.SyncSeconds, r.SyncP50Ms, r.SyncP99Ms, r.ChangeP50Ms, r.ChangeP99Ms, r.ChangeMaxMs, r.Rounds, r.Missed,
 		r.RSSBeforeMB, r.RSSSyncedMB, r.RSSAfterMB, r.RSSPerEdgeKB, r.HeapKBPerEdge, r.StackKBPerEdge, r.GoroutinesPerEdge,
-		r.SyncCPUSeconds, r.ChangeCPUPerRnd, r.SnapshotBytes)
+		r.SyncCPUSeconds, r.ChangeCPUPerRnd, r.SnapshotBytes, msList(r.ConfirmedMs, r.ConfirmMissed))
+}
+
+// msList formats milliseconds as "12, 340, 560", with how many are missing ("12, 340 (1
+// missed)"), or "–" when there are none.
+func msList(ms []float64, missed int) string {
+	if len(ms) == 0 && missed == 0 {
+		return "–"
+	}
+	parts := make([]string, len(ms))
+	for i, v := range ms {
+		parts[i] = strconv.FormatFloat(v, 'f', 0, 64)
+	}
+	out := strings.Join(parts, ", ")
+	if missed > 0 {
+		out += fmt.Sprintf(" (%d missed)", missed)
+	}
+	return out
 }
 
 // raiseFileLimit raises this process's open-file limit to its hard limit: one descriptor per
@@ -153,8 +178,9 @@ func raiseFileLimit() error {
 	return syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim)
 }
 
-// edgesRun is one control plane's run.
-func edgesRun(cfg config, cpBin string) (*edgesResult, error) {
+// edgesRun is one control plane's run, the nth of the scenario (its profile's name with
+// --profile).
+func edgesRun(cfg config, cpBin string, nth int) (*edgesResult, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	name := cpBin
@@ -170,8 +196,16 @@ func edgesRun(cfg config, cpBin string) (*edgesResult, error) {
 	if err != nil {
 		return nil, err
 	}
+	cpArgs := []string{"--grpc-tls-cert", certFile, "--grpc-tls-key", keyFile}
+	var pprofAddr string
+	if cfg.profile {
+		if pprofAddr, err = freeAddr(); err != nil {
+			return nil, err
+		}
+		cpArgs = append(cpArgs, "--pprof-addr", pprofAddr)
+	}
 	stack, err := startSelfStack(ctx, stackOptions{name: "edges", noEdge: true, controlPlaneBin: cpBin,
-		controlPlaneArgs: []string{"--grpc-tls-cert", certFile, "--grpc-tls-key", keyFile}})
+		controlPlaneArgs: cpArgs})
 	if err != nil {
 		return nil, err
 	}
@@ -227,17 +261,39 @@ func edgesRun(cfg config, cpBin string) (*edgesResult, error) {
 
 	flagID := p.flags["kill-switch"]
 	var all []float64
+	profiled := make(chan error, 1)
+	profilePath := filepath.Join(cfg.out, fmt.Sprintf("edges-cp-%d-cpu.pprof", nth))
+	if pprofAddr != "" {
+		if err := os.MkdirAll(cfg.out, 0o755); err != nil {
+			return nil, err
+		}
+		// A round takes about three seconds: the change, its confirmation by rollout_status
+		// (one to two seconds with 10,000 edges), then a second at rest.
+		go func() { profiled <- fetchProfile(pprofAddr, 3*cfg.edgesRounds, profilePath) }()
+	}
 	_, cpu2 := procStat(pid)
 	for round := range cfg.edgesRounds {
 		progress(fmt.Sprintf("edges: change %d of %d", round+1, cfg.edgesRounds))
 		fleet.expect()
 		sent := time.Now()
 		pct := 100 * (round % 2)
-		if err := a.call("PATCH", fmt.Sprintf("/api/projects/%d/feature_flags/%d/", p.id, flagID),
-			map[string]any{"filters": map[string]any{"groups": []any{map[string]any{"rollout_percentage": pct}}}}, nil); err != nil {
+		header, err := a.send("PATCH", fmt.Sprintf("/api/projects/%d/feature_flags/%d/", p.id, flagID),
+			map[string]any{"filters": map[string]any{"groups": []any{map[string]any{"rollout_percentage": pct}}}}, nil)
+		if err != nil {
 			return nil, err
 		}
+		confirmed := make(chan float64, 1)
+		if fleet.sessions.Load() && fleet.ack {
+			go func() { confirmed <- rolloutConfirmed(a, p.id, header.Get("X-Flagedge-Snapshot-Version"), sent) }()
+		} else {
+			confirmed <- 0
+		}
 		times, missed := fleet.waitChange(sent, edgesTimeout)
+		if ms := <-confirmed; ms > 0 {
+			res.ConfirmedMs = append(res.ConfirmedMs, ms)
+		} else if fleet.sessions.Load() && fleet.ack {
+			res.ConfirmMissed++
+		}
 		res.Missed += missed
 		all = append(all, times...)
 		res.RoundMaxMs = append(res.RoundMaxMs, quantile(times, 1))
@@ -249,7 +305,28 @@ func edgesRun(cfg config, cpBin string) (*edgesResult, error) {
 	rss, _ = procStat(pid)
 	res.RSSAfterMB = rss / 1e6
 	res.AckErrors = fleet.ackErrors.Load()
+	if pprofAddr != "" {
+		if err := <-profiled; err != nil {
+			return nil, fmt.Errorf("control-plane profile: %w", err)
+		}
+		if err := writeTop(ctx, profilePath, strings.TrimSuffix(profilePath, ".pprof")+".txt"); err != nil {
+			return nil, err
+		}
+	}
 	return res, nil
+}
+
+// rolloutConfirmed asks the control plane's rollout_status to answer once every connected edge
+// serves version, and returns the milliseconds from sent until it did (0 if it did not).
+func rolloutConfirmed(a *api, projectID int64, version string, sent time.Time) float64 {
+	if version == "" {
+		return 0
+	}
+	if err := a.call("GET", fmt.Sprintf("/api/projects/%d/rollout_status?version=%s&timeout=30s", projectID, version), nil, nil); err != nil {
+		fmt.Fprintf(os.Stderr, "\nrollout_status: %v\n", err)
+		return 0
+	}
+	return float64(time.Since(sent).Microseconds()) / 1e3
 }
 
 // cpuAtRest is the control plane's CPU seconds in one second with nothing changing
@@ -324,6 +401,7 @@ type fleet struct {
 	snapshotBytes atomic.Int64
 	ack           bool         // acknowledge versions, as edges do, where the stream names a session
 	ackErrors     atomic.Int64 // acknowledgements that failed
+	sessions      atomic.Bool  // some stream named a session: the control plane tracks rollouts
 	wg            sync.WaitGroup
 	cancel        context.CancelFunc
 }
@@ -391,15 +469,47 @@ func (f *fleet) connect(ctx context.Context, addr, token string, pool *x509.Cert
 // watch runs one client's stream until ctx ends. A stream that fails is not retried: the
 // client then counts as not synced or missing the change. When the stream names a session
 // (a control plane that tracks rollouts), the client acknowledges the versions it receives,
-// as an edge does once it has applied them.
+// as an edge does once it has applied them: one call at a time, after the delay the control
+// plane asks for (a random point between ack_delay_ms and twice it), what arrived meanwhile
+// in the same call.
 func (f *fleet) watch(ctx context.Context, i int, c *edgeClient, synced func()) {
 	client := syncpb.NewSyncClient(c.conn)
 	stream, err := client.Watch(ctx, &syncpb.WatchRequest{ProtocolVersion: syncpb.ProtocolVersion_PROTOCOL_VERSION_1,
-		EdgeId: "bench-edge-" + strconv.Itoa(i)})
+		EdgeId: "bench-edge-" + strconv.Itoa(i), AcceptsDeflatedSnapshots: true})
 	if err != nil {
 		return
 	}
 	var session string
+	var delay time.Duration
+	var mu sync.Mutex
+	var pending map[int64]int64 // versions received and not yet acknowledged
+	var ack func()
+	ack = func() {
+		mu.Lock()
+		req := &syncpb.AcknowledgeRequest{SessionId: session, Versions: pending}
+		pending = nil
+		mu.Unlock()
+		_, err := client.Acknowledge(ctx, req)
+		if err == nil || ctx.Err() != nil {
+			return
+		}
+		// As an edge does: what failed goes again, with what arrived meanwhile, 200 ms later.
+		if f.ackErrors.Add(1) == 1 {
+			fmt.Fprintf(os.Stderr, "\nclient %d: first failed acknowledgement: %v\n", i, err)
+		}
+		mu.Lock()
+		rearm := pending == nil
+		if rearm {
+			pending = map[int64]int64{}
+		}
+		for id, v := range req.Versions {
+			pending[id] = max(pending[id], v)
+		}
+		mu.Unlock()
+		if rearm {
+			time.AfterFunc(200*time.Millisecond, ack)
+		}
+	}
 	for {
 		var m lightResponse
 		if err := stream.RecvMsg(&m); err != nil {
@@ -410,12 +520,28 @@ func (f *fleet) watch(ctx context.Context, i int, c *edgeClient, synced func()) 
 		}
 		if m.sessionID != "" {
 			session = m.sessionID
+			f.sessions.Store(true)
+		}
+		if m.sessionID != "" || len(m.versions) > 0 {
+			delay = m.ackDelay
 		}
 		f.apply(c, &m, synced)
-		if session != "" && f.ack && len(m.versions) > 0 {
-			if _, err := client.Acknowledge(ctx, &syncpb.AcknowledgeRequest{SessionId: session, Versions: m.versions}); err != nil && ctx.Err() == nil {
-				f.ackErrors.Add(1)
+		if session == "" || !f.ack || len(m.versions) == 0 {
+			continue
+		}
+		mu.Lock()
+		first := pending == nil
+		if first {
+			pending = map[int64]int64{}
+		}
+		maps.Copy(pending, m.versions)
+		mu.Unlock()
+		if first {
+			wait := delay
+			if delay > 0 {
+				wait += mrand.N(delay)
 			}
+			time.AfterFunc(wait, ack)
 		}
 	}
 }
@@ -530,11 +656,13 @@ type lightResponse struct {
 	initialSyncDone bool
 	sizes           map[int64]int // project id → bytes of its snapshot
 	sessionID       string
+	ackDelay        time.Duration // the control plane's ack_delay_ms
 }
 
 // lightCodec marshals requests as protobuf and reads of a WatchResponse only the snapshots'
 // project ids and versions and initial_sync_done, skipping the rest: 10,000 clients in one
-// process must cost it little.
+// process must cost it little. Deflated snapshots are not inflated (an edge inflates each, some
+// tens of microseconds): their ids and versions are outside the compressed bytes.
 type lightCodec struct{}
 
 func (lightCodec) Name() string { return "proto" }
@@ -562,7 +690,7 @@ func (lightCodec) Unmarshal(data mem.BufferSlice, v any) error {
 		}
 		b = b[n:]
 		switch {
-		case num == 1 && typ == protowire.BytesType: // snapshots
+		case (num == 1 || num == 10) && typ == protowire.BytesType: // snapshots, deflated_snapshots (both begin with project_id and version)
 			snap, n := protowire.ConsumeBytes(b)
 			if n < 0 {
 				return protowire.ParseError(n)
@@ -583,6 +711,13 @@ func (lightCodec) Unmarshal(data mem.BufferSlice, v any) error {
 			}
 			m.sessionID = string(v)
 			b = b[n:]
+		case num == 9 && typ == protowire.VarintType: // ack_delay_ms
+			v, n := protowire.ConsumeVarint(b)
+			if n < 0 {
+				return protowire.ParseError(n)
+			}
+			m.ackDelay = time.Duration(v) * time.Millisecond
+			b = b[n:]
 		case num == 3 && typ == protowire.VarintType: // initial_sync_done
 			v, n := protowire.ConsumeVarint(b)
 			if n < 0 {
@@ -601,7 +736,7 @@ func (lightCodec) Unmarshal(data mem.BufferSlice, v any) error {
 	return nil
 }
 
-// snapshotVersion reads a ProjectSnapshot's project_id (1) and version (2).
+// snapshotVersion reads a ProjectSnapshot's or DeflatedSnapshot's project_id (1) and version (2).
 func snapshotVersion(b []byte) (id, version int64, err error) {
 	for len(b) > 0 {
 		num, typ, n := protowire.ConsumeTag(b)

@@ -90,7 +90,7 @@ func runBench(args []string) error {
 	fs.StringVar(&cfg.edgeMetrics, "edge-metrics", envOr("EDGE_METRICS", "http://127.0.0.1:9181"), "the first edge's --metrics-addr, as a URL (env EDGE_METRICS)")
 	fs.StringVar(&cfg.personalKey, "personal-key", os.Getenv("KEY"), "personal API key with scope * (env KEY)")
 	fs.BoolVar(&cfg.suite, "suite", false, "run the standard suite (what make bench runs)")
-	fs.StringVar(&cfg.scenario, "scenario", "decide", "decide, decide-repeat, flags, capture, mixed, propagation, rss (self-contained with --self-contained), eventlog (self-contained: its own PostgreSQL, 3-node NATS cluster, control plane and edge with --event-log-url, /batch senders; builds paired from --edge-bin and --controlplane-bin), edges (self-contained: its own PostgreSQL and control plane, and --edges simulated edges over gRPC), regions (self-contained: its own PostgreSQL, control plane and edge, 80 ms apart), sse (self-contained: OFREP change streams on one edge, their memory and a change's fan-out), pinned (self-contained: the edge vs a bare responder on one pinned core, with wrk), logins (self-contained: the management API's latency during console login floods), or hostile (self-contained: the edge's peak memory under the worst bodies, and /decide among 10,000 half-sent requests)")
+	fs.StringVar(&cfg.scenario, "scenario", "decide", "decide, decide-repeat, flags, capture, mixed, propagation, rss (self-contained with --self-contained), eventlog (self-contained: its own PostgreSQL, 3-node NATS cluster, control plane and edge with --event-log-url, /batch senders; builds paired from --edge-bin and --controlplane-bin), edges (self-contained: its own PostgreSQL and control plane, and --edges simulated edges over gRPC), regions (self-contained: its own PostgreSQL, control plane and edge, 80 ms apart), sse (self-contained: OFREP change streams on one edge, their memory and a change's fan-out), pinned (self-contained: the edge vs a bare responder on one pinned core, with wrk), logins (self-contained: the management API's latency during console login floods), hostile (self-contained: the edge's peak memory under the worst bodies, and /decide among 10,000 half-sent requests), or webhooks (self-contained: a flag write's delivery to a webhook receiver, p50/p99 over 100 writes)")
 	fs.DurationVar(&cfg.duration, "duration", 10*time.Second, "how long each load runs")
 	fs.IntVar(&cfg.connections, "connections", 32, "concurrent connections (closed loop)")
 	fs.IntVar(&cfg.rate, "rate", 0, "requests per second for an open-loop run; 0 is closed loop")
@@ -105,7 +105,7 @@ func runBench(args []string) error {
 	fs.IntVar(&cfg.rssPersons, "rss-persons", 1_000_000, "distinct ids the rss scenario then has the control plane store, through the edge's /batch (0: none)")
 	fs.StringVar(&cfg.edgeBin, "edge-bin", "", "pinned, regions, eventlog and rss --self-contained: run this edge binary instead of one built from the tree (compare builds)")
 	combine := fs.String("plot", "", "only draw combined-* plots into --out from these report.json / pinned.json files (comma-separated)")
-	fs.BoolVar(&cfg.profile, "profile", false, "pinned: also take a CPU profile of the edge under load (pinned-edge-cpu.pprof and .txt); eventlog: of the edge and the control plane in the flat-out phase")
+	fs.BoolVar(&cfg.profile, "profile", false, "pinned: also take a CPU profile of the edge under load (pinned-edge-cpu.pprof and .txt); edges: of each control plane during the changes (edges-cp-N-cpu.pprof and .txt); eventlog: of the edge and the control plane in the flat-out phase")
 	fs.IntVar(&cfg.sseStreams, "sse-streams", 10_000, "OFREP change streams the sse scenario opens on its edge")
 	fs.IntVar(&cfg.eventLogRounds, "eventlog-rounds", 3, "eventlog: runs of each build at stream replication 1 and 3, interleaved (the report gives medians)")
 	fs.IntVar(&cfg.edgesCount, "edges", 10_000, "edges: simulated edges, each with its own gRPC connection and Watch stream")
@@ -150,6 +150,9 @@ func runBench(args []string) error {
 	}
 	if cfg.scenario == "logins" { // self-contained: its own PostgreSQL, control plane and edge
 		return loginsScenario(cfg)
+	}
+	if cfg.scenario == "webhooks" { // self-contained: its own PostgreSQL, control plane and receiver
+		return webhooksScenario(cfg)
 	}
 	if cfg.scenario == "hostile" { // self-contained: its own PostgreSQL, control plane and edge
 		return hostileScenario(cfg)

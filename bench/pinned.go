@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -602,30 +603,39 @@ func profileEdge(ctx context.Context, st *pinnedStack, dir string, load func(sec
 	}
 	path := filepath.Join(dir, "pinned-edge-cpu.pprof")
 	done := make(chan error, 1)
-	go func() {
-		resp, err := httpClient.Get(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", st.pprofAddr, seconds))
-		if err != nil {
-			done <- err
-			return
-		}
-		defer resp.Body.Close()
-		raw, err := io.ReadAll(resp.Body)
-		if err == nil {
-			err = os.WriteFile(path, raw, 0o644)
-		}
-		done <- err
-	}()
+	go func() { done <- fetchProfile(st.pprofAddr, seconds, path) }()
 	if err := load(seconds + 1); err != nil {
 		return err
 	}
 	if err := <-done; err != nil {
 		return fmt.Errorf("edge profile: %w", err)
 	}
+	return writeTop(ctx, path, filepath.Join(dir, "pinned-edge-cpu.txt"))
+}
+
+// fetchProfile takes a CPU profile of seconds from a process's pprof endpoints at addr into
+// path.
+func fetchProfile(addr string, seconds int, path string) error {
+	client := &http.Client{Timeout: time.Duration(seconds+30) * time.Second}
+	resp, err := client.Get(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", addr, seconds))
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, raw, 0o644)
+}
+
+// writeTop writes the top functions of the profile at path into out.
+func writeTop(ctx context.Context, path, out string) error {
 	top, err := exec.CommandContext(ctx, "go", "tool", "pprof", "-top", "-nodecount", "40", path).CombinedOutput()
 	if err != nil {
 		return fmt.Errorf("go tool pprof: %v\n%s", err, top)
 	}
-	return os.WriteFile(filepath.Join(dir, "pinned-edge-cpu.txt"), top, 0o644)
+	return os.WriteFile(out, top, 0o644)
 }
 
 // freeAddr returns a loopback address with a port free at the moment.

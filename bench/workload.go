@@ -23,33 +23,39 @@ type api struct {
 }
 
 func (a *api) call(method, path string, body any, out any) error {
+	_, err := a.send(method, path, body, out)
+	return err
+}
+
+// send is call that also returns the answer's headers.
+func (a *api) send(method, path string, body any, out any) (http.Header, error) {
 	var rd io.Reader
 	if body != nil {
 		b, err := json.Marshal(body)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		rd = bytes.NewReader(b)
 	}
 	req, err := http.NewRequest(method, a.base+path, rd)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	req.Header.Set("Authorization", "Bearer "+a.key)
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := a.http.Do(req)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer resp.Body.Close()
 	raw, _ := io.ReadAll(resp.Body)
 	if resp.StatusCode >= 300 {
-		return fmt.Errorf("%s %s: %d %s", method, path, resp.StatusCode, raw)
+		return resp.Header, fmt.Errorf("%s %s: %d %s", method, path, resp.StatusCode, raw)
 	}
 	if out != nil {
-		return json.Unmarshal(raw, out)
+		return resp.Header, json.Unmarshal(raw, out)
 	}
-	return nil
+	return resp.Header, nil
 }
 
 // project is the generated project the load runs against.

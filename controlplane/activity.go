@@ -56,3 +56,25 @@ type ActivityFilter struct {
 type ActivityService interface {
 	FindActivity(ctx context.Context, filter ActivityFilter) ([]*Activity, int, error)
 }
+
+// Trigger says what made a change when it was not its user's own request: PostHog's
+// detail.trigger of an activity entry (job_type "scheduled_change" for the scheduler).
+type Trigger struct {
+	JobType string `json:"job_type"`
+	JobID   string `json:"job_id"`
+	Payload any    `json:"payload"`
+}
+
+type triggerKey struct{}
+
+// NewContextWithTrigger returns ctx whose writes are recorded in the activity log as made by
+// the trigger (on behalf of the context's user).
+func NewContextWithTrigger(ctx context.Context, t *Trigger) context.Context {
+	return context.WithValue(ctx, triggerKey{}, t)
+}
+
+// TriggerFromContext returns the trigger of ctx's writes, or nil for a user's own request.
+func TriggerFromContext(ctx context.Context) *Trigger {
+	t, _ := ctx.Value(triggerKey{}).(*Trigger)
+	return t
+}

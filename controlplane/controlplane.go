@@ -120,11 +120,14 @@ const (
 	// ScopeFeatureRead and ScopeFeatureWrite are for early access features.
 	ScopeFeatureRead  Scope = "early_access_feature:read"
 	ScopeFeatureWrite Scope = "early_access_feature:write"
+	// ScopeWebhookRead and ScopeWebhookWrite are for a project's webhooks and their deliveries.
+	ScopeWebhookRead  Scope = "webhook:read"
+	ScopeWebhookWrite Scope = "webhook:write"
 )
 
 // ScopeObjects are the objects a scope may name.
 var ScopeObjects = []string{"feature_flag", "annotation", "activity_log", "project", "cohort", "person", "event", "role",
-	"personal_api_key", "user", "organization_member", "early_access_feature"}
+	"personal_api_key", "user", "organization_member", "early_access_feature", "webhook"}
 
 // ValidScope reports whether s is "*" or "<object>:read|write" for a known object.
 func ValidScope(s string) bool {
@@ -212,4 +215,6 @@ type Services struct {
 	Users       UserService
 	Keys        KeyService
 	Sessions    SessionService
+	Schedules   ScheduledChangeService
+	Webhooks    WebhookService
 }

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"regexp"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/flagedge/flagedge/shared/flags"
@@ -40,6 +41,15 @@ type Flag struct {
 	UsageDashboard             *int64
 	AnalyticsDashboards        []int64
 	HasEnrichedAnalytics       bool
+	// EvaluationRuntime is where the flag is evaluated: "all", "client" or "server"
+	// (PostHog's evaluation_runtime); edges leave it out of requests from another runtime.
+	EvaluationRuntime string
+	// EvaluationTags are those of the flag's tags (lower-cased) that also restrict it to
+	// requests naming one of them in evaluation_contexts.
+	EvaluationTags []string
+	// BucketingIdentifier is how persons are bucketed: "" (PostHog's null) or "distinct_id"
+	// on the distinct id, "device_id" on the request's device id.
+	BucketingIdentifier string
 	// Features are the flag's early access features (read-only).
 	Features []FeatureSummary
 	// SnapshotVersion is, after a write, the project's snapshot version that contains it (0
@@ -72,6 +82,9 @@ type FlagUpdate struct {
 	Tags                       *[]string
 	AnalyticsDashboards        *[]int64
 	HasEnrichedAnalytics       *bool
+	EvaluationRuntime          *string
+	EvaluationTags             *[]string
+	BucketingIdentifier        *string
 	// UsageDashboard is set by the dashboard action, never from a request body.
 	UsageDashboard *int64
 }
@@ -113,8 +126,54 @@ func (u *FlagUpdate) Validate(creating bool) error {
 			}
 		}
 	}
+	if r := u.EvaluationRuntime; r != nil && !slices.Contains(EvaluationRuntimes, *r) {
+		return FieldError("evaluation_runtime", "invalid_choice", `"`+*r+`" is not a valid choice.`)
+	}
+	if b := u.BucketingIdentifier; b != nil && *b != "" && *b != "distinct_id" && *b != "device_id" {
+		return FieldError("bucketing_identifier", "invalid_choice", `"`+*b+`" is not a valid choice.`)
+	}
+	return u.validateEvaluationTags()
+}
+
+// EvaluationRuntimes are the values of a flag's evaluation_runtime.
+var EvaluationRuntimes = []string{"all", "client", "server"}
+
+// validateEvaluationTags checks, as PostHog does, that the evaluation tags of the update are
+// among the tags it sends (both compared lower-cased and trimmed): an update setting
+// evaluation tags sends the tags too. It normalizes them to that form, without duplicates.
+func (u *FlagUpdate) validateEvaluationTags() error {
+	if u.EvaluationTags == nil {
+		return nil
+	}
+	tags := map[string]bool{}
+	if u.Tags != nil {
+		for _, t := range *u.Tags {
+			tags[tagify(t)] = true
+		}
+	}
+	var invalid []string
+	normalized := []string{}
+	for _, t := range *u.EvaluationTags {
+		t = tagify(t)
+		if !tags[t] && !slices.Contains(invalid, t) {
+			invalid = append(invalid, t)
+		}
+		if !slices.Contains(normalized, t) {
+			normalized = append(normalized, t)
+		}
+	}
+	if len(invalid) > 0 {
+		slices.Sort(invalid)
+		return FieldError("evaluation_tags", "invalid_input",
+			"Evaluation tags must be a subset of tags. Invalid evaluation tags: "+strings.Join(invalid, ", "))
+	}
+	slices.Sort(normalized)
+	*u.EvaluationTags = normalized
 	return nil
 }
+
+// tagify is PostHog's form of a tag name for comparisons: trimmed and lower-cased.
+func tagify(t string) string { return strings.ToLower(strings.TrimSpace(t)) }
 
 // Apply writes the update onto f.
 func (u *FlagUpdate) Apply(f *Flag) {
@@ -134,6 +193,9 @@ func (u *FlagUpdate) Apply(f *Flag) {
 	setIf(&f.Tags, u.Tags)
 	setIf(&f.AnalyticsDashboards, u.AnalyticsDashboards)
 	setIf(&f.HasEnrichedAnalytics, u.HasEnrichedAnalytics)
+	setIf(&f.EvaluationRuntime, u.EvaluationRuntime)
+	setIf(&f.EvaluationTags, u.EvaluationTags)
+	setIf(&f.BucketingIdentifier, u.BucketingIdentifier)
 	if u.UsageDashboard != nil {
 		f.UsageDashboard = u.UsageDashboard
 	}
@@ -164,11 +226,10 @@ type FlagFilter struct {
 	Type string
 	// Tags keeps flags with any of them; ExcludedKeys drops flags with those keys.
 	Tags, ExcludedKeys []string
-	// EvaluationRuntime keeps the flags evaluated in that runtime: every flagedge flag is
-	// evaluated everywhere ("all").
+	// EvaluationRuntime keeps the flags whose evaluation_runtime is exactly it (as PostHog's
+	// list does: "all" keeps only flags for all runtimes, an unknown value none).
 	EvaluationRuntime string
-	// HasEvaluationTags keeps flags with (true) or without (false) evaluation tags, which
-	// flagedge flags never have.
+	// HasEvaluationTags keeps flags with (true) or without (false) evaluation tags.
 	HasEvaluationTags *bool
 	// Order is a field to sort by (FlagOrderFields), "-" first for descending; "" is newest
 	// first.
@@ -237,6 +298,15 @@ func FlagChanges(before, after *Flag) []Change {
 	}
 	if before.HasEnrichedAnalytics != after.HasEnrichedAnalytics {
 		add("has_enriched_analytics", before.HasEnrichedAnalytics, after.HasEnrichedAnalytics)
+	}
+	if before.EvaluationRuntime != after.EvaluationRuntime {
+		add("evaluation_runtime", before.EvaluationRuntime, after.EvaluationRuntime)
+	}
+	if !slices.Equal(before.EvaluationTags, after.EvaluationTags) {
+		add("evaluation_tags", before.EvaluationTags, after.EvaluationTags)
+	}
+	if before.BucketingIdentifier != after.BucketingIdentifier {
+		add("bucketing_identifier", before.BucketingIdentifier, after.BucketingIdentifier)
 	}
 	if (before.UsageDashboard == nil) != (after.UsageDashboard == nil) ||
 		(before.UsageDashboard != nil && *before.UsageDashboard != *after.UsageDashboard) {

@@ -58,6 +58,10 @@ type EdgeSessionStore interface {
 	// FindProjectEdges lists the connected edges with what they serve of the project; NotFound
 	// when there is no such project.
 	FindProjectEdges(ctx context.Context, projectID int64) (*ProjectEdges, error)
+	// CountLaggards counts the connected edges serving the project that do not serve version
+	// yet (Laggards of FindProjectEdges, without reading every edge); NotFound when there is
+	// no such project.
+	CountLaggards(ctx context.Context, projectID, version int64) (int, error)
 }
 
 // Acknowledgement is what one session's edge says it serves now: the versions of projects

@@ -1,8 +1,11 @@
 package e2e
 
 import (
+	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -16,12 +19,13 @@ import (
 // created through the management API, the case's request is sent to an edge's /flags?v=2,
 // and the value and reason must be the corpus's. It takes the flag-level cases (device
 // bucketing, early_exit, flag dependencies, null versus missing, exact, Unicode, regexes)
-// that need no group types, stored properties or fixed clock, and every fifth property case.
+// that need no group types, stored properties or fixed clock, every fifth property case, and
+// the cases of which flags a request gets (evaluation_runtime, its headers, evaluation tags).
 func TestConformanceEndToEnd(t *testing.T) {
 	s := newStack(t)
 	e := s.startEdge("edge-conformance", "", true)
 	var cases []map[string]any
-	for _, name := range []string{"targeting.json", "property_matching.json"} {
+	for _, name := range []string{"targeting.json", "property_matching.json", "selection.json", "sdk_replay.json"} {
 		raw, err := os.ReadFile(filepath.Join("..", "shared", "flags", "testdata", "conformance", name))
 		if err != nil {
 			t.Fatal(err)
@@ -92,6 +96,15 @@ func (s *stack) replay(t *testing.T, e *edge, c map[string]any) {
 		if flag["ensure_experience_continuity"] == true {
 			body["ensure_experience_continuity"] = true
 		}
+		if b, ok := flag["bucketing_identifier"]; ok {
+			body["bucketing_identifier"] = b
+		}
+		if rt, ok := flag["evaluation_runtime"]; ok {
+			body["evaluation_runtime"] = rt
+		}
+		if tags, ok := flag["evaluation_tags"]; ok {
+			body["evaluation_tags"], body["tags"] = tags, tags
+		}
 		code, out := call(t, "POST", fmt.Sprintf("http://%s/api/projects/%d/feature_flags/", s.httpAddr, s.projectID), s.personal, body)
 		if code == 400 {
 			t.Skipf("refused at save, as PostHog refuses it: %v", out["detail"])
@@ -111,30 +124,48 @@ func (s *stack) replay(t *testing.T, e *edge, c map[string]any) {
 		}
 	}
 	body := map[string]any{"token": s.token, "distinct_id": "user"}
+	headers := map[string]any{}
 	if req, ok := c["request"].(map[string]any); ok {
 		for k, v := range req {
 			body[k] = v
 		}
+		if h, ok := req["headers"].(map[string]any); ok {
+			headers = h
+			delete(body, "headers")
+		}
 	}
-	var answer map[string]any
+	// Wait with a request that gets every flag (whatever their runtime and tags) until the
+	// edge has them; then ask as the case does.
+	probe := map[string]any{"evaluation_runtime": "all"}
+	for k, v := range body {
+		if !strings.HasPrefix(k, "evaluation_") {
+			probe[k] = v
+		}
+	}
 	deadline := time.Now().Add(5 * time.Second)
 	for {
-		code, out := call(t, "POST", e.url+"/flags?v=2", "", body)
+		code, out := call(t, "POST", e.url+"/flags?v=2", "", probe)
 		if code != 200 {
 			t.Fatalf("/flags: %d %v", code, out)
 		}
-		answer, _ = out["flags"].(map[string]any)
-		if current(answer, created) {
+		if answer, _ := out["flags"].(map[string]any); current(answer, created) {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("the edge did not get the flags in 5s: %v", answer)
+			t.Fatalf("the edge did not get the flags in 5s: %v", out)
 		}
 		time.Sleep(2 * time.Millisecond)
 	}
+	answer := askFlags(t, e.url+"/flags?v=2", headers, body)
 	for key, w := range c["expect"].(map[string]any) {
 		want := w.(map[string]any)
-		got, _ := answer[key].(map[string]any)
+		got, present := answer[key].(map[string]any)
+		if want["absent"] == true {
+			if present {
+				t.Errorf("%s: in the answer, want it left out (%v)", key, got)
+			}
+			continue
+		}
 		value := any(got["enabled"])
 		if v, ok := got["variant"].(string); ok && v != "" {
 			value = v
@@ -160,4 +191,30 @@ func current(answer map[string]any, created map[string]float64) bool {
 		}
 	}
 	return true
+}
+
+// askFlags posts body to /flags with the given headers and returns the answer's flags.
+func askFlags(t *testing.T, url string, headers, body map[string]any) map[string]any {
+	t.Helper()
+	data, _ := json.Marshal(body)
+	req, err := http.NewRequestWithContext(context.Background(), "POST", url, bytes.NewReader(data))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	for k, v := range headers {
+		req.Header.Set(k, fmt.Sprint(v))
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var out struct {
+		Flags map[string]any `json:"flags"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("/flags: %d %v", resp.StatusCode, err)
+	}
+	return out.Flags
 }

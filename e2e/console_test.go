@@ -283,11 +283,23 @@ func TestConsoleInBrowser(t *testing.T) {
 	if _, f := call(t, "GET", api(fmt.Sprintf("/feature_flags/%d/", id)), s.personal, nil); f["deleted"] != false {
 		t.Errorf("after restore: deleted = %v", f["deleted"])
 	}
+	// Schedule it on again two seconds ahead; it runs, and the edge serves it.
+	at := time.Now().UTC().Add(2 * time.Second).Format("2006-01-02T15:04:05")
+	run(t, ctx, "schedule a change",
+		chromedp.SetValue(chromedp.CSS(`#schedule-operation`), "enable"),
+		eval(fmt.Sprintf(`document.querySelector('#schedule-at').value = %q`, at)),
+		chromedp.Click(button("Schedule")),
+		chromedp.WaitVisible(`//*[contains(@class,"flash") and contains(., "Change scheduled")]`),
+		chromedp.WaitVisible(`//tr[@data-schedule]//*[normalize-space()="Pending"]`))
+	s.waitDecide(e, "ada", func(ff map[string]any) bool { return hasKey(ff, "new-checkout") })
+	run(t, ctx, "the change ran", chromedp.Reload(), chromedp.WaitVisible(`//tr[@data-schedule]//*[normalize-space()="Executed"]`))
+	shoot(t, ctx, "flag-scheduled")
+	s.patchFlag(id, map[string]any{"active": false}) // off again, as the checks below expect
 	var activity string
 	run(t, ctx, "activity", chromedp.Click(link("Activity")),
 		chromedp.WaitVisible(chromedp.CSS(`.timeline`)))
 	activity = value(t, ctx, "activity text", chromedp.Text(chromedp.CSS(`.timeline`)))
-	for _, want := range []string{"created the flag", "updated the flag", "deleted the flag", "active", "The one-page checkout",
+	for _, want := range []string{"created the flag", "updated the flag", "deleted the flag", "active", "The one-page checkout", "by scheduled change #1",
 		`"rollout_percentage": 50`, `"rollout_percentage": 30`} {
 		if !strings.Contains(activity, want) {
 			t.Errorf("activity lacks %q:\n%s", want, activity)

@@ -10,7 +10,8 @@
 //   - only organisation admins change roles, role memberships and members;
 //   - a flag with role access is changed (and its role access granted or withdrawn) only by
 //     an admin, its creator, or a member of a role with edit access (RoleService.EditableFlags);
-//   - a user manages only their own personal API keys.
+//   - a user manages only their own personal API keys;
+//   - only organisation admins read and change a project's webhooks.
 //
 // What a personal API key adds (its scopes, the projects it is limited to) is the API's
 // business (controlplane/httpapi): the key narrows what its user may do, never widens it.
@@ -40,6 +41,8 @@ func Wrap(s controlplane.Services) controlplane.Services {
 	out.Dashboards = dashboards{g}
 	out.Users = users{g}
 	out.Keys = keys{g}
+	out.Schedules = schedules{g}
+	out.Webhooks = webhooks{g}
 	return out
 }
 

@@ -46,6 +46,8 @@ func TestActingAsAUser(t *testing.T) {
 	name := func(n string) controlplane.FlagUpdate { return controlplane.FlagUpdate{Name: &n} }
 
 	key := "scheduled"
+	hookURL, hookSecret := "https://93.184.215.14/hook", "0123456789abcdef"
+	hook := controlplane.WebhookUpdate{URL: &hookURL, Events: []string{controlplane.EventFlagUpdated}, Secret: &hookSecret}
 	flag, err := s.Flags.CreateFlag(as(ctx, creator), creator, boot.ProjectID, controlplane.FlagUpdate{Key: &key})
 	if err != nil {
 		t.Fatal(err)
@@ -87,10 +89,25 @@ func TestActingAsAUser(t *testing.T) {
 			_, err := s.Roles.CreateRoleAccess(as(ctx, viewer), boot.ProjectID, flag.ID, role.ID)
 			return err
 		}(), controlplane.Forbidden},
+		{"a webhook created by a member", func() error {
+			_, err := s.Webhooks.CreateWebhook(as(ctx, viewer), viewer, boot.ProjectID, hook)
+			return err
+		}(), controlplane.Forbidden},
+		{"webhooks listed by a member", func() error {
+			_, _, err := s.Webhooks.FindWebhooks(as(ctx, viewer), boot.ProjectID, 10, 0)
+			return err
+		}(), controlplane.Forbidden},
+		{"a webhook on a project of another organisation", func() error {
+			_, err := s.Webhooks.CreateWebhook(as(ctx, admin), admin, other.ProjectID, hook)
+			return err
+		}(), controlplane.Forbidden},
 	} {
 		if tc.err == nil || controlplane.ErrorKind(tc.err) != tc.want {
 			t.Errorf("%s: got %v, want kind %d", tc.name, tc.err, tc.want)
 		}
+	}
+	if _, err := s.Webhooks.CreateWebhook(as(ctx, admin), admin, boot.ProjectID, hook); err != nil {
+		t.Errorf("an admin may create a webhook: %v", err)
 	}
 	for _, u := range []*controlplane.User{creator, admin} {
 		if _, err := s.Flags.UpdateFlag(as(ctx, u), u, boot.ProjectID, flag.ID, name("by "+u.Email)); err != nil {

@@ -491,3 +491,119 @@ func (w keys) DeleteKey(ctx context.Context, userID, id int64) error {
 	}
 	return w.g.s.Keys.DeleteKey(ctx, userID, id)
 }
+
+// webhooks guards a project's webhooks: only an admin of the project's organisation reads or
+// changes them, since a hook sends the project's changes (and who made them) to any address.
+type webhooks struct{ g *guard }
+
+var _ controlplane.WebhookService = webhooks{}
+
+// admin checks that the user ctx acts as reaches the project and administers its organisation.
+func (w webhooks) admin(ctx context.Context, projectID int64) (*controlplane.User, error) {
+	u, _, err := w.g.project(ctx, projectID)
+	if err == nil && !u.IsAdmin() {
+		err = controlplane.ErrPermissionDenied
+	}
+	return u, err
+}
+
+func (w webhooks) FindWebhooks(ctx context.Context, projectID int64, limit, offset int) ([]*controlplane.Webhook, int, error) {
+	if _, err := w.admin(ctx, projectID); err != nil {
+		return nil, 0, err
+	}
+	return w.g.s.Webhooks.FindWebhooks(ctx, projectID, limit, offset)
+}
+
+func (w webhooks) FindWebhookByID(ctx context.Context, projectID, id int64) (*controlplane.Webhook, error) {
+	if _, err := w.admin(ctx, projectID); err != nil {
+		return nil, err
+	}
+	return w.g.s.Webhooks.FindWebhookByID(ctx, projectID, id)
+}
+
+func (w webhooks) CreateWebhook(ctx context.Context, actor *controlplane.User, projectID int64, upd controlplane.WebhookUpdate) (*controlplane.Webhook, error) {
+	if err := w.g.sameUser(ctx, actor); err != nil {
+		return nil, err
+	}
+	if _, err := w.admin(ctx, projectID); err != nil {
+		return nil, err
+	}
+	return w.g.s.Webhooks.CreateWebhook(ctx, actor, projectID, upd)
+}
+
+func (w webhooks) UpdateWebhook(ctx context.Context, projectID, id int64, upd controlplane.WebhookUpdate) (*controlplane.Webhook, error) {
+	if _, err := w.admin(ctx, projectID); err != nil {
+		return nil, err
+	}
+	return w.g.s.Webhooks.UpdateWebhook(ctx, projectID, id, upd)
+}
+
+func (w webhooks) DeleteWebhook(ctx context.Context, projectID, id int64) error {
+	if _, err := w.admin(ctx, projectID); err != nil {
+		return err
+	}
+	return w.g.s.Webhooks.DeleteWebhook(ctx, projectID, id)
+}
+
+func (w webhooks) FindDeliveries(ctx context.Context, projectID, webhookID int64, limit, offset int) ([]*controlplane.WebhookDelivery, int, error) {
+	if _, err := w.admin(ctx, projectID); err != nil {
+		return nil, 0, err
+	}
+	return w.g.s.Webhooks.FindDeliveries(ctx, projectID, webhookID, limit, offset)
+}
+
+// schedules lets a user see the scheduled changes of the projects they reach, and schedule
+// or cancel changes of the flags they may change. The scheduler applies a change through the
+// guarded flags as its creator, so losing access to the flag fails the change.
+type schedules struct{ g *guard }
+
+var _ controlplane.ScheduledChangeService = schedules{}
+
+func (w schedules) FindScheduledChanges(ctx context.Context, f controlplane.ScheduledChangeFilter) ([]*controlplane.ScheduledChange, int, error) {
+	if err := w.g.in(ctx, f.ProjectID); err != nil {
+		return nil, 0, err
+	}
+	return w.g.s.Schedules.FindScheduledChanges(ctx, f)
+}
+
+func (w schedules) FindScheduledChangeByID(ctx context.Context, projectID, id int64) (*controlplane.ScheduledChange, error) {
+	if err := w.g.in(ctx, projectID); err != nil {
+		return nil, err
+	}
+	return w.g.s.Schedules.FindScheduledChangeByID(ctx, projectID, id)
+}
+
+// CreateScheduledChange needs edit access to the flag; a record that is no flag of the
+// project is PostHog's 400 "Feature flag not found".
+func (w schedules) CreateScheduledChange(ctx context.Context, actor *controlplane.User, projectID int64, n controlplane.NewScheduledChange) (*controlplane.ScheduledChange, error) {
+	if err := w.g.actorIn(ctx, actor, projectID); err != nil {
+		return nil, err
+	}
+	if err := n.Validate(); err != nil {
+		return nil, err
+	}
+	c := controlplane.ScheduledChange{RecordID: n.RecordID}
+	_, err := w.g.editable(ctx, projectID, c.FlagID())
+	if controlplane.ErrorKind(err) == controlplane.NotFound {
+		return nil, &controlplane.Error{Kind: controlplane.Invalid, Code: "invalid_input", Detail: "Feature flag not found"}
+	}
+	if err != nil {
+		return nil, err
+	}
+	return w.g.s.Schedules.CreateScheduledChange(ctx, actor, projectID, n)
+}
+
+// DeleteScheduledChange needs edit access to the change's flag.
+func (w schedules) DeleteScheduledChange(ctx context.Context, projectID, id int64) error {
+	if err := w.g.in(ctx, projectID); err != nil {
+		return err
+	}
+	c, err := w.g.s.Schedules.FindScheduledChangeByID(ctx, projectID, id)
+	if err != nil {
+		return err
+	}
+	if _, err := w.g.editable(ctx, projectID, c.FlagID()); err != nil && controlplane.ErrorKind(err) != controlplane.NotFound {
+		return err
+	}
+	return w.g.s.Schedules.DeleteScheduledChange(ctx, projectID, id)
+}

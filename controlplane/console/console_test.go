@@ -27,6 +27,7 @@ import (
 	"github.com/flagedge/flagedge/controlplane/loginlimit"
 	"github.com/flagedge/flagedge/controlplane/postgres"
 	"github.com/flagedge/flagedge/controlplane/rollout"
+	"github.com/flagedge/flagedge/controlplane/webhook"
 	"github.com/flagedge/flagedge/internal/pgtest"
 )
 
@@ -62,7 +63,9 @@ func newSite(t *testing.T) *site {
 		t.Fatal(err)
 	}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	services, persons := authz.Wrap(postgres.NewServices(db, bcrypt.MinCost)), postgres.NewPersonStore(db)
+	stores := postgres.NewServices(db, bcrypt.MinCost)
+	stores.Webhooks = webhook.Checked(stores.Webhooks, &webhook.Policy{}) // as serve wires it
+	services, persons := authz.Wrap(stores), postgres.NewPersonStore(db)
 	sessions := postgres.NewEdgeSessionStore(db)
 	evaluator := &flageval.Evaluator{Snapshots: postgres.NewSnapshotStore(db), Persons: persons, Scanner: persons}
 	waiter, usage := rollout.New(sessions), postgres.NewEvaluationStore(db)
@@ -484,6 +487,9 @@ func TestConsoleRoleAccess(t *testing.T) {
 	viewer := s.browser()
 	vtok := viewer.login("viewer@example.com", "viewer password")
 	page := viewer.get(flagPath)
+	if strings.Contains(page.body, `id="schedule-form"`) {
+		t.Error("the viewer is offered to schedule changes")
+	}
 	if !strings.Contains(page.body, "can view this flag but not change it") {
 		t.Errorf("the viewer is not told: %.1000s", page.body)
 	}
@@ -494,6 +500,7 @@ func TestConsoleRoleAccess(t *testing.T) {
 		{flagPath, url.Values{"csrf_token": {vtok}, "key": {"guarded"}, "name": {"hijacked"}, "cond_count": {"1"}, "action": {"save"}}},
 		{flagPath + "/active", url.Values{"csrf_token": {vtok}, "active": {"false"}}},
 		{flagPath + "/delete", url.Values{"csrf_token": {vtok}}},
+		{flagPath + "/schedule", url.Values{"csrf_token": {vtok}, "operation": {"enable"}, "scheduled_at": {"2030-01-01T00:00"}}},
 	} {
 		if p := viewer.post(tc.path, tc.form); p.status != http.StatusForbidden {
 			t.Errorf("viewer POST %s: %d, want 403", tc.path, p.status)

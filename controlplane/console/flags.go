@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/flagedge/flagedge/controlplane"
 	"github.com/flagedge/flagedge/shared/flags"
@@ -95,6 +96,9 @@ type flagPage struct {
 
 	RoleAccess []roleAccessView
 	Roles      []roleView
+	// Schedules are the flag's scheduled changes; ScheduleAt is the form's default time.
+	Schedules  []scheduleView
+	ScheduleAt string
 	Blast      []blastView
 	TestID     string
 	TestProps  string
@@ -298,6 +302,8 @@ func (c *Console) handleFlag(q *request) error {
 // flagPanels fills the usage, role access, blast radius and test panels of a saved flag.
 func (c *Console) flagPanels(q *request, f *flagView, data *flagPage) {
 	data.Usage = q.usage(f)
+	data.Schedules = flagSchedules(q, f)
+	data.ScheduleAt = time.Now().UTC().Add(time.Hour).Truncate(time.Minute).Format(dateLocal)
 	if access, _, err := q.c.cfg.Roles.FindRoleAccess(q.ctx, f.ProjectID, f.ID, maxListed, 0); err == nil {
 		for _, a := range access {
 			data.RoleAccess = append(data.RoleAccess, roleAccessView{RoleAccess: a, Role: roleView{&a.Role}})

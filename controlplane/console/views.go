@@ -65,14 +65,19 @@ func (f flagView) Summary() string {
 // activityEntry is an activity log entry as the timeline shows it: who did what, when, and
 // its changes described.
 type activityEntry struct {
-	Who       string
-	Activity  string
+	Who      string
+	Activity string
+	// Via names what made the change for Who, such as a scheduled change; empty for their own.
+	Via       string
 	CreatedAt time.Time
 	Changes   []changeView
 }
 
 func newActivityEntry(a *controlplane.Activity) activityEntry {
 	e := activityEntry{Who: "System", Activity: a.Activity, CreatedAt: a.CreatedAt}
+	if t, ok := a.Detail.Trigger.(map[string]any); ok && t["job_type"] == "scheduled_change" {
+		e.Via = fmt.Sprintf("scheduled change #%v", t["job_id"])
+	}
 	if a.User != nil {
 		e.Who = a.User.FirstName
 		if e.Who == "" {

@@ -90,7 +90,10 @@ func (s *Server) handleCreateAnnotation(w http.ResponseWriter, r *http.Request, 
 	return nil
 }
 
-func (s *Server) annotationID(r *http.Request) (int64, error) {
+func (s *Server) annotationID(r *http.Request) (int64, error) { return pathID(r) }
+
+// pathID is the path's {id} as a positive integer; anything else addresses nothing (404).
+func pathID(r *http.Request) (int64, error) {
 	id, err := strconv.ParseInt(r.PathValue("id"), 10, 64)
 	if err != nil || id <= 0 {
 		return 0, controlplane.ErrNotFound

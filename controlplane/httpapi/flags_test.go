@@ -27,8 +27,8 @@ func TestFlagLifecycle(t *testing.T) {
 		keys = append(keys, k)
 	}
 	sort.Strings(keys)
-	wantKeys := []string{"active", "analytics_dashboards", "can_edit", "created_at", "created_by", "deleted",
-		"ensure_experience_continuity", "evaluation_counts", "experiment_set", "features", "filters", "has_enriched_analytics", "id",
+	wantKeys := []string{"active", "analytics_dashboards", "bucketing_identifier", "can_edit", "created_at", "created_by", "deleted",
+		"ensure_experience_continuity", "evaluation_contexts", "evaluation_counts", "evaluation_runtime", "evaluation_tags", "experiment_set", "features", "filters", "has_enriched_analytics", "id",
 		"is_simple_flag", "key", "last_called_at", "last_modified_by", "name", "performed_rollback", "rollback_conditions",
 		"rollout_percentage", "stale", "surveys", "tags", "updated_at", "usage_dashboard", "version"}
 	if diff := cmp.Diff(wantKeys, keys); diff != "" {
@@ -175,6 +175,51 @@ func TestDerivedFields(t *testing.T) {
 					r.body["is_simple_flag"], r.body["rollout_percentage"], tc.simple, tc.rollout, r.raw)
 			}
 		})
+	}
+}
+
+// TestFlagEvaluationRuntime: evaluation_runtime and evaluation_tags are written, read,
+// validated as PostHog validates them, and logged in the activity.
+func TestFlagEvaluationRuntime(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	created := e.do("POST", e.flagsPath("/"), e.key, map[string]any{"key": "rt"})
+	if created.status != 201 || created.body["evaluation_runtime"] != "all" || fmt.Sprint(created.body["evaluation_tags"]) != "[]" {
+		t.Fatalf("defaults: %d %v %v", created.status, created.body["evaluation_runtime"], created.body["evaluation_tags"])
+	}
+	path := e.flagsPath(fmt.Sprintf("/%v/", created.body["id"]))
+	r := e.do("PATCH", path, e.key, map[string]any{"evaluation_runtime": "client", "tags": []string{"Docs", "app"},
+		"evaluation_tags": []string{" docs", "APP", "app"}})
+	if r.status != 200 || r.body["evaluation_runtime"] != "client" || fmt.Sprint(r.body["evaluation_tags"]) != "[app docs]" {
+		t.Fatalf("patch: %d %s", r.status, r.raw)
+	}
+	if got := e.do("GET", path, e.key, nil); got.body["evaluation_runtime"] != "client" || fmt.Sprint(got.body["evaluation_tags"]) != "[app docs]" {
+		t.Errorf("read back: %v %v", got.body["evaluation_runtime"], got.body["evaluation_tags"])
+	}
+	wantError(t, e.do("PATCH", path, e.key, map[string]any{"evaluation_runtime": "edge"}), 400, "validation_error", "invalid_choice", "evaluation_runtime")
+	wantError(t, e.do("PATCH", path, e.key, map[string]any{"evaluation_runtime": 1}), 400, "validation_error", "invalid_input", "evaluation_runtime")
+	// Evaluation tags must be among the tags the same request sends, as in PostHog.
+	bad := e.do("PATCH", path, e.key, map[string]any{"evaluation_tags": []string{"app"}})
+	wantError(t, bad, 400, "validation_error", "invalid_input", "evaluation_tags")
+	if d, _ := bad.body["detail"].(string); d != "Evaluation tags must be a subset of tags. Invalid evaluation tags: app" {
+		t.Errorf("detail %q", d)
+	}
+	if r := e.do("PATCH", path, e.key, map[string]any{"evaluation_runtime": nil, "evaluation_tags": []string{}}); r.status != 200 ||
+		r.body["evaluation_runtime"] != "all" || fmt.Sprint(r.body["evaluation_tags"]) != "[]" {
+		t.Errorf("null runtime and no tags: %d %s", r.status, r.raw)
+	}
+	// bucketing_identifier is a field of the flag in PostHog (null: the distinct id).
+	if r := e.do("PATCH", path, e.key, map[string]any{"bucketing_identifier": "device_id", "evaluation_contexts": []string{}}); r.status != 200 ||
+		r.body["bucketing_identifier"] != "device_id" {
+		t.Errorf("bucketing: %d %s", r.status, r.raw)
+	}
+	wantError(t, e.do("PATCH", path, e.key, map[string]any{"bucketing_identifier": "session_id"}), 400, "validation_error", "invalid_choice", "bucketing_identifier")
+	if r := e.do("PATCH", path, e.key, map[string]any{"bucketing_identifier": nil}); r.status != 200 || r.body["bucketing_identifier"] != nil {
+		t.Errorf("bucketing null: %d %s", r.status, r.raw)
+	}
+	activity := e.do("GET", path+"activity/", e.key, nil)
+	if !strings.Contains(string(activity.raw), `"field":"evaluation_runtime"`) || !strings.Contains(string(activity.raw), `"field":"evaluation_tags"`) {
+		t.Errorf("activity does not log the fields: %s", activity.raw)
 	}
 }
 
@@ -369,7 +414,8 @@ func TestFlagListFilters(t *testing.T) {
 		"multivariate": map[string]any{"variants": []any{map[string]any{"key": "a", "rollout_percentage": 100}}}}
 	alpha := e.mustCreateFlag(map[string]any{"key": "alpha-search", "name": "first", "tags": []string{"web"}})
 	e.mustCreateFlag(map[string]any{"key": "beta", "name": "Mentions ALPHA", "filters": mv})
-	e.mustCreateFlag(map[string]any{"key": "gamma_1", "name": "", "active": false, "tags": []string{"api", "web"}})
+	e.mustCreateFlag(map[string]any{"key": "gamma_1", "name": "", "active": false, "tags": []string{"api", "web"},
+		"evaluation_runtime": "server", "evaluation_tags": []string{"API"}})
 	keys := func(query string) []string {
 		t.Helper()
 		r := e.do("GET", e.flagsPath("/"+query), e.key, nil)
@@ -404,10 +450,12 @@ func TestFlagListFilters(t *testing.T) {
 		{`?tags=["api","nope"]`, []string{"gamma_1"}},
 		{`?tags=web`, []string{"gamma_1", "beta", "alpha-search"}}, // not a JSON list: ignored
 		{`?excluded_properties=["beta"]`, []string{"gamma_1", "alpha-search"}},
-		{"?evaluation_runtime=all", []string{"gamma_1", "beta", "alpha-search"}},
-		{"?evaluation_runtime=server", nil},
-		{"?has_evaluation_tags=false", []string{"gamma_1", "beta", "alpha-search"}},
-		{"?has_evaluation_tags=true", nil},
+		{"?evaluation_runtime=all", []string{"beta", "alpha-search"}},
+		{"?evaluation_runtime=server", []string{"gamma_1"}},
+		{"?evaluation_runtime=client", nil},
+		{"?evaluation_runtime=both", nil}, // PostHog's documented value matches no flag there either
+		{"?has_evaluation_tags=false", []string{"beta", "alpha-search"}},
+		{"?has_evaluation_tags=true", []string{"gamma_1"}},
 		{"?order=key", []string{"alpha-search", "beta", "gamma_1"}},
 		{"?order=-key", []string{"gamma_1", "beta", "alpha-search"}},
 		{"?order=created_at", []string{"alpha-search", "beta", "gamma_1"}},

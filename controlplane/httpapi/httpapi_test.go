@@ -22,6 +22,7 @@ import (
 	"github.com/flagedge/flagedge/controlplane/httpapi"
 	"github.com/flagedge/flagedge/controlplane/postgres"
 	"github.com/flagedge/flagedge/controlplane/rollout"
+	"github.com/flagedge/flagedge/controlplane/webhook"
 	"github.com/flagedge/flagedge/internal/pgtest"
 )
 
@@ -59,8 +60,10 @@ func newEnv(t *testing.T) *env {
 	}
 	persons := postgres.NewPersonStore(db)
 	sessions := postgres.NewEdgeSessionStore(db)
+	stores := postgres.NewServices(db, bcrypt.MinCost)
+	stores.Webhooks = webhook.Checked(stores.Webhooks, &webhook.Policy{}) // as serve wires it, without --webhook-allow-private
 	api := httpapi.New(httpapi.Config{
-		Services:  authz.Wrap(postgres.NewServices(db, bcrypt.MinCost)),
+		Services:  authz.Wrap(stores),
 		Evaluator: &flageval.Evaluator{Snapshots: postgres.NewSnapshotStore(db), Persons: persons, Scanner: persons},
 		Ready:     db.Ping, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 		EdgeSessions: sessions, Rollout: rollout.New(sessions), Usage: postgres.NewEvaluationStore(db),

@@ -29,7 +29,18 @@ type matrixFixtures struct {
 	event      string
 	person     int64
 	feature    string
+	hook       int64
 	n          int // makes names unique
+}
+
+// freshHook creates a webhook for a request that deletes one.
+func (f *matrixFixtures) freshHook() int64 {
+	r := f.e.do("POST", fmt.Sprintf("/api/projects/%d/webhooks/", f.e.project), f.e.key,
+		map[string]any{"url": "https://93.184.215.14/" + f.unique("hook"), "events": []string{"annotation.created"}, "secret": "0123456789abcdef"})
+	if r.status != 201 {
+		f.e.t.Fatalf("create webhook: %d %s", r.status, r.raw)
+	}
+	return int64(r.body["id"].(float64))
 }
 
 // freshFeature creates an early access feature (with its flag) for a request that deletes one.
@@ -40,6 +51,18 @@ func (f *matrixFixtures) freshFeature() string {
 		f.e.t.Fatalf("create early access feature: %d %s", r.status, r.raw)
 	}
 	return r.str("id")
+}
+
+// freshScheduledChange schedules a change of the fixtures' flag, far ahead, for a request
+// that reads or deletes one.
+func (f *matrixFixtures) freshScheduledChange() int64 {
+	r := f.e.do("POST", fmt.Sprintf("/api/projects/%d/scheduled_changes/", f.e.project), f.e.key, map[string]any{
+		"record_id": f.flag, "model_name": "FeatureFlag", "scheduled_at": "2031-01-01T00:00:00Z",
+		"payload": map[string]any{"operation": "update_status", "value": true}})
+	if r.status != 201 {
+		f.e.t.Fatalf("create scheduled change: %d %s", r.status, r.raw)
+	}
+	return int64(r.body["id"].(float64))
 }
 
 func (f *matrixFixtures) unique(prefix string) string {
@@ -159,6 +182,19 @@ func matrixTable() map[string]matrixEntry {
 		"DELETE /api/projects/{project_id}/early_access_feature/{id}": get(204, func(f *matrixFixtures) string {
 			return proj(f, "/early_access_feature/%s/", f.freshFeature())
 		}),
+		"GET /api/projects/{project_id}/scheduled_changes": get(200, func(f *matrixFixtures) string {
+			return proj(f, "/scheduled_changes/?record_id=%d", f.flag)
+		}),
+		"POST /api/projects/{project_id}/scheduled_changes": {201, func(f *matrixFixtures) (string, any) {
+			return proj(f, "/scheduled_changes/"), map[string]any{"record_id": fmt.Sprint(f.flag), "model_name": "FeatureFlag",
+				"scheduled_at": "2031-01-01T00:00:00Z", "payload": map[string]any{"operation": "update_status", "value": false}}
+		}},
+		"GET /api/projects/{project_id}/scheduled_changes/{id}": get(200, func(f *matrixFixtures) string {
+			return proj(f, "/scheduled_changes/%d/", f.freshScheduledChange())
+		}),
+		"DELETE /api/projects/{project_id}/scheduled_changes/{id}": get(204, func(f *matrixFixtures) string {
+			return proj(f, "/scheduled_changes/%d/", f.freshScheduledChange())
+		}),
 		"GET /api/projects/{project_id}/annotations": get(200, func(f *matrixFixtures) string { return f.e.annotationsPath("/") }),
 		"POST /api/projects/{project_id}/annotations": {201, func(f *matrixFixtures) (string, any) {
 			return f.e.annotationsPath("/"), map[string]any{"content": f.unique("note")}
@@ -187,6 +223,18 @@ func matrixTable() map[string]matrixEntry {
 		"DELETE " + roleP + "/{role}/role_memberships/{id}": get(204, func(f *matrixFixtures) string {
 			role, id := f.freshMembership()
 			return roles(f, "/%s/role_memberships/%s/", role, id)
+		}),
+		"GET /api/projects/{project_id}/webhooks": get(200, func(f *matrixFixtures) string { return proj(f, "/webhooks/") }),
+		"POST /api/projects/{project_id}/webhooks": {201, func(f *matrixFixtures) (string, any) {
+			return proj(f, "/webhooks/"), map[string]any{"url": "https://93.184.215.14/" + f.unique("hook"), "events": []string{"feature_flag.created"}, "secret": "0123456789abcdef"}
+		}},
+		"GET /api/projects/{project_id}/webhooks/{id}": get(200, func(f *matrixFixtures) string { return proj(f, "/webhooks/%d/", f.hook) }),
+		"PATCH /api/projects/{project_id}/webhooks/{id}": {200, func(f *matrixFixtures) (string, any) {
+			return proj(f, "/webhooks/%d/", f.hook), map[string]any{"enabled": true}
+		}},
+		"DELETE /api/projects/{project_id}/webhooks/{id}": get(204, func(f *matrixFixtures) string { return proj(f, "/webhooks/%d/", f.freshHook()) }),
+		"GET /api/projects/{project_id}/webhooks/{id}/deliveries": get(200, func(f *matrixFixtures) string {
+			return proj(f, "/webhooks/%d/deliveries/", f.hook)
 		}),
 		"GET /api/projects/{project_id}/events":      get(200, func(f *matrixFixtures) string { return proj(f, "/events/") }),
 		"GET /api/projects/{project_id}/events/{id}": get(200, func(f *matrixFixtures) string { return proj(f, "/events/%s/", f.event) }),
@@ -238,6 +286,7 @@ func TestRouteAuthorisationMatrix(t *testing.T) {
 	fx.annotation = int64(e.do("POST", e.annotationsPath("/"), e.key, map[string]any{"content": "matrix"}).body["id"].(float64))
 	fx.cohort = int64(e.do("POST", fmt.Sprintf("/api/projects/%d/cohorts/", e.project), e.key, map[string]any{"name": "matrix", "is_static": true}).body["id"].(float64))
 	fx.feature = fx.freshFeature()
+	fx.hook = fx.freshHook()
 	fx.event = uuid.NewString()
 	now := time.Now()
 	if _, err := postgres.NewEventStore(e.db, slog.New(slog.NewTextHandler(io.Discard, nil))).Ingest(ctx, []controlplane.EventBatch{{

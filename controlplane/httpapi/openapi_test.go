@@ -180,6 +180,16 @@ func TestOpenAPIValidatesResponses(t *testing.T) {
 		{method: "GET", specPath: "/api/projects/{project_id}/feature_flags/{id}/evaluations/", path: p(proj("/feature_flags/{flag}/evaluations/?days=31")), want: 400},
 		{method: "GET", specPath: "/api/projects/{project_id}/feature_flags/", path: p(proj("/feature_flags/?stale=true")), want: 200},
 		{method: "GET", specPath: "/api/projects/{project_id}/feature_flags/activity/", path: p(proj("/feature_flags/activity/")), want: 200},
+		{method: "POST", specPath: "/api/projects/{project_id}/scheduled_changes/", path: p(proj("/scheduled_changes/")), body: map[string]any{
+			"record_id": "{flag}", "model_name": "FeatureFlag", "scheduled_at": "2030-01-01T09:00:00Z",
+			"payload": map[string]any{"operation": "add_release_condition", "value": map[string]any{"groups": []any{map[string]any{"properties": []any{}, "rollout_percentage": 20}}}}},
+			want: 201, save: map[string]string{"scheduled": "id"}},
+		{method: "POST", specPath: "/api/projects/{project_id}/scheduled_changes/", path: p(proj("/scheduled_changes/")), body: map[string]any{
+			"record_id": "{flag}", "model_name": "FeatureFlag", "scheduled_at": "2030-01-01T09:00:00Z", "payload": map[string]any{"operation": "explode", "value": true}}, want: 400},
+		{method: "GET", specPath: "/api/projects/{project_id}/scheduled_changes/", path: p(proj("/scheduled_changes/?model_name=FeatureFlag&record_id={flag}")), want: 200},
+		{method: "GET", specPath: "/api/projects/{project_id}/scheduled_changes/{id}/", path: p(proj("/scheduled_changes/{scheduled}/")), want: 200},
+		{method: "DELETE", specPath: "/api/projects/{project_id}/scheduled_changes/{id}/", path: p(proj("/scheduled_changes/{scheduled}/")), want: 204},
+		{method: "GET", specPath: "/api/projects/{project_id}/scheduled_changes/{id}/", path: p(proj("/scheduled_changes/{scheduled}/")), want: 404},
 		{method: "GET", specPath: "/api/projects/{project_id}/feature_flags/evaluation_reasons/",
 			path: p(proj(`/feature_flags/evaluation_reasons/?distinct_id=user-1&person_properties={"email":"a@example.com"}`)), want: 200},
 		{method: "GET", specPath: "/api/projects/{project_id}/feature_flags/evaluation_reasons/", path: p(proj("/feature_flags/evaluation_reasons/")), want: 400},
@@ -232,6 +242,16 @@ func TestOpenAPIValidatesResponses(t *testing.T) {
 		{method: "GET", specPath: "/api/projects/{project_id}/annotations/{id}/", path: p(proj("/annotations/{annotation}/")), want: 200},
 		{method: "PATCH", specPath: "/api/projects/{project_id}/annotations/{id}/", path: p(proj("/annotations/{annotation}/")), body: map[string]any{"deleted": true}, want: 200},
 		{method: "DELETE", specPath: "/api/projects/{project_id}/annotations/{id}/", path: p(proj("/annotations/{annotation}/")), want: 405},
+		{method: "POST", specPath: "/api/projects/{project_id}/webhooks/", path: p(proj("/webhooks/")), body: map[string]any{
+			"url": "https://93.184.215.14/hook", "events": []string{"feature_flag.updated"}, "secret": "0123456789abcdef"}, want: 201, save: map[string]string{"hook": "id"}},
+		{method: "POST", specPath: "/api/projects/{project_id}/webhooks/", path: p(proj("/webhooks/")), body: map[string]any{
+			"url": "http://127.0.0.1:9/hook", "events": []string{"feature_flag.updated"}, "secret": "0123456789abcdef"}, want: 400},
+		{method: "GET", specPath: "/api/projects/{project_id}/webhooks/", path: p(proj("/webhooks/")), want: 200},
+		{method: "GET", specPath: "/api/projects/{project_id}/webhooks/{id}/", path: p(proj("/webhooks/{hook}/")), want: 200},
+		{method: "PATCH", specPath: "/api/projects/{project_id}/webhooks/{id}/", path: p(proj("/webhooks/{hook}/")), body: map[string]any{"enabled": false}, want: 200},
+		{method: "GET", specPath: "/api/projects/{project_id}/webhooks/{id}/deliveries/", path: p(proj("/webhooks/{hook}/deliveries/")), want: 200},
+		{method: "DELETE", specPath: "/api/projects/{project_id}/webhooks/{id}/", path: p(proj("/webhooks/{hook}/")), want: 204},
+		{method: "GET", specPath: "/api/projects/{project_id}/webhooks/{id}/", path: p(proj("/webhooks/{hook}/")), want: 404},
 		{method: "GET", specPath: "/api/projects/{project_id}/events/", path: p(proj("/events/")), want: 200, save: map[string]string{}},
 		{method: "GET", specPath: "/api/projects/{project_id}/events/{id}/", path: p(proj("/events/018f0000-0000-7000-8000-000000000001/")), want: 200},
 		{method: "GET", specPath: "/api/projects/{project_id}/persons/", path: p(proj("/persons/?distinct_id=user-1")), want: 200, save: map[string]string{"person": "results.0.id"}},

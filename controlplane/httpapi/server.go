@@ -138,12 +138,26 @@ func (s *Server) routes() {
 	s.projectRoute("PATCH", features+"/{id}", controlplane.ScopeFeatureWrite, s.handlePatchFeature)
 	s.projectRoute("DELETE", features+"/{id}", controlplane.ScopeFeatureWrite, s.handleDeleteFeature)
 
+	const scheduled = "/api/projects/{project_id}/scheduled_changes"
+	s.projectRoute("GET", scheduled, controlplane.ScopeFlagRead, s.handleListScheduledChanges)
+	s.projectRoute("POST", scheduled, controlplane.ScopeFlagWrite, s.handleCreateScheduledChange)
+	s.projectRoute("GET", scheduled+"/{id}", controlplane.ScopeFlagRead, s.handleGetScheduledChange)
+	s.projectRoute("DELETE", scheduled+"/{id}", controlplane.ScopeFlagWrite, s.handleDeleteScheduledChange)
+
 	const annotations = "/api/projects/{project_id}/annotations"
 	s.projectRoute("GET", annotations, controlplane.ScopeAnnotationRead, s.handleListAnnotations)
 	s.projectRoute("POST", annotations, controlplane.ScopeAnnotationWrite, s.handleCreateAnnotation)
 	s.projectRoute("GET", annotations+"/{id}", controlplane.ScopeAnnotationRead, s.handleGetAnnotation)
 	s.projectRoute("PATCH", annotations+"/{id}", controlplane.ScopeAnnotationWrite, s.handlePatchAnnotation)
 	s.publicRoute("DELETE", annotations+"/{id}", http.HandlerFunc(handleHardDelete))
+
+	const hooks = "/api/projects/{project_id}/webhooks"
+	s.projectRoute("GET", hooks, controlplane.ScopeWebhookRead, s.handleListWebhooks)
+	s.projectRoute("POST", hooks, controlplane.ScopeWebhookWrite, s.handleCreateWebhook)
+	s.projectRoute("GET", hooks+"/{id}", controlplane.ScopeWebhookRead, s.handleGetWebhook)
+	s.projectRoute("PATCH", hooks+"/{id}", controlplane.ScopeWebhookWrite, s.handlePatchWebhook)
+	s.projectRoute("DELETE", hooks+"/{id}", controlplane.ScopeWebhookWrite, s.handleDeleteWebhook)
+	s.projectRoute("GET", hooks+"/{id}/deliveries", controlplane.ScopeWebhookRead, s.handleListDeliveries)
 
 	const roles = "/api/organizations/{org}/roles"
 	s.orgRoute("GET", roles, controlplane.ScopeRoleRead, s.handleListRoles)

@@ -114,7 +114,10 @@ func (s *AnnotationService) CreateAnnotation(ctx context.Context, actor *control
 		if created, err = findAnnotation(ctx, tx, project.ID, project.OrganizationID, id, false); err != nil {
 			return err
 		}
-		return recordActivity(ctx, tx, project.ID, actor, controlplane.ActivityCreated, "Annotation", id, annotationName(created), nil)
+		if err := recordActivity(ctx, tx, project.ID, actor, controlplane.ActivityCreated, "Annotation", id, annotationName(created), nil); err != nil {
+			return err
+		}
+		return enqueueAnnotationEvent(ctx, tx, project.ID, actor, controlplane.ActivityCreated, created)
 	})
 	if err != nil {
 		return nil, opError("create annotation", err)
@@ -152,13 +155,28 @@ func (s *AnnotationService) UpdateAnnotation(ctx context.Context, actor *control
 		if err := recordActivity(ctx, tx, before.ProjectID, actor, activity, "Annotation", id, annotationName(&after), changes); err != nil {
 			return err
 		}
-		updated, err = findAnnotation(ctx, tx, project.ID, project.OrganizationID, id, false)
-		return err
+		if updated, err = findAnnotation(ctx, tx, project.ID, project.OrganizationID, id, false); err != nil {
+			return err
+		}
+		return enqueueAnnotationEvent(ctx, tx, project.ID, actor, activity, updated)
 	})
 	if err != nil {
 		return nil, opError("update annotation", err)
 	}
 	return updated, nil
+}
+
+// enqueueAnnotationEvent reports an annotation's creation, change or deletion to the
+// webhooks of the project it was written through, in tx. Annotations are not in the snapshot
+// edges serve: the version named is the project's current one.
+func enqueueAnnotationEvent(ctx context.Context, tx pgx.Tx, projectID int64, actor *controlplane.User, activity string, a *controlplane.Annotation) error {
+	var version int64
+	if err := tx.QueryRow(ctx, `SELECT snapshot_version FROM projects WHERE id = $1`, projectID).Scan(&version); err != nil {
+		return err
+	}
+	return EnqueueWebhookEvent(ctx, tx, controlplane.WebhookEvent{ProjectID: projectID,
+		Kind: controlplane.EventKind("annotation", activity), Actor: actor, SnapshotVersion: version,
+		ObjectType: controlplane.ObjectAnnotation, Object: a})
 }
 
 func annotationName(a *controlplane.Annotation) string {

@@ -88,9 +88,18 @@ func Migrate(ctx context.Context, url string) error {
 	return nil
 }
 
-// inTx runs fn in a transaction, committing when it returns nil.
+// inTx runs fn in a transaction, committing when it returns nil. When ctx carries a
+// transaction (withTx: the scheduler applies a change inside the transaction that claims
+// it), fn runs in a savepoint of that one instead, so that the write commits or rolls back
+// with the claim and a failed write leaves the claim usable.
 func (db *DB) inTx(ctx context.Context, fn func(tx pgx.Tx) error) error {
-	tx, err := db.Pool.Begin(ctx)
+	var tx pgx.Tx
+	var err error
+	if outer, ok := ctx.Value(txKey{}).(pgx.Tx); ok {
+		tx, err = outer.Begin(ctx)
+	} else {
+		tx, err = db.Pool.Begin(ctx)
+	}
 	if err != nil {
 		return err
 	}
@@ -99,6 +108,13 @@ func (db *DB) inTx(ctx context.Context, fn func(tx pgx.Tx) error) error {
 		return err
 	}
 	return tx.Commit(ctx)
+}
+
+type txKey struct{}
+
+// withTx returns ctx whose service writes run inside tx (see inTx).
+func withTx(ctx context.Context, tx pgx.Tx) context.Context {
+	return context.WithValue(ctx, txKey{}, tx)
 }
 
 // bumpSnapshot increments the project's snapshot version and notifies listeners; the

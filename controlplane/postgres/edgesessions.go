@@ -158,17 +158,38 @@ func (s *EdgeSessionStore) Acknowledge(ctx context.Context, acks []controlplane.
 	return results, nil
 }
 
+// projectEdgesFrom joins project $1 with the sessions of the edges serving it that were seen
+// within $2 (none: one row with NULL session columns) and what each serves of it.
+const projectEdgesFrom = `FROM projects p
+		LEFT JOIN (edge_sessions s JOIN edges e ON e.name = s.edge_name AND e.revoked_at IS NULL)
+			ON s.seen_at >= now() - $2::interval AND (e.project_ids IS NULL OR p.id = ANY (e.project_ids))
+		LEFT JOIN edge_session_versions v ON v.session_id = s.id AND v.project_id = p.id
+		WHERE p.id = $1`
+
+// CountLaggards counts in the database what Laggards would list: a waiter asks after every
+// acknowledgement, and with thousands of edges reading them all each time cost the replica
+// more than the acknowledgements.
+func (s *EdgeSessionStore) CountLaggards(ctx context.Context, projectID, version int64) (int, error) {
+	var projects, laggards int
+	err := s.db.Pool.QueryRow(ctx, `SELECT count(DISTINCT p.id),
+			count(s.id) FILTER (WHERE COALESCE(v.version, 0) < $3)
+		`+projectEdgesFrom, projectID, SessionTTL, version).Scan(&projects, &laggards)
+	if err != nil {
+		return 0, opError("count laggards", err)
+	}
+	if projects == 0 {
+		return 0, controlplane.ErrNotFound
+	}
+	return laggards, nil
+}
+
 // FindProjectEdges lists the sessions marked within SessionTTL of the live edges that serve
 // the project (all projects, or those their token lists), with what they serve of it, by
 // edge name.
 func (s *EdgeSessionStore) FindProjectEdges(ctx context.Context, projectID int64) (*controlplane.ProjectEdges, error) {
 	rows, err := s.db.Pool.Query(ctx, `SELECT p.snapshot_version, s.edge_name, s.edge_id, s.replica, s.connected_at,
 			COALESCE(v.version, 0), v.acked_at
-		FROM projects p
-		LEFT JOIN (edge_sessions s JOIN edges e ON e.name = s.edge_name AND e.revoked_at IS NULL)
-			ON s.seen_at >= now() - $2::interval AND (e.project_ids IS NULL OR p.id = ANY (e.project_ids))
-		LEFT JOIN edge_session_versions v ON v.session_id = s.id AND v.project_id = p.id
-		WHERE p.id = $1
+		`+projectEdgesFrom+`
 		ORDER BY s.edge_name, s.edge_id, s.connected_at`, projectID, SessionTTL)
 	if err != nil {
 		return nil, opError("find project edges", err)

@@ -79,3 +79,68 @@ func TestSessionsInBatches(t *testing.T) {
 		t.Errorf("%d versions left after closing the sessions (%v)", open, err)
 	}
 }
+
+// TestCountLaggards: the count a rollout waiter polls is the number of edges FindProjectEdges
+// lists as laggards, for every version asked; an edge not serving the project is not counted,
+// one that acknowledged nothing is; an unknown project is NotFound.
+func TestCountLaggards(t *testing.T) {
+	t.Parallel()
+	db, boot, _ := mustOpen(t)
+	ctx := context.Background()
+	store := postgres.NewEdgeSessionStore(db)
+	edges := postgres.NewEdgeService(db)
+	p := boot.ProjectID
+	var org int64
+	if err := db.Pool.QueryRow(ctx, `SELECT organization_id FROM projects WHERE id = $1`, p).Scan(&org); err != nil {
+		t.Fatal(err)
+	}
+	other, err := postgres.NewProjectService(db).CreateProject(ctx, org, "other")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range []struct {
+		name     string
+		projects []int64
+	}{{"edge-a", nil}, {"edge-b", []int64{p}}, {"edge-c", []int64{other.ID}}, {"edge-d", nil}} {
+		if _, _, err := edges.CreateEdge(ctx, e.name, e.projects); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const replica = "00000000-0000-0000-0000-000000000001"
+	ids := map[string]string{}
+	var opens []controlplane.SessionOpening
+	for _, name := range []string{"edge-a", "edge-b", "edge-c", "edge-d"} {
+		ids[name] = uuid.NewString()
+		opens = append(opens, controlplane.SessionOpening{ID: ids[name], ReplicaID: replica, Replica: "r1", EdgeName: name, EdgeID: name + "-1"})
+	}
+	if err := store.OpenSessions(ctx, opens); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.Acknowledge(ctx, []controlplane.Acknowledgement{
+		{SessionID: ids["edge-a"], EdgeName: "edge-a", Versions: map[int64]int64{p: 5}},
+		{SessionID: ids["edge-b"], EdgeName: "edge-b", Versions: map[int64]int64{p: 3}},
+		{SessionID: ids["edge-c"], EdgeName: "edge-c", Versions: map[int64]int64{other.ID: 1}},
+		// edge-d has acknowledged nothing: it serves version 0.
+	}); err != nil {
+		t.Fatal(err)
+	}
+	listed, err := store.FindProjectEdges(ctx, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(listed.Edges) != 3 {
+		t.Fatalf("listed %d edges serving the project, want a, b and d: %+v", len(listed.Edges), listed.Edges)
+	}
+	for version, want := range map[int64]int{1: 1, 3: 1, 4: 2, 5: 2, 6: 3} {
+		n, err := store.CountLaggards(ctx, p, version)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n != want || n != len(listed.Laggards(version)) {
+			t.Errorf("version %d: %d laggards counted, %d listed; want %d", version, n, len(listed.Laggards(version)), want)
+		}
+	}
+	if _, err := store.CountLaggards(ctx, p+999, 1); controlplane.ErrorKind(err) != controlplane.NotFound {
+		t.Errorf("an unknown project: %v, want NotFound", err)
+	}
+}

@@ -35,8 +35,8 @@ func userSummaryJSON(a string) string {
 
 var flagSelect = `SELECT f.id, f.project_id, f.key, f.name, f.filters, f.deleted, f.active, f.created_at, f.updated_at,
 	f.version, f.ensure_experience_continuity, COALESCE(f.rollback_conditions, 'null'::jsonb), f.performed_rollback,
-	f.tags, f.usage_dashboard, f.analytics_dashboards, f.has_enriched_analytics,
-	` + userSummaryJSON("cu") + `, ` + userSummaryJSON("mu") + `,
+	f.tags, f.usage_dashboard, f.analytics_dashboards, f.has_enriched_analytics, f.evaluation_runtime, f.evaluation_tags,
+	COALESCE(f.bucketing_identifier, ''), ` + userSummaryJSON("cu") + `, ` + userSummaryJSON("mu") + `,
 	COALESCE((SELECT json_agg(json_build_object('id', e.id, 'name', e.name, 'description', e.description, 'stage', e.stage,
 		'documentationUrl', e.documentation_url, 'flagKey', f.key) ORDER BY e.created_at, e.id)
 		FROM early_access_features e WHERE e.feature_flag_id = f.id), '[]')
@@ -71,7 +71,7 @@ func scanFlag(row pgx.Row) (*controlplane.Flag, error) {
 	var createdBy, modifiedBy *userRow
 	err := row.Scan(&f.ID, &f.ProjectID, &f.Key, &f.Name, &filters, &f.Deleted, &f.Active, &f.CreatedAt, &f.UpdatedAt,
 		&f.Version, &f.EnsureExperienceContinuity, &rollback, &f.PerformedRollback,
-		&f.Tags, &f.UsageDashboard, &f.AnalyticsDashboards, &f.HasEnrichedAnalytics, &createdBy, &modifiedBy, &f.Features)
+		&f.Tags, &f.UsageDashboard, &f.AnalyticsDashboards, &f.HasEnrichedAnalytics, &f.EvaluationRuntime, &f.EvaluationTags, &f.BucketingIdentifier, &createdBy, &modifiedBy, &f.Features)
 	if err != nil {
 		return nil, err
 	}
@@ -172,8 +172,11 @@ func flagConditions(filter controlplane.FlagFilter, staleBefore time.Time) *cond
 	if len(filter.ExcludedKeys) > 0 {
 		c.add("NOT (f.key = ANY(?))", filter.ExcludedKeys)
 	}
-	if r := filter.EvaluationRuntime; (r != "" && r != "all") || (filter.HasEvaluationTags != nil && *filter.HasEvaluationTags) {
-		c.clauses = append(c.clauses, "false")
+	if filter.EvaluationRuntime != "" {
+		c.add("f.evaluation_runtime = ?", filter.EvaluationRuntime)
+	}
+	if has := filter.HasEvaluationTags; has != nil {
+		c.add("(cardinality(f.evaluation_tags) > 0) = ?", *has)
 	}
 	return &c
 }
@@ -205,6 +208,7 @@ func createFlag(ctx context.Context, tx pgx.Tx, now time.Time, actor *controlpla
 	f := &controlplane.Flag{
 		ProjectID: projectID, Filters: controlplane.DefaultFilters(), Active: true, CreatedAt: now,
 		RollbackConditions: json.RawMessage("null"), Tags: []string{}, AnalyticsDashboards: []int64{},
+		EvaluationRuntime: "all", EvaluationTags: []string{},
 	}
 	upd.Apply(f)
 	if err := checkReferences(ctx, tx, projectID, f.Key, upd.Filters); err != nil {
@@ -213,12 +217,13 @@ func createFlag(ctx context.Context, tx pgx.Tx, now time.Time, actor *controlpla
 	var id int64
 	err := tx.QueryRow(ctx, `INSERT INTO feature_flags (project_id, key, name, filters, deleted, active, created_by,
 		created_at, updated_at, last_modified_by, ensure_experience_continuity, rollback_conditions, performed_rollback,
-		tags, analytics_dashboards, has_enriched_analytics)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $7, $10, NULLIF($11::jsonb, 'null'::jsonb), $12, $13, $14, $15)
+		tags, analytics_dashboards, has_enriched_analytics, evaluation_runtime, evaluation_tags, bucketing_identifier)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $7, $10, NULLIF($11::jsonb, 'null'::jsonb), $12, $13, $14, $15, $16, $17,
+			NULLIF($18, ''))
 		RETURNING id`,
 		projectID, f.Key, f.Name, f.Filters, f.Deleted, f.Active, actor.ID, f.CreatedAt, now,
 		f.EnsureExperienceContinuity, f.RollbackConditions, f.PerformedRollback, f.Tags, f.AnalyticsDashboards,
-		f.HasEnrichedAnalytics).Scan(&id)
+		f.HasEnrichedAnalytics, f.EvaluationRuntime, f.EvaluationTags, f.BucketingIdentifier).Scan(&id)
 	if isUniqueViolation(err, flagKeyIndex) {
 		return nil, controlplane.ErrKeyConflict
 	}
@@ -231,6 +236,9 @@ func createFlag(ctx context.Context, tx pgx.Tx, now time.Time, actor *controlpla
 	}
 	if err := recordActivity(ctx, tx, projectID, actor, controlplane.ActivityCreated, "FeatureFlag",
 		created.ID, created.Key, nil); err != nil {
+		return nil, err
+	}
+	if err := enqueueFlagEvent(ctx, tx, actor, controlplane.ActivityCreated, created); err != nil {
 		return nil, err
 	}
 	return created, nil
@@ -282,11 +290,12 @@ func updateFlag(ctx context.Context, tx pgx.Tx, now time.Time, actor *controlpla
 	_, err = tx.Exec(ctx, `UPDATE feature_flags SET key = $3, name = $4, filters = $5, deleted = $6, active = $7,
 		created_at = $8, updated_at = $9, version = version + 1, last_modified_by = $10,
 		ensure_experience_continuity = $11, rollback_conditions = NULLIF($12::jsonb, 'null'::jsonb),
-		performed_rollback = $13, tags = $14, analytics_dashboards = $15, has_enriched_analytics = $16, usage_dashboard = $17
+		performed_rollback = $13, tags = $14, analytics_dashboards = $15, has_enriched_analytics = $16, usage_dashboard = $17,
+		evaluation_runtime = $18, evaluation_tags = $19, bucketing_identifier = NULLIF($20, '')
 		WHERE project_id = $1 AND id = $2`,
 		projectID, id, after.Key, after.Name, after.Filters, after.Deleted, after.Active, after.CreatedAt, now,
 		actor.ID, after.EnsureExperienceContinuity, after.RollbackConditions, after.PerformedRollback, after.Tags,
-		after.AnalyticsDashboards, after.HasEnrichedAnalytics, after.UsageDashboard)
+		after.AnalyticsDashboards, after.HasEnrichedAnalytics, after.UsageDashboard, after.EvaluationRuntime, after.EvaluationTags, after.BucketingIdentifier)
 	if isUniqueViolation(err, flagKeyIndex) {
 		return nil, false, controlplane.ErrKeyConflict
 	}
@@ -304,7 +313,22 @@ func updateFlag(ctx context.Context, tx pgx.Tx, now time.Time, actor *controlpla
 	if err != nil {
 		return nil, false, err
 	}
+	if err := enqueueFlagEvent(ctx, tx, actor, activity, updated); err != nil {
+		return nil, false, err
+	}
 	return updated, true, nil
+}
+
+// enqueueFlagEvent reports a flag's creation, change or deletion to the project's webhooks
+// in tx, naming the snapshot version the caller's bump will make.
+func enqueueFlagEvent(ctx context.Context, tx pgx.Tx, actor *controlplane.User, activity string, f *controlplane.Flag) error {
+	version, err := nextSnapshotVersion(ctx, tx, f.ProjectID)
+	if err != nil {
+		return err
+	}
+	return EnqueueWebhookEvent(ctx, tx, controlplane.WebhookEvent{ProjectID: f.ProjectID,
+		Kind: controlplane.EventKind("feature_flag", activity), Actor: actor, SnapshotVersion: version,
+		ObjectType: controlplane.ObjectFlag, Object: f})
 }
 
 // checkReferences refuses filters that name a cohort or a flag the project does not have
@@ -418,10 +442,14 @@ func checkCycles(ctx context.Context, tx pgx.Tx, projectID int64, key string, re
 	return visit(key, nil)
 }
 
-// recordActivity appends an entry to the activity log.
+// recordActivity appends an entry to the activity log; a write made by a trigger (the
+// scheduler, controlplane.NewContextWithTrigger) names it in detail.trigger.
 func recordActivity(ctx context.Context, tx pgx.Tx, projectID int64, actor *controlplane.User, activity, scope string,
 	itemID int64, name string, changes []controlplane.Change) error {
 	detail := controlplane.ActivityDetail{ID: strconv.FormatInt(itemID, 10), Name: name, Changes: changes}
+	if t := controlplane.TriggerFromContext(ctx); t != nil {
+		detail.Trigger = t
+	}
 	var userID *int64
 	if actor != nil {
 		userID = &actor.ID

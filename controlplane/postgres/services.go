@@ -22,5 +22,7 @@ func NewServices(db *DB, bcryptCost int) controlplane.Services {
 		Users:       NewUserService(db, bcryptCost),
 		Keys:        NewKeyService(db),
 		Sessions:    NewSessionService(db),
+		Schedules:   NewScheduleStore(db),
+		Webhooks:    NewWebhookService(db),
 	}
 }

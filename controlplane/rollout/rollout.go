@@ -45,8 +45,8 @@ func (w *Watcher) next() <-chan struct{} {
 }
 
 // Wait returns once every connected edge serves the project at version or later (done), or
-// when timeout has passed (not done: the edges' state then), or ctx ends (its error). A
-// project without connected edges is done at once.
+// when timeout has passed (the edges' state then, done if the last of them caught up just
+// in time), or ctx ends (its error). A project without connected edges is done at once.
 func (w *Watcher) Wait(ctx context.Context, projectID, version int64, timeout time.Duration) (edges *controlplane.ProjectEdges, done bool, err error) {
 	deadline := time.NewTimer(timeout)
 	defer deadline.Stop()
@@ -54,18 +54,30 @@ func (w *Watcher) Wait(ctx context.Context, projectID, version int64, timeout ti
 	defer poll.Stop()
 	for {
 		changed := w.next() // before reading: an acknowledgement made meanwhile wakes us
-		edges, err := w.store.FindProjectEdges(ctx, projectID)
+		// Counting is cheap whatever the number of edges; the list is read once it is
+		// likely the answer.
+		laggards, err := w.store.CountLaggards(ctx, projectID, version)
 		if err != nil {
 			return nil, false, err
 		}
-		if len(edges.Laggards(version)) == 0 {
-			return edges, true, nil
+		if laggards == 0 {
+			edges, err := w.store.FindProjectEdges(ctx, projectID)
+			if err != nil {
+				return nil, false, err
+			}
+			if len(edges.Laggards(version)) == 0 {
+				return edges, true, nil
+			}
 		}
 		select {
 		case <-ctx.Done():
 			return nil, false, ctx.Err()
 		case <-deadline.C:
-			return edges, false, nil
+			edges, err := w.store.FindProjectEdges(ctx, projectID)
+			if err != nil {
+				return nil, false, err
+			}
+			return edges, len(edges.Laggards(version)) == 0, nil
 		case <-changed:
 		case <-poll.C:
 		}

@@ -19,11 +19,12 @@ import (
 // protobuf encoding of a message is the concatenation of its fields' encodings, in any
 // order, so a message of several snapshots is their encodings one after the other.
 
-// encodedSnapshot is a snapshot's version and its encoding as field 1 (snapshots) of a
-// WatchResponse, immutable once made.
+// encodedSnapshot is a snapshot's version and its encodings as field 1 (snapshots) and,
+// compressed, field 10 (deflated_snapshots) of a WatchResponse, immutable once made.
 type encodedSnapshot struct {
-	version int64
-	field   []byte
+	version  int64
+	field    []byte
+	deflated []byte
 }
 
 func encodeSnapshot(pb *syncpb.ProjectSnapshot) (*encodedSnapshot, error) {
@@ -31,7 +32,27 @@ func encodeSnapshot(pb *syncpb.ProjectSnapshot) (*encodedSnapshot, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &encodedSnapshot{version: pb.Version, field: field}, nil
+	d, err := syncpb.Deflate(pb)
+	if err != nil {
+		return nil, err
+	}
+	deflated, err := encodeField(10, d)
+	if err != nil {
+		return nil, err
+	}
+	if len(deflated) >= len(field) { // a small snapshot: compressing it gains nothing
+		deflated = field
+	}
+	return &encodedSnapshot{version: pb.Version, field: field, deflated: deflated}, nil
+}
+
+// encoding returns the snapshot as a stream gets it: deflated to edges that accept it, where
+// that is smaller.
+func (e *encodedSnapshot) encoding(deflated bool) []byte {
+	if deflated {
+		return e.deflated
+	}
+	return e.field
 }
 
 // encodeField encodes m as field num of a WatchResponse.
@@ -76,15 +97,22 @@ func (c codec) Unmarshal(data mem.BufferSlice, v any) error {
 // ServerOptions are the gRPC server options the sync service needs: its codec (Watch sends
 // pre-encoded messages; without it they fail to send), and transport settings for holding
 // many thousands of mostly idle streams. Each connection's write buffer is released after
-// every flush rather than held, and its read buffer is small: what edges send is small or,
-// for Ingest, read past the buffer in large reads. The flow-control windows are fixed
-// (windowBytes, as the edges' are) rather than estimated, which costs a ping round trip
-// whenever data arrives: thousands of them when every edge acknowledges a change.
-func ServerOptions() []grpc.ServerOption {
+// every flush rather than held. Over TLS there is no read buffer: crypto/tls reads whole
+// records into a buffer of its own, and one in front of it would be 4 KiB more per edge for
+// no fewer system calls; in plaintext it is small (what edges send is small or, for Ingest,
+// read past the buffer in large reads) and gRPC returns it to a pool between reads. The
+// flow-control windows are fixed (windowBytes, as the edges' are) rather than estimated,
+// which costs a ping round trip whenever data arrives: thousands of them when every edge
+// acknowledges a change.
+func ServerOptions(tls bool) []grpc.ServerOption {
+	readBuffer := 4 << 10
+	if tls {
+		readBuffer = 0
+	}
 	return []grpc.ServerOption{
 		grpc.ForceServerCodecV2(codec{proto: encoding.GetCodecV2(proto.Name)}),
 		grpc.SharedWriteBuffer(true),
-		grpc.ReadBufferSize(4 << 10),
+		grpc.ReadBufferSize(readBuffer),
 		grpc.InitialWindowSize(windowBytes), grpc.InitialConnWindowSize(windowBytes),
 	}
 }

@@ -56,8 +56,9 @@ type Server struct {
 	replicaID string
 	replica   atomic.Pointer[string] // this replica's name for people
 
-	streams prometheus.Gauge
-	sent    prometheus.Counter
+	streams  prometheus.Gauge
+	watching atomic.Int64 // the streams open now, for the acknowledgement delay
+	sent     prometheus.Counter
 }
 
 // Ingester stores spool records, record i captured by edge edgeIDs[i], in one transaction,
@@ -184,11 +185,13 @@ func (s *Server) Watch(req *syncpb.WatchRequest, stream syncpb.Sync_WatchServer)
 	s.subs[sub] = struct{}{}
 	s.mu.Unlock()
 	s.streams.Inc()
+	s.watching.Add(1)
 	defer func() {
 		s.mu.Lock()
 		delete(s.subs, sub)
 		s.mu.Unlock()
 		s.streams.Dec()
+		s.watching.Add(-1)
 	}()
 	s.log.Info("edge watching", "edge", edgeName(stream.Context()), "edge_id", req.EdgeId, "known_projects", len(req.KnownVersions))
 
@@ -217,7 +220,8 @@ func (s *Server) Watch(req *syncpb.WatchRequest, stream syncpb.Sync_WatchServer)
 		return status.Errorf(codes.Unavailable, "record the stream: %v", err)
 	}
 	defer closeSession()
-	if err := stream.Send(&syncpb.WatchResponse{DatabaseId: dbID, MembershipReset: s.members != nil, SessionId: sessionID}); err != nil {
+	if err := stream.Send(&syncpb.WatchResponse{DatabaseId: dbID, MembershipReset: s.members != nil, SessionId: sessionID,
+		AckDelayMs: s.ackDelayMs()}); err != nil {
 		return err
 	}
 	// The membership queue starts with a reset and every filter: sent once the snapshots are.
@@ -229,7 +233,8 @@ func (s *Server) Watch(req *syncpb.WatchRequest, stream syncpb.Sync_WatchServer)
 		membersWake = members.Wake()
 	}
 	// Subscribed before reading versions: a change made meanwhile is seen twice, never lost.
-	if err := s.syncAll(ctx, stream, sub.serves, sent, true); err != nil {
+	deflated := req.AcceptsDeflatedSnapshots
+	if err := s.syncAll(ctx, stream, sub.serves, sent, deflated, true); err != nil {
 		return err
 	}
 	for {
@@ -246,9 +251,9 @@ func (s *Server) Watch(req *syncpb.WatchRequest, stream syncpb.Sync_WatchServer)
 		wants, all := sub.take()
 		var err error
 		if all {
-			err = s.syncAll(ctx, stream, sub.serves, sent, false)
+			err = s.syncAll(ctx, stream, sub.serves, sent, deflated, false)
 		} else {
-			err = s.send(ctx, stream, sent, wants, &syncpb.WatchResponse{}, false)
+			err = s.send(ctx, stream, sent, wants, &syncpb.WatchResponse{}, deflated, false)
 		}
 		if err != nil {
 			return err
@@ -256,11 +261,30 @@ func (s *Server) Watch(req *syncpb.WatchRequest, stream syncpb.Sync_WatchServer)
 	}
 }
 
+// ackDelayPerStream is about what sending a change to one more edge costs this replica (38 µs
+// of CPU measured with 10,000 edges: TLS and the kernel's send). An edge waits at least the
+// number of streams times this before acknowledging a change, by when the replica has
+// usually sent it to every edge; at most twice that, so the acknowledgements arrive spread
+// out. Each acknowledgement is a call of its own (~120 µs): 10,000 of them arriving during
+// the fan-out doubled the time the change took to reach the last edges.
+const (
+	ackDelayPerStream = 40 * time.Microsecond
+	maxAckDelay       = 5 * time.Second
+)
+
+// ackDelayMs is the acknowledgement delay the replica asks of its edges now (the
+// WatchResponse's ack_delay_ms): 0 for fewer than 25 edges and 4 ms for a hundred, so that a
+// rollout to a few edges is confirmed within milliseconds; 400 ms for 10,000.
+func (s *Server) ackDelayMs() uint32 {
+	return uint32(min(time.Duration(s.watching.Load())*ackDelayPerStream, maxAckDelay) / time.Millisecond)
+}
+
 // syncAll makes the edge hold exactly what the database holds of the projects it is served
 // (every project when serves is nil): it sends every project whose version differs from what
 // the edge has — newer, or older as after a restore from a backup — and removes the projects
-// the database does not have or the edge is not served.
-func (s *Server) syncAll(ctx context.Context, stream syncpb.Sync_WatchServer, serves func(int64) bool, sent map[int64]int64, initial bool) error {
+// the database does not have or the edge is not served. deflated sends the snapshots
+// compressed (the edge accepts them so).
+func (s *Server) syncAll(ctx context.Context, stream syncpb.Sync_WatchServer, serves func(int64) bool, sent map[int64]int64, deflated, initial bool) error {
 	all, err := s.versions.get(ctx)
 	if err != nil {
 		return status.Errorf(codes.Unavailable, "read project versions: %v", err)
@@ -290,13 +314,14 @@ func (s *Server) syncAll(ctx context.Context, stream syncpb.Sync_WatchServer, se
 			delete(sent, id)
 		}
 	}
-	return s.send(ctx, stream, sent, wants, msg, initial)
+	return s.send(ctx, stream, sent, wants, msg, deflated, initial)
 }
 
 // send sends the snapshots of the wanted projects (id → at least this version) that are
 // newer than what was sent, and msg's removals; initial marks the end of the catch-up. The
-// snapshots go as the bytes encoded once per version (encoded.go), after msg's own fields.
-func (s *Server) send(ctx context.Context, stream syncpb.Sync_WatchServer, sent, wants map[int64]int64, msg *syncpb.WatchResponse, initial bool) error {
+// snapshots go as the bytes encoded once per version (encoded.go), after msg's own fields:
+// compressed when deflated.
+func (s *Server) send(ctx context.Context, stream syncpb.Sync_WatchServer, sent, wants map[int64]int64, msg *syncpb.WatchResponse, deflated, initial bool) error {
 	var snaps [][]byte
 	flush := func(last bool) error {
 		if !last && len(snaps) < snapshotsPerMessage {
@@ -306,6 +331,9 @@ func (s *Server) send(ctx context.Context, stream syncpb.Sync_WatchServer, sent,
 			return nil
 		}
 		msg.InitialSyncDone = last && initial
+		if len(snaps) > 0 {
+			msg.AckDelayMs = s.ackDelayMs()
+		}
 		head, err := gproto.Marshal(msg)
 		if err != nil {
 			return status.Errorf(codes.Internal, "encode watch response: %v", err)
@@ -335,7 +363,7 @@ func (s *Server) send(ctx context.Context, stream syncpb.Sync_WatchServer, sent,
 		if snap.version <= sent[id] {
 			continue
 		}
-		snaps = append(snaps, snap.field)
+		snaps = append(snaps, snap.encoding(deflated))
 		sent[id] = snap.version
 		if err := flush(false); err != nil {
 			return err
@@ -410,7 +438,8 @@ func SnapshotMessage(s *controlplane.ProjectSnapshot) *syncpb.ProjectSnapshot {
 	}
 	for _, f := range s.Flags {
 		pb.Flags = append(pb.Flags, &syncpb.Flag{Id: f.ID, Key: f.Key, Name: f.Name, Active: f.Active, Version: int32(f.Version),
-			EnsureExperienceContinuity: f.EnsureExperienceContinuity, Filters: f.Filters})
+			EnsureExperienceContinuity: f.EnsureExperienceContinuity, Filters: f.Filters,
+			EvaluationRuntime: f.EvaluationRuntime, EvaluationTags: f.EvaluationTags, BucketingIdentifier: f.BucketingIdentifier})
 	}
 	for _, c := range s.Cohorts {
 		pb.Cohorts = append(pb.Cohorts, &syncpb.Cohort{Id: c.ID, IsStatic: c.Static, Filters: c.Filters})

@@ -21,6 +21,7 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/flagedge/flagedge/controlplane"
 	"github.com/flagedge/flagedge/controlplane/ingest"
 	"github.com/flagedge/flagedge/controlplane/postgres"
 	"github.com/flagedge/flagedge/controlplane/syncserver"
@@ -63,7 +64,7 @@ func newEnv(t *testing.T) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := grpc.NewServer(syncserver.ServerOptions()...)
+	g := grpc.NewServer(syncserver.ServerOptions(false)...)
 	syncpb.RegisterSyncServer(g, srv)
 	go g.Serve(ln) //nolint:errcheck // ends with Stop
 	t.Cleanup(g.Stop)
@@ -363,5 +364,97 @@ func TestCatchUpIsExact(t *testing.T) {
 				t.Errorf("sent %v removed %v, want %v and %v", sent, removed, c.wantSent, c.wantRemoved)
 			}
 		})
+	}
+}
+
+// TestDeflatedSnapshots: an edge that accepts deflated snapshots gets the same snapshot as
+// one that does not, compressed, labelled with its project and version — unless compressing
+// does not make it smaller (a project without flags), when it gets it as it is.
+func TestDeflatedSnapshots(t *testing.T) {
+	e := newEnv(t)
+	get := func(deflated bool) *syncpb.WatchResponse {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		stream, err := e.client.Watch(ctx, &syncpb.WatchRequest{ProtocolVersion: syncpb.ProtocolVersion_PROTOCOL_VERSION_1,
+			EdgeId: "t", AcceptsDeflatedSnapshots: deflated})
+		if err != nil {
+			t.Fatal(err)
+		}
+		msg, err := recvCatchUp(stream)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return msg
+	}
+	if msg := get(true); len(msg.Snapshots) != 1 || len(msg.DeflatedSnapshots) != 0 {
+		t.Fatalf("a project without flags: %d snapshots, %d deflated; want it as it is", len(msg.Snapshots), len(msg.DeflatedSnapshots))
+	}
+
+	ctx := context.Background()
+	var userID int64
+	if err := e.db.Pool.QueryRow(ctx, `SELECT id FROM users ORDER BY id LIMIT 1`).Scan(&userID); err != nil {
+		t.Fatal(err)
+	}
+	actor, err := postgres.NewUserService(e.db, 4).FindUserByID(ctx, userID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 10 {
+		key := fmt.Sprintf("flag-%d", i)
+		filters := json.RawMessage(`{"groups": [{"properties": [{"key": "email", "type": "person", "value": ["a@example.com", "b@example.com"], "operator": "exact"}], "rollout_percentage": 50}]}`)
+		if _, err := postgres.NewFlagService(e.db).CreateFlag(ctx, actor, e.project, controlplane.FlagUpdate{Key: &key, Filters: filters}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	plain, deflated := get(false), get(true)
+	if len(plain.Snapshots) != 1 || len(plain.DeflatedSnapshots) != 0 {
+		t.Fatalf("without accepting deflated snapshots: %d snapshots, %d deflated; want 1 and 0", len(plain.Snapshots), len(plain.DeflatedSnapshots))
+	}
+	if len(deflated.Snapshots) != 0 || len(deflated.DeflatedSnapshots) != 1 {
+		t.Fatalf("accepting deflated snapshots: %d snapshots, %d deflated; want 0 and 1", len(deflated.Snapshots), len(deflated.DeflatedSnapshots))
+	}
+	d := deflated.DeflatedSnapshots[0]
+	want := plain.Snapshots[0]
+	if d.ProjectId != want.ProjectId || d.Version != want.Version {
+		t.Errorf("labelled project %d version %d, want %d and %d", d.ProjectId, d.Version, want.ProjectId, want.Version)
+	}
+	got, err := syncpb.Inflate(d, 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !proto.Equal(got, want) {
+		t.Errorf("inflated snapshot differs from the plain one:\n%v\n%v", got, want)
+	}
+	t.Logf("snapshot of 10 flags: %d bytes, deflated %d", proto.Size(want), len(d.Deflated))
+}
+
+// TestAckDelayGrowsWithStreams: a replica serving one edge asks for no delay before
+// acknowledgements; one serving thirty asks for one (40 µs per stream: 1 ms), on the
+// stream's first message and on its snapshots.
+func TestAckDelayGrowsWithStreams(t *testing.T) {
+	e := newEnv(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	watch := func() (first, snapshots *syncpb.WatchResponse) {
+		stream, err := e.client.Watch(ctx, &syncpb.WatchRequest{ProtocolVersion: syncpb.ProtocolVersion_PROTOCOL_VERSION_1, EdgeId: "t"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if first, err = stream.Recv(); err != nil {
+			t.Fatal(err)
+		}
+		if snapshots, err = stream.Recv(); err != nil {
+			t.Fatal(err)
+		}
+		return first, snapshots
+	}
+	if first, snaps := watch(); first.AckDelayMs != 0 || snaps.AckDelayMs != 0 || len(snaps.Snapshots) == 0 {
+		t.Errorf("one stream: delay %d and %d ms (%d snapshots), want 0", first.AckDelayMs, snaps.AckDelayMs, len(snaps.Snapshots))
+	}
+	for range 28 {
+		watch()
+	}
+	if first, snaps := watch(); first.AckDelayMs != 1 || snaps.AckDelayMs != 1 || len(snaps.Snapshots) == 0 {
+		t.Errorf("thirty streams: delay %d and %d ms (%d snapshots), want 1", first.AckDelayMs, snaps.AckDelayMs, len(snaps.Snapshots))
 	}
 }

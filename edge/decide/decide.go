@@ -125,7 +125,11 @@ func (d *Handler) Serve(ctx *fasthttp.RequestCtx, ep Endpoint) error {
 	if !s.in.disableFlags {
 		s.results, errored = d.evaluate(ctx, project, &s.in, s.results)
 	}
-	want := selection(s.results, project.Snapshot, s.in.flagKeysToEvaluate, &s.want)
+	rt := s.in.runtime
+	if rt == flags.RuntimeUnknown && project.Snapshot.Filters(rt, nil) { // some flag is for one runtime: tell the request's
+		rt = RequestRuntime(&ctx.Request.Header, rt)
+	}
+	want := selection(s.results, project.Snapshot, &s.in, rt, &s.want)
 	Count(project, s.results, want)
 	s.out = encode(s.out[:0], project, ctx.QueryArgs(), ep, s.results, want, errored)
 	ctx.SetContentType("application/json")
@@ -316,19 +320,45 @@ func covers(overrides map[string]string, keys []string) bool {
 	return true
 }
 
-// selection marks, by result index, the flags a request's flag_keys_to_evaluate names; nil
-// (every flag) when it names none. One look-up per key, so that a long list costs its length
-// and not its length times the project's flags in every pass over the results.
-func selection(results []flags.Result, snap *flags.Snapshot, keys []string, marks *[]bool) []bool {
-	if len(keys) == 0 {
+// RequestRuntime is the runtime a request comes from, as PostHog's server finds it: the
+// body's evaluation_runtime (explicit), else told from the User-Agent and the headers only
+// browsers send; RuntimeUnknown when neither tells.
+func RequestRuntime(h *fasthttp.RequestHeader, explicit flags.Runtime) flags.Runtime {
+	if explicit != flags.RuntimeUnknown {
+		return explicit
+	}
+	browser := h.Peek("Origin") != nil || h.Peek("Referer") != nil || h.Peek("Sec-Fetch-Mode") != nil || h.Peek("Sec-Fetch-Site") != nil
+	return flags.DetectRuntime(bytesString(h.UserAgent()), browser)
+}
+
+// selection marks, by result index, the flags a request gets: those its flag_keys_to_evaluate
+// names (every flag when it names none) that the snapshot selects for its runtime and
+// evaluation contexts (flags.Snapshot.Selected). It is nil (every flag) when nothing is left
+// out, as for most requests: the snapshot knows whether any flag is for one runtime or has
+// evaluation tags. One look-up per key, so that a long list costs its length and not its
+// length times the project's flags in every pass over the results.
+func selection(results []flags.Result, snap *flags.Snapshot, in *input, rt flags.Runtime, marks *[]bool) []bool {
+	keys, filtered := in.flagKeysToEvaluate, snap.Filters(rt, in.contexts)
+	if len(keys) == 0 && !filtered {
 		return nil
 	}
 	want := slices.Grow((*marks)[:0], len(results))[:len(results)]
-	clear(want)
-	for _, k := range keys {
-		// Of flags sharing a key, Lookup finds the last: mark the others too.
-		for i := snap.Lookup(k); i >= 0 && i < len(results) && results[i].Key == k; i-- {
+	if len(keys) == 0 {
+		for i := range want {
 			want[i] = true
+		}
+	} else {
+		clear(want)
+		for _, k := range keys {
+			// Of flags sharing a key, Lookup finds the last: mark the others too.
+			for i := snap.Lookup(k); i >= 0 && i < len(results) && results[i].Key == k; i-- {
+				want[i] = true
+			}
+		}
+	}
+	if filtered {
+		for i := range want {
+			want[i] = want[i] && snap.Selected(i, rt, in.contexts)
 		}
 	}
 	*marks = want

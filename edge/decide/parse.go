@@ -24,6 +24,10 @@ type input struct {
 	geoipDisable       bool
 	disableFlags       bool
 	flagKeysToEvaluate []string
+	// runtime is the body's evaluation_runtime (RuntimeUnknown when it names none: the
+	// headers tell); contexts its evaluation_contexts (or evaluation_environments).
+	runtime  flags.Runtime
+	contexts []string
 
 	// values and groupMaps are memory reused across requests for the property values.
 	values    values
@@ -35,7 +39,8 @@ var errNotObject = errors.New("expected a JSON object")
 // parse decodes body into s.in, reusing the scratch's parser and maps.
 func (s *scratch) parse(body []byte) error {
 	in := &s.in
-	*in = input{groups: in.groups, flagKeysToEvaluate: in.flagKeysToEvaluate[:0], values: in.values.reset(), groupMaps: in.groupMaps}
+	*in = input{groups: in.groups, flagKeysToEvaluate: in.flagKeysToEvaluate[:0], contexts: in.contexts[:0],
+		values: in.values.reset(), groupMaps: in.groupMaps}
 	clear(s.person)
 	clear(s.groupProps)
 	clear(in.groups)
@@ -119,6 +124,35 @@ func (s *scratch) parse(body []byte) error {
 				}
 			} else if v.Type() != fastjson.TypeNull && firstErr == nil {
 				firstErr = errors.New("flag_keys_to_evaluate must be a list of strings")
+			}
+		case "evaluation_runtime":
+			// As PostHog's server: a string names the runtime ("client", "server", else
+			// "all"); null names none; anything else is a malformed body.
+			switch v.Type() {
+			case fastjson.TypeString:
+				in.runtime = flags.ParseRuntime(bytesString(v.GetStringBytes()))
+			case fastjson.TypeNull:
+			default:
+				if firstErr == nil {
+					firstErr = errors.New("evaluation_runtime must be a string")
+				}
+			}
+		case "evaluation_contexts", "evaluation_environments":
+			arr, err := v.Array()
+			if err != nil {
+				if v.Type() != fastjson.TypeNull && firstErr == nil {
+					firstErr = errors.New(string(key) + " must be a list of strings")
+				}
+				return
+			}
+			for _, c := range arr {
+				if c.Type() != fastjson.TypeString {
+					if firstErr == nil {
+						firstErr = errors.New(string(key) + " must be a list of strings")
+					}
+					return
+				}
+				in.contexts = append(in.contexts, bytesString(c.GetStringBytes()))
 			}
 		}
 	})

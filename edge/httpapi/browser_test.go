@@ -49,10 +49,11 @@ func TestCORSOnEveryAnswer(t *testing.T) {
 				t.Fatalf("status %d, want %d: %s", r.status, tc.status, r.body)
 			}
 			got := map[string]string{}
-			for _, h := range []string{"Access-Control-Allow-Origin", "Access-Control-Allow-Credentials", "Vary"} {
+			for _, h := range []string{"Access-Control-Allow-Origin", "Access-Control-Allow-Credentials", "Access-Control-Expose-Headers", "Vary"} {
 				got[h] = string(r.header.Peek(h))
 			}
-			want := map[string]string{"Access-Control-Allow-Origin": origin, "Access-Control-Allow-Credentials": "true", "Vary": "Origin"}
+			want := map[string]string{"Access-Control-Allow-Origin": origin, "Access-Control-Allow-Credentials": "true",
+				"Access-Control-Expose-Headers": "X-Flagedge-Snapshot-Version", "Vary": "Origin"}
 			if diff := cmp.Diff(want, got); diff != "" {
 				t.Errorf("CORS headers (-want +got):\n%s", diff)
 			}

@@ -239,18 +239,26 @@ func (s *Server) handleReady(ctx *fasthttp.RequestCtx) error {
 
 // setCORS lets browsers call from any origin, with credentials, as PostHog does: the
 // request's origin is allowed as its scheme and host (an origin without a host, such as
-// "null", as "*"), or "*" when the request names none.
+// "null", as "*"), or "*" when the request names none. Browsers' scripts may read the
+// snapshot version an answer was computed from.
 func setCORS(ctx *fasthttp.RequestCtx) {
 	h := &ctx.Response.Header
 	origin := ctx.Request.Header.Peek("Origin")
 	if len(origin) == 0 {
-		h.Set("Access-Control-Allow-Origin", "*")
+		h.SetCanonical(allowOrigin, anyOrigin)
 		return
 	}
-	h.SetBytesV("Access-Control-Allow-Origin", originOf(origin))
+	h.SetCanonical(allowOrigin, originOf(origin))
 	h.Set("Access-Control-Allow-Credentials", "true")
+	h.Set("Access-Control-Expose-Headers", exposeHeaders)
 	h.Set("Vary", "Origin")
 }
+
+// The header every answer carries, in canonical form (SetCanonical skips normalising it).
+var allowOrigin, anyOrigin = []byte("Access-Control-Allow-Origin"), []byte("*")
+
+// exposeHeaders are the response headers a browser's script may read besides the simple ones.
+const exposeHeaders = "X-Flagedge-Snapshot-Version"
 
 // originOf returns scheme://host[:port] of an Origin header, or "*" when it has no host.
 func originOf(origin []byte) []byte {

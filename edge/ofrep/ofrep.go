@@ -34,7 +34,7 @@ const MinPollInterval = 1000 // milliseconds
 
 // exposeHeaders are the response headers a page on another origin may read: providers read
 // the bulk answer's ETag and a 429's Retry-After.
-const exposeHeaders = "ETag, Retry-After"
+const exposeHeaders = "ETag, Retry-After, X-Flagedge-Snapshot-Version"
 
 // Config holds what OFREP answers from.
 type Config struct {
@@ -155,6 +155,17 @@ func bearer(ctx *fasthttp.RequestCtx) string {
 	return ""
 }
 
+// runtime is the runtime an OFREP request comes from, for the flags it gets
+// (flags.Snapshot.Selected): told from its headers as /flags tells it (a browser's OFREP
+// provider is a client), and a server when they tell nothing, since OFREP's server providers
+// do not name themselves as PostHog's SDKs do. OFREP has no evaluation contexts.
+func runtime(ctx *fasthttp.RequestCtx) flags.Runtime {
+	if rt := decide.RequestRuntime(&ctx.Request.Header, flags.RuntimeUnknown); rt != flags.RuntimeUnknown {
+		return rt
+	}
+	return flags.RuntimeServer
+}
+
 // evaluate authenticates the request, reads its context and evaluates every flag of the
 // project by /flags's path.
 func (h *Handler) evaluate(ctx *fasthttp.RequestCtx) (*state.Project, []flags.Result, error) {
@@ -185,7 +196,7 @@ func (h *Handler) ServeFlag(ctx *fasthttp.RequestCtx) error {
 		return err
 	}
 	i := p.Snapshot.Lookup(key)
-	if i < 0 {
+	if i < 0 || !p.Snapshot.Selected(i, runtime(ctx), nil) {
 		return &Error{Status: http.StatusNotFound, Code: codeFlagNotFound, Details: "Flag '" + key + "' was not found."}
 	}
 	r := &results[i]
@@ -210,14 +221,26 @@ func (h *Handler) ServeBulk(ctx *fasthttp.RequestCtx) error {
 	if err != nil {
 		return err
 	}
-	decide.Count(p, results, nil)
+	var want []bool // nil: every flag
+	if rt := runtime(ctx); p.Snapshot.Filters(rt, nil) {
+		want = make([]bool, len(results))
+		for i := range want {
+			want[i] = p.Snapshot.Selected(i, rt, nil)
+		}
+	}
+	decide.Count(p, results, want)
 	info := h.infos.of(p)
 	b := make([]byte, 0, 128+160*len(results))
 	b = append(b, `{"flags":[`...)
+	first := true
 	for i := range results {
-		if i > 0 {
+		if want != nil && !want[i] {
+			continue
+		}
+		if !first {
 			b = append(b, ',')
 		}
+		first = false
 		r := &results[i]
 		if r.Failed {
 			b = append(b, `{"key":`...)

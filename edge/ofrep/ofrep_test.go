@@ -264,7 +264,7 @@ func TestBulk(t *testing.T) {
 		t.Errorf("%d flags, want all 8 (the inactive one included): %v", len(got), got)
 	}
 	etag := a.header.Get("ETag")
-	if !strings.HasPrefix(etag, `"`) || a.header.Get("Access-Control-Expose-Headers") != "ETag, Retry-After" {
+	if !strings.HasPrefix(etag, `"`) || a.header.Get("Access-Control-Expose-Headers") != "ETag, Retry-After, X-Flagedge-Snapshot-Version" {
 		t.Fatalf("ETag %q, expose %q", etag, a.header.Get("Access-Control-Expose-Headers"))
 	}
 	if r := e.do("POST", "/ofrep/v1/evaluate/flags", body, auth, "If-None-Match: "+etag); r.status != 304 || len(r.raw) != 0 || r.header.Get("ETag") != etag {
@@ -628,5 +628,42 @@ func TestWriteErrorOfSharedChecks(t *testing.T) {
 				t.Errorf("(-want +got):\n%s", diff)
 			}
 		})
+	}
+}
+
+// TestRuntimeSelection: OFREP leaves out the flags of another runtime, told from the headers
+// as /flags tells it, and counts a request they tell nothing of as a server's.
+func TestRuntimeSelection(t *testing.T) {
+	e := newEnv(t, false, 0)
+	on := []byte(`{"groups":[{"properties":[],"rollout_percentage":100}]}`)
+	snap := snapshot(2, &syncpb.Flag{Id: 20, Key: "browser-only", Active: true, Version: 1, Filters: on, EvaluationRuntime: "client"},
+		&syncpb.Flag{Id: 21, Key: "backend-only", Active: true, Version: 1, Filters: on, EvaluationRuntime: "server"})
+	if err := e.holder.Apply(&syncpb.WatchResponse{Snapshots: []*syncpb.ProjectSnapshot{snap}}); err != nil {
+		t.Fatal(err)
+	}
+	auth := "Authorization: Bearer " + token
+	keys := func(headers ...string) map[string]bool {
+		t.Helper()
+		a := e.do("POST", "/ofrep/v1/evaluate/flags", ctxBody(`"targetingKey":"u"`), append(headers, auth)...)
+		if a.status != 200 {
+			t.Fatalf("%d %s", a.status, a.raw)
+		}
+		out := map[string]bool{}
+		for _, f := range a.body["flags"].([]any) {
+			out[f.(map[string]any)["key"].(string)] = true
+		}
+		return out
+	}
+	if k := keys(); !k["backend-only"] || k["browser-only"] || !k["static-on"] {
+		t.Errorf("no headers (a server): %v", k)
+	}
+	if k := keys("Origin: https://shop.example"); k["backend-only"] || !k["browser-only"] || !k["static-on"] {
+		t.Errorf("a browser: %v", k)
+	}
+	if a := e.do("POST", "/ofrep/v1/evaluate/flags/backend-only", ctxBody(`"targetingKey":"u"`), auth, "User-Agent: Mozilla/5.0"); a.status != 404 {
+		t.Errorf("a server flag asked by a browser: %d %s", a.status, a.raw)
+	}
+	if a := e.do("POST", "/ofrep/v1/evaluate/flags/backend-only", ctxBody(`"targetingKey":"u"`), auth); a.status != 200 || a.body["value"] != true {
+		t.Errorf("a server flag asked by a server: %d %s", a.status, a.raw)
 	}
 }

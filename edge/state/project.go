@@ -137,7 +137,8 @@ func compileProject(pb *syncpb.ProjectSnapshot) (*Project, error) {
 		BuiltAt: time.UnixMilli(pb.BuiltAtUnixMs), Payloads: map[string][]byte{}, readKeys: map[[sha256.Size]byte]bool{}}
 	for _, f := range pb.Flags {
 		def.Flags = append(def.Flags, flags.FlagDefinition{ID: f.Id, Key: f.Key, Name: f.Name, Active: f.Active,
-			Version: int(f.Version), EnsureExperienceContinuity: f.EnsureExperienceContinuity, Filters: f.Filters})
+			Version: int(f.Version), EnsureExperienceContinuity: f.EnsureExperienceContinuity, Filters: f.Filters,
+			EvaluationRuntime: f.EvaluationRuntime, EvaluationTags: f.EvaluationTags, BucketingIdentifier: f.BucketingIdentifier})
 		if f.Active && f.EnsureExperienceContinuity {
 			p.ContinuityFlags = append(p.ContinuityFlags, f.Key)
 		}

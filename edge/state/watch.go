@@ -5,12 +5,16 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"math/rand/v2"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/flagedge/flagedge/edge/bloomset"
+	"github.com/flagedge/flagedge/edge/cpclient"
 	"github.com/flagedge/flagedge/internal/backoff"
 	"github.com/flagedge/flagedge/shared/syncpb"
 )
@@ -48,7 +52,7 @@ func watchOnce(ctx context.Context, client syncpb.SyncClient, h *Holder, members
 	defer h.SetConnected(false)
 	stream, err := client.Watch(ctx, &syncpb.WatchRequest{
 		ProtocolVersion: syncpb.ProtocolVersion_PROTOCOL_VERSION_1, EdgeId: edgeID, KnownVersions: h.Versions(),
-		DatabaseId: h.DatabaseID(), PreviousSessionId: *session,
+		DatabaseId: h.DatabaseID(), PreviousSessionId: *session, AcceptsDeflatedSnapshots: true,
 	})
 	if err != nil {
 		return false, err
@@ -63,6 +67,7 @@ func watchOnce(ctx context.Context, client syncpb.SyncClient, h *Holder, members
 			return received, err
 		}
 		received = true
+		inflate(msg, h.log)
 		if err := h.Apply(msg); err != nil {
 			h.log.Error("apply snapshot", "err", err)
 		}
@@ -72,6 +77,9 @@ func watchOnce(ctx context.Context, client syncpb.SyncClient, h *Holder, members
 			go acks.run(ctx)
 		}
 		if acks != nil {
+			if msg.SessionId != "" || len(msg.Snapshots) > 0 {
+				acks.delay.Store(int64(min(time.Duration(msg.AckDelayMs)*time.Millisecond, maxAckDelay)))
+			}
 			acks.poke()
 		}
 		if members != nil {
@@ -86,15 +94,39 @@ func watchOnce(ctx context.Context, client syncpb.SyncClient, h *Holder, members
 	}
 }
 
+// maxInflatedBytes bounds what the deflated snapshots of one message may inflate to, all
+// together: the largest message the edge accepts from the control plane, which the same
+// snapshots sent uncompressed could not have exceeded either.
+const maxInflatedBytes = cpclient.MaxMessageBytes
+
+// inflate moves msg's deflated snapshots into its snapshots. One that cannot be inflated
+// (or would take the message past maxInflatedBytes) is reported and left out, as a snapshot
+// that does not compile is: the project keeps serving the version the edge has.
+func inflate(msg *syncpb.WatchResponse, log *slog.Logger) {
+	budget := maxInflatedBytes
+	for _, d := range msg.DeflatedSnapshots {
+		pb, err := syncpb.Inflate(d, budget)
+		if err != nil {
+			log.Error("apply snapshot", "err", err)
+			continue
+		}
+		budget -= proto.Size(pb)
+		msg.Snapshots = append(msg.Snapshots, pb)
+	}
+	msg.DeflatedSnapshots = nil
+}
+
 // acker tells the control plane which versions the edge serves, after every applied message
 // of one stream: it sends what changed since its last acknowledgement, one call at a time, so
-// a burst of changes costs one call once the previous one is answered.
+// a burst of changes costs one call once the previous one is answered. It waits first as
+// long as the control plane asks (ack_delay_ms, non-zero when it serves many edges).
 type acker struct {
 	client  syncpb.SyncClient
 	h       *Holder
 	session string
 	wake    chan struct{} // capacity 1
 	acked   map[int64]int64
+	delay   atomic.Int64 // the control plane's ack_delay_ms, as a time.Duration
 }
 
 func (a *acker) poke() {
@@ -104,21 +136,29 @@ func (a *acker) poke() {
 	}
 }
 
-// ackTimeout bounds one acknowledgement; ackRetry is the pause after a failed one.
+// ackTimeout bounds one acknowledgement; ackRetry is the pause after a failed one;
+// maxAckDelay bounds the wait a control plane may ask for before acknowledging (it asks at
+// most 5 s), so that a wrong one cannot keep a rollout from ever being confirmed.
 const (
-	ackTimeout = 5 * time.Second
-	ackRetry   = 200 * time.Millisecond
+	ackTimeout  = 5 * time.Second
+	ackRetry    = 200 * time.Millisecond
+	maxAckDelay = 10 * time.Second
 )
 
 // run acknowledges until ctx (the stream's) ends, or the control plane says the session is
 // over or acknowledgements are not known to it (an older control plane).
 func (a *acker) run(ctx context.Context) {
+	retrying := false // the last call failed: it goes again after ackRetry, not the delay
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-a.wake:
 		}
+		if d := time.Duration(a.delay.Load()); d > 0 && !retrying && !sleep(ctx, d+rand.N(d)) {
+			return
+		}
+		retrying = false
 		req := &syncpb.AcknowledgeRequest{SessionId: a.session, Versions: map[int64]int64{}}
 		held := a.h.Versions()
 		for id, v := range held {
@@ -144,12 +184,23 @@ func (a *acker) run(ctx context.Context) {
 			return
 		default:
 			a.h.log.Warn("acknowledge versions failed; retrying", "err", err)
-			select {
-			case <-ctx.Done():
+			if !sleep(ctx, ackRetry) {
 				return
-			case <-time.After(ackRetry):
 			}
+			retrying = true
 			a.poke()
 		}
+	}
+}
+
+// sleep waits for d, or less if ctx ends first (false then).
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
 	}
 }

@@ -53,9 +53,10 @@ func not(f func(string) bool) func(string) bool { return func(p string) bool { r
 // The control plane's adapters (what wraps I/O: PostgreSQL, HTTP, gRPC, NATS) and the
 // packages of its domain (pure logic over the domain's interfaces).
 var (
-	cpAdapters = is("controlplane/postgres", "controlplane/httpapi", "controlplane/console", "controlplane/syncserver", "controlplane/logingest")
-	cpDomain   = is("controlplane", "controlplane/authz", "controlplane/flageval", "controlplane/ingest", "controlplane/personview",
-		"controlplane/bloomhub", "controlplane/rollout", "controlplane/loginlimit")
+	cpAdapters = is("controlplane/postgres", "controlplane/httpapi", "controlplane/console", "controlplane/syncserver", "controlplane/logingest",
+		"controlplane/webhook")
+	cpDomain = is("controlplane", "controlplane/authz", "controlplane/flageval", "controlplane/ingest", "controlplane/personview",
+		"controlplane/bloomhub", "controlplane/rollout", "controlplane/loginlimit", "controlplane/scheduler")
 	testHelpers = is("internal/pgtest", "internal/pgcluster", "internal/natstest", "internal/tlstest", "geoip/geoiptest", "shared/flags/flagstest")
 	harnesses   = under("bench", "e2e")
 )

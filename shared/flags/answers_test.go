@@ -61,6 +61,22 @@ func TestAnswersUnchanged(t *testing.T) {
 	}
 }
 
+// TestAnswersWithoutSHAExtensions gives the same answers through crypto/sha1 alone, as on a
+// CPU without SHA extensions (where TestAnswersUnchanged itself runs that way).
+func TestAnswersWithoutSHAExtensions(t *testing.T) {
+	if testing.Short() {
+		t.Skip("evaluates 313,600 flags twice")
+	}
+	with := sha256.New()
+	writeAnswers(t, with)
+	defer flags.UseSHABlocks(false)()
+	without := sha256.New()
+	writeAnswers(t, without)
+	if a, b := hex.EncodeToString(with.Sum(nil)), hex.EncodeToString(without.Sum(nil)); a != b {
+		t.Errorf("answers differ: digest %s with the SHA extensions, %s without", a, b)
+	}
+}
+
 func writeAnswers(t *testing.T, w io.Writer) {
 	now := time.Date(2025, 2, 3, 4, 5, 6, 0, time.UTC)
 	extra := []string{

@@ -19,6 +19,14 @@ type FlagDefinition struct {
 	Version                    int
 	EnsureExperienceContinuity bool
 	Filters                    json.RawMessage
+	// EvaluationRuntime is "all" (or empty), "client" or "server"; EvaluationTags are the
+	// flag's evaluation tags. Together they say which requests get the flag (Selected).
+	EvaluationRuntime string
+	EvaluationTags    []string
+	// BucketingIdentifier is PostHog's flag-level bucketing_identifier: "device_id" buckets
+	// person conditions on the device id (as filters.bucketing_identifier does, which it
+	// overrides when set), "distinct_id" or empty on the distinct id.
+	BucketingIdentifier string
 }
 
 // CohortDefinition is a cohort: static (a list of persons, known to the caller) or defined by
@@ -58,9 +66,16 @@ type Snapshot struct {
 	evalOrder  []int          // dependencies before dependents; nil when that is the output order
 	groupTypes [maxGroupTypes]string
 
+	// sure lists, up to maxSure, the flags whose rollout hash of the distinct id every
+	// evaluation computes (see markSure): an evaluation computes them first, two at a time.
+	sure []int
+
 	personKeys    []string
 	groupKeys     [maxGroupTypes][]string
 	staticCohorts bool
+	// runtimeScoped is set when a flag is for one runtime only, tagged when a flag has
+	// evaluation tags (see Filters).
+	runtimeScoped, tagged bool
 
 	// What Source returns besides the flags.
 	cohortSources []cohortSource
@@ -88,6 +103,11 @@ type compiledFlag struct {
 	// missingDependency is set when the flag depends on a flag that does not exist, on
 	// itself, on a cycle, or on a flag with a missing dependency: it is then false.
 	missingDependency bool
+	runtime           Runtime  // RuntimeAll, RuntimeClient or RuntimeServer
+	bucketing         string   // the flag-level bucketing_identifier, for Source
+	evaluationTags    []string // nil when the flag has none
+	// sure is the flag's index in Snapshot.sure, or -1.
+	sure int8
 }
 
 // flagValues are what an enabled flag can be besides a plain true: its variants, and the
@@ -183,7 +203,27 @@ func Compile(p Project) (*Snapshot, error) {
 		sort.Strings(s.groupKeys[i])
 	}
 	s.assignMemoSlots()
+	s.markSure()
 	return s, nil
+}
+
+// maxSure bounds Snapshot.sure: an evaluation keeps their hashes in an array of this size.
+const maxSure = 64
+
+// markSure lists the flags whose rollout hash every evaluation computes, with the distinct
+// id as its subject: active person flags without per-condition subjects, experience
+// continuity, super conditions or holdouts, whose first condition has no properties and a
+// rollout below 100%.
+func (s *Snapshot) markSure() {
+	for i := range s.flags {
+		f := &s.flags[i]
+		f.sure = -1
+		if len(s.sure) < maxSure && f.active && !f.missingDependency && f.groupIndex < 0 && !f.perCondition && !f.continuity &&
+			f.rare == nil && len(f.conditions) > 0 && len(f.conditions[0].matchers) == 0 && f.conditions[0].rollout < maxHash {
+			f.sure = int8(len(s.sure))
+			s.sure = append(s.sure, i)
+		}
+	}
 }
 
 type compiler struct {
@@ -206,6 +246,12 @@ func (c *compiler) compileFlag(cf *compiledFlag, d FlagDefinition) error {
 	c.flagIndex = c.byKey[d.Key]
 	cf.key, cf.id, cf.version, cf.active, cf.continuity = d.Key, d.ID, d.Version, d.Active, d.EnsureExperienceContinuity
 	cf.filters, cf.name = internJSON(d.Filters), internString(d.Name)
+	cf.runtime = ParseRuntime(d.EvaluationRuntime)
+	if len(d.EvaluationTags) > 0 {
+		cf.evaluationTags = append([]string(nil), d.EvaluationTags...)
+	}
+	c.snap.runtimeScoped = c.snap.runtimeScoped || cf.runtime != RuntimeAll
+	c.snap.tagged = c.snap.tagged || len(cf.evaluationTags) > 0
 	raw := d.Filters
 	if len(bytes.TrimSpace(raw)) == 0 {
 		raw = json.RawMessage(`{}`)
@@ -213,6 +259,9 @@ func (c *compiler) compileFlag(cf *compiledFlag, d FlagDefinition) error {
 	f, err := decodeFilters(raw)
 	if err != nil {
 		return err
+	}
+	if cf.bucketing = d.BucketingIdentifier; cf.bucketing != "" {
+		f.BucketingIdentifier = cf.bucketing
 	}
 	cf.earlyExit = f.EarlyExit
 	cf.groupIndex = -1
@@ -607,7 +656,8 @@ func (s *Snapshot) Source() Project {
 	for i := range s.flags {
 		f := &s.flags[i]
 		p.Flags[i] = FlagDefinition{ID: f.id, Key: f.key, Name: f.name.String(), Active: f.active, Version: f.version,
-			EnsureExperienceContinuity: f.continuity, Filters: f.filters.rawMessage()}
+			EnsureExperienceContinuity: f.continuity, Filters: f.filters.rawMessage(),
+			EvaluationRuntime: f.runtime.String(), EvaluationTags: f.evaluationTags, BucketingIdentifier: f.bucketing}
 	}
 	for _, c := range s.cohortSources {
 		p.Cohorts = append(p.Cohorts, CohortDefinition{ID: c.id, Static: c.static, Filters: c.filters.rawMessage()})

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -46,6 +47,9 @@ type conformanceFlag struct {
 	Filters    json.RawMessage `json:"filters"`
 	Inactive   bool            `json:"inactive"`
 	Continuity bool            `json:"ensure_experience_continuity"`
+	Runtime    string          `json:"evaluation_runtime"`
+	Tags       []string        `json:"evaluation_tags"`
+	Bucketing  string          `json:"bucketing_identifier"`
 }
 
 type conformanceRequest struct {
@@ -57,12 +61,39 @@ type conformanceRequest struct {
 	HashKeyOverrides map[string]string          `json:"hash_key_overrides"`
 	StoredPerson     json.RawMessage            `json:"stored_person"`
 	StoredGroups     map[string]json.RawMessage `json:"stored_groups"`
+	// Which flags the request gets: evaluation_runtime (else told from the headers) and
+	// evaluation_contexts (or its older name evaluation_environments).
+	Runtime      *string           `json:"evaluation_runtime"`
+	Contexts     []string          `json:"evaluation_contexts"`
+	Environments []string          `json:"evaluation_environments"`
+	Headers      map[string]string `json:"headers"`
+}
+
+// runtime is the request's runtime as the edge finds it.
+func (r *conformanceRequest) runtime() flags.Runtime {
+	if r.Runtime != nil {
+		return flags.ParseRuntime(*r.Runtime)
+	}
+	var ua string
+	browser := false
+	for name, v := range r.Headers {
+		switch strings.ToLower(name) {
+		case "user-agent":
+			ua = v
+		case "origin", "referer", "sec-fetch-mode", "sec-fetch-site":
+			browser = true
+		}
+	}
+	return flags.DetectRuntime(ua, browser)
 }
 
 type conformanceWant struct {
 	Value          any    `json:"value"`
 	Reason         string `json:"reason"`
 	ConditionIndex *int   `json:"condition_index"`
+	// Absent says the flag is not in the answer (another runtime's, or tagged for other
+	// evaluation contexts).
+	Absent bool `json:"absent"`
 }
 
 // TestConformance runs the conformance corpus through the engine.
@@ -136,7 +167,8 @@ func runConformance(t *testing.T, c conformanceCase) {
 			id = int64(i + 1)
 		}
 		project.Flags = append(project.Flags, flags.FlagDefinition{ID: id, Key: f.Key, Active: !f.Inactive,
-			EnsureExperienceContinuity: f.Continuity, Filters: f.Filters})
+			EnsureExperienceContinuity: f.Continuity, Filters: f.Filters, EvaluationRuntime: f.Runtime, EvaluationTags: f.Tags,
+			BucketingIdentifier: f.Bucketing})
 	}
 	for k, v := range c.GroupTypes {
 		i, err := strconv.Atoi(k)
@@ -168,10 +200,20 @@ func runConformance(t *testing.T, c conformanceCase) {
 		req.StoredGroups[name] = props(t, raw)
 	}
 	results := snap.Evaluate(req, nil)
+	rt, contexts := c.Request.runtime(), append(c.Request.Contexts, c.Request.Environments...)
 	for key, want := range c.Expect {
 		i := snap.Lookup(key)
 		if i < 0 {
 			t.Fatalf("no flag %q", key)
+		}
+		if selected := snap.Selected(i, rt, contexts); selected == want.Absent {
+			t.Errorf("%s: selected %v for runtime %q and contexts %q, want %v", key, selected, rt, contexts, !want.Absent)
+		}
+		if want.Absent {
+			if snap.Filters(rt, contexts) == false {
+				t.Errorf("%s: Filters says no flag is left out", key)
+			}
+			continue
 		}
 		r := results[i]
 		if got := r.Value(); got != want.Value {

@@ -2,6 +2,7 @@ package flags_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -96,6 +97,35 @@ func TestDefinitionsFromSnapshot(t *testing.T) {
 		}
 		if diff := cmp.Diff(string(want), string(got)); diff != "" {
 			t.Errorf("send_cohorts %v (-want +got):\n%s", sendCohorts, diff)
+		}
+	}
+}
+
+// TestDefinitionsCarryRuntime: every flag goes to local evaluation whatever its runtime, with
+// its evaluation_runtime and evaluation_tags, also from a compiled snapshot's Source.
+func TestDefinitionsCarryRuntime(t *testing.T) {
+	project := flags.Project{Flags: []flags.FlagDefinition{
+		{ID: 1, Key: "web", Active: true, EvaluationRuntime: "client", EvaluationTags: []string{"app"}, Filters: json.RawMessage(`{"groups":[{}]}`)},
+		{ID: 2, Key: "plain", Active: true, Filters: json.RawMessage(`{"groups":[{}]}`)},
+	}}
+	for _, p := range []flags.Project{project, mustCompile(t, project).Source()} {
+		body, err := flags.DefinitionsBody(1, p, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out struct {
+			Flags []struct {
+				Key               string   `json:"key"`
+				EvaluationRuntime string   `json:"evaluation_runtime"`
+				EvaluationTags    []string `json:"evaluation_tags"`
+			} `json:"flags"`
+		}
+		if err := json.Unmarshal(body, &out); err != nil {
+			t.Fatal(err)
+		}
+		got := fmt.Sprint(out.Flags)
+		if want := "[{web client [app]} {plain all []}]"; got != want {
+			t.Errorf("flags %s, want %s", got, want)
 		}
 	}
 }

@@ -126,6 +126,9 @@ func (s *Snapshot) Evaluate(req *Request, out []Result) []Result {
 	}
 	out = out[:len(s.flags)]
 	e := evaluation{snap: s, req: *req, results: out, now: req.Now}
+	if blocksAvailable && len(s.sure) > 0 {
+		e.hashSure()
+	}
 	if s.evalOrder == nil {
 		for i := range s.flags {
 			e.flag(&s.flags[i], &out[i])
@@ -163,6 +166,15 @@ type evaluation struct {
 	// of a flag hashes the same input.
 	rolloutHash int64
 	haveRollout bool
+	// variantHash is the flag's variant hash (haveVariant), computed with the rollout hash
+	// when the flag has variants: both at once cost little more than one.
+	variantHash uint64
+	haveVariant bool
+	blocks      [2]block // sha1block's inputs
+	// sureHashes are the rollout hashes of the snapshot's sure flags (Snapshot.sure), where
+	// bit i of haveSure is set.
+	sureHashes [maxSure]uint64
+	haveSure   uint64
 
 	hasher *hasher // taken from hashers at the first hash
 	memo   memo
@@ -221,7 +233,10 @@ func (e *evaluation) flag(f *compiledFlag, r *Result) {
 		r.Reason = ReasonMissingDependency
 		return
 	}
-	e.current, e.failed, e.groupIndex, e.haveRollout, e.noSubject = f, false, int(f.groupIndex), false, false
+	e.current, e.failed, e.groupIndex, e.haveRollout, e.haveVariant, e.noSubject = f, false, int(f.groupIndex), false, false, false
+	if f.sure >= 0 && e.haveSure&(1<<f.sure) != 0 {
+		e.rolloutHash, e.haveRollout = int64(e.sureHashes[f.sure]), true
+	}
 	e.hashSubj = e.req.DistinctID
 	if f.groupIndex >= 0 {
 		e.groupName = e.snap.groupTypes[f.groupIndex]
@@ -294,7 +309,7 @@ func (e *evaluation) subject(f *compiledFlag, c *condition) bool {
 	}
 	e.groupIndex = group
 	if subj != e.hashSubj {
-		e.hashSubj, e.haveRollout = subj, false
+		e.hashSubj, e.haveRollout, e.haveVariant = subj, false, false
 	}
 	return true
 }
@@ -338,10 +353,51 @@ func (e *evaluation) finish(r *Result) {
 
 // hash is PostHog's hash value of prefix + "." (with sep) + the hash subject + salt.
 func (e *evaluation) hash(prefix string, sep bool, salt string) uint64 {
+	if blocksAvailable && e.blocks[0].fill(prefix, sep, e.hashSubj, salt) {
+		return e.blocks[0].value()
+	}
 	if e.hasher == nil {
 		e.hasher = hashers.Get().(*hasher)
 	}
 	return e.hasher.hash(prefix, sep, e.hashSubj, salt)
+}
+
+// hashSure computes the rollout hashes of the snapshot's sure flags two at a time (the CPU
+// runs two independent SHA-1 blocks in about the time of one); those whose input is longer
+// than a block are left to the flag's evaluation.
+func (e *evaluation) hashSure() {
+	sure, id := e.snap.sure, e.req.DistinctID
+	var pending [2]int
+	n := 0
+	for i, fi := range sure {
+		if !e.blocks[n].fill(e.snap.flags[fi].key, true, id, "") {
+			continue
+		}
+		pending[n] = i
+		if n++; n == 2 {
+			x, y := values(&e.blocks[0], &e.blocks[1])
+			e.sureHashes[pending[0]], e.sureHashes[pending[1]] = x, y
+			e.haveSure |= 1<<pending[0] | 1<<pending[1]
+			n = 0
+		}
+	}
+	if n == 1 {
+		e.sureHashes[pending[0]] = e.blocks[0].value()
+		e.haveSure |= 1 << pending[0]
+	}
+}
+
+// rolloutAndVariant computes the current flag's rollout hash and, when it has variants to
+// hash, its variant hash with it, which enable then uses.
+func (e *evaluation) rolloutAndVariant(c *condition) {
+	f := e.current
+	if c.variant < 0 && f.values != nil && len(f.values.variants) > 0 && blocksAvailable &&
+		e.blocks[0].fill(f.key, true, e.hashSubj, "") && e.blocks[1].fill(f.key, true, e.hashSubj, "variant") {
+		r, v := values(&e.blocks[0], &e.blocks[1])
+		e.rolloutHash, e.haveRollout, e.variantHash, e.haveVariant = int64(r), true, v, true
+		return
+	}
+	e.rolloutHash, e.haveRollout = int64(e.hash(f.key, true, "")), true
 }
 
 // enable sets the value of a matched flag: the override variant, else the hashed variant,
@@ -353,7 +409,10 @@ func (e *evaluation) enable(r *Result, f *compiledFlag, override int) {
 		return
 	}
 	if variants := f.values.variants; vi < 0 && len(variants) > 0 {
-		x := int64(e.hash(f.key, true, "variant"))
+		if !e.haveVariant {
+			e.variantHash, e.haveVariant = e.hash(f.key, true, "variant"), true
+		}
+		x := int64(e.variantHash)
 		for i := range variants {
 			if x > variants[i].above && x <= variants[i].upTo {
 				vi = i
@@ -378,7 +437,7 @@ func (e *evaluation) condition(c *condition) (bool, Reason) {
 	}
 	if c.rollout < maxHash {
 		if !e.haveRollout {
-			e.rolloutHash, e.haveRollout = int64(e.hash(e.current.key, true, "")), true
+			e.rolloutAndVariant(c)
 		}
 		if e.rolloutHash > c.rollout {
 			return false, ReasonOutOfRolloutBound
@@ -454,14 +513,15 @@ func (e *evaluation) lookupPerson(m *matcher) (any, bool) {
 	return v, ok
 }
 
-// personValue finds a person property in the request's layers; distinct_id is the request's.
-// The request's properties win, and a null one stands (it is a property set to null) unless
-// GeoIP has the key; stored properties come last.
+// personValue finds a person property in the request's layers; distinct_id is the request's
+// unless the request's properties name another (PostHog's server puts the distinct id among
+// the stored properties, under the request's). The request's properties win, and a null one
+// stands (it is a property set to null) unless GeoIP has the key; stored properties come last.
 func (e *evaluation) personValue(key string) (any, bool) {
-	if key == "distinct_id" {
+	v, sent := e.req.PersonProperties[key]
+	if key == "distinct_id" && !sent {
 		return e.req.DistinctID, true
 	}
-	v, sent := e.req.PersonProperties[key]
 	if sent && v != nil {
 		return v, true
 	}

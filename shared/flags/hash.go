@@ -7,6 +7,8 @@ import (
 	"hash"
 	"reflect"
 	"sync"
+
+	"github.com/flagedge/flagedge/shared/flags/internal/sha1block"
 )
 
 // PostHog buckets a user by a hash in [0, 1]: the first 15 hex digits of a SHA-1 digest as
@@ -66,6 +68,40 @@ func appendHashInput(b []byte, prefix string, sep bool, id, salt string) []byte 
 	}
 	b = append(b, id...)
 	return append(b, salt...)
+}
+
+// block is an input of at most 55 bytes padded into one SHA-1 block, for sha1block: where
+// the CPU has SHA extensions, an evaluation hashes through it (about 18 ns a hash, two at once
+// about 29 ns, against about 40 for hasher and 85 for sha1.Sum), and through hasher otherwise.
+type block [64]byte
+
+// fill pads prefix + "." (with sep) + id + salt into b; false when it is longer than a block
+// holds.
+func (b *block) fill(prefix string, sep bool, id, salt string) bool {
+	n := len(prefix) + len(id) + len(salt)
+	if sep {
+		n++
+	}
+	if n > 55 {
+		return false
+	}
+	appendHashInput(b[:0], prefix, sep, id, salt)
+	b[n] = 0x80
+	clear(b[n+1 : 56])
+	binary.BigEndian.PutUint64(b[56:], uint64(n)*8)
+	return true
+}
+
+// blocksAvailable reports whether block's hashes can be used on this CPU.
+var blocksAvailable = sha1block.Available
+
+// value is the hash value of the input padded in b. Only when blocksAvailable.
+func (b *block) value() uint64 { return sha1block.Top64((*[64]byte)(b)) >> 4 }
+
+// values is value of a and b, computed together.
+func values(a, b *block) (uint64, uint64) {
+	x, y := sha1block.Top64x2((*[64]byte)(a), (*[64]byte)(b))
+	return x >> 4, y >> 4
 }
 
 // hasher computes the same hashes as hashString at about half its cost, which matters

@@ -86,8 +86,12 @@ type WatchRequest struct {
 	// previous_session_id is the session of the edge's last stream, which this one replaces:
 	// the control plane forgets it at once (its replica may have died without closing it).
 	PreviousSessionId string `protobuf:"bytes,5,opt,name=previous_session_id,json=previousSessionId,proto3" json:"previous_session_id,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// accepts_deflated_snapshots asks for snapshots as deflated_snapshots (compressed) rather
+	// than snapshots: a change then costs the control plane about an eighth of the bytes to
+	// encrypt and send to each edge. Edges that do not set it get snapshots.
+	AcceptsDeflatedSnapshots bool `protobuf:"varint,6,opt,name=accepts_deflated_snapshots,json=acceptsDeflatedSnapshots,proto3" json:"accepts_deflated_snapshots,omitempty"`
+	unknownFields            protoimpl.UnknownFields
+	sizeCache                protoimpl.SizeCache
 }
 
 func (x *WatchRequest) Reset() {
@@ -155,6 +159,13 @@ func (x *WatchRequest) GetPreviousSessionId() string {
 	return ""
 }
 
+func (x *WatchRequest) GetAcceptsDeflatedSnapshots() bool {
+	if x != nil {
+		return x.AcceptsDeflatedSnapshots
+	}
+	return false
+}
+
 type WatchResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// snapshots are new or changed projects.
@@ -179,9 +190,18 @@ type WatchResponse struct {
 	MembershipAdditions []*MembershipAdditions `protobuf:"bytes,7,rep,name=membership_additions,json=membershipAdditions,proto3" json:"membership_additions,omitempty"`
 	// session_id names this stream, on its first message: the edge's acknowledgements carry it.
 	// Empty from control planes that do not track rollouts.
-	SessionId     string `protobuf:"bytes,8,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	SessionId string `protobuf:"bytes,8,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	// ack_delay_ms spreads acknowledgements: the edge waits a random time between this and
+	// twice this many milliseconds before acknowledging what the message brought (whatever
+	// else arrives meanwhile goes in the same acknowledgement). The control plane sets it from
+	// the number of streams it serves, so that thousands of edges do not acknowledge a change
+	// while it is still being sent to the rest; with a few edges it is 0 (acknowledge at once).
+	AckDelayMs uint32 `protobuf:"varint,9,opt,name=ack_delay_ms,json=ackDelayMs,proto3" json:"ack_delay_ms,omitempty"`
+	// deflated_snapshots are snapshots like those of field 1, compressed, to edges that asked
+	// for them (accepts_deflated_snapshots).
+	DeflatedSnapshots []*DeflatedSnapshot `protobuf:"bytes,10,rep,name=deflated_snapshots,json=deflatedSnapshots,proto3" json:"deflated_snapshots,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *WatchResponse) Reset() {
@@ -270,6 +290,83 @@ func (x *WatchResponse) GetSessionId() string {
 	return ""
 }
 
+func (x *WatchResponse) GetAckDelayMs() uint32 {
+	if x != nil {
+		return x.AckDelayMs
+	}
+	return 0
+}
+
+func (x *WatchResponse) GetDeflatedSnapshots() []*DeflatedSnapshot {
+	if x != nil {
+		return x.DeflatedSnapshots
+	}
+	return nil
+}
+
+// DeflatedSnapshot is a ProjectSnapshot compressed once per version for every edge, its
+// project and version readable without inflating it.
+type DeflatedSnapshot struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	ProjectId int64                  `protobuf:"varint,1,opt,name=project_id,json=projectId,proto3" json:"project_id,omitempty"`
+	Version   int64                  `protobuf:"varint,2,opt,name=version,proto3" json:"version,omitempty"`
+	// deflated is the ProjectSnapshot's protobuf encoding compressed with DEFLATE (RFC 1951).
+	Deflated      []byte `protobuf:"bytes,3,opt,name=deflated,proto3" json:"deflated,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeflatedSnapshot) Reset() {
+	*x = DeflatedSnapshot{}
+	mi := &file_sync_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeflatedSnapshot) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeflatedSnapshot) ProtoMessage() {}
+
+func (x *DeflatedSnapshot) ProtoReflect() protoreflect.Message {
+	mi := &file_sync_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeflatedSnapshot.ProtoReflect.Descriptor instead.
+func (*DeflatedSnapshot) Descriptor() ([]byte, []int) {
+	return file_sync_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *DeflatedSnapshot) GetProjectId() int64 {
+	if x != nil {
+		return x.ProjectId
+	}
+	return 0
+}
+
+func (x *DeflatedSnapshot) GetVersion() int64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+func (x *DeflatedSnapshot) GetDeflated() []byte {
+	if x != nil {
+		return x.Deflated
+	}
+	return nil
+}
+
 type AcknowledgeRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// session_id is the Watch stream's, from its first message.
@@ -285,7 +382,7 @@ type AcknowledgeRequest struct {
 
 func (x *AcknowledgeRequest) Reset() {
 	*x = AcknowledgeRequest{}
-	mi := &file_sync_proto_msgTypes[2]
+	mi := &file_sync_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -297,7 +394,7 @@ func (x *AcknowledgeRequest) String() string {
 func (*AcknowledgeRequest) ProtoMessage() {}
 
 func (x *AcknowledgeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sync_proto_msgTypes[2]
+	mi := &file_sync_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -310,7 +407,7 @@ func (x *AcknowledgeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcknowledgeRequest.ProtoReflect.Descriptor instead.
 func (*AcknowledgeRequest) Descriptor() ([]byte, []int) {
-	return file_sync_proto_rawDescGZIP(), []int{2}
+	return file_sync_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *AcknowledgeRequest) GetSessionId() string {
@@ -342,7 +439,7 @@ type AcknowledgeResponse struct {
 
 func (x *AcknowledgeResponse) Reset() {
 	*x = AcknowledgeResponse{}
-	mi := &file_sync_proto_msgTypes[3]
+	mi := &file_sync_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -354,7 +451,7 @@ func (x *AcknowledgeResponse) String() string {
 func (*AcknowledgeResponse) ProtoMessage() {}
 
 func (x *AcknowledgeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sync_proto_msgTypes[3]
+	mi := &file_sync_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -367,7 +464,7 @@ func (x *AcknowledgeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcknowledgeResponse.ProtoReflect.Descriptor instead.
 func (*AcknowledgeResponse) Descriptor() ([]byte, []int) {
-	return file_sync_proto_rawDescGZIP(), []int{3}
+	return file_sync_proto_rawDescGZIP(), []int{4}
 }
 
 // FlagEvaluations counts how often one flag evaluated to one value at an edge.
@@ -386,7 +483,7 @@ type FlagEvaluations struct {
 
 func (x *FlagEvaluations) Reset() {
 	*x = FlagEvaluations{}
-	mi := &file_sync_proto_msgTypes[4]
+	mi := &file_sync_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -398,7 +495,7 @@ func (x *FlagEvaluations) String() string {
 func (*FlagEvaluations) ProtoMessage() {}
 
 func (x *FlagEvaluations) ProtoReflect() protoreflect.Message {
-	mi := &file_sync_proto_msgTypes[4]
+	mi := &file_sync_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -411,7 +508,7 @@ func (x *FlagEvaluations) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FlagEvaluations.ProtoReflect.Descriptor instead.
 func (*FlagEvaluations) Descriptor() ([]byte, []int) {
-	return file_sync_proto_rawDescGZIP(), []int{4}
+	return file_sync_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *FlagEvaluations) GetProjectId() int64 {
@@ -459,7 +556,7 @@ type ReportEvaluationsRequest struct {
 
 func (x *ReportEvaluationsRequest) Reset() {
 	*x = ReportEvaluationsRequest{}
-	mi := &file_sync_proto_msgTypes[5]
+	mi := &file_sync_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -471,7 +568,7 @@ func (x *ReportEvaluationsRequest) String() string {
 func (*ReportEvaluationsRequest) ProtoMessage() {}
 
 func (x *ReportEvaluationsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sync_proto_msgTypes[5]
+	mi := &file_sync_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -484,7 +581,7 @@ func (x *ReportEvaluationsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportEvaluationsRequest.ProtoReflect.Descriptor instead.
 func (*ReportEvaluationsRequest) Descriptor() ([]byte, []int) {
-	return file_sync_proto_rawDescGZIP(), []int{5}
+	return file_sync_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ReportEvaluationsRequest) GetEdgeId() string {
@@ -509,7 +606,7 @@ type ReportEvaluationsResponse struct {
 
 func (x *ReportEvaluationsResponse) Reset() {
 	*x = ReportEvaluationsResponse{}
-	mi := &file_sync_proto_msgTypes[6]
+	mi := &file_sync_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -521,7 +618,7 @@ func (x *ReportEvaluationsResponse) String() string {
 func (*ReportEvaluationsResponse) ProtoMessage() {}
 
 func (x *ReportEvaluationsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sync_proto_msgTypes[6]
+	mi := &file_sync_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -534,7 +631,7 @@ func (x *ReportEvaluationsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportEvaluationsResponse.ProtoReflect.Descriptor instead.
 func (*ReportEvaluationsResponse) Descriptor() ([]byte, []int) {
-	return file_sync_proto_rawDescGZIP(), []int{6}
+	return file_sync_proto_rawDescGZIP(), []int{7}
 }
 
 // MembershipFilter is a Bloom filter of a project's membership keys: the distinct ids of its
@@ -555,7 +652,7 @@ type MembershipFilter struct {
 
 func (x *MembershipFilter) Reset() {
 	*x = MembershipFilter{}
-	mi := &file_sync_proto_msgTypes[7]
+	mi := &file_sync_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -567,7 +664,7 @@ func (x *MembershipFilter) String() string {
 func (*MembershipFilter) ProtoMessage() {}
 
 func (x *MembershipFilter) ProtoReflect() protoreflect.Message {
-	mi := &file_sync_proto_msgTypes[7]
+	mi := &file_sync_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -580,7 +677,7 @@ func (x *MembershipFilter) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MembershipFilter.ProtoReflect.Descriptor instead.
 func (*MembershipFilter) Descriptor() ([]byte, []int) {
-	return file_sync_proto_rawDescGZIP(), []int{7}
+	return file_sync_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *MembershipFilter) GetProjectId() int64 {
@@ -615,7 +712,7 @@ type MembershipAdditions struct {
 
 func (x *MembershipAdditions) Reset() {
 	*x = MembershipAdditions{}
-	mi := &file_sync_proto_msgTypes[8]
+	mi := &file_sync_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -627,7 +724,7 @@ func (x *MembershipAdditions) String() string {
 func (*MembershipAdditions) ProtoMessage() {}
 
 func (x *MembershipAdditions) ProtoReflect() protoreflect.Message {
-	mi := &file_sync_proto_msgTypes[8]
+	mi := &file_sync_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -640,7 +737,7 @@ func (x *MembershipAdditions) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MembershipAdditions.ProtoReflect.Descriptor instead.
 func (*MembershipAdditions) Descriptor() ([]byte, []int) {
-	return file_sync_proto_rawDescGZIP(), []int{8}
+	return file_sync_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *MembershipAdditions) GetProjectId() int64 {
@@ -689,7 +786,7 @@ type ProjectSnapshot struct {
 
 func (x *ProjectSnapshot) Reset() {
 	*x = ProjectSnapshot{}
-	mi := &file_sync_proto_msgTypes[9]
+	mi := &file_sync_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -701,7 +798,7 @@ func (x *ProjectSnapshot) String() string {
 func (*ProjectSnapshot) ProtoMessage() {}
 
 func (x *ProjectSnapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_sync_proto_msgTypes[9]
+	mi := &file_sync_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -714,7 +811,7 @@ func (x *ProjectSnapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProjectSnapshot.ProtoReflect.Descriptor instead.
 func (*ProjectSnapshot) Descriptor() ([]byte, []int) {
-	return file_sync_proto_rawDescGZIP(), []int{9}
+	return file_sync_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ProjectSnapshot) GetProjectId() int64 {
@@ -824,7 +921,7 @@ type ClientConfig struct {
 
 func (x *ClientConfig) Reset() {
 	*x = ClientConfig{}
-	mi := &file_sync_proto_msgTypes[10]
+	mi := &file_sync_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -836,7 +933,7 @@ func (x *ClientConfig) String() string {
 func (*ClientConfig) ProtoMessage() {}
 
 func (x *ClientConfig) ProtoReflect() protoreflect.Message {
-	mi := &file_sync_proto_msgTypes[10]
+	mi := &file_sync_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -849,7 +946,7 @@ func (x *ClientConfig) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClientConfig.ProtoReflect.Descriptor instead.
 func (*ClientConfig) Descriptor() ([]byte, []int) {
-	return file_sync_proto_rawDescGZIP(), []int{10}
+	return file_sync_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ClientConfig) GetAutocaptureOptOut() bool {
@@ -915,7 +1012,7 @@ type EarlyAccessFeature struct {
 
 func (x *EarlyAccessFeature) Reset() {
 	*x = EarlyAccessFeature{}
-	mi := &file_sync_proto_msgTypes[11]
+	mi := &file_sync_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -927,7 +1024,7 @@ func (x *EarlyAccessFeature) String() string {
 func (*EarlyAccessFeature) ProtoMessage() {}
 
 func (x *EarlyAccessFeature) ProtoReflect() protoreflect.Message {
-	mi := &file_sync_proto_msgTypes[11]
+	mi := &file_sync_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -940,7 +1037,7 @@ func (x *EarlyAccessFeature) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EarlyAccessFeature.ProtoReflect.Descriptor instead.
 func (*EarlyAccessFeature) Descriptor() ([]byte, []int) {
-	return file_sync_proto_rawDescGZIP(), []int{11}
+	return file_sync_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *EarlyAccessFeature) GetId() string {
@@ -1002,14 +1099,21 @@ type Flag struct {
 	Version                    int32                  `protobuf:"varint,5,opt,name=version,proto3" json:"version,omitempty"`
 	EnsureExperienceContinuity bool                   `protobuf:"varint,6,opt,name=ensure_experience_continuity,json=ensureExperienceContinuity,proto3" json:"ensure_experience_continuity,omitempty"`
 	// filters is the flag's filters as JSON.
-	Filters       []byte `protobuf:"bytes,7,opt,name=filters,proto3" json:"filters,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Filters []byte `protobuf:"bytes,7,opt,name=filters,proto3" json:"filters,omitempty"`
+	// evaluation_runtime is "all", "client" or "server" (empty from older control planes:
+	// "all"); evaluation_tags are the flag's evaluation tags. Edges leave the flag out of
+	// requests from another runtime or naming only other evaluation contexts.
+	EvaluationRuntime string   `protobuf:"bytes,8,opt,name=evaluation_runtime,json=evaluationRuntime,proto3" json:"evaluation_runtime,omitempty"`
+	EvaluationTags    []string `protobuf:"bytes,9,rep,name=evaluation_tags,json=evaluationTags,proto3" json:"evaluation_tags,omitempty"`
+	// bucketing_identifier is the flag-level "distinct_id" or "device_id" (empty: distinct id).
+	BucketingIdentifier string `protobuf:"bytes,10,opt,name=bucketing_identifier,json=bucketingIdentifier,proto3" json:"bucketing_identifier,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
 }
 
 func (x *Flag) Reset() {
 	*x = Flag{}
-	mi := &file_sync_proto_msgTypes[12]
+	mi := &file_sync_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1021,7 +1125,7 @@ func (x *Flag) String() string {
 func (*Flag) ProtoMessage() {}
 
 func (x *Flag) ProtoReflect() protoreflect.Message {
-	mi := &file_sync_proto_msgTypes[12]
+	mi := &file_sync_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1034,7 +1138,7 @@ func (x *Flag) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Flag.ProtoReflect.Descriptor instead.
 func (*Flag) Descriptor() ([]byte, []int) {
-	return file_sync_proto_rawDescGZIP(), []int{12}
+	return file_sync_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Flag) GetId() int64 {
@@ -1086,6 +1190,27 @@ func (x *Flag) GetFilters() []byte {
 	return nil
 }
 
+func (x *Flag) GetEvaluationRuntime() string {
+	if x != nil {
+		return x.EvaluationRuntime
+	}
+	return ""
+}
+
+func (x *Flag) GetEvaluationTags() []string {
+	if x != nil {
+		return x.EvaluationTags
+	}
+	return nil
+}
+
+func (x *Flag) GetBucketingIdentifier() string {
+	if x != nil {
+		return x.BucketingIdentifier
+	}
+	return ""
+}
+
 type Cohort struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	Id       int64                  `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -1099,7 +1224,7 @@ type Cohort struct {
 
 func (x *Cohort) Reset() {
 	*x = Cohort{}
-	mi := &file_sync_proto_msgTypes[13]
+	mi := &file_sync_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1111,7 +1236,7 @@ func (x *Cohort) String() string {
 func (*Cohort) ProtoMessage() {}
 
 func (x *Cohort) ProtoReflect() protoreflect.Message {
-	mi := &file_sync_proto_msgTypes[13]
+	mi := &file_sync_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1124,7 +1249,7 @@ func (x *Cohort) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Cohort.ProtoReflect.Descriptor instead.
 func (*Cohort) Descriptor() ([]byte, []int) {
-	return file_sync_proto_rawDescGZIP(), []int{13}
+	return file_sync_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Cohort) GetId() int64 {
@@ -1165,7 +1290,7 @@ type LookupPersonRequest struct {
 
 func (x *LookupPersonRequest) Reset() {
 	*x = LookupPersonRequest{}
-	mi := &file_sync_proto_msgTypes[14]
+	mi := &file_sync_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1177,7 +1302,7 @@ func (x *LookupPersonRequest) String() string {
 func (*LookupPersonRequest) ProtoMessage() {}
 
 func (x *LookupPersonRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sync_proto_msgTypes[14]
+	mi := &file_sync_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1190,7 +1315,7 @@ func (x *LookupPersonRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LookupPersonRequest.ProtoReflect.Descriptor instead.
 func (*LookupPersonRequest) Descriptor() ([]byte, []int) {
-	return file_sync_proto_rawDescGZIP(), []int{14}
+	return file_sync_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *LookupPersonRequest) GetProjectId() int64 {
@@ -1223,7 +1348,7 @@ type LookupPersonResponse struct {
 
 func (x *LookupPersonResponse) Reset() {
 	*x = LookupPersonResponse{}
-	mi := &file_sync_proto_msgTypes[15]
+	mi := &file_sync_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1235,7 +1360,7 @@ func (x *LookupPersonResponse) String() string {
 func (*LookupPersonResponse) ProtoMessage() {}
 
 func (x *LookupPersonResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sync_proto_msgTypes[15]
+	mi := &file_sync_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1248,7 +1373,7 @@ func (x *LookupPersonResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LookupPersonResponse.ProtoReflect.Descriptor instead.
 func (*LookupPersonResponse) Descriptor() ([]byte, []int) {
-	return file_sync_proto_rawDescGZIP(), []int{15}
+	return file_sync_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *LookupPersonResponse) GetFound() bool {
@@ -1289,7 +1414,7 @@ type LookupGroupsRequest struct {
 
 func (x *LookupGroupsRequest) Reset() {
 	*x = LookupGroupsRequest{}
-	mi := &file_sync_proto_msgTypes[16]
+	mi := &file_sync_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1301,7 +1426,7 @@ func (x *LookupGroupsRequest) String() string {
 func (*LookupGroupsRequest) ProtoMessage() {}
 
 func (x *LookupGroupsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sync_proto_msgTypes[16]
+	mi := &file_sync_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1314,7 +1439,7 @@ func (x *LookupGroupsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LookupGroupsRequest.ProtoReflect.Descriptor instead.
 func (*LookupGroupsRequest) Descriptor() ([]byte, []int) {
-	return file_sync_proto_rawDescGZIP(), []int{16}
+	return file_sync_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *LookupGroupsRequest) GetProjectId() int64 {
@@ -1341,7 +1466,7 @@ type GroupKey struct {
 
 func (x *GroupKey) Reset() {
 	*x = GroupKey{}
-	mi := &file_sync_proto_msgTypes[17]
+	mi := &file_sync_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1353,7 +1478,7 @@ func (x *GroupKey) String() string {
 func (*GroupKey) ProtoMessage() {}
 
 func (x *GroupKey) ProtoReflect() protoreflect.Message {
-	mi := &file_sync_proto_msgTypes[17]
+	mi := &file_sync_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1366,7 +1491,7 @@ func (x *GroupKey) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupKey.ProtoReflect.Descriptor instead.
 func (*GroupKey) Descriptor() ([]byte, []int) {
-	return file_sync_proto_rawDescGZIP(), []int{17}
+	return file_sync_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *GroupKey) GetGroupTypeIndex() int32 {
@@ -1393,7 +1518,7 @@ type LookupGroupsResponse struct {
 
 func (x *LookupGroupsResponse) Reset() {
 	*x = LookupGroupsResponse{}
-	mi := &file_sync_proto_msgTypes[18]
+	mi := &file_sync_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1405,7 +1530,7 @@ func (x *LookupGroupsResponse) String() string {
 func (*LookupGroupsResponse) ProtoMessage() {}
 
 func (x *LookupGroupsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sync_proto_msgTypes[18]
+	mi := &file_sync_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1418,7 +1543,7 @@ func (x *LookupGroupsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LookupGroupsResponse.ProtoReflect.Descriptor instead.
 func (*LookupGroupsResponse) Descriptor() ([]byte, []int) {
-	return file_sync_proto_rawDescGZIP(), []int{18}
+	return file_sync_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *LookupGroupsResponse) GetGroups() []*GroupProperties {
@@ -1440,7 +1565,7 @@ type GroupProperties struct {
 
 func (x *GroupProperties) Reset() {
 	*x = GroupProperties{}
-	mi := &file_sync_proto_msgTypes[19]
+	mi := &file_sync_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1452,7 +1577,7 @@ func (x *GroupProperties) String() string {
 func (*GroupProperties) ProtoMessage() {}
 
 func (x *GroupProperties) ProtoReflect() protoreflect.Message {
-	mi := &file_sync_proto_msgTypes[19]
+	mi := &file_sync_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1465,7 +1590,7 @@ func (x *GroupProperties) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupProperties.ProtoReflect.Descriptor instead.
 func (*GroupProperties) Descriptor() ([]byte, []int) {
-	return file_sync_proto_rawDescGZIP(), []int{19}
+	return file_sync_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *GroupProperties) GetGroupTypeIndex() int32 {
@@ -1504,7 +1629,7 @@ type SetHashKeyOverridesRequest struct {
 
 func (x *SetHashKeyOverridesRequest) Reset() {
 	*x = SetHashKeyOverridesRequest{}
-	mi := &file_sync_proto_msgTypes[20]
+	mi := &file_sync_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1516,7 +1641,7 @@ func (x *SetHashKeyOverridesRequest) String() string {
 func (*SetHashKeyOverridesRequest) ProtoMessage() {}
 
 func (x *SetHashKeyOverridesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sync_proto_msgTypes[20]
+	mi := &file_sync_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1529,7 +1654,7 @@ func (x *SetHashKeyOverridesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetHashKeyOverridesRequest.ProtoReflect.Descriptor instead.
 func (*SetHashKeyOverridesRequest) Descriptor() ([]byte, []int) {
-	return file_sync_proto_rawDescGZIP(), []int{20}
+	return file_sync_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *SetHashKeyOverridesRequest) GetProjectId() int64 {
@@ -1570,7 +1695,7 @@ type SetHashKeyOverridesResponse struct {
 
 func (x *SetHashKeyOverridesResponse) Reset() {
 	*x = SetHashKeyOverridesResponse{}
-	mi := &file_sync_proto_msgTypes[21]
+	mi := &file_sync_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1582,7 +1707,7 @@ func (x *SetHashKeyOverridesResponse) String() string {
 func (*SetHashKeyOverridesResponse) ProtoMessage() {}
 
 func (x *SetHashKeyOverridesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sync_proto_msgTypes[21]
+	mi := &file_sync_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1595,7 +1720,7 @@ func (x *SetHashKeyOverridesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetHashKeyOverridesResponse.ProtoReflect.Descriptor instead.
 func (*SetHashKeyOverridesResponse) Descriptor() ([]byte, []int) {
-	return file_sync_proto_rawDescGZIP(), []int{21}
+	return file_sync_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *SetHashKeyOverridesResponse) GetHashKeyOverrides() map[string]string {
@@ -1624,7 +1749,7 @@ type CapturedEvent struct {
 
 func (x *CapturedEvent) Reset() {
 	*x = CapturedEvent{}
-	mi := &file_sync_proto_msgTypes[22]
+	mi := &file_sync_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1636,7 +1761,7 @@ func (x *CapturedEvent) String() string {
 func (*CapturedEvent) ProtoMessage() {}
 
 func (x *CapturedEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_sync_proto_msgTypes[22]
+	mi := &file_sync_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1649,7 +1774,7 @@ func (x *CapturedEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CapturedEvent.ProtoReflect.Descriptor instead.
 func (*CapturedEvent) Descriptor() ([]byte, []int) {
-	return file_sync_proto_rawDescGZIP(), []int{22}
+	return file_sync_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *CapturedEvent) GetUuid() string {
@@ -1707,7 +1832,7 @@ type EventBatch struct {
 
 func (x *EventBatch) Reset() {
 	*x = EventBatch{}
-	mi := &file_sync_proto_msgTypes[23]
+	mi := &file_sync_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1719,7 +1844,7 @@ func (x *EventBatch) String() string {
 func (*EventBatch) ProtoMessage() {}
 
 func (x *EventBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_sync_proto_msgTypes[23]
+	mi := &file_sync_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1732,7 +1857,7 @@ func (x *EventBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EventBatch.ProtoReflect.Descriptor instead.
 func (*EventBatch) Descriptor() ([]byte, []int) {
-	return file_sync_proto_rawDescGZIP(), []int{23}
+	return file_sync_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *EventBatch) GetProjectId() int64 {
@@ -1767,7 +1892,7 @@ type IngestRequest struct {
 
 func (x *IngestRequest) Reset() {
 	*x = IngestRequest{}
-	mi := &file_sync_proto_msgTypes[24]
+	mi := &file_sync_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1779,7 +1904,7 @@ func (x *IngestRequest) String() string {
 func (*IngestRequest) ProtoMessage() {}
 
 func (x *IngestRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sync_proto_msgTypes[24]
+	mi := &file_sync_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1792,7 +1917,7 @@ func (x *IngestRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IngestRequest.ProtoReflect.Descriptor instead.
 func (*IngestRequest) Descriptor() ([]byte, []int) {
-	return file_sync_proto_rawDescGZIP(), []int{24}
+	return file_sync_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *IngestRequest) GetBatches() [][]byte {
@@ -1820,7 +1945,7 @@ type IngestResponse struct {
 
 func (x *IngestResponse) Reset() {
 	*x = IngestResponse{}
-	mi := &file_sync_proto_msgTypes[25]
+	mi := &file_sync_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1832,7 +1957,7 @@ func (x *IngestResponse) String() string {
 func (*IngestResponse) ProtoMessage() {}
 
 func (x *IngestResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sync_proto_msgTypes[25]
+	mi := &file_sync_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1845,7 +1970,7 @@ func (x *IngestResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IngestResponse.ProtoReflect.Descriptor instead.
 func (*IngestResponse) Descriptor() ([]byte, []int) {
-	return file_sync_proto_rawDescGZIP(), []int{25}
+	return file_sync_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *IngestResponse) GetStored() int64 {
@@ -1867,17 +1992,18 @@ var File_sync_proto protoreflect.FileDescriptor
 const file_sync_proto_rawDesc = "" +
 	"\n" +
 	"\n" +
-	"sync.proto\x12\x10flagedge.sync.v1\"\xe2\x02\n" +
+	"sync.proto\x12\x10flagedge.sync.v1\"\xa0\x03\n" +
 	"\fWatchRequest\x12L\n" +
 	"\x10protocol_version\x18\x01 \x01(\x0e2!.flagedge.sync.v1.ProtocolVersionR\x0fprotocolVersion\x12\x17\n" +
 	"\aedge_id\x18\x02 \x01(\tR\x06edgeId\x12X\n" +
 	"\x0eknown_versions\x18\x03 \x03(\v21.flagedge.sync.v1.WatchRequest.KnownVersionsEntryR\rknownVersions\x12\x1f\n" +
 	"\vdatabase_id\x18\x04 \x01(\tR\n" +
 	"databaseId\x12.\n" +
-	"\x13previous_session_id\x18\x05 \x01(\tR\x11previousSessionId\x1a@\n" +
+	"\x13previous_session_id\x18\x05 \x01(\tR\x11previousSessionId\x12<\n" +
+	"\x1aaccepts_deflated_snapshots\x18\x06 \x01(\bR\x18acceptsDeflatedSnapshots\x1a@\n" +
 	"\x12KnownVersionsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\x03R\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\xbf\x03\n" +
+	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\xb4\x04\n" +
 	"\rWatchResponse\x12?\n" +
 	"\tsnapshots\x18\x01 \x03(\v2!.flagedge.sync.v1.ProjectSnapshotR\tsnapshots\x12)\n" +
 	"\x10removed_projects\x18\x02 \x03(\x03R\x0fremovedProjects\x12*\n" +
@@ -1888,7 +2014,16 @@ const file_sync_proto_rawDesc = "" +
 	"\x12membership_filters\x18\x06 \x03(\v2\".flagedge.sync.v1.MembershipFilterR\x11membershipFilters\x12X\n" +
 	"\x14membership_additions\x18\a \x03(\v2%.flagedge.sync.v1.MembershipAdditionsR\x13membershipAdditions\x12\x1d\n" +
 	"\n" +
-	"session_id\x18\b \x01(\tR\tsessionId\"\xeb\x01\n" +
+	"session_id\x18\b \x01(\tR\tsessionId\x12 \n" +
+	"\fack_delay_ms\x18\t \x01(\rR\n" +
+	"ackDelayMs\x12Q\n" +
+	"\x12deflated_snapshots\x18\n" +
+	" \x03(\v2\".flagedge.sync.v1.DeflatedSnapshotR\x11deflatedSnapshots\"g\n" +
+	"\x10DeflatedSnapshot\x12\x1d\n" +
+	"\n" +
+	"project_id\x18\x01 \x01(\x03R\tprojectId\x12\x18\n" +
+	"\aversion\x18\x02 \x01(\x03R\aversion\x12\x1a\n" +
+	"\bdeflated\x18\x03 \x01(\fR\bdeflated\"\xeb\x01\n" +
 	"\x12AcknowledgeRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12N\n" +
@@ -1953,7 +2088,7 @@ const file_sync_proto_rawDesc = "" +
 	"\x05stage\x18\x04 \x01(\tR\x05stage\x12+\n" +
 	"\x11documentation_url\x18\x05 \x01(\tR\x10documentationUrl\x12\x19\n" +
 	"\bflag_key\x18\x06 \x01(\tR\aflagKey\x12+\n" +
-	"\x12created_at_unix_ms\x18\a \x01(\x03R\x0fcreatedAtUnixMs\"\xca\x01\n" +
+	"\x12created_at_unix_ms\x18\a \x01(\x03R\x0fcreatedAtUnixMs\"\xd5\x02\n" +
 	"\x04Flag\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x03R\x02id\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12\x12\n" +
@@ -1961,7 +2096,11 @@ const file_sync_proto_rawDesc = "" +
 	"\x06active\x18\x04 \x01(\bR\x06active\x12\x18\n" +
 	"\aversion\x18\x05 \x01(\x05R\aversion\x12@\n" +
 	"\x1censure_experience_continuity\x18\x06 \x01(\bR\x1aensureExperienceContinuity\x12\x18\n" +
-	"\afilters\x18\a \x01(\fR\afilters\"c\n" +
+	"\afilters\x18\a \x01(\fR\afilters\x12-\n" +
+	"\x12evaluation_runtime\x18\b \x01(\tR\x11evaluationRuntime\x12'\n" +
+	"\x0fevaluation_tags\x18\t \x03(\tR\x0eevaluationTags\x121\n" +
+	"\x14bucketing_identifier\x18\n" +
+	" \x01(\tR\x13bucketingIdentifier\"c\n" +
 	"\x06Cohort\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x03R\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x1b\n" +
@@ -2059,78 +2198,80 @@ func file_sync_proto_rawDescGZIP() []byte {
 }
 
 var file_sync_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_sync_proto_msgTypes = make([]protoimpl.MessageInfo, 31)
+var file_sync_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
 var file_sync_proto_goTypes = []any{
 	(ProtocolVersion)(0),                // 0: flagedge.sync.v1.ProtocolVersion
 	(*WatchRequest)(nil),                // 1: flagedge.sync.v1.WatchRequest
 	(*WatchResponse)(nil),               // 2: flagedge.sync.v1.WatchResponse
-	(*AcknowledgeRequest)(nil),          // 3: flagedge.sync.v1.AcknowledgeRequest
-	(*AcknowledgeResponse)(nil),         // 4: flagedge.sync.v1.AcknowledgeResponse
-	(*FlagEvaluations)(nil),             // 5: flagedge.sync.v1.FlagEvaluations
-	(*ReportEvaluationsRequest)(nil),    // 6: flagedge.sync.v1.ReportEvaluationsRequest
-	(*ReportEvaluationsResponse)(nil),   // 7: flagedge.sync.v1.ReportEvaluationsResponse
-	(*MembershipFilter)(nil),            // 8: flagedge.sync.v1.MembershipFilter
-	(*MembershipAdditions)(nil),         // 9: flagedge.sync.v1.MembershipAdditions
-	(*ProjectSnapshot)(nil),             // 10: flagedge.sync.v1.ProjectSnapshot
-	(*ClientConfig)(nil),                // 11: flagedge.sync.v1.ClientConfig
-	(*EarlyAccessFeature)(nil),          // 12: flagedge.sync.v1.EarlyAccessFeature
-	(*Flag)(nil),                        // 13: flagedge.sync.v1.Flag
-	(*Cohort)(nil),                      // 14: flagedge.sync.v1.Cohort
-	(*LookupPersonRequest)(nil),         // 15: flagedge.sync.v1.LookupPersonRequest
-	(*LookupPersonResponse)(nil),        // 16: flagedge.sync.v1.LookupPersonResponse
-	(*LookupGroupsRequest)(nil),         // 17: flagedge.sync.v1.LookupGroupsRequest
-	(*GroupKey)(nil),                    // 18: flagedge.sync.v1.GroupKey
-	(*LookupGroupsResponse)(nil),        // 19: flagedge.sync.v1.LookupGroupsResponse
-	(*GroupProperties)(nil),             // 20: flagedge.sync.v1.GroupProperties
-	(*SetHashKeyOverridesRequest)(nil),  // 21: flagedge.sync.v1.SetHashKeyOverridesRequest
-	(*SetHashKeyOverridesResponse)(nil), // 22: flagedge.sync.v1.SetHashKeyOverridesResponse
-	(*CapturedEvent)(nil),               // 23: flagedge.sync.v1.CapturedEvent
-	(*EventBatch)(nil),                  // 24: flagedge.sync.v1.EventBatch
-	(*IngestRequest)(nil),               // 25: flagedge.sync.v1.IngestRequest
-	(*IngestResponse)(nil),              // 26: flagedge.sync.v1.IngestResponse
-	nil,                                 // 27: flagedge.sync.v1.WatchRequest.KnownVersionsEntry
-	nil,                                 // 28: flagedge.sync.v1.AcknowledgeRequest.VersionsEntry
-	nil,                                 // 29: flagedge.sync.v1.ProjectSnapshot.GroupTypesEntry
-	nil,                                 // 30: flagedge.sync.v1.LookupPersonResponse.HashKeyOverridesEntry
-	nil,                                 // 31: flagedge.sync.v1.SetHashKeyOverridesResponse.HashKeyOverridesEntry
+	(*DeflatedSnapshot)(nil),            // 3: flagedge.sync.v1.DeflatedSnapshot
+	(*AcknowledgeRequest)(nil),          // 4: flagedge.sync.v1.AcknowledgeRequest
+	(*AcknowledgeResponse)(nil),         // 5: flagedge.sync.v1.AcknowledgeResponse
+	(*FlagEvaluations)(nil),             // 6: flagedge.sync.v1.FlagEvaluations
+	(*ReportEvaluationsRequest)(nil),    // 7: flagedge.sync.v1.ReportEvaluationsRequest
+	(*ReportEvaluationsResponse)(nil),   // 8: flagedge.sync.v1.ReportEvaluationsResponse
+	(*MembershipFilter)(nil),            // 9: flagedge.sync.v1.MembershipFilter
+	(*MembershipAdditions)(nil),         // 10: flagedge.sync.v1.MembershipAdditions
+	(*ProjectSnapshot)(nil),             // 11: flagedge.sync.v1.ProjectSnapshot
+	(*ClientConfig)(nil),                // 12: flagedge.sync.v1.ClientConfig
+	(*EarlyAccessFeature)(nil),          // 13: flagedge.sync.v1.EarlyAccessFeature
+	(*Flag)(nil),                        // 14: flagedge.sync.v1.Flag
+	(*Cohort)(nil),                      // 15: flagedge.sync.v1.Cohort
+	(*LookupPersonRequest)(nil),         // 16: flagedge.sync.v1.LookupPersonRequest
+	(*LookupPersonResponse)(nil),        // 17: flagedge.sync.v1.LookupPersonResponse
+	(*LookupGroupsRequest)(nil),         // 18: flagedge.sync.v1.LookupGroupsRequest
+	(*GroupKey)(nil),                    // 19: flagedge.sync.v1.GroupKey
+	(*LookupGroupsResponse)(nil),        // 20: flagedge.sync.v1.LookupGroupsResponse
+	(*GroupProperties)(nil),             // 21: flagedge.sync.v1.GroupProperties
+	(*SetHashKeyOverridesRequest)(nil),  // 22: flagedge.sync.v1.SetHashKeyOverridesRequest
+	(*SetHashKeyOverridesResponse)(nil), // 23: flagedge.sync.v1.SetHashKeyOverridesResponse
+	(*CapturedEvent)(nil),               // 24: flagedge.sync.v1.CapturedEvent
+	(*EventBatch)(nil),                  // 25: flagedge.sync.v1.EventBatch
+	(*IngestRequest)(nil),               // 26: flagedge.sync.v1.IngestRequest
+	(*IngestResponse)(nil),              // 27: flagedge.sync.v1.IngestResponse
+	nil,                                 // 28: flagedge.sync.v1.WatchRequest.KnownVersionsEntry
+	nil,                                 // 29: flagedge.sync.v1.AcknowledgeRequest.VersionsEntry
+	nil,                                 // 30: flagedge.sync.v1.ProjectSnapshot.GroupTypesEntry
+	nil,                                 // 31: flagedge.sync.v1.LookupPersonResponse.HashKeyOverridesEntry
+	nil,                                 // 32: flagedge.sync.v1.SetHashKeyOverridesResponse.HashKeyOverridesEntry
 }
 var file_sync_proto_depIdxs = []int32{
 	0,  // 0: flagedge.sync.v1.WatchRequest.protocol_version:type_name -> flagedge.sync.v1.ProtocolVersion
-	27, // 1: flagedge.sync.v1.WatchRequest.known_versions:type_name -> flagedge.sync.v1.WatchRequest.KnownVersionsEntry
-	10, // 2: flagedge.sync.v1.WatchResponse.snapshots:type_name -> flagedge.sync.v1.ProjectSnapshot
-	8,  // 3: flagedge.sync.v1.WatchResponse.membership_filters:type_name -> flagedge.sync.v1.MembershipFilter
-	9,  // 4: flagedge.sync.v1.WatchResponse.membership_additions:type_name -> flagedge.sync.v1.MembershipAdditions
-	28, // 5: flagedge.sync.v1.AcknowledgeRequest.versions:type_name -> flagedge.sync.v1.AcknowledgeRequest.VersionsEntry
-	5,  // 6: flagedge.sync.v1.ReportEvaluationsRequest.evaluations:type_name -> flagedge.sync.v1.FlagEvaluations
-	13, // 7: flagedge.sync.v1.ProjectSnapshot.flags:type_name -> flagedge.sync.v1.Flag
-	14, // 8: flagedge.sync.v1.ProjectSnapshot.cohorts:type_name -> flagedge.sync.v1.Cohort
-	29, // 9: flagedge.sync.v1.ProjectSnapshot.group_types:type_name -> flagedge.sync.v1.ProjectSnapshot.GroupTypesEntry
-	11, // 10: flagedge.sync.v1.ProjectSnapshot.client_config:type_name -> flagedge.sync.v1.ClientConfig
-	12, // 11: flagedge.sync.v1.ProjectSnapshot.early_access_features:type_name -> flagedge.sync.v1.EarlyAccessFeature
-	30, // 12: flagedge.sync.v1.LookupPersonResponse.hash_key_overrides:type_name -> flagedge.sync.v1.LookupPersonResponse.HashKeyOverridesEntry
-	18, // 13: flagedge.sync.v1.LookupGroupsRequest.groups:type_name -> flagedge.sync.v1.GroupKey
-	20, // 14: flagedge.sync.v1.LookupGroupsResponse.groups:type_name -> flagedge.sync.v1.GroupProperties
-	31, // 15: flagedge.sync.v1.SetHashKeyOverridesResponse.hash_key_overrides:type_name -> flagedge.sync.v1.SetHashKeyOverridesResponse.HashKeyOverridesEntry
-	23, // 16: flagedge.sync.v1.EventBatch.events:type_name -> flagedge.sync.v1.CapturedEvent
-	1,  // 17: flagedge.sync.v1.Sync.Watch:input_type -> flagedge.sync.v1.WatchRequest
-	15, // 18: flagedge.sync.v1.Sync.LookupPerson:input_type -> flagedge.sync.v1.LookupPersonRequest
-	17, // 19: flagedge.sync.v1.Sync.LookupGroups:input_type -> flagedge.sync.v1.LookupGroupsRequest
-	21, // 20: flagedge.sync.v1.Sync.SetHashKeyOverrides:input_type -> flagedge.sync.v1.SetHashKeyOverridesRequest
-	25, // 21: flagedge.sync.v1.Sync.Ingest:input_type -> flagedge.sync.v1.IngestRequest
-	3,  // 22: flagedge.sync.v1.Sync.Acknowledge:input_type -> flagedge.sync.v1.AcknowledgeRequest
-	6,  // 23: flagedge.sync.v1.Sync.ReportEvaluations:input_type -> flagedge.sync.v1.ReportEvaluationsRequest
-	2,  // 24: flagedge.sync.v1.Sync.Watch:output_type -> flagedge.sync.v1.WatchResponse
-	16, // 25: flagedge.sync.v1.Sync.LookupPerson:output_type -> flagedge.sync.v1.LookupPersonResponse
-	19, // 26: flagedge.sync.v1.Sync.LookupGroups:output_type -> flagedge.sync.v1.LookupGroupsResponse
-	22, // 27: flagedge.sync.v1.Sync.SetHashKeyOverrides:output_type -> flagedge.sync.v1.SetHashKeyOverridesResponse
-	26, // 28: flagedge.sync.v1.Sync.Ingest:output_type -> flagedge.sync.v1.IngestResponse
-	4,  // 29: flagedge.sync.v1.Sync.Acknowledge:output_type -> flagedge.sync.v1.AcknowledgeResponse
-	7,  // 30: flagedge.sync.v1.Sync.ReportEvaluations:output_type -> flagedge.sync.v1.ReportEvaluationsResponse
-	24, // [24:31] is the sub-list for method output_type
-	17, // [17:24] is the sub-list for method input_type
-	17, // [17:17] is the sub-list for extension type_name
-	17, // [17:17] is the sub-list for extension extendee
-	0,  // [0:17] is the sub-list for field type_name
+	28, // 1: flagedge.sync.v1.WatchRequest.known_versions:type_name -> flagedge.sync.v1.WatchRequest.KnownVersionsEntry
+	11, // 2: flagedge.sync.v1.WatchResponse.snapshots:type_name -> flagedge.sync.v1.ProjectSnapshot
+	9,  // 3: flagedge.sync.v1.WatchResponse.membership_filters:type_name -> flagedge.sync.v1.MembershipFilter
+	10, // 4: flagedge.sync.v1.WatchResponse.membership_additions:type_name -> flagedge.sync.v1.MembershipAdditions
+	3,  // 5: flagedge.sync.v1.WatchResponse.deflated_snapshots:type_name -> flagedge.sync.v1.DeflatedSnapshot
+	29, // 6: flagedge.sync.v1.AcknowledgeRequest.versions:type_name -> flagedge.sync.v1.AcknowledgeRequest.VersionsEntry
+	6,  // 7: flagedge.sync.v1.ReportEvaluationsRequest.evaluations:type_name -> flagedge.sync.v1.FlagEvaluations
+	14, // 8: flagedge.sync.v1.ProjectSnapshot.flags:type_name -> flagedge.sync.v1.Flag
+	15, // 9: flagedge.sync.v1.ProjectSnapshot.cohorts:type_name -> flagedge.sync.v1.Cohort
+	30, // 10: flagedge.sync.v1.ProjectSnapshot.group_types:type_name -> flagedge.sync.v1.ProjectSnapshot.GroupTypesEntry
+	12, // 11: flagedge.sync.v1.ProjectSnapshot.client_config:type_name -> flagedge.sync.v1.ClientConfig
+	13, // 12: flagedge.sync.v1.ProjectSnapshot.early_access_features:type_name -> flagedge.sync.v1.EarlyAccessFeature
+	31, // 13: flagedge.sync.v1.LookupPersonResponse.hash_key_overrides:type_name -> flagedge.sync.v1.LookupPersonResponse.HashKeyOverridesEntry
+	19, // 14: flagedge.sync.v1.LookupGroupsRequest.groups:type_name -> flagedge.sync.v1.GroupKey
+	21, // 15: flagedge.sync.v1.LookupGroupsResponse.groups:type_name -> flagedge.sync.v1.GroupProperties
+	32, // 16: flagedge.sync.v1.SetHashKeyOverridesResponse.hash_key_overrides:type_name -> flagedge.sync.v1.SetHashKeyOverridesResponse.HashKeyOverridesEntry
+	24, // 17: flagedge.sync.v1.EventBatch.events:type_name -> flagedge.sync.v1.CapturedEvent
+	1,  // 18: flagedge.sync.v1.Sync.Watch:input_type -> flagedge.sync.v1.WatchRequest
+	16, // 19: flagedge.sync.v1.Sync.LookupPerson:input_type -> flagedge.sync.v1.LookupPersonRequest
+	18, // 20: flagedge.sync.v1.Sync.LookupGroups:input_type -> flagedge.sync.v1.LookupGroupsRequest
+	22, // 21: flagedge.sync.v1.Sync.SetHashKeyOverrides:input_type -> flagedge.sync.v1.SetHashKeyOverridesRequest
+	26, // 22: flagedge.sync.v1.Sync.Ingest:input_type -> flagedge.sync.v1.IngestRequest
+	4,  // 23: flagedge.sync.v1.Sync.Acknowledge:input_type -> flagedge.sync.v1.AcknowledgeRequest
+	7,  // 24: flagedge.sync.v1.Sync.ReportEvaluations:input_type -> flagedge.sync.v1.ReportEvaluationsRequest
+	2,  // 25: flagedge.sync.v1.Sync.Watch:output_type -> flagedge.sync.v1.WatchResponse
+	17, // 26: flagedge.sync.v1.Sync.LookupPerson:output_type -> flagedge.sync.v1.LookupPersonResponse
+	20, // 27: flagedge.sync.v1.Sync.LookupGroups:output_type -> flagedge.sync.v1.LookupGroupsResponse
+	23, // 28: flagedge.sync.v1.Sync.SetHashKeyOverrides:output_type -> flagedge.sync.v1.SetHashKeyOverridesResponse
+	27, // 29: flagedge.sync.v1.Sync.Ingest:output_type -> flagedge.sync.v1.IngestResponse
+	5,  // 30: flagedge.sync.v1.Sync.Acknowledge:output_type -> flagedge.sync.v1.AcknowledgeResponse
+	8,  // 31: flagedge.sync.v1.Sync.ReportEvaluations:output_type -> flagedge.sync.v1.ReportEvaluationsResponse
+	25, // [25:32] is the sub-list for method output_type
+	18, // [18:25] is the sub-list for method input_type
+	18, // [18:18] is the sub-list for extension type_name
+	18, // [18:18] is the sub-list for extension extendee
+	0,  // [0:18] is the sub-list for field type_name
 }
 
 func init() { file_sync_proto_init() }
@@ -2144,7 +2285,7 @@ func file_sync_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sync_proto_rawDesc), len(file_sync_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   31,
+			NumMessages:   32,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -37,8 +37,11 @@ import (
 	"github.com/flagedge/flagedge/controlplane/loginlimit"
 	"github.com/flagedge/flagedge/controlplane/postgres"
 	"github.com/flagedge/flagedge/controlplane/rollout"
+	"github.com/flagedge/flagedge/controlplane/scheduler"
 	"github.com/flagedge/flagedge/controlplane/syncserver"
+	"github.com/flagedge/flagedge/controlplane/webhook"
 	"github.com/flagedge/flagedge/internal/daemon"
+	"github.com/flagedge/flagedge/internal/version"
 	"github.com/flagedge/flagedge/shared/clientip"
 	"github.com/flagedge/flagedge/shared/eventlog"
 	"github.com/flagedge/flagedge/shared/syncpb"
@@ -78,6 +81,16 @@ type serveConfig struct {
 	LoginPerEmail   int64
 	LoginWindow     time.Duration
 	LoginMaxHashes  int64
+	Webhooks        webhookFlags
+}
+
+// webhookFlags configure the webhook dispatcher of this replica.
+type webhookFlags struct {
+	AllowPrivate bool
+	Concurrency  int64
+	Timeout      time.Duration
+	RetryBase    time.Duration
+	RetryMax     time.Duration
 }
 
 func parseServeConfig(args []string, stderr io.Writer) (*serveConfig, error) {
@@ -123,6 +136,12 @@ func parseServeConfig(args []string, stderr io.Writer) (*serveConfig, error) {
 	fs.Int64(&cfg.LoginPerEmail, "login-failures-per-email", "FLAGEDGE_LOGIN_FAILURES_PER_EMAIL", int64(l.PerEmail), "failed console logins one email may have (from every address) within --login-failure-window before its logins get 429")
 	fs.Duration(&cfg.LoginWindow, "login-failure-window", "FLAGEDGE_LOGIN_FAILURE_WINDOW", l.Window, "how long a failed login counts (between one and two windows)")
 	fs.Int64(&cfg.LoginMaxHashes, "login-max-concurrent-hashes", "FLAGEDGE_LOGIN_MAX_CONCURRENT_HASHES", int64(l.MaxHashes), "password hashes (bcrypt, a few hundred ms of a core each) running at once; a login finding them busy waits up to 1s, then gets 429")
+	w := webhook.DefaultConfig()
+	fs.Bool(&cfg.Webhooks.AllowPrivate, "webhook-allow-private", "FLAGEDGE_WEBHOOK_ALLOW_PRIVATE", false, "let webhooks reach private, loopback, link-local and other non-public addresses (refused by default, when a hook is saved and on the address each delivery dials)")
+	fs.Int64(&cfg.Webhooks.Concurrency, "webhook-concurrency", "FLAGEDGE_WEBHOOK_CONCURRENCY", int64(w.Concurrency), "webhook deliveries this replica attempts at once")
+	fs.Duration(&cfg.Webhooks.Timeout, "webhook-timeout", "FLAGEDGE_WEBHOOK_TIMEOUT", w.Timeout, "how long one webhook delivery attempt may take (connect, send, answer)")
+	fs.Duration(&cfg.Webhooks.RetryBase, "webhook-retry-base", "FLAGEDGE_WEBHOOK_RETRY_BASE", w.RetryBase, "delay before a failed webhook delivery's first retry; each further one doubles (with jitter) up to --webhook-retry-max, for 24h from the event")
+	fs.Duration(&cfg.Webhooks.RetryMax, "webhook-retry-max", "FLAGEDGE_WEBHOOK_RETRY_MAX", w.RetryMax, "longest delay between two attempts of a webhook delivery")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -146,6 +165,9 @@ func (c *serveConfig) validate() error {
 	}
 	if c.HeaderTimeout <= 0 || c.ReadTimeout < c.HeaderTimeout || c.IdleTimeout <= 0 || c.MaxHeaderBytes < 4096 {
 		return errors.New("--read-header-timeout and --idle-timeout must be positive, --read-timeout at least --read-header-timeout, --max-header-bytes at least 4096")
+	}
+	if w := c.Webhooks; w.Concurrency < 1 || w.Concurrency > 256 || w.Timeout < 100*time.Millisecond || w.RetryBase < 10*time.Millisecond || w.RetryMax < w.RetryBase {
+		return errors.New("--webhook-concurrency must be 1 to 256, --webhook-timeout at least 100ms, --webhook-retry-base at least 10ms and --webhook-retry-max at least --webhook-retry-base")
 	}
 	if c.DrainDelay < 0 {
 		return errors.New("--drain-delay must not be negative")
@@ -193,7 +215,11 @@ type controlPlane struct {
 	sessions  *postgres.EdgeSessionStore
 	replicaID string
 	rollout   *rollout.Watcher
+	// scheduler runs due scheduled changes; every replica runs one (they claim changes in
+	// the database, so each runs once).
+	scheduler *scheduler.Scheduler
 	logIn     *logingest.Ingester // nil without --event-log-url
+	hooks     *webhook.Dispatcher
 }
 
 func serve(ctx context.Context, args []string, stderr io.Writer) error {
@@ -240,7 +266,14 @@ func assemble(cfg *serveConfig, db *postgres.DB, logger *slog.Logger) (*controlP
 	}
 	cp.sessions, cp.replicaID = postgres.NewEdgeSessionStore(db), uuid.NewString()
 	cp.rollout = rollout.New(cp.sessions)
-	handler, err := newHTTPHandler(db, cfg, ready, logger, cp.reg, cp.sessions, cp.rollout)
+	release, _ := version.Get()
+	policy := &webhook.Policy{AllowPrivate: cfg.Webhooks.AllowPrivate}
+	cp.hooks = webhook.New(postgres.NewWebhookService(db), httpapi.WebhookObjects{}, policy, webhook.Config{
+		Concurrency: int(cfg.Webhooks.Concurrency), Timeout: cfg.Webhooks.Timeout,
+		RetryBase: cfg.Webhooks.RetryBase, RetryMax: cfg.Webhooks.RetryMax,
+		UserAgent: "flagedge-webhooks/" + release,
+	}, logger, cp.reg)
+	handler, err := newHTTPHandler(db, cfg, ready, logger, cp.reg, cp.sessions, cp.rollout, policy)
 	if err != nil {
 		return nil, err
 	}
@@ -259,6 +292,7 @@ func assemble(cfg *serveConfig, db *postgres.DB, logger *slog.Logger) (*controlP
 	cp.sync = syncserver.NewServer(postgres.NewSnapshotStore(db), postgres.NewPersonStore(db), cp.ingest, logger, cp.reg,
 		syncserver.WithMembership(cp.members), syncserver.WithSessions(cp.sessions, cp.replicaID),
 		syncserver.WithEvaluations(postgres.NewEvaluationStore(db)))
+	cp.scheduler = scheduler.New(postgres.NewScheduleStore(db), authz.Wrap(postgres.NewServices(db, 0)).Flags, logger, cp.reg)
 	cp.edges = syncserver.NewEdgeAuth(postgres.NewEdgeService(db), logger, cp.reg)
 	cp.grpc = newGRPCServer(cp.sync, cp.edges, grpcTLS, cp.reg)
 	return cp, nil
@@ -344,6 +378,18 @@ func (cp *controlPlane) run(ctx context.Context) error {
 			func(context.Context, string) error { cp.rollout.Notify(); return nil },
 			func(context.Context) error { cp.rollout.Notify(); return nil }, nil)
 	})
+	g.Go(func() error {
+		return postgres.Listen(gctx, cfg.DatabaseURL, postgres.ScheduleChannel, cp.log,
+			func(context.Context, string) error { cp.scheduler.Wake(); return nil },
+			func(context.Context) error { cp.scheduler.Wake(); return nil }, nil)
+	})
+	g.Go(func() error { cp.scheduler.Run(gctx); return nil })
+	g.Go(func() error {
+		return postgres.Listen(gctx, cfg.DatabaseURL, postgres.WebhookChannel, cp.log,
+			func(context.Context, string) error { cp.hooks.Wake(); return nil },
+			func(context.Context) error { cp.hooks.Wake(); return nil }, nil)
+	})
+	g.Go(func() error { cp.hooks.Run(gctx); return nil })
 	g.Go(func() error { cp.heartbeat(gctx); return nil })
 	g.Go(func() error { cp.edges.Run(gctx); return nil })
 	if cp.logIn != nil {
@@ -380,8 +426,10 @@ func (cp *controlPlane) run(ctx context.Context) error {
 // newHTTPHandler builds the management API over the database's services, and the web console
 // on top of it.
 func newHTTPHandler(db *postgres.DB, cfg *serveConfig, ready func(context.Context) error, logger *slog.Logger, reg *prometheus.Registry,
-	sessions controlplane.EdgeSessionStore, waiter *rollout.Watcher) (http.Handler, error) {
-	services, personStore := authz.Wrap(postgres.NewServices(db, 0)), postgres.NewPersonStore(db)
+	sessions controlplane.EdgeSessionStore, waiter *rollout.Watcher, policy *webhook.Policy) (http.Handler, error) {
+	stores := postgres.NewServices(db, 0)
+	stores.Webhooks = webhook.Checked(stores.Webhooks, policy)
+	services, personStore := authz.Wrap(stores), postgres.NewPersonStore(db)
 	evaluator := &flageval.Evaluator{Snapshots: postgres.NewSnapshotStore(db), Persons: personStore, Scanner: personStore}
 	usage := postgres.NewEvaluationStore(db)
 	api := httpapi.New(httpapi.Config{
@@ -444,7 +492,7 @@ func (cp *controlPlane) heartbeat(ctx context.Context) {
 func newGRPCServer(sync syncpb.SyncServer, edges *syncserver.EdgeAuth, tlsConfig *tls.Config, reg *prometheus.Registry) *grpc.Server {
 	metrics := grpcprom.NewServerMetrics(grpcprom.WithServerHandlingTimeHistogram())
 	reg.MustRegister(metrics)
-	opts := append(syncserver.ServerOptions(),
+	opts := append(syncserver.ServerOptions(tlsConfig != nil),
 		// Ingest calls carry up to a few MiB of events; allow a whole 20 MB capture batch.
 		grpc.MaxRecvMsgSize(64<<20),
 		// Edges keep one Watch stream open for good: keepalives find dead peers behind NATs.

@@ -1,0 +1,163 @@
+package httpapi
+
+import (
+	"bytes"
+	"encoding/json"
+	"net/http"
+	"strconv"
+
+	"github.com/flagedge/flagedge/controlplane"
+)
+
+// scheduledChangeJSON is the API's scheduled change, with PostHog's fields; the recurring
+// ones are always off (flagedge has one-time changes only).
+type scheduledChangeJSON struct {
+	ID                 int64           `json:"id"`
+	TeamID             int64           `json:"team_id"`
+	RecordID           string          `json:"record_id"`
+	ModelName          string          `json:"model_name"`
+	Payload            json.RawMessage `json:"payload"`
+	ScheduledAt        timeJSON        `json:"scheduled_at"`
+	ExecutedAt         *timeJSON       `json:"executed_at"`
+	FailureReason      *string         `json:"failure_reason"`
+	CreatedAt          timeJSON        `json:"created_at"`
+	CreatedBy          *userJSON       `json:"created_by"`
+	UpdatedAt          timeJSON        `json:"updated_at"`
+	IsRecurring        bool            `json:"is_recurring"`
+	RecurrenceInterval *string         `json:"recurrence_interval"`
+	CronExpression     *string         `json:"cron_expression"`
+	LastExecutedAt     *timeJSON       `json:"last_executed_at"`
+	EndDate            *timeJSON       `json:"end_date"`
+}
+
+func newScheduledChangeJSON(c *controlplane.ScheduledChange) scheduledChangeJSON {
+	out := scheduledChangeJSON{ID: c.ID, TeamID: c.ProjectID, RecordID: c.RecordID, ModelName: c.ModelName, Payload: c.Payload,
+		ScheduledAt: timeJSON(c.ScheduledAt), CreatedAt: timeJSON(c.CreatedAt), CreatedBy: newUserJSON(c.CreatedBy),
+		UpdatedAt: timeJSON(c.UpdatedAt)}
+	if c.ExecutedAt != nil {
+		t := timeJSON(*c.ExecutedAt)
+		out.ExecutedAt = &t
+	}
+	if c.FailureReason != "" {
+		out.FailureReason = &c.FailureReason
+	}
+	return out
+}
+
+func (s *Server) handleListScheduledChanges(w http.ResponseWriter, r *http.Request, c *call) error {
+	limit, offset, err := pageParams(r)
+	if err != nil {
+		return err
+	}
+	q := r.URL.Query()
+	f := controlplane.ScheduledChangeFilter{ProjectID: c.project.ID, Limit: limit, Offset: offset}
+	if q.Has("model_name") {
+		v := q.Get("model_name")
+		f.ModelName = &v
+	}
+	if q.Has("record_id") {
+		v := q.Get("record_id")
+		f.RecordID = &v
+	}
+	list, total, err := s.cfg.Schedules.FindScheduledChanges(r.Context(), f)
+	if err != nil {
+		return err
+	}
+	out := make([]scheduledChangeJSON, len(list))
+	for i, sc := range list {
+		out[i] = newScheduledChangeJSON(sc)
+	}
+	writeJSON(w, http.StatusOK, s.newPage(r, total, limit, offset, out))
+	return nil
+}
+
+func (s *Server) handleCreateScheduledChange(w http.ResponseWriter, r *http.Request, c *call) error {
+	n, err := decodeNewScheduledChange(w, r)
+	if err != nil {
+		return err
+	}
+	sc, err := s.cfg.Schedules.CreateScheduledChange(r.Context(), &c.key.User, c.project.ID, n)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusCreated, newScheduledChangeJSON(sc))
+	return nil
+}
+
+func scheduledChangeID(r *http.Request) (int64, error) {
+	id, err := strconv.ParseInt(r.PathValue("id"), 10, 64)
+	if err != nil || id <= 0 {
+		return 0, controlplane.ErrNotFound
+	}
+	return id, nil
+}
+
+func (s *Server) handleGetScheduledChange(w http.ResponseWriter, r *http.Request, c *call) error {
+	id, err := scheduledChangeID(r)
+	if err != nil {
+		return err
+	}
+	sc, err := s.cfg.Schedules.FindScheduledChangeByID(r.Context(), c.project.ID, id)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, newScheduledChangeJSON(sc))
+	return nil
+}
+
+func (s *Server) handleDeleteScheduledChange(w http.ResponseWriter, r *http.Request, c *call) error {
+	id, err := scheduledChangeID(r)
+	if err != nil {
+		return err
+	}
+	if err := s.cfg.Schedules.DeleteScheduledChange(r.Context(), c.project.ID, id); err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+// decodeNewScheduledChange reads a scheduled change to create. record_id may be a string or
+// a number (PostHog's CharField takes both); recurring schedules are refused.
+func decodeNewScheduledChange(w http.ResponseWriter, r *http.Request) (controlplane.NewScheduledChange, error) {
+	var n controlplane.NewScheduledChange
+	f, err := decodeObject(w, r)
+	if err != nil {
+		return n, err
+	}
+	if raw, ok := f["record_id"]; ok {
+		var num json.Number
+		d := json.NewDecoder(bytes.NewReader(raw))
+		d.UseNumber()
+		if err := json.Unmarshal(raw, &n.RecordID); err != nil {
+			if d.Decode(&num) != nil || num.String() == "" {
+				return n, typeError("record_id", "Not a valid string.")
+			}
+			n.RecordID = num.String()
+		}
+	}
+	var model *string
+	var recurring *bool
+	for _, step := range []error{
+		f.str("model_name", &model),
+		f.object("payload", &n.Payload),
+		f.datetime("scheduled_at", &n.ScheduledAt),
+		f.boolean("is_recurring", &recurring),
+	} {
+		if step != nil {
+			return n, step
+		}
+	}
+	if model != nil {
+		n.ModelName = *model
+	}
+	if recurring != nil && *recurring {
+		return n, controlplane.FieldError("is_recurring", "invalid_input", "Recurring schedules are not supported: schedule each change.")
+	}
+	for _, name := range []string{"recurrence_interval", "cron_expression", "end_date"} {
+		if raw, ok := f[name]; ok && !isNull(raw) {
+			return n, controlplane.FieldError(name, "invalid_input", "Recurring schedules are not supported: schedule each change.")
+		}
+	}
+	return n, nil
+}

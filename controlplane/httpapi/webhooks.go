@@ -1,0 +1,191 @@
+package httpapi
+
+import (
+	"net/http"
+
+	"github.com/flagedge/flagedge/controlplane"
+)
+
+// webhookJSON is the API's webhook object. The secret is write-only: secret_set says that
+// one is stored.
+type webhookJSON struct {
+	ID        int64     `json:"id"`
+	URL       string    `json:"url"`
+	Events    []string  `json:"events"`
+	Enabled   bool      `json:"enabled"`
+	SecretSet bool      `json:"secret_set"`
+	CreatedBy *userJSON `json:"created_by"`
+	CreatedAt timeJSON  `json:"created_at"`
+	UpdatedAt timeJSON  `json:"updated_at"`
+}
+
+func newWebhookJSON(h *controlplane.Webhook) webhookJSON {
+	return webhookJSON{ID: h.ID, URL: h.URL, Events: nonNil(h.Events), Enabled: h.Enabled, SecretSet: h.Secret != "",
+		CreatedBy: newUserJSON(h.CreatedBy), CreatedAt: timeJSON(h.CreatedAt), UpdatedAt: timeJSON(h.UpdatedAt)}
+}
+
+// deliveryJSON is one entry of a hook's delivery log.
+type deliveryJSON struct {
+	ID             string    `json:"id"`
+	EventID        string    `json:"event_id"`
+	Event          string    `json:"event"`
+	Status         string    `json:"status"`
+	Attempts       int       `json:"attempts"`
+	LastStatusCode *int      `json:"last_status_code"`
+	LastError      string    `json:"last_error"`
+	ResponsePrefix string    `json:"response_prefix"`
+	NextAttemptAt  *timeJSON `json:"next_attempt_at"`
+	CreatedAt      timeJSON  `json:"created_at"`
+	UpdatedAt      timeJSON  `json:"updated_at"`
+	DeliveredAt    *timeJSON `json:"delivered_at"`
+}
+
+func newDeliveryJSON(d *controlplane.WebhookDelivery) deliveryJSON {
+	out := deliveryJSON{ID: d.ID, EventID: d.EventID, Event: d.Kind, Status: d.Status, Attempts: d.Attempts,
+		LastStatusCode: d.LastStatusCode, LastError: d.LastError, ResponsePrefix: d.ResponsePrefix,
+		CreatedAt: timeJSON(d.CreatedAt), UpdatedAt: timeJSON(d.UpdatedAt)}
+	if d.NextAttemptAt != nil {
+		t := timeJSON(*d.NextAttemptAt)
+		out.NextAttemptAt = &t
+	}
+	if d.DeliveredAt != nil {
+		t := timeJSON(*d.DeliveredAt)
+		out.DeliveredAt = &t
+	}
+	return out
+}
+
+// WebhookObjects renders what webhook deliveries carry as this API shows it, for the
+// dispatcher (controlplane/webhook): a flag as GET .../feature_flags/{id}/ answers it (with
+// can_edit false and no evaluation counts: a delivery has no viewer), an annotation, a
+// scheduled change, a user summary.
+type WebhookObjects struct{}
+
+// Flag renders a flag.
+func (WebhookObjects) Flag(f *controlplane.Flag) any { return newFlagJSON(f, false) }
+
+// Annotation renders an annotation.
+func (WebhookObjects) Annotation(a *controlplane.Annotation) any { return newAnnotationJSON(a) }
+
+// ScheduledChange renders a scheduled change as the scheduler executed it or gave it up.
+func (WebhookObjects) ScheduledChange(c *controlplane.ScheduledChange) any {
+	return newScheduledChangeJSON(c)
+}
+
+// User renders the actor of an event.
+func (WebhookObjects) User(u *controlplane.User) any { return newUserJSON(u) }
+
+func (s *Server) handleListWebhooks(w http.ResponseWriter, r *http.Request, c *call) error {
+	limit, offset, err := pageParams(r)
+	if err != nil {
+		return err
+	}
+	list, total, err := s.cfg.Webhooks.FindWebhooks(r.Context(), c.project.ID, limit, offset)
+	if err != nil {
+		return err
+	}
+	out := make([]webhookJSON, len(list))
+	for i, h := range list {
+		out[i] = newWebhookJSON(h)
+	}
+	writeJSON(w, http.StatusOK, s.newPage(r, total, limit, offset, out))
+	return nil
+}
+
+func decodeWebhookUpdate(w http.ResponseWriter, r *http.Request) (controlplane.WebhookUpdate, error) {
+	var u controlplane.WebhookUpdate
+	f, err := decodeObject(w, r)
+	if err != nil {
+		return u, err
+	}
+	var events *[]string
+	if err := f.str("url", &u.URL); err != nil {
+		return u, err
+	}
+	if err := f.strings("events", &events); err != nil {
+		return u, err
+	}
+	if events != nil {
+		u.Events = append([]string{}, *events...)
+	}
+	if err := f.str("secret", &u.Secret); err != nil {
+		return u, err
+	}
+	return u, f.boolean("enabled", &u.Enabled)
+}
+
+func (s *Server) handleCreateWebhook(w http.ResponseWriter, r *http.Request, c *call) error {
+	upd, err := decodeWebhookUpdate(w, r)
+	if err != nil {
+		return err
+	}
+	h, err := s.cfg.Webhooks.CreateWebhook(r.Context(), &c.key.User, c.project.ID, upd)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusCreated, newWebhookJSON(h))
+	return nil
+}
+
+func (s *Server) handleGetWebhook(w http.ResponseWriter, r *http.Request, c *call) error {
+	id, err := pathID(r)
+	if err != nil {
+		return err
+	}
+	h, err := s.cfg.Webhooks.FindWebhookByID(r.Context(), c.project.ID, id)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, newWebhookJSON(h))
+	return nil
+}
+
+func (s *Server) handlePatchWebhook(w http.ResponseWriter, r *http.Request, c *call) error {
+	id, err := pathID(r)
+	if err != nil {
+		return err
+	}
+	upd, err := decodeWebhookUpdate(w, r)
+	if err != nil {
+		return err
+	}
+	h, err := s.cfg.Webhooks.UpdateWebhook(r.Context(), c.project.ID, id, upd)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, newWebhookJSON(h))
+	return nil
+}
+
+func (s *Server) handleDeleteWebhook(w http.ResponseWriter, r *http.Request, c *call) error {
+	id, err := pathID(r)
+	if err != nil {
+		return err
+	}
+	if err := s.cfg.Webhooks.DeleteWebhook(r.Context(), c.project.ID, id); err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+func (s *Server) handleListDeliveries(w http.ResponseWriter, r *http.Request, c *call) error {
+	id, err := pathID(r)
+	if err != nil {
+		return err
+	}
+	limit, offset, err := pageParams(r)
+	if err != nil {
+		return err
+	}
+	list, total, err := s.cfg.Webhooks.FindDeliveries(r.Context(), c.project.ID, id, limit, offset)
+	if err != nil {
+		return err
+	}
+	out := make([]deliveryJSON, len(list))
+	for i, d := range list {
+		out[i] = newDeliveryJSON(d)
+	}
+	writeJSON(w, http.StatusOK, s.newPage(r, total, limit, offset, out))
+	return nil
+}

@@ -1,0 +1,312 @@
+package postgres
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/flagedge/flagedge/controlplane"
+)
+
+// WebhookChannel is the NOTIFY channel on which a transaction that enqueued deliveries wakes
+// the dispatchers of every replica when it commits.
+const WebhookChannel = "flagedge_webhook"
+
+// WebhookService stores webhooks, their outbox of deliveries and the delivery log.
+type WebhookService struct {
+	db *DB
+}
+
+var (
+	_ controlplane.WebhookService = (*WebhookService)(nil)
+	_ controlplane.WebhookOutbox  = (*WebhookService)(nil)
+)
+
+// NewWebhookService returns a WebhookService on db.
+func NewWebhookService(db *DB) *WebhookService { return &WebhookService{db: db} }
+
+var webhookSelect = `SELECT w.id, w.project_id, w.url, w.events, w.secret, w.enabled, w.created_at, w.updated_at,
+	` + userSummaryJSON("u") + ` FROM webhooks w LEFT JOIN users u ON u.id = w.created_by`
+
+func scanWebhook(row pgx.CollectableRow) (*controlplane.Webhook, error) {
+	var h controlplane.Webhook
+	var creator *userRow
+	err := row.Scan(&h.ID, &h.ProjectID, &h.URL, &h.Events, &h.Secret, &h.Enabled, &h.CreatedAt, &h.UpdatedAt, &creator)
+	h.CreatedBy = creator.user()
+	return &h, err
+}
+
+// FindWebhooks returns a page of the project's hooks, oldest first, and the total.
+func (s *WebhookService) FindWebhooks(ctx context.Context, projectID int64, limit, offset int) ([]*controlplane.Webhook, int, error) {
+	var total int
+	if err := s.db.Pool.QueryRow(ctx, `SELECT count(*) FROM webhooks WHERE project_id = $1`, projectID).Scan(&total); err != nil {
+		return nil, 0, opError("count webhooks", err)
+	}
+	rows, err := s.db.Pool.Query(ctx, webhookSelect+` WHERE w.project_id = $1 ORDER BY w.id LIMIT $2 OFFSET $3`, projectID, limit, offset)
+	if err != nil {
+		return nil, 0, opError("find webhooks", err)
+	}
+	list, err := pgx.CollectRows(rows, scanWebhook)
+	if err != nil {
+		return nil, 0, opError("find webhooks", err)
+	}
+	return list, total, nil
+}
+
+// FindWebhookByID returns one hook of the project.
+func (s *WebhookService) FindWebhookByID(ctx context.Context, projectID, id int64) (*controlplane.Webhook, error) {
+	return findWebhook(ctx, s.db.Pool, projectID, id, false)
+}
+
+func findWebhook(ctx context.Context, q interface {
+	Query(context.Context, string, ...any) (pgx.Rows, error)
+}, projectID, id int64, forUpdate bool) (*controlplane.Webhook, error) {
+	sql := webhookSelect + ` WHERE w.project_id = $1 AND w.id = $2`
+	if forUpdate {
+		sql += ` FOR UPDATE OF w`
+	}
+	rows, err := q.Query(ctx, sql, projectID, id)
+	if err != nil {
+		return nil, opError("find webhook", err)
+	}
+	h, err := pgx.CollectExactlyOneRow(rows, scanWebhook)
+	if err != nil {
+		return nil, opError("find webhook", notFoundIfNoRows(err))
+	}
+	return h, nil
+}
+
+// CreateWebhook validates and stores a hook; a project holds at most
+// controlplane.MaxWebhooksPerProject.
+func (s *WebhookService) CreateWebhook(ctx context.Context, actor *controlplane.User, projectID int64, upd controlplane.WebhookUpdate) (*controlplane.Webhook, error) {
+	if err := upd.Validate(true); err != nil {
+		return nil, err
+	}
+	h := &controlplane.Webhook{Enabled: true}
+	upd.Apply(h)
+	var created *controlplane.Webhook
+	err := s.db.inTx(ctx, func(tx pgx.Tx) error {
+		// The project row serialises concurrent creations, so the limit holds (NO KEY: not
+		// waiting for the key-share locks of rows other writes insert for the project).
+		var n int
+		if err := tx.QueryRow(ctx, `SELECT (SELECT count(*) FROM webhooks WHERE project_id = p.id) FROM projects p WHERE p.id = $1 FOR NO KEY UPDATE`,
+			projectID).Scan(&n); err != nil {
+			return notFoundIfNoRows(err)
+		}
+		if n >= controlplane.MaxWebhooksPerProject {
+			return controlplane.FieldError("url", "max_webhooks", fmt.Sprintf("A project has at most %d webhooks.", controlplane.MaxWebhooksPerProject))
+		}
+		var id int64
+		if err := tx.QueryRow(ctx, `INSERT INTO webhooks (project_id, url, events, secret, enabled, created_by)
+			VALUES ($1, $2, $3, $4, $5, $6) RETURNING id`, projectID, h.URL, h.Events, h.Secret, h.Enabled, actor.ID).Scan(&id); err != nil {
+			return err
+		}
+		var err error
+		created, err = findWebhook(ctx, tx, projectID, id, false)
+		return err
+	})
+	if err != nil {
+		return nil, opError("create webhook", err)
+	}
+	return created, nil
+}
+
+// UpdateWebhook applies a partial update.
+func (s *WebhookService) UpdateWebhook(ctx context.Context, projectID, id int64, upd controlplane.WebhookUpdate) (*controlplane.Webhook, error) {
+	if err := upd.Validate(false); err != nil {
+		return nil, err
+	}
+	var updated *controlplane.Webhook
+	err := s.db.inTx(ctx, func(tx pgx.Tx) error {
+		h, err := findWebhook(ctx, tx, projectID, id, true)
+		if err != nil {
+			return err
+		}
+		upd.Apply(h)
+		if _, err := tx.Exec(ctx, `UPDATE webhooks SET url = $2, events = $3, secret = $4, enabled = $5, updated_at = now() WHERE id = $1`,
+			id, h.URL, h.Events, h.Secret, h.Enabled); err != nil {
+			return err
+		}
+		if h.Enabled { // deliveries held while the hook was disabled are due again
+			if _, err := tx.Exec(ctx, `SELECT pg_notify($1, '')`, WebhookChannel); err != nil {
+				return err
+			}
+		}
+		updated, err = findWebhook(ctx, tx, projectID, id, false)
+		return err
+	})
+	if err != nil {
+		return nil, opError("update webhook", err)
+	}
+	return updated, nil
+}
+
+// DeleteWebhook deletes a hook with its delivery log and the deliveries not yet made.
+func (s *WebhookService) DeleteWebhook(ctx context.Context, projectID, id int64) error {
+	tag, err := s.db.Pool.Exec(ctx, `DELETE FROM webhooks WHERE project_id = $1 AND id = $2`, projectID, id)
+	if err != nil {
+		return opError("delete webhook", err)
+	}
+	if tag.RowsAffected() == 0 {
+		return controlplane.ErrNotFound
+	}
+	return nil
+}
+
+// FindDeliveries returns a page of the hook's delivery log, newest first, and the total.
+func (s *WebhookService) FindDeliveries(ctx context.Context, projectID, webhookID int64, limit, offset int) ([]*controlplane.WebhookDelivery, int, error) {
+	if _, err := s.FindWebhookByID(ctx, projectID, webhookID); err != nil {
+		return nil, 0, err
+	}
+	var total int
+	if err := s.db.Pool.QueryRow(ctx, `SELECT count(*) FROM webhook_deliveries WHERE webhook_id = $1`, webhookID).Scan(&total); err != nil {
+		return nil, 0, opError("count deliveries", err)
+	}
+	rows, err := s.db.Pool.Query(ctx, `SELECT id::text, event_id::text, webhook_id, kind, status, attempts, last_status_code, last_error,
+		response_prefix, CASE WHEN status = 'pending' THEN next_attempt_at END, created_at, updated_at, delivered_at
+		FROM webhook_deliveries WHERE webhook_id = $1 ORDER BY created_at DESC, id LIMIT $2 OFFSET $3`, webhookID, limit, offset)
+	if err != nil {
+		return nil, 0, opError("find deliveries", err)
+	}
+	list, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (*controlplane.WebhookDelivery, error) {
+		var d controlplane.WebhookDelivery
+		err := r.Scan(&d.ID, &d.EventID, &d.WebhookID, &d.Kind, &d.Status, &d.Attempts, &d.LastStatusCode, &d.LastError,
+			&d.ResponsePrefix, &d.NextAttemptAt, &d.CreatedAt, &d.UpdatedAt, &d.DeliveredAt)
+		return &d, err
+	})
+	if err != nil {
+		return nil, 0, opError("find deliveries", err)
+	}
+	return list, total, nil
+}
+
+// storedEvent is the event column of a delivery: what its body is made of when it is sent.
+type storedEvent struct {
+	ProjectID       int64           `json:"project_id"`
+	Actor           *userRow        `json:"actor"`
+	SnapshotVersion int64           `json:"snapshot_version"`
+	ObjectType      string          `json:"object_type"`
+	Object          json.RawMessage `json:"object"`
+}
+
+// EnqueueWebhookEvent adds the event to the outbox in tx, the transaction of the write it
+// reports: one delivery for each enabled hook of the project that subscribes to its kind,
+// and a NOTIFY that wakes the dispatchers when tx commits. A project without such a hook
+// costs one indexed query. Writes that report events call it beside their activity log entry.
+func EnqueueWebhookEvent(ctx context.Context, tx pgx.Tx, ev controlplane.WebhookEvent) error {
+	object, err := json.Marshal(ev.Object)
+	if err != nil {
+		return fmt.Errorf("enqueue webhook event: %w", err)
+	}
+	var actor *userRow
+	if ev.Actor != nil {
+		a := userRow(*ev.Actor)
+		actor = &a
+	}
+	event, err := json.Marshal(storedEvent{ProjectID: ev.ProjectID, Actor: actor, SnapshotVersion: ev.SnapshotVersion,
+		ObjectType: ev.ObjectType, Object: object})
+	if err != nil {
+		return fmt.Errorf("enqueue webhook event: %w", err)
+	}
+	_, err = tx.Exec(ctx, `WITH queued AS (
+			INSERT INTO webhook_deliveries (id, event_id, webhook_id, kind, event)
+			SELECT gen_random_uuid(), $2, w.id, $3, $4 FROM webhooks w
+			WHERE w.project_id = $1 AND w.enabled AND $3 = ANY (w.events)
+			RETURNING 1)
+		SELECT pg_notify($5, '') FROM (SELECT count(*) AS n FROM queued) q WHERE q.n > 0`,
+		ev.ProjectID, uuid.New(), ev.Kind, event, WebhookChannel)
+	if err != nil {
+		return opError("enqueue webhook event", err)
+	}
+	return nil
+}
+
+// nextSnapshotVersion is the project's snapshot version that the bump ending tx will make:
+// it locks the project's row, so no other write takes that number first. Writes that
+// enqueue an event before they bump the snapshot (once) name the version with it. The lock is
+// FOR NO KEY UPDATE, the one the bump's UPDATE takes: FOR UPDATE would also wait for the
+// KEY SHARE locks that rows referencing the project (an activity entry just inserted) hold,
+// and two writes in one project would deadlock.
+func nextSnapshotVersion(ctx context.Context, tx pgx.Tx, projectID int64) (int64, error) {
+	var v int64
+	err := tx.QueryRow(ctx, `SELECT snapshot_version + 1 FROM projects WHERE id = $1 FOR NO KEY UPDATE`, projectID).Scan(&v)
+	return v, err
+}
+
+// Claim leases up to n due deliveries of enabled hooks for lease: their next attempt is moved
+// past it, so no other dispatcher takes them until Finish or until the lease runs out (the
+// replica died mid-attempt).
+func (s *WebhookService) Claim(ctx context.Context, n int, lease time.Duration) ([]*controlplane.PendingDelivery, error) {
+	rows, err := s.db.Pool.Query(ctx, `WITH due AS (
+			SELECT d.id FROM webhook_deliveries d JOIN webhooks w ON w.id = d.webhook_id
+			WHERE d.status = 'pending' AND d.next_attempt_at <= now() AND w.enabled
+			ORDER BY d.next_attempt_at LIMIT $1 FOR UPDATE OF d SKIP LOCKED)
+		UPDATE webhook_deliveries d SET next_attempt_at = now() + $2 * interval '1 millisecond'
+		FROM due, webhooks w WHERE d.id = due.id AND w.id = d.webhook_id
+		RETURNING d.id::text, d.event_id::text, d.webhook_id, d.kind, w.url, w.secret, d.event, d.attempts, d.created_at`,
+		n, lease.Milliseconds())
+	if err != nil {
+		return nil, opError("claim deliveries", err)
+	}
+	list, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (*controlplane.PendingDelivery, error) {
+		var p controlplane.PendingDelivery
+		var ev storedEvent
+		if err := r.Scan(&p.ID, &p.EventID, &p.WebhookID, &p.Kind, &p.URL, &p.Secret, &ev, &p.Attempts, &p.CreatedAt); err != nil {
+			return nil, err
+		}
+		p.ProjectID, p.Actor, p.SnapshotVersion, p.ObjectType, p.Object = ev.ProjectID, ev.Actor.user(), ev.SnapshotVersion, ev.ObjectType, ev.Object
+		return &p, nil
+	})
+	if err != nil {
+		return nil, opError("claim deliveries", err)
+	}
+	return list, nil
+}
+
+// Finish records an attempt's outcome. A delivery no longer pending (finished by a replica
+// whose lease had run out before this one's) is left as it is.
+func (s *WebhookService) Finish(ctx context.Context, id string, res controlplane.DeliveryResult) error {
+	_, err := s.db.Pool.Exec(ctx, `UPDATE webhook_deliveries SET status = $2, attempts = attempts + 1, last_status_code = $3,
+		last_error = $4, response_prefix = $5, next_attempt_at = COALESCE($6, next_attempt_at), updated_at = now(),
+		delivered_at = CASE WHEN $2 = 'delivered' THEN now() END
+		WHERE id = $1 AND status = 'pending'`,
+		id, res.Status, res.StatusCode, res.Error, res.ResponsePrefix, nullTime(res.NextAttemptAt))
+	if err != nil {
+		return opError("finish delivery", err)
+	}
+	return nil
+}
+
+func nullTime(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	return &t
+}
+
+// NextDue is when the earliest pending delivery of an enabled hook is due; zero when none is.
+func (s *WebhookService) NextDue(ctx context.Context) (time.Time, error) {
+	var t *time.Time
+	err := s.db.Pool.QueryRow(ctx, `SELECT min(d.next_attempt_at) FROM webhook_deliveries d JOIN webhooks w ON w.id = d.webhook_id
+		WHERE d.status = 'pending' AND w.enabled`).Scan(&t)
+	if err != nil {
+		return time.Time{}, opError("next due delivery", err)
+	}
+	if t == nil {
+		return time.Time{}, nil
+	}
+	return *t, nil
+}
+
+// Depth counts the deliveries still pending (the outbox's depth).
+func (s *WebhookService) Depth(ctx context.Context) (int, error) {
+	var n int
+	if err := s.db.Pool.QueryRow(ctx, `SELECT count(*) FROM webhook_deliveries WHERE status = 'pending'`).Scan(&n); err != nil {
+		return 0, opError("count pending deliveries", err)
+	}
+	return n, nil
+}
