@@ -44,10 +44,10 @@ type Scheduler struct {
 // which must be the guarded service (authz.Wrap). Its metrics are registered on reg.
 func New(queue controlplane.ScheduledChangeQueue, flags controlplane.FlagService, log *slog.Logger, reg prometheus.Registerer) *Scheduler {
 	s := &Scheduler{queue: queue, flags: flags, log: log, wake: make(chan struct{}, 1),
-		runs: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "flagedge_scheduled_changes_total",
+		runs: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "flagedge_controlplane_scheduled_changes_total",
 			Help: "Scheduled changes this replica ran, by outcome: executed, failed (for good), retry (a transient failure)."},
 			[]string{"outcome"}),
-		lateness: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "flagedge_scheduled_change_lateness_seconds",
+		lateness: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "flagedge_controlplane_scheduled_change_lateness_seconds",
 			Help:    "Time from a change's scheduled_at until this replica executed it (database clock).",
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 16)}),
 	}
