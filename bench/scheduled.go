@@ -38,6 +38,8 @@ type scheduledResult struct {
 	LatenessP50Ms    float64 `json:"lateness_p50_ms"`
 	LatenessP99Ms    float64 `json:"lateness_p99_ms"`
 	LatenessMaxMs    float64 `json:"lateness_max_ms"`
+	LatenessP90Ms    float64 `json:"lateness_p90_ms"`
+	LatestChange     int     `json:"latest_change"` // which change (0-based, in schedule order) was latest
 	EdgeP50Ms        float64 `json:"edge_p50_ms"`
 	EdgeP99Ms        float64 `json:"edge_p99_ms"`
 	EdgeMaxMs        float64 `json:"edge_max_ms"`
@@ -139,6 +141,7 @@ func scheduledScenario(cfg config) error {
 		index[fmt.Sprint(id)] = i
 	}
 	var lateness, edge, afterExec []float64
+	latest := -1.0
 	for _, c := range list.Results {
 		if c.ExecutedAt == nil || c.FailureReason != nil {
 			return fmt.Errorf("change of flag %s: executed %v, failure %v", c.RecordID, c.ExecutedAt, c.FailureReason)
@@ -150,7 +153,11 @@ func scheduledScenario(cfg config) error {
 		}
 		i := index[c.RecordID]
 		res.Executed++
-		lateness = append(lateness, ms(done.Sub(at)))
+		late := ms(done.Sub(at))
+		if late > latest {
+			latest, res.LatestChange = late, i
+		}
+		lateness = append(lateness, late)
 		edge = append(edge, ms(seen[i].Sub(at)))
 		afterExec = append(afterExec, ms(seen[i].Sub(done)))
 	}
@@ -178,6 +185,7 @@ func scheduledScenario(cfg config) error {
 		}
 	}
 	res.LatenessP50Ms, res.LatenessP99Ms, res.LatenessMaxMs = quantile(lateness, 0.5), quantile(lateness, 0.99), quantile(lateness, 1)
+	res.LatenessP90Ms = quantile(lateness, 0.9)
 	res.EdgeP50Ms, res.EdgeP99Ms, res.EdgeMaxMs = quantile(edge, 0.5), quantile(edge, 0.99), quantile(edge, 1)
 	res.EdgeAfterExecP50 = quantile(afterExec, 0.5)
 
@@ -187,9 +195,9 @@ func scheduledScenario(cfg config) error {
 | scheduled_at → the edge's /decide answers the new value (polled every %s) | %.1f ms | %.1f ms | %.1f ms |
 
 Executed %d of %d, by the replicas %d + %d; the flags' activity logs hold %d updates (one per change).
-The edge answered a median %.1f ms after executed_at.
+Lateness p90 %.1f ms; the latest was change #%d of the schedule. The edge answered a median %.1f ms after executed_at.
 `, res.Changes, scheduledSpacing, res.LatenessP50Ms, res.LatenessP99Ms, res.LatenessMaxMs, scheduledPoll, res.EdgeP50Ms, res.EdgeP99Ms, res.EdgeMaxMs,
-		res.Executed, res.Changes, res.ByReplica[0], res.ByReplica[1], res.Updates, res.EdgeAfterExecP50)
+		res.Executed, res.Changes, res.ByReplica[0], res.ByReplica[1], res.Updates, res.LatenessP90Ms, res.LatestChange, res.EdgeAfterExecP50)
 	fmt.Print("\n" + md)
 	if err := os.MkdirAll(cfg.out, 0o755); err != nil {
 		return err
