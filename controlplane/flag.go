@@ -47,6 +47,9 @@ type Flag struct {
 	// EvaluationTags are those of the flag's tags (lower-cased) that also restrict it to
 	// requests naming one of them in evaluation_contexts.
 	EvaluationTags []string
+	// BucketingIdentifier is how persons are bucketed: "" (PostHog's null) or "distinct_id"
+	// on the distinct id, "device_id" on the request's device id.
+	BucketingIdentifier string
 	// Features are the flag's early access features (read-only).
 	Features []FeatureSummary
 	// SnapshotVersion is, after a write, the project's snapshot version that contains it (0
@@ -81,6 +84,7 @@ type FlagUpdate struct {
 	HasEnrichedAnalytics       *bool
 	EvaluationRuntime          *string
 	EvaluationTags             *[]string
+	BucketingIdentifier        *string
 	// UsageDashboard is set by the dashboard action, never from a request body.
 	UsageDashboard *int64
 }
@@ -124,6 +128,9 @@ func (u *FlagUpdate) Validate(creating bool) error {
 	}
 	if r := u.EvaluationRuntime; r != nil && !slices.Contains(EvaluationRuntimes, *r) {
 		return FieldError("evaluation_runtime", "invalid_choice", `"`+*r+`" is not a valid choice.`)
+	}
+	if b := u.BucketingIdentifier; b != nil && *b != "" && *b != "distinct_id" && *b != "device_id" {
+		return FieldError("bucketing_identifier", "invalid_choice", `"`+*b+`" is not a valid choice.`)
 	}
 	return u.validateEvaluationTags()
 }
@@ -188,6 +195,7 @@ func (u *FlagUpdate) Apply(f *Flag) {
 	setIf(&f.HasEnrichedAnalytics, u.HasEnrichedAnalytics)
 	setIf(&f.EvaluationRuntime, u.EvaluationRuntime)
 	setIf(&f.EvaluationTags, u.EvaluationTags)
+	setIf(&f.BucketingIdentifier, u.BucketingIdentifier)
 	if u.UsageDashboard != nil {
 		f.UsageDashboard = u.UsageDashboard
 	}
@@ -296,6 +304,9 @@ func FlagChanges(before, after *Flag) []Change {
 	}
 	if !slices.Equal(before.EvaluationTags, after.EvaluationTags) {
 		add("evaluation_tags", before.EvaluationTags, after.EvaluationTags)
+	}
+	if before.BucketingIdentifier != after.BucketingIdentifier {
+		add("bucketing_identifier", before.BucketingIdentifier, after.BucketingIdentifier)
 	}
 	if (before.UsageDashboard == nil) != (after.UsageDashboard == nil) ||
 		(before.UsageDashboard != nil && *before.UsageDashboard != *after.UsageDashboard) {

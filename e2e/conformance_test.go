@@ -25,7 +25,7 @@ func TestConformanceEndToEnd(t *testing.T) {
 	s := newStack(t)
 	e := s.startEdge("edge-conformance", "", true)
 	var cases []map[string]any
-	for _, name := range []string{"targeting.json", "property_matching.json", "selection.json"} {
+	for _, name := range []string{"targeting.json", "property_matching.json", "selection.json", "sdk_replay.json"} {
 		raw, err := os.ReadFile(filepath.Join("..", "shared", "flags", "testdata", "conformance", name))
 		if err != nil {
 			t.Fatal(err)
@@ -95,6 +95,9 @@ func (s *stack) replay(t *testing.T, e *edge, c map[string]any) {
 		body := map[string]any{"key": flag["key"], "filters": json.RawMessage(text), "active": flag["inactive"] != true}
 		if flag["ensure_experience_continuity"] == true {
 			body["ensure_experience_continuity"] = true
+		}
+		if b, ok := flag["bucketing_identifier"]; ok {
+			body["bucketing_identifier"] = b
 		}
 		if rt, ok := flag["evaluation_runtime"]; ok {
 			body["evaluation_runtime"] = rt

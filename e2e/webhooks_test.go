@@ -71,7 +71,9 @@ func TestWebhooksWithTwoReplicas(t *testing.T) {
 	fast := []string{"--webhook-allow-private", "--webhook-retry-base", "100ms", "--webhook-retry-max", "400ms"}
 	a, aURL := s.startHookReplica("replica-a", fast...)
 	b, bURL := s.startHookReplica("replica-b", fast...)
-	api := func(base, suffix string) string { return fmt.Sprintf("%s/api/projects/%d%s", base, s.projectID, suffix) }
+	api := func(base, suffix string) string {
+		return fmt.Sprintf("%s/api/projects/%d%s", base, s.projectID, suffix)
+	}
 
 	good, dead := newHookReceiver(t, http.StatusNoContent), newHookReceiver(t, http.StatusInternalServerError)
 	const secret = "e2e-secret-0123456789"

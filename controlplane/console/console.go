@@ -146,6 +146,10 @@ func (c *Console) routes() {
 	c.mux.HandleFunc("GET "+p+"/persons", c.withSession(c.handlePersons))
 	c.mux.HandleFunc("GET "+p+"/persons/{id}", c.withSession(c.handlePerson))
 	c.mux.HandleFunc("GET "+p+"/edges", c.withSession(c.handleEdges))
+	c.mux.HandleFunc("GET "+p+"/webhooks", c.withSession(c.handleWebhooks))
+	c.mux.HandleFunc("POST "+p+"/webhooks", c.withSession(c.handleCreateWebhook))
+	c.mux.HandleFunc("GET "+p+"/webhooks/{id}", c.withSession(c.handleWebhook))
+	c.mux.HandleFunc("POST "+p+"/webhooks/{id}/delete", c.withSession(c.handleDeleteWebhook))
 
 	c.mux.HandleFunc("GET /settings/keys", c.withSession(c.handleKeys))
 	c.mux.HandleFunc("POST /settings/keys", c.withSession(c.handleCreateKey))

@@ -27,6 +27,7 @@ import (
 	"github.com/flagedge/flagedge/controlplane/loginlimit"
 	"github.com/flagedge/flagedge/controlplane/postgres"
 	"github.com/flagedge/flagedge/controlplane/rollout"
+	"github.com/flagedge/flagedge/controlplane/webhook"
 	"github.com/flagedge/flagedge/internal/pgtest"
 )
 
@@ -62,7 +63,9 @@ func newSite(t *testing.T) *site {
 		t.Fatal(err)
 	}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	services, persons := authz.Wrap(postgres.NewServices(db, bcrypt.MinCost)), postgres.NewPersonStore(db)
+	stores := postgres.NewServices(db, bcrypt.MinCost)
+	stores.Webhooks = webhook.Checked(stores.Webhooks, &webhook.Policy{}) // as serve wires it
+	services, persons := authz.Wrap(stores), postgres.NewPersonStore(db)
 	sessions := postgres.NewEdgeSessionStore(db)
 	evaluator := &flageval.Evaluator{Snapshots: postgres.NewSnapshotStore(db), Persons: persons, Scanner: persons}
 	waiter, usage := rollout.New(sessions), postgres.NewEvaluationStore(db)

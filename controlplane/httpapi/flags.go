@@ -202,7 +202,8 @@ func decodeFlagUpdate(w http.ResponseWriter, r *http.Request) (controlplane.Flag
 		f.ints("analytics_dashboards", &u.AnalyticsDashboards),
 		f.boolean("has_enriched_analytics", &u.HasEnrichedAnalytics),
 		f.evaluationRuntime(&u.EvaluationRuntime),
-		f.strings("evaluation_tags", &u.EvaluationTags),
+		f.evaluationTags(&u.EvaluationTags),
+		f.nullableStr("bucketing_identifier", &u.BucketingIdentifier),
 	} {
 		if step != nil {
 			return u, step
@@ -226,4 +227,24 @@ func (f fields) evaluationRuntime(dst **string) error {
 	all := "all"
 	*dst = &all
 	return nil
+}
+
+// evaluationTags reads evaluation_tags, or evaluation_contexts, PostHog's newer name for them.
+func (f fields) evaluationTags(dst **[]string) error {
+	if _, ok := f["evaluation_contexts"]; ok {
+		if err := f.strings("evaluation_contexts", dst); err != nil || *dst != nil {
+			return err
+		}
+	}
+	return f.strings("evaluation_tags", dst)
+}
+
+// nullableStr reads a string field where null, as in PostHog, unsets it ("").
+func (f fields) nullableStr(name string, dst **string) error {
+	if raw, ok := f[name]; ok && isNull(raw) {
+		empty := ""
+		*dst = &empty
+		return nil
+	}
+	return f.str(name, dst)
 }

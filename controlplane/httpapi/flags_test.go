@@ -27,8 +27,8 @@ func TestFlagLifecycle(t *testing.T) {
 		keys = append(keys, k)
 	}
 	sort.Strings(keys)
-	wantKeys := []string{"active", "analytics_dashboards", "can_edit", "created_at", "created_by", "deleted",
-		"ensure_experience_continuity", "evaluation_counts", "evaluation_runtime", "evaluation_tags", "experiment_set", "features", "filters", "has_enriched_analytics", "id",
+	wantKeys := []string{"active", "analytics_dashboards", "bucketing_identifier", "can_edit", "created_at", "created_by", "deleted",
+		"ensure_experience_continuity", "evaluation_contexts", "evaluation_counts", "evaluation_runtime", "evaluation_tags", "experiment_set", "features", "filters", "has_enriched_analytics", "id",
 		"is_simple_flag", "key", "last_called_at", "last_modified_by", "name", "performed_rollback", "rollback_conditions",
 		"rollout_percentage", "stale", "surveys", "tags", "updated_at", "usage_dashboard", "version"}
 	if diff := cmp.Diff(wantKeys, keys); diff != "" {
@@ -207,6 +207,15 @@ func TestFlagEvaluationRuntime(t *testing.T) {
 	if r := e.do("PATCH", path, e.key, map[string]any{"evaluation_runtime": nil, "evaluation_tags": []string{}}); r.status != 200 ||
 		r.body["evaluation_runtime"] != "all" || fmt.Sprint(r.body["evaluation_tags"]) != "[]" {
 		t.Errorf("null runtime and no tags: %d %s", r.status, r.raw)
+	}
+	// bucketing_identifier is a field of the flag in PostHog (null: the distinct id).
+	if r := e.do("PATCH", path, e.key, map[string]any{"bucketing_identifier": "device_id", "evaluation_contexts": []string{}}); r.status != 200 ||
+		r.body["bucketing_identifier"] != "device_id" {
+		t.Errorf("bucketing: %d %s", r.status, r.raw)
+	}
+	wantError(t, e.do("PATCH", path, e.key, map[string]any{"bucketing_identifier": "session_id"}), 400, "validation_error", "invalid_choice", "bucketing_identifier")
+	if r := e.do("PATCH", path, e.key, map[string]any{"bucketing_identifier": nil}); r.status != 200 || r.body["bucketing_identifier"] != nil {
+		t.Errorf("bucketing null: %d %s", r.status, r.raw)
 	}
 	activity := e.do("GET", path+"activity/", e.key, nil)
 	if !strings.Contains(string(activity.raw), `"field":"evaluation_runtime"`) || !strings.Contains(string(activity.raw), `"field":"evaluation_tags"`) {

@@ -61,6 +61,8 @@ type flagJSON struct {
 	HasEnrichedAnalytics       bool                          `json:"has_enriched_analytics"`
 	EvaluationRuntime          string                        `json:"evaluation_runtime"`
 	EvaluationTags             []string                      `json:"evaluation_tags"`
+	EvaluationContexts         []string                      `json:"evaluation_contexts"`
+	BucketingIdentifier        *string                       `json:"bucketing_identifier"`
 	// LastCalledAt, EvaluationCounts and Stale say how much edges evaluate the flag.
 	LastCalledAt     *timeJSON        `json:"last_called_at"`
 	EvaluationCounts evaluationCounts `json:"evaluation_counts"`
@@ -76,7 +78,7 @@ type evaluationCounts struct {
 
 func newFlagJSON(f *controlplane.Flag, canEdit bool) flagJSON {
 	simple, rollout := f.Simple()
-	return flagJSON{
+	out := flagJSON{
 		ID: f.ID, Name: f.Name, Key: f.Key, Filters: f.Filters, Deleted: f.Deleted, Active: f.Active,
 		CreatedBy: newUserJSON(f.CreatedBy), CreatedAt: timeJSON(f.CreatedAt), UpdatedAt: timeJSON(f.UpdatedAt),
 		Version: f.Version, LastModifiedBy: newUserJSON(f.LastModifiedBy),
@@ -86,7 +88,12 @@ func newFlagJSON(f *controlplane.Flag, canEdit bool) flagJSON {
 		Tags: nonNil(f.Tags), UsageDashboard: f.UsageDashboard, AnalyticsDashboards: nonNil(f.AnalyticsDashboards),
 		HasEnrichedAnalytics: f.HasEnrichedAnalytics, Features: nonNil(f.Features),
 		EvaluationRuntime: f.EvaluationRuntime, EvaluationTags: nonNil(f.EvaluationTags),
+		EvaluationContexts: nonNil(f.EvaluationTags),
 	}
+	if f.BucketingIdentifier != "" {
+		out.BucketingIdentifier = &f.BucketingIdentifier
+	}
+	return out
 }
 
 func nonNil[T any](s []T) []T {

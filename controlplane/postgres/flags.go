@@ -36,7 +36,7 @@ func userSummaryJSON(a string) string {
 var flagSelect = `SELECT f.id, f.project_id, f.key, f.name, f.filters, f.deleted, f.active, f.created_at, f.updated_at,
 	f.version, f.ensure_experience_continuity, COALESCE(f.rollback_conditions, 'null'::jsonb), f.performed_rollback,
 	f.tags, f.usage_dashboard, f.analytics_dashboards, f.has_enriched_analytics, f.evaluation_runtime, f.evaluation_tags,
-	` + userSummaryJSON("cu") + `, ` + userSummaryJSON("mu") + `,
+	COALESCE(f.bucketing_identifier, ''), ` + userSummaryJSON("cu") + `, ` + userSummaryJSON("mu") + `,
 	COALESCE((SELECT json_agg(json_build_object('id', e.id, 'name', e.name, 'description', e.description, 'stage', e.stage,
 		'documentationUrl', e.documentation_url, 'flagKey', f.key) ORDER BY e.created_at, e.id)
 		FROM early_access_features e WHERE e.feature_flag_id = f.id), '[]')
@@ -71,7 +71,7 @@ func scanFlag(row pgx.Row) (*controlplane.Flag, error) {
 	var createdBy, modifiedBy *userRow
 	err := row.Scan(&f.ID, &f.ProjectID, &f.Key, &f.Name, &filters, &f.Deleted, &f.Active, &f.CreatedAt, &f.UpdatedAt,
 		&f.Version, &f.EnsureExperienceContinuity, &rollback, &f.PerformedRollback,
-		&f.Tags, &f.UsageDashboard, &f.AnalyticsDashboards, &f.HasEnrichedAnalytics, &f.EvaluationRuntime, &f.EvaluationTags, &createdBy, &modifiedBy, &f.Features)
+		&f.Tags, &f.UsageDashboard, &f.AnalyticsDashboards, &f.HasEnrichedAnalytics, &f.EvaluationRuntime, &f.EvaluationTags, &f.BucketingIdentifier, &createdBy, &modifiedBy, &f.Features)
 	if err != nil {
 		return nil, err
 	}
@@ -217,12 +217,13 @@ func createFlag(ctx context.Context, tx pgx.Tx, now time.Time, actor *controlpla
 	var id int64
 	err := tx.QueryRow(ctx, `INSERT INTO feature_flags (project_id, key, name, filters, deleted, active, created_by,
 		created_at, updated_at, last_modified_by, ensure_experience_continuity, rollback_conditions, performed_rollback,
-		tags, analytics_dashboards, has_enriched_analytics, evaluation_runtime, evaluation_tags)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $7, $10, NULLIF($11::jsonb, 'null'::jsonb), $12, $13, $14, $15, $16, $17)
+		tags, analytics_dashboards, has_enriched_analytics, evaluation_runtime, evaluation_tags, bucketing_identifier)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $7, $10, NULLIF($11::jsonb, 'null'::jsonb), $12, $13, $14, $15, $16, $17,
+			NULLIF($18, ''))
 		RETURNING id`,
 		projectID, f.Key, f.Name, f.Filters, f.Deleted, f.Active, actor.ID, f.CreatedAt, now,
 		f.EnsureExperienceContinuity, f.RollbackConditions, f.PerformedRollback, f.Tags, f.AnalyticsDashboards,
-		f.HasEnrichedAnalytics, f.EvaluationRuntime, f.EvaluationTags).Scan(&id)
+		f.HasEnrichedAnalytics, f.EvaluationRuntime, f.EvaluationTags, f.BucketingIdentifier).Scan(&id)
 	if isUniqueViolation(err, flagKeyIndex) {
 		return nil, controlplane.ErrKeyConflict
 	}
@@ -290,11 +291,11 @@ func updateFlag(ctx context.Context, tx pgx.Tx, now time.Time, actor *controlpla
 		created_at = $8, updated_at = $9, version = version + 1, last_modified_by = $10,
 		ensure_experience_continuity = $11, rollback_conditions = NULLIF($12::jsonb, 'null'::jsonb),
 		performed_rollback = $13, tags = $14, analytics_dashboards = $15, has_enriched_analytics = $16, usage_dashboard = $17,
-		evaluation_runtime = $18, evaluation_tags = $19
+		evaluation_runtime = $18, evaluation_tags = $19, bucketing_identifier = NULLIF($20, '')
 		WHERE project_id = $1 AND id = $2`,
 		projectID, id, after.Key, after.Name, after.Filters, after.Deleted, after.Active, after.CreatedAt, now,
 		actor.ID, after.EnsureExperienceContinuity, after.RollbackConditions, after.PerformedRollback, after.Tags,
-		after.AnalyticsDashboards, after.HasEnrichedAnalytics, after.UsageDashboard, after.EvaluationRuntime, after.EvaluationTags)
+		after.AnalyticsDashboards, after.HasEnrichedAnalytics, after.UsageDashboard, after.EvaluationRuntime, after.EvaluationTags, after.BucketingIdentifier)
 	if isUniqueViolation(err, flagKeyIndex) {
 		return nil, false, controlplane.ErrKeyConflict
 	}

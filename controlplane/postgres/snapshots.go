@@ -96,14 +96,14 @@ func (s *SnapshotStore) BuildSnapshot(ctx context.Context, projectID int64) (*co
 	}
 
 	rows, err = tx.Query(ctx, `SELECT id, key, name, active, version, ensure_experience_continuity, filters,
-		evaluation_runtime, evaluation_tags FROM feature_flags WHERE project_id = $1 AND NOT deleted ORDER BY id`, projectID)
+		evaluation_runtime, evaluation_tags, COALESCE(bucketing_identifier, '') FROM feature_flags WHERE project_id = $1 AND NOT deleted ORDER BY id`, projectID)
 	if err != nil {
 		return nil, opError("build snapshot: flags", err)
 	}
 	snap.Flags, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (flags.FlagDefinition, error) {
 		var f flags.FlagDefinition
 		err := r.Scan(&f.ID, &f.Key, &f.Name, &f.Active, &f.Version, &f.EnsureExperienceContinuity, &f.Filters,
-			&f.EvaluationRuntime, &f.EvaluationTags)
+			&f.EvaluationRuntime, &f.EvaluationTags, &f.BucketingIdentifier)
 		return f, err
 	})
 	if err != nil {

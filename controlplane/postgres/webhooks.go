@@ -90,9 +90,10 @@ func (s *WebhookService) CreateWebhook(ctx context.Context, actor *controlplane.
 	upd.Apply(h)
 	var created *controlplane.Webhook
 	err := s.db.inTx(ctx, func(tx pgx.Tx) error {
-		// The project row serialises concurrent creations, so the limit holds.
+		// The project row serialises concurrent creations, so the limit holds (NO KEY: not
+		// waiting for the key-share locks of rows other writes insert for the project).
 		var n int
-		if err := tx.QueryRow(ctx, `SELECT (SELECT count(*) FROM webhooks WHERE project_id = p.id) FROM projects p WHERE p.id = $1 FOR UPDATE`,
+		if err := tx.QueryRow(ctx, `SELECT (SELECT count(*) FROM webhooks WHERE project_id = p.id) FROM projects p WHERE p.id = $1 FOR NO KEY UPDATE`,
 			projectID).Scan(&n); err != nil {
 			return notFoundIfNoRows(err)
 		}

@@ -439,7 +439,7 @@ func SnapshotMessage(s *controlplane.ProjectSnapshot) *syncpb.ProjectSnapshot {
 	for _, f := range s.Flags {
 		pb.Flags = append(pb.Flags, &syncpb.Flag{Id: f.ID, Key: f.Key, Name: f.Name, Active: f.Active, Version: int32(f.Version),
 			EnsureExperienceContinuity: f.EnsureExperienceContinuity, Filters: f.Filters,
-			EvaluationRuntime: f.EvaluationRuntime, EvaluationTags: f.EvaluationTags})
+			EvaluationRuntime: f.EvaluationRuntime, EvaluationTags: f.EvaluationTags, BucketingIdentifier: f.BucketingIdentifier})
 	}
 	for _, c := range s.Cohorts {
 		pb.Cohorts = append(pb.Cohorts, &syncpb.Cohort{Id: c.ID, IsStatic: c.Static, Filters: c.Filters})

@@ -138,7 +138,7 @@ func compileProject(pb *syncpb.ProjectSnapshot) (*Project, error) {
 	for _, f := range pb.Flags {
 		def.Flags = append(def.Flags, flags.FlagDefinition{ID: f.Id, Key: f.Key, Name: f.Name, Active: f.Active,
 			Version: int(f.Version), EnsureExperienceContinuity: f.EnsureExperienceContinuity, Filters: f.Filters,
-			EvaluationRuntime: f.EvaluationRuntime, EvaluationTags: f.EvaluationTags})
+			EvaluationRuntime: f.EvaluationRuntime, EvaluationTags: f.EvaluationTags, BucketingIdentifier: f.BucketingIdentifier})
 		if f.Active && f.EnsureExperienceContinuity {
 			p.ContinuityFlags = append(p.ContinuityFlags, f.Key)
 		}

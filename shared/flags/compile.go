@@ -23,6 +23,10 @@ type FlagDefinition struct {
 	// flag's evaluation tags. Together they say which requests get the flag (Selected).
 	EvaluationRuntime string
 	EvaluationTags    []string
+	// BucketingIdentifier is PostHog's flag-level bucketing_identifier: "device_id" buckets
+	// person conditions on the device id (as filters.bucketing_identifier does, which it
+	// overrides when set), "distinct_id" or empty on the distinct id.
+	BucketingIdentifier string
 }
 
 // CohortDefinition is a cohort: static (a list of persons, known to the caller) or defined by
@@ -100,6 +104,7 @@ type compiledFlag struct {
 	// itself, on a cycle, or on a flag with a missing dependency: it is then false.
 	missingDependency bool
 	runtime           Runtime  // RuntimeAll, RuntimeClient or RuntimeServer
+	bucketing         string   // the flag-level bucketing_identifier, for Source
 	evaluationTags    []string // nil when the flag has none
 	// sure is the flag's index in Snapshot.sure, or -1.
 	sure int8
@@ -254,6 +259,9 @@ func (c *compiler) compileFlag(cf *compiledFlag, d FlagDefinition) error {
 	f, err := decodeFilters(raw)
 	if err != nil {
 		return err
+	}
+	if cf.bucketing = d.BucketingIdentifier; cf.bucketing != "" {
+		f.BucketingIdentifier = cf.bucketing
 	}
 	cf.earlyExit = f.EarlyExit
 	cf.groupIndex = -1
@@ -649,7 +657,7 @@ func (s *Snapshot) Source() Project {
 		f := &s.flags[i]
 		p.Flags[i] = FlagDefinition{ID: f.id, Key: f.key, Name: f.name.String(), Active: f.active, Version: f.version,
 			EnsureExperienceContinuity: f.continuity, Filters: f.filters.rawMessage(),
-			EvaluationRuntime: f.runtime.String(), EvaluationTags: f.evaluationTags}
+			EvaluationRuntime: f.runtime.String(), EvaluationTags: f.evaluationTags, BucketingIdentifier: f.bucketing}
 	}
 	for _, c := range s.cohortSources {
 		p.Cohorts = append(p.Cohorts, CohortDefinition{ID: c.id, Static: c.static, Filters: c.filters.rawMessage()})

@@ -49,6 +49,7 @@ type conformanceFlag struct {
 	Continuity bool            `json:"ensure_experience_continuity"`
 	Runtime    string          `json:"evaluation_runtime"`
 	Tags       []string        `json:"evaluation_tags"`
+	Bucketing  string          `json:"bucketing_identifier"`
 }
 
 type conformanceRequest struct {
@@ -166,7 +167,8 @@ func runConformance(t *testing.T, c conformanceCase) {
 			id = int64(i + 1)
 		}
 		project.Flags = append(project.Flags, flags.FlagDefinition{ID: id, Key: f.Key, Active: !f.Inactive,
-			EnsureExperienceContinuity: f.Continuity, Filters: f.Filters, EvaluationRuntime: f.Runtime, EvaluationTags: f.Tags})
+			EnsureExperienceContinuity: f.Continuity, Filters: f.Filters, EvaluationRuntime: f.Runtime, EvaluationTags: f.Tags,
+			BucketingIdentifier: f.Bucketing})
 	}
 	for k, v := range c.GroupTypes {
 		i, err := strconv.Atoi(k)

@@ -16,8 +16,9 @@ import (
 // (static ones cannot be evaluated locally and are left out); without it, a flag that
 // references exactly one property cohort made of plain person conditions gets them inlined
 // instead. Flag dependencies are named by key and carry the dependency_chain SDKs need. Every
-// flag is sent whatever its evaluation_runtime, which it carries with its evaluation_tags, as
-// PostHog's server sends them (its SDKs evaluate them all).
+// flag is sent whatever its evaluation_runtime, which it carries with its evaluation tags
+// (as evaluation_tags and, PostHog's newer name, evaluation_contexts) and its
+// bucketing_identifier, as PostHog's server sends them (its SDKs evaluate them all).
 //
 // The output is deterministic: the same project always gives the same bytes.
 func DefinitionsBody(projectID int64, p Project, sendCohorts bool) ([]byte, error) {
@@ -33,6 +34,8 @@ func DefinitionsBody(projectID int64, p Project, sendCohorts bool) ([]byte, erro
 		Version                    int            `json:"version"`
 		EvaluationRuntime          string         `json:"evaluation_runtime"`
 		EvaluationTags             []string       `json:"evaluation_tags"`
+		EvaluationContexts         []string       `json:"evaluation_contexts"`
+		BucketingIdentifier        *string        `json:"bucketing_identifier"`
 	}
 	defs := make([]FlagDefinition, len(p.Flags))
 	copy(defs, p.Flags)
@@ -92,7 +95,8 @@ func DefinitionsBody(projectID int64, p Project, sendCohorts bool) ([]byte, erro
 		}
 		body.Flags = append(body.Flags, wireFlag{ID: d.ID, TeamID: projectID, Name: d.Name, Key: d.Key, Filters: filters,
 			Active: d.Active, EnsureExperienceContinuity: d.EnsureExperienceContinuity, Version: d.Version,
-			EvaluationRuntime: ParseRuntime(d.EvaluationRuntime).String(), EvaluationTags: nonNilStrings(d.EvaluationTags)})
+			EvaluationRuntime: ParseRuntime(d.EvaluationRuntime).String(), EvaluationTags: nonNilStrings(d.EvaluationTags),
+			EvaluationContexts: nonNilStrings(d.EvaluationTags), BucketingIdentifier: bucketingOf(d, filters)})
 	}
 	for i, name := range p.GroupTypes {
 		body.GroupTypeMapping[strconv.Itoa(i)] = name
@@ -104,6 +108,18 @@ func DefinitionsBody(projectID int64, p Project, sendCohorts bool) ([]byte, erro
 		return nil, err
 	}
 	return bytes.TrimRight(buf.Bytes(), "\n"), nil
+}
+
+// bucketingOf is a flag's bucketing_identifier as SDKs read it (at the flag's level): the
+// flag's, else its filters', else null.
+func bucketingOf(d FlagDefinition, filters map[string]any) *string {
+	if d.BucketingIdentifier != "" {
+		return &d.BucketingIdentifier
+	}
+	if b, ok := filters["bucketing_identifier"].(string); ok && b != "" {
+		return &b
+	}
+	return nil
 }
 
 func nonNilStrings(s []string) []string {

@@ -513,14 +513,15 @@ func (e *evaluation) lookupPerson(m *matcher) (any, bool) {
 	return v, ok
 }
 
-// personValue finds a person property in the request's layers; distinct_id is the request's.
-// The request's properties win, and a null one stands (it is a property set to null) unless
-// GeoIP has the key; stored properties come last.
+// personValue finds a person property in the request's layers; distinct_id is the request's
+// unless the request's properties name another (PostHog's server puts the distinct id among
+// the stored properties, under the request's). The request's properties win, and a null one
+// stands (it is a property set to null) unless GeoIP has the key; stored properties come last.
 func (e *evaluation) personValue(key string) (any, bool) {
-	if key == "distinct_id" {
+	v, sent := e.req.PersonProperties[key]
+	if key == "distinct_id" && !sent {
 		return e.req.DistinctID, true
 	}
-	v, sent := e.req.PersonProperties[key]
 	if sent && v != nil {
 		return v, true
 	}

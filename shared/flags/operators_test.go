@@ -187,8 +187,12 @@ func TestOperatorSemver(t *testing.T) {
 }
 
 func TestDistinctIDProperty(t *testing.T) {
-	// distinct_id is always the request's, whatever the properties say.
-	if !matches(t, map[string]any{"key": "distinct_id", "operator": "exact", "value": "u"}, flags.Properties{"distinct_id": "other"}) {
+	// distinct_id is the request's unless the request's properties name another, as the
+	// server (its stored distinct_id under the request's properties) and every SDK do.
+	if !matches(t, map[string]any{"key": "distinct_id", "operator": "exact", "value": "u"}, nil) {
 		t.Error("distinct_id did not come from the request")
+	}
+	if !matches(t, map[string]any{"key": "distinct_id", "operator": "exact", "value": "other"}, flags.Properties{"distinct_id": "other"}) {
+		t.Error("the request's distinct_id property did not win")
 	}
 }

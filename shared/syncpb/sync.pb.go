@@ -1105,8 +1105,10 @@ type Flag struct {
 	// requests from another runtime or naming only other evaluation contexts.
 	EvaluationRuntime string   `protobuf:"bytes,8,opt,name=evaluation_runtime,json=evaluationRuntime,proto3" json:"evaluation_runtime,omitempty"`
 	EvaluationTags    []string `protobuf:"bytes,9,rep,name=evaluation_tags,json=evaluationTags,proto3" json:"evaluation_tags,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// bucketing_identifier is the flag-level "distinct_id" or "device_id" (empty: distinct id).
+	BucketingIdentifier string `protobuf:"bytes,10,opt,name=bucketing_identifier,json=bucketingIdentifier,proto3" json:"bucketing_identifier,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
 }
 
 func (x *Flag) Reset() {
@@ -1200,6 +1202,13 @@ func (x *Flag) GetEvaluationTags() []string {
 		return x.EvaluationTags
 	}
 	return nil
+}
+
+func (x *Flag) GetBucketingIdentifier() string {
+	if x != nil {
+		return x.BucketingIdentifier
+	}
+	return ""
 }
 
 type Cohort struct {
@@ -2079,7 +2088,7 @@ const file_sync_proto_rawDesc = "" +
 	"\x05stage\x18\x04 \x01(\tR\x05stage\x12+\n" +
 	"\x11documentation_url\x18\x05 \x01(\tR\x10documentationUrl\x12\x19\n" +
 	"\bflag_key\x18\x06 \x01(\tR\aflagKey\x12+\n" +
-	"\x12created_at_unix_ms\x18\a \x01(\x03R\x0fcreatedAtUnixMs\"\xa2\x02\n" +
+	"\x12created_at_unix_ms\x18\a \x01(\x03R\x0fcreatedAtUnixMs\"\xd5\x02\n" +
 	"\x04Flag\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x03R\x02id\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12\x12\n" +
@@ -2089,7 +2098,9 @@ const file_sync_proto_rawDesc = "" +
 	"\x1censure_experience_continuity\x18\x06 \x01(\bR\x1aensureExperienceContinuity\x12\x18\n" +
 	"\afilters\x18\a \x01(\fR\afilters\x12-\n" +
 	"\x12evaluation_runtime\x18\b \x01(\tR\x11evaluationRuntime\x12'\n" +
-	"\x0fevaluation_tags\x18\t \x03(\tR\x0eevaluationTags\"c\n" +
+	"\x0fevaluation_tags\x18\t \x03(\tR\x0eevaluationTags\x121\n" +
+	"\x14bucketing_identifier\x18\n" +
+	" \x01(\tR\x13bucketingIdentifier\"c\n" +
 	"\x06Cohort\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x03R\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x1b\n" +

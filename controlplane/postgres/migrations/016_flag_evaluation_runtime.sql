@@ -7,3 +7,8 @@ ALTER TABLE feature_flags
     ADD COLUMN evaluation_runtime text NOT NULL DEFAULT 'all'
         CHECK (evaluation_runtime IN ('all', 'client', 'server')),
     ADD COLUMN evaluation_tags text[] NOT NULL DEFAULT '{}';
+
+-- How persons are bucketed (PostHog's flag-level bucketing_identifier): NULL or 'distinct_id'
+-- hash the distinct id, 'device_id' the request's device id (docs/flags.md, "Who is bucketed").
+ALTER TABLE feature_flags
+    ADD COLUMN bucketing_identifier text CHECK (bucketing_identifier IN ('distinct_id', 'device_id'));
