@@ -90,7 +90,7 @@ func runBench(args []string) error {
 	fs.StringVar(&cfg.edgeMetrics, "edge-metrics", envOr("EDGE_METRICS", "http://127.0.0.1:9181"), "the first edge's --metrics-addr, as a URL (env EDGE_METRICS)")
 	fs.StringVar(&cfg.personalKey, "personal-key", os.Getenv("KEY"), "personal API key with scope * (env KEY)")
 	fs.BoolVar(&cfg.suite, "suite", false, "run the standard suite (what make bench runs)")
-	fs.StringVar(&cfg.scenario, "scenario", "decide", "decide, decide-repeat, flags, capture, mixed, propagation, rss (self-contained with --self-contained), eventlog (self-contained: its own PostgreSQL, 3-node NATS cluster, control plane and edge with --event-log-url, /batch senders; builds paired from --edge-bin and --controlplane-bin), edges (self-contained: its own PostgreSQL and control plane, and --edges simulated edges over gRPC), regions (self-contained: its own PostgreSQL, control plane and edge, 80 ms apart), sse (self-contained: OFREP change streams on one edge, their memory and a change's fan-out), pinned (self-contained: the edge vs a bare responder on one pinned core, with wrk), logins (self-contained: the management API's latency during console login floods), hostile (self-contained: the edge's peak memory under the worst bodies, and /decide among 10,000 half-sent requests), or webhooks (self-contained: a flag write's delivery to a webhook receiver, p50/p99 over 100 writes)")
+	fs.StringVar(&cfg.scenario, "scenario", "decide", "decide, decide-repeat, flags, capture, mixed, propagation, rss (self-contained with --self-contained), eventlog (self-contained: its own PostgreSQL, 3-node NATS cluster, control plane and edge with --event-log-url, /batch senders; builds paired from --edge-bin and --controlplane-bin), edges (self-contained: its own PostgreSQL and control plane, and --edges simulated edges over gRPC), regions (self-contained: its own PostgreSQL, control plane and edge, 80 ms apart), sse (self-contained: OFREP change streams on one edge, their memory and a change's fan-out), pinned (self-contained: the edge vs a bare responder on one pinned core, with wrk), logins (self-contained: the management API's latency during console login floods), hostile (self-contained: the edge's peak memory under the worst bodies, and /decide among 10,000 half-sent requests), webhooks (self-contained: a flag write's delivery to a webhook receiver, p50/p99 over 100 writes), or scheduled (self-contained: 100 scheduled changes with two control-plane replicas and an edge, their lateness and when the edge answers them)")
 	fs.DurationVar(&cfg.duration, "duration", 10*time.Second, "how long each load runs")
 	fs.IntVar(&cfg.connections, "connections", 32, "concurrent connections (closed loop)")
 	fs.IntVar(&cfg.rate, "rate", 0, "requests per second for an open-loop run; 0 is closed loop")
@@ -150,6 +150,9 @@ func runBench(args []string) error {
 	}
 	if cfg.scenario == "logins" { // self-contained: its own PostgreSQL, control plane and edge
 		return loginsScenario(cfg)
+	}
+	if cfg.scenario == "scheduled" { // self-contained: its own PostgreSQL, two control planes and an edge
+		return scheduledScenario(cfg)
 	}
 	if cfg.scenario == "webhooks" { // self-contained: its own PostgreSQL, control plane and receiver
 		return webhooksScenario(cfg)
