@@ -112,9 +112,27 @@ func (db *DB) inTx(ctx context.Context, fn func(tx pgx.Tx) error) error {
 
 type txKey struct{}
 
-// withTx returns ctx whose service writes run inside tx (see inTx).
+// withTx returns ctx whose service writes run inside tx (see inTx), and the reads the
+// permission checks make (see conn).
 func withTx(ctx context.Context, tx pgx.Tx) context.Context {
 	return context.WithValue(ctx, txKey{}, tx)
+}
+
+// dbConn is what both a pool and a transaction run queries on.
+type dbConn interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// conn is what a read runs on: the transaction ctx carries, else the pool. The reads of the
+// permission checks use it, so that the scheduler, which holds its claim and the flag's row
+// lock in one connection while it applies a change, never waits for a second connection of
+// the pool: requests waiting on that lock could hold all the others.
+func (db *DB) conn(ctx context.Context) dbConn {
+	if tx, ok := ctx.Value(txKey{}).(pgx.Tx); ok {
+		return tx
+	}
+	return db.Pool
 }
 
 // bumpSnapshot increments the project's snapshot version and notifies listeners; the

@@ -82,7 +82,7 @@ func scanFlag(row pgx.Row) (*controlplane.Flag, error) {
 
 // FindFlagByID returns a flag of the project, deleted or not.
 func (s *FlagService) FindFlagByID(ctx context.Context, projectID, id int64) (*controlplane.Flag, error) {
-	return findFlag(ctx, s.db.Pool, projectID, id, false)
+	return findFlag(ctx, s.db.conn(ctx), projectID, id, false)
 }
 
 type querier interface {

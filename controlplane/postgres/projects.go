@@ -39,7 +39,7 @@ func scanProject(row pgx.Row) (*controlplane.Project, error) {
 
 // FindProjectByID returns the project with the given id.
 func (s *ProjectService) FindProjectByID(ctx context.Context, id int64) (*controlplane.Project, error) {
-	p, err := scanProject(s.db.Pool.QueryRow(ctx, `SELECT `+projectColumns+` FROM projects p WHERE p.id = $1`, id))
+	p, err := scanProject(s.db.conn(ctx).QueryRow(ctx, `SELECT `+projectColumns+` FROM projects p WHERE p.id = $1`, id))
 	if err != nil {
 		return nil, opError("find project", notFoundIfNoRows(err))
 	}

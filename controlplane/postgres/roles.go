@@ -273,7 +273,7 @@ func (s *RoleService) EditableFlags(ctx context.Context, user *controlplane.User
 		}
 		return out, nil
 	}
-	rows, err := s.db.Pool.Query(ctx, `
+	rows, err := s.db.conn(ctx).Query(ctx, `
 		SELECT f.id,
 			NOT EXISTS (SELECT 1 FROM feature_flag_role_access a WHERE a.feature_flag_id = f.id)
 			OR f.created_by = $2

@@ -29,6 +29,11 @@ const idleRead = 30 * time.Second
 // retryDelay is the pause after the database failed to answer.
 const retryDelay = time.Second
 
+// heldElsewhere is the pause when a change is due but another replica holds it (it is being
+// applied there): short, so that a replica that dies mid-change is relieved at once, but not
+// a busy loop while the holder commits.
+const heldElsewhere = 20 * time.Millisecond
+
 // Scheduler runs due changes. The zero value is not usable; call New.
 type Scheduler struct {
 	queue controlplane.ScheduledChangeQueue
@@ -44,10 +49,10 @@ type Scheduler struct {
 // which must be the guarded service (authz.Wrap). Its metrics are registered on reg.
 func New(queue controlplane.ScheduledChangeQueue, flags controlplane.FlagService, log *slog.Logger, reg prometheus.Registerer) *Scheduler {
 	s := &Scheduler{queue: queue, flags: flags, log: log, wake: make(chan struct{}, 1),
-		runs: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "flagedge_scheduled_changes_total",
+		runs: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "flagedge_controlplane_scheduled_changes_total",
 			Help: "Scheduled changes this replica ran, by outcome: executed, failed (for good), retry (a transient failure)."},
 			[]string{"outcome"}),
-		lateness: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "flagedge_scheduled_change_lateness_seconds",
+		lateness: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "flagedge_controlplane_scheduled_change_lateness_seconds",
 			Help:    "Time from a change's scheduled_at until this replica executed it (database clock).",
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 16)}),
 	}
@@ -103,8 +108,10 @@ func (s *Scheduler) runDue(ctx context.Context) time.Duration {
 		return retryDelay
 	case !ok:
 		return idleRead
+	case wait <= 0: // due, yet RunDue found nothing to claim: another replica holds it
+		return heldElsewhere
 	}
-	return min(max(wait, 0), idleRead)
+	return min(wait, idleRead)
 }
 
 // record logs and counts what became of a change.

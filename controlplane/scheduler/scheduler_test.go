@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	neturl "net/url"
 	"os"
 	"strconv"
 	"strings"
@@ -28,6 +29,7 @@ func TestMain(m *testing.M) { os.Exit(pgtest.Main(m, postgres.Migrate)) }
 // env is a database with a project, its admin and a member, and the guarded services.
 type env struct {
 	db             *postgres.DB
+	url            string
 	svc            controlplane.Services // guarded
 	store          *postgres.ScheduleStore
 	projectID      int64
@@ -38,7 +40,8 @@ type env struct {
 func newEnv(t *testing.T) *env {
 	t.Helper()
 	ctx := context.Background()
-	db, err := postgres.Open(ctx, pgtest.NewDatabase(t))
+	url := pgtest.NewDatabase(t)
+	db, err := postgres.Open(ctx, url)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -55,7 +58,7 @@ func newEnv(t *testing.T) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := &env{db: db, svc: authz.Wrap(postgres.NewServices(db, bcrypt.MinCost)), store: postgres.NewScheduleStore(db),
+	e := &env{db: db, url: url, svc: authz.Wrap(postgres.NewServices(db, bcrypt.MinCost)), store: postgres.NewScheduleStore(db),
 		projectID: res.ProjectID, admin: &key.User, member: member}
 	e.adminCtx = controlplane.NewContextWithUser(ctx, e.admin)
 	e.mCtx = controlplane.NewContextWithUser(ctx, e.member)
@@ -84,7 +87,13 @@ func (e *env) schedule(t *testing.T, ctx context.Context, actor *controlplane.Us
 // startScheduler runs a scheduler (a replica's) until the test ends.
 func (e *env) startScheduler(t *testing.T) *scheduler.Scheduler {
 	t.Helper()
-	s := scheduler.New(e.store, authz.Wrap(postgres.NewServices(e.db, bcrypt.MinCost)).Flags,
+	return e.startSchedulerOn(t, e.db)
+}
+
+// startSchedulerOn runs a scheduler on db until the test ends.
+func (e *env) startSchedulerOn(t *testing.T, db *postgres.DB) *scheduler.Scheduler {
+	t.Helper()
+	s := scheduler.New(postgres.NewScheduleStore(db), authz.Wrap(postgres.NewServices(db, bcrypt.MinCost)).Flags,
 		slog.New(slog.NewTextHandler(io.Discard, nil)), prometheus.NewRegistry())
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
@@ -354,5 +363,32 @@ func TestCancelledChangeNeverRuns(t *testing.T) {
 	}
 	if _, err := e.svc.Schedules.FindScheduledChangeByID(e.adminCtx, e.projectID, c.ID); controlplane.ErrorKind(err) != controlplane.NotFound {
 		t.Errorf("the cancelled change is still found: %v", err)
+	}
+}
+
+// TestSchedulerNeedsOneConnection: a change is applied on the connection that holds its
+// claim (the permission checks read through it too), so a scheduler whose pool has a single
+// connection still runs changes; were a second connection needed, requests waiting on the
+// flag's row lock could take every other one and nothing would move.
+func TestSchedulerNeedsOneConnection(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	u, err := neturl.Parse(e.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := u.Query()
+	q.Set("pool_max_conns", "1")
+	u.RawQuery = q.Encode()
+	one, err := postgres.Open(context.Background(), u.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(one.Close)
+	f := e.flag(t, "single", false)
+	c := e.schedule(t, e.mCtx, e.member, f.ID, `{"operation":"update_status","value":true}`, time.Now())
+	e.startSchedulerOn(t, one)
+	if got := e.waitDone(t, c.ID, 5*time.Second); got.Failed() {
+		t.Fatal(got.FailureReason)
 	}
 }
