@@ -2,290 +2,449 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
-	"log/slog"
+	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
-	"github.com/HdrHistogram/hdrhistogram-go"
-	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
-	"google.golang.org/protobuf/proto"
+	"github.com/valyala/fasthttp"
 
-	"github.com/flagedge/flagedge/controlplane/ingest"
-	"github.com/flagedge/flagedge/controlplane/logingest"
-	"github.com/flagedge/flagedge/controlplane/postgres"
-	"github.com/flagedge/flagedge/edge/capture"
 	"github.com/flagedge/flagedge/internal/natstest"
-	"github.com/flagedge/flagedge/internal/pgcluster"
-	"github.com/flagedge/flagedge/shared/eventlog"
-	"github.com/flagedge/flagedge/shared/syncpb"
 )
 
-// The eventlog scenario measures the JetStream path on its own, end to end: records of 100
-// events are published as an edge's forwarder publishes them (capture.JetStreamDestination)
-// to a 3-node NATS cluster on loopback (stream replicated 3 times), and one or two ingesting
-// replicas (logingest, each with its own NATS connection and PostgreSQL pool, as separate
-// processes would have) store them in a throwaway PostgreSQL (fsync off, as the other
-// ingestion figures). It needs no running flagedge: `go run ./bench --scenario eventlog`.
+// The eventlog scenario measures the product's own path through the JetStream event log, as
+// an operator runs it: bin/edge with --event-log-url taking PostHog /batch bodies over HTTP,
+// a 3-node NATS cluster on loopback (nats-server processes, natstest), bin/controlplane with
+// --event-log-url ingesting into a throwaway PostgreSQL (fsync off, as the other ingestion
+// figures). For each build (--edge-bin/--controlplane-bin pairs, "tree" built from this
+// tree) and each stream replication (1 and 3), interleaved, --eventlog-rounds times, on a
+// fresh stack each:
+//
+//   - flat out: eventLogSenders senders post /batch bodies of eventLogBatchEvents events
+//     until eventLogFlatEvents are taken; stored events/s is that count over the time from
+//     the first post until PostgreSQL holds all of them;
+//   - paced: eventLogPacedRate events/s for the duration, for the lag of a log that keeps up.
+//
+// Lag is each event's time from the edge's capture (its created_at, the edge's receive time)
+// to the commit of the transaction that stored it (pg_xact_commit_timestamp, with
+// track_commit_timestamp on): capture → stored, every event counted.
+//
+//	go run ./bench --scenario eventlog --edge-bin /work/el-before/edge,tree --controlplane-bin /work/el-before/controlplane,tree
+const (
+	eventLogSenders     = 4
+	eventLogBatchEvents = 500
+	eventLogFlatEvents  = 200_000
+	eventLogPacedRate   = 10_000
+)
 
-// lagObserver records each message's publish→commit lag, in microseconds.
-type lagObserver struct {
-	mu sync.Mutex
-	h  *hdrhistogram.Histogram
-}
-
-func (o *lagObserver) Observe(seconds float64) {
-	o.mu.Lock()
-	_ = o.h.RecordValue(int64(seconds * 1e6))
-	o.mu.Unlock()
-}
-
+// eventLogResult is one run: one build at one replication.
 type eventLogResult struct {
-	direct            float64 // events/s of the same store calls without the log: the ceiling
-	replicas          int
-	events            int
-	throughput        float64 // events stored per second, publishing as fast as possible
-	pacedRate         int
-	lagP50, lagP99    time.Duration // at pacedRate
-	lagMax            time.Duration
-	saturatedLagP99Ms float64
+	Build    string `json:"build"`
+	Replicas int    `json:"replicas"`
+	Round    int    `json:"round"`
+	// Flat out.
+	Events       int     `json:"events"`
+	TakenSeconds float64 `json:"taken_seconds"` // until the edge had taken every /batch
+	// PublishedSeconds is until the edge's spool was empty: every event acknowledged by the
+	// event log (to within 250 ms).
+	PublishedSeconds float64 `json:"published_seconds"`
+	StoredPerSec     float64 `json:"stored_events_per_second"`
+	FlatLagP50Ms     float64 `json:"flat_lag_p50_ms"`
+	FlatLagP99Ms     float64 `json:"flat_lag_p99_ms"`
+	// Paced.
+	PacedRate     int     `json:"paced_rate"`
+	PacedLagP50Ms float64 `json:"paced_lag_p50_ms"`
+	PacedLagP99Ms float64 `json:"paced_lag_p99_ms"`
+	PacedLagMaxMs float64 `json:"paced_lag_max_ms"`
+}
+
+// eventLogBuild is one edge and control plane binary pair to measure.
+type eventLogBuild struct {
+	name, edge, controlPlane string
 }
 
 func eventLogScenario(cfg config) error {
 	ctx := context.Background()
-	progress("eventlog: starting PostgreSQL and a 3-node NATS cluster")
-	pg, err := pgcluster.Start(ctx, pgcluster.Options{})
+	builds, cleanup, err := eventLogBuilds(ctx, cfg)
 	if err != nil {
 		return err
 	}
-	defer pg.Stop()
+	defer cleanup()
+	if err := os.MkdirAll(cfg.out, 0o755); err != nil {
+		return err
+	}
+	load, _ := os.ReadFile("/proc/loadavg")
+	var results []eventLogResult
+	for round := 1; round <= cfg.eventLogRounds; round++ {
+		for _, b := range builds {
+			for _, replicas := range cfg.eventLogReplicas {
+				progress(fmt.Sprintf("eventlog: round %d, %s, stream replicas %d", round, b.name, replicas))
+				res, err := eventLogRun(ctx, b, replicas, round, cfg)
+				if err != nil {
+					return fmt.Errorf("%s R%d: %w", b.name, replicas, err)
+				}
+				progress(fmt.Sprintf("eventlog: %s R%d: %.0f events/s stored, lag p99 %.0f ms flat out, %.0f ms at %d/s",
+					b.name, replicas, res.StoredPerSec, res.FlatLagP99Ms, res.PacedLagP99Ms, res.PacedRate))
+				results = append(results, res)
+			}
+		}
+	}
+	report := eventLogMarkdown(results, builds, strings.Join(strings.Fields(string(load))[:3], " "))
+	raw, _ := json.MarshalIndent(results, "", "  ")
+	if err := os.WriteFile(filepath.Join(cfg.out, "eventlog.json"), raw, 0o644); err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(cfg.out, "eventlog.md"), []byte(report), 0o644); err != nil {
+		return err
+	}
+	fmt.Print("\n" + report)
+	return nil
+}
+
+// eventLogBuilds pairs --edge-bin and --controlplane-bin (comma-separated, "tree" or empty:
+// built from this tree once).
+func eventLogBuilds(ctx context.Context, cfg config) ([]eventLogBuild, func(), error) {
+	edges := strings.Split(cfg.edgeBin, ",")
+	cps := strings.Split(cfg.controlPlaneBin, ",")
+	if len(edges) != len(cps) {
+		return nil, nil, fmt.Errorf("eventlog: --edge-bin and --controlplane-bin name %d and %d builds; give them in pairs", len(edges), len(cps))
+	}
+	dir, err := os.MkdirTemp("", "flagedge-bench-eventlog-bin-")
+	if err != nil {
+		return nil, nil, err
+	}
+	cleanup := func() { os.RemoveAll(dir) }
+	built := false
+	var builds []eventLogBuild
+	for i := range edges {
+		b := eventLogBuild{name: "tree", edge: edges[i], controlPlane: cps[i]}
+		tree := func(s string) bool { return s == "" || s == "tree" }
+		if tree(b.edge) || tree(b.controlPlane) {
+			if !built {
+				root, err := moduleRoot()
+				if err != nil {
+					cleanup()
+					return nil, nil, err
+				}
+				progress("eventlog: building ./edge/cmd/edge ./controlplane/cmd/controlplane")
+				cmd := exec.CommandContext(ctx, "go", "build", "-o", dir+"/", "./edge/cmd/edge", "./controlplane/cmd/controlplane")
+				cmd.Dir = root
+				if out, err := cmd.CombinedOutput(); err != nil {
+					cleanup()
+					return nil, nil, fmt.Errorf("go build: %w\n%s", err, out)
+				}
+				built = true
+			}
+			if tree(b.edge) {
+				b.edge = filepath.Join(dir, "edge")
+			}
+			if tree(b.controlPlane) {
+				b.controlPlane = filepath.Join(dir, "controlplane")
+			}
+		}
+		if !tree(edges[i]) || !tree(cps[i]) {
+			b.name = filepath.Dir(edges[i])
+			if tree(edges[i]) {
+				b.name = filepath.Dir(cps[i])
+			}
+		}
+		builds = append(builds, b)
+	}
+	return builds, cleanup, nil
+}
+
+// eventLogRun starts a NATS cluster and a stack for one build and replication, and measures.
+func eventLogRun(ctx context.Context, b eventLogBuild, replicas, round int, cfg config) (eventLogResult, error) {
+	res := eventLogResult{Build: b.name, Replicas: replicas, Round: round, Events: eventLogFlatEvents, PacedRate: eventLogPacedRate}
 	natsDir, err := os.MkdirTemp("", "flagedge-bench-nats-")
 	if err != nil {
-		return err
+		return res, err
 	}
 	defer os.RemoveAll(natsDir)
 	cluster, err := natstest.Start(ctx, natsDir, natstest.Options{})
 	if err != nil {
-		return err
+		return res, err
 	}
 	defer cluster.Stop()
-	load, _ := os.ReadFile("/proc/loadavg")
-	var results []eventLogResult
-	for _, replicas := range []int{1, 2} {
-		res, err := eventLogRun(ctx, pg, cluster, replicas, cfg)
-		if err != nil {
+	opts := stackOptions{name: "eventlog", edgeBin: b.edge, controlPlaneBin: b.controlPlane,
+		pgSettings: []string{"track_commit_timestamp=on"},
+		controlPlaneArgs: []string{"--event-log-url", cluster.URL(), "--event-log-replicas", strconv.Itoa(replicas),
+			"--event-log-max-bytes", strconv.Itoa(2 << 30)}, // within the test cluster's 8 GB store
+		edgeArgs: []string{"--event-log-url", cluster.URL()}}
+	opts.controlPlaneArgs = append(opts.controlPlaneArgs, strings.Fields(cfg.eventLogCPArgs)...)
+	opts.edgeArgs = append(opts.edgeArgs, strings.Fields(cfg.eventLogEdgeArgs)...)
+	var edgePprof, cpPprof string
+	if cfg.profile {
+		if edgePprof, err = freeAddr(); err != nil {
+			return res, err
+		}
+		if cpPprof, err = freeAddr(); err != nil {
+			return res, err
+		}
+		opts.edgeArgs = append(opts.edgeArgs, "--pprof-addr", edgePprof)
+		opts.controlPlaneArgs = append(opts.controlPlaneArgs, "--pprof-addr", cpPprof)
+	}
+	st, err := startSelfStack(ctx, opts)
+	if err != nil {
+		return res, err
+	}
+	defer st.close()
+	defer st.keepLogs(cfg.out, fmt.Sprintf("eventlog-%s-r%d-%d-", filepath.Base(b.name), replicas, round))
+	_, token, err := st.project()
+	if err != nil {
+		return res, err
+	}
+	db, err := pgx.Connect(ctx, st.dbURL)
+	if err != nil {
+		return res, err
+	}
+	defer db.Close(ctx)
+	s := &eventLogSender{url: "http://" + st.edge.httpAddr + "/batch/", token: token, client: &fasthttp.Client{MaxConnsPerHost: eventLogSenders}}
+
+	// Warm-up: the stream and the consumer set up, the first events stored.
+	if err := s.send("warmup", 2*eventLogBatchEvents, 0, time.Minute); err != nil {
+		return res, err
+	}
+	if err := waitEvents(ctx, db, "warmup", 2*eventLogBatchEvents, time.Minute, nil); err != nil {
+		return res, err
+	}
+
+	var profiles sync.WaitGroup
+	if cfg.profile {
+		tag := fmt.Sprintf("eventlog-%s-r%d-%d", filepath.Base(b.name), replicas, round)
+		for name, addr := range map[string]string{"edge": edgePprof, "controlplane": cpPprof} {
+			profiles.Go(func() {
+				if err := takeProfile(ctx, addr, filepath.Join(cfg.out, tag+"-"+name+"-cpu.pprof"), 5); err != nil {
+					progress("eventlog: " + name + " profile: " + err.Error())
+				}
+			})
+		}
+	}
+	start := time.Now()
+	if err := s.send("flat", eventLogFlatEvents, 0, 3*time.Minute); err != nil {
+		return res, err
+	}
+	res.TakenSeconds = time.Since(start).Seconds()
+	metrics := "http://" + st.edge.metricsAddr
+	if err := waitEvents(ctx, db, "flat", eventLogFlatEvents, 3*time.Minute, func(stored int) {
+		m, _ := scrape(metrics)
+		pending, ok := m["flagedge_edge_spool_pending_bytes"]
+		if ok && pending == 0 && res.PublishedSeconds == 0 {
+			res.PublishedSeconds = time.Since(start).Seconds()
+		}
+		progress(fmt.Sprintf("eventlog: %s R%d: %d of %d stored, %.1f MB in the edge's spool", b.name, replicas, stored, eventLogFlatEvents, pending/1e6))
+	}); err != nil {
+		return res, err
+	}
+	res.StoredPerSec = float64(eventLogFlatEvents) / time.Since(start).Seconds()
+	profiles.Wait()
+	if res.FlatLagP50Ms, res.FlatLagP99Ms, _, err = eventLag(ctx, db, "flat"); err != nil {
+		return res, err
+	}
+
+	paced := int(max(cfg.duration.Seconds(), 5) * eventLogPacedRate)
+	if err := s.send("paced", paced, eventLogPacedRate, time.Minute); err != nil {
+		return res, err
+	}
+	if err := waitEvents(ctx, db, "paced", paced, time.Minute, nil); err != nil {
+		return res, err
+	}
+	res.PacedLagP50Ms, res.PacedLagP99Ms, res.PacedLagMaxMs, err = eventLag(ctx, db, "paced")
+	return res, err
+}
+
+// eventLogSender posts /batch bodies to one edge.
+type eventLogSender struct {
+	url, token string
+	client     *fasthttp.Client
+	seq        atomic.Int64
+}
+
+// send posts events named name, eventLogBatchEvents a body, from eventLogSenders senders:
+// as fast as the edge takes them when rate is 0, else rate events per second (bodies sent on
+// schedule). A 503 (spool full) is sent again after a pause; within limit.
+func (s *eventLogSender) send(name string, events, rate int, limit time.Duration) error {
+	deadline := time.Now().Add(limit)
+	bodies := make(chan int, eventLogSenders)
+	errs := make(chan error, eventLogSenders)
+	var wg sync.WaitGroup
+	for range eventLogSenders {
+		wg.Go(func() {
+			req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
+			defer fasthttp.ReleaseRequest(req)
+			defer fasthttp.ReleaseResponse(resp)
+			req.Header.SetMethod("POST")
+			req.Header.SetContentType("application/json")
+			req.SetRequestURI(s.url)
+			var body []byte
+			for n := range bodies {
+				body = s.batch(body[:0], name, n)
+				req.SetBody(body)
+				for pause := 20 * time.Millisecond; ; pause = min(2*pause, time.Second) {
+					err := s.client.DoDeadline(req, resp, deadline)
+					if err == nil && resp.StatusCode() == 200 {
+						break
+					}
+					if err == nil && resp.StatusCode() != fasthttp.StatusServiceUnavailable {
+						errs <- fmt.Errorf("POST /batch/: %d %s", resp.StatusCode(), resp.Body())
+						return
+					}
+					if time.Now().Add(pause).After(deadline) {
+						errs <- fmt.Errorf("POST /batch/: not taken within %v (last: %v, %d)", limit, err, resp.StatusCode())
+						return
+					}
+					time.Sleep(pause)
+				}
+			}
+		})
+	}
+	var err error
+	next := time.Now()
+	interval := time.Duration(0)
+	if rate > 0 {
+		interval = time.Second * eventLogBatchEvents / time.Duration(rate)
+	}
+feed:
+	for left := events; left > 0; left -= eventLogBatchEvents {
+		if interval > 0 {
+			time.Sleep(time.Until(next))
+			next = next.Add(interval)
+		}
+		select {
+		case err = <-errs:
+			break feed
+		case bodies <- min(left, eventLogBatchEvents):
+		}
+	}
+	close(bodies)
+	wg.Wait()
+	if err == nil {
+		select {
+		case err = <-errs:
+		default:
+		}
+	}
+	return err
+}
+
+// batch appends a /batch body of n events named name: page views of 5,000 returning users.
+func (s *eventLogSender) batch(dst []byte, name string, n int) []byte {
+	dst = append(dst, `{"api_key":"`...)
+	dst = append(dst, s.token...)
+	dst = append(dst, `","batch":[`...)
+	for i := range n {
+		if i > 0 {
+			dst = append(dst, ',')
+		}
+		seq := s.seq.Add(1)
+		dst = append(dst, `{"event":"`...)
+		dst = append(dst, name...)
+		dst = append(dst, `","distinct_id":"user-`...)
+		dst = strconv.AppendInt(dst, seq%5000, 10)
+		dst = append(dst, `","properties":{"$current_url":"https://shop.example.com/p/`...)
+		dst = strconv.AppendInt(dst, seq%100, 10)
+		dst = append(dst, `","$browser":"Chrome","$lib":"bench"}}`...)
+	}
+	return append(dst, "]}"...)
+}
+
+// waitEvents waits until PostgreSQL holds want events named name, calling watch (when not
+// nil) with the count about every 250 ms.
+func waitEvents(ctx context.Context, db *pgx.Conn, name string, want int, limit time.Duration, watch func(stored int)) error {
+	deadline := time.Now().Add(limit)
+	var watched time.Time
+	for {
+		var n int
+		if err := db.QueryRow(ctx, `SELECT count(*) FROM events WHERE event = $1`, name).Scan(&n); err != nil {
 			return err
 		}
-		results = append(results, res)
+		if watch != nil && time.Since(watched) >= 250*time.Millisecond {
+			watch(n)
+			watched = time.Now()
+		}
+		if n >= want {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("eventlog: %d of %d %s events stored after %v", n, want, name, limit)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
-	var b strings.Builder
-	fmt.Fprintf(&b, "## Event log (NATS JetStream, 3 nodes, stream replicas %d) → PostgreSQL\n\nmachine: %s\n\n", cfg.streamReplicas, machine())
-	fmt.Fprintf(&b, "load average before the run: %s\n", strings.Join(strings.Fields(string(load))[:3], " "))
-	fmt.Fprintf(&b, "the same events stored by direct calls (4,000 events per transaction, no log), same run: %.0f events/s\n\n", results[0].direct)
-	fmt.Fprintf(&b, "| ingesting replicas | events | stored events/s (publishing flat out) | lag p99 flat out | paced rate | lag p50 | lag p99 | lag max |\n|---|---|---|---|---|---|---|---|\n")
-	for _, r := range results {
-		fmt.Fprintf(&b, "| %d | %d | %.0f | %.0f ms | %d events/s | %v | %v | %v |\n", r.replicas, r.events, r.throughput, r.saturatedLagP99Ms,
-			r.pacedRate, r.lagP50.Round(100*time.Microsecond), r.lagP99.Round(100*time.Microsecond), r.lagMax.Round(time.Millisecond))
-	}
-	if err := os.MkdirAll(cfg.out, 0o755); err != nil {
-		return err
-	}
-	if err := os.WriteFile(filepath.Join(cfg.out, "eventlog.md"), []byte(b.String()), 0o644); err != nil {
-		return err
-	}
-	fmt.Print("\n" + b.String())
-	return nil
 }
 
-// eventLogRun measures with the given number of ingesting replicas on a fresh database and
-// stream: first publishing a fixed number of events as fast as possible (throughput), then
-// at a fixed rate below it (lag).
-func eventLogRun(ctx context.Context, pg *pgcluster.Cluster, cluster *natstest.Cluster, replicas int, cfg config) (eventLogResult, error) {
-	res := eventLogResult{replicas: replicas}
-	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	dbName := fmt.Sprintf("bench_eventlog_%d_%d", replicas, time.Now().UnixNano())
-	admin, err := pgx.Connect(ctx, pg.URL("postgres"))
+// eventLag returns the p50, p99 and max of the events' capture → commit times, in ms.
+func eventLag(ctx context.Context, db *pgx.Conn, name string) (p50, p99, maxMs float64, err error) {
+	err = db.QueryRow(ctx, `WITH l AS (SELECT extract(epoch FROM pg_xact_commit_timestamp(xmin) - created_at) * 1000 AS ms FROM events WHERE event = $1)
+		SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY ms), percentile_cont(0.99) WITHIN GROUP (ORDER BY ms), max(ms) FROM l`, name).Scan(&p50, &p99, &maxMs)
+	return p50, p99, maxMs, err
+}
+
+// takeProfile writes a CPU profile of seconds from a --pprof-addr to path.
+func takeProfile(ctx context.Context, addr, path string, seconds int) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", addr, seconds), nil)
 	if err != nil {
-		return res, err
+		return err
 	}
-	defer admin.Close(ctx)
-	if _, err := admin.Exec(ctx, "CREATE DATABASE "+dbName); err != nil {
-		return res, err
-	}
-	url := pg.URL(dbName)
-	if err := postgres.Migrate(ctx, url); err != nil {
-		return res, err
-	}
-	db, err := postgres.Open(ctx, url)
+	resp, err := httpClient.Do(req)
 	if err != nil {
-		return res, err
+		return err
 	}
-	defer db.Close()
-	boot, err := postgres.Bootstrap(ctx, db, "bench@example.com", "eventlog")
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
 	if err != nil {
-		return res, err
+		return err
 	}
-	// A fresh stream per run, so that one run's backlog does not weigh on the next.
-	nc, err := eventlog.Config{URL: cluster.URL()}.Connect("bench publisher", quiet)
-	if err != nil {
-		return res, err
-	}
-	defer nc.Close()
-	ingestCfg := logingest.DefaultConfig()
-	ingestCfg.Replicas, ingestCfg.MaxBytes = cfg.streamReplicas, 2<<30
-	lags := &lagObserver{h: hdrhistogram.New(1, 120_000_000, 3)}
-	runCtx, stop := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	defer func() { stop(); wg.Wait() }()
-	for i := range replicas {
-		rdb, err := postgres.Open(ctx, url)
-		if err != nil {
-			return res, err
-		}
-		defer rdb.Close()
-		rnc, err := eventlog.Config{URL: cluster.URL()}.Connect(fmt.Sprintf("bench replica %d", i), quiet)
-		if err != nil {
-			return res, err
-		}
-		defer rnc.Close()
-		srv := ingest.New(postgres.NewEventStore(rdb, quiet), quiet, nil)
-		in, err := logingest.New(rnc, srv, ingestCfg, quiet, nil)
-		if err != nil {
-			return res, err
-		}
-		in.Lag = lags
-		wg.Go(func() { in.Run(runCtx) })
-	}
-	dest, err := capture.NewJetStreamDestination(nc, "bench-edge")
-	if err != nil {
-		return res, err
-	}
-	records := func(n int) [][]byte {
-		out := make([][]byte, 0, n/100)
-		now := time.Now().UnixMicro()
-		for r := 0; r < n/100; r++ {
-			b := &syncpb.EventBatch{ProjectId: boot.ProjectID}
-			for j := range 100 {
-				b.Events = append(b.Events, &syncpb.CapturedEvent{Uuid: uuid.NewString(), Event: "$pageview", DistinctId: fmt.Sprintf("user-%d", (r*100+j)%5000),
-					Properties: []byte(`{"$current_url":"https://shop.example.com/p/42","$browser":"Chrome","$lib":"web"}`), TimestampUs: now, ReceivedUs: now})
+	return os.WriteFile(path, raw, 0o644)
+}
+
+// eventLogMarkdown is the report: every run, then the medians by build and replication.
+func eventLogMarkdown(results []eventLogResult, builds []eventLogBuild, load string) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "## Event log: edge /batch → NATS JetStream (3 nodes) → control plane → PostgreSQL\n\nmachine: %s\n\nload average before the run: %s\n\n", machine(), load)
+	fmt.Fprintf(&b, "%d senders post /batch bodies of %d events; flat out: %d events, stored events/s from the first post until PostgreSQL holds the last; paced: %d events/s. Lag: the edge's capture → the commit that stored the event, every event.\n\n",
+		eventLogSenders, eventLogBatchEvents, eventLogFlatEvents, eventLogPacedRate)
+	fmt.Fprintf(&b, "| build | stream replicas | runs | stored events/s (median) | min–max | lag p50 / p99 flat out | lag p50 / p99 / max at %d/s | R3 ÷ R1 |\n|---|---|---|---|---|---|---|---|\n", eventLogPacedRate)
+	for _, bd := range builds {
+		var r1 float64
+		for _, replicas := range []int{1, 2, 3} {
+			var rs []eventLogResult
+			for _, r := range results {
+				if r.Build == bd.name && r.Replicas == replicas {
+					rs = append(rs, r)
+				}
 			}
-			raw, _ := proto.Marshal(b)
-			out = append(out, raw)
-		}
-		return out
-	}
-	publish := func(recs [][]byte) error {
-		for len(recs) > 0 {
-			n := min(len(recs), 40) // 4,000 events per delivery, about what the forwarder sends at once
-			dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-			err := dest.Deliver(dctx, recs[:n])
-			cancel()
-			if err != nil {
-				time.Sleep(100 * time.Millisecond) // the stream is still being set up
+			if len(rs) == 0 {
 				continue
 			}
-			recs = recs[n:]
-		}
-		return nil
-	}
-	stored := func() (int, error) {
-		var n int
-		err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM events`).Scan(&n)
-		return n, err
-	}
-	waitStored := func(want int, limit time.Duration) error {
-		deadline := time.Now().Add(limit)
-		for {
-			n, err := stored()
-			if err != nil {
-				return err
+			rate := median(rs, func(r eventLogResult) float64 { return r.StoredPerSec })
+			lo, hi := rate, rate
+			for _, r := range rs {
+				lo, hi = min(lo, r.StoredPerSec), max(hi, r.StoredPerSec)
 			}
-			if n >= want {
-				return nil
+			ratio := ""
+			if replicas == 1 {
+				r1 = rate
+			} else if r1 > 0 {
+				ratio = fmt.Sprintf("%.2f", rate/r1)
 			}
-			if time.Now().After(deadline) {
-				return fmt.Errorf("eventlog: %d of %d events stored after %v", n, want, limit)
-			}
-			time.Sleep(20 * time.Millisecond)
+			fmt.Fprintf(&b, "| %s | %d | %d | %.0f | %.0f–%.0f | %.0f / %.0f ms | %.0f / %.0f / %.0f ms | %s |\n", bd.name, replicas, len(rs), rate, lo, hi,
+				median(rs, func(r eventLogResult) float64 { return r.FlatLagP50Ms }), median(rs, func(r eventLogResult) float64 { return r.FlatLagP99Ms }),
+				median(rs, func(r eventLogResult) float64 { return r.PacedLagP50Ms }), median(rs, func(r eventLogResult) float64 { return r.PacedLagP99Ms }),
+				median(rs, func(r eventLogResult) float64 { return r.PacedLagMaxMs }), ratio)
 		}
 	}
-	if replicas == 1 {
-		// The ceiling in this run's conditions: the store alone, as the direct gRPC path
-		// calls it, on a database of its own.
-		srv := ingest.New(postgres.NewEventStore(db, quiet), quiet, nil)
-		direct := records(100_000)
-		progress("eventlog: the store alone, 100000 events")
-		start := time.Now()
-		for i := 0; i < len(direct); i += 40 {
-			recs := direct[i:min(i+40, len(direct))]
-			if _, err := srv.IngestRecords(ctx, recs, make([]string, len(recs))); err != nil {
-				return res, err
-			}
-		}
-		res.direct = float64(len(direct)*100) / time.Since(start).Seconds()
-		if _, err := db.Pool.Exec(ctx, `TRUNCATE events`); err != nil {
-			return res, err
-		}
+	fmt.Fprintf(&b, "\nEvery run, in the order run:\n\n| round | build | replicas | stored events/s | taken by the edge in | published in | lag p99 flat out | lag p99 paced |\n|---|---|---|---|---|---|---|---|\n")
+	for _, r := range results {
+		fmt.Fprintf(&b, "| %d | %s | %d | %.0f | %.1f s | %.1f s | %.0f ms | %.0f ms |\n", r.Round, r.Build, r.Replicas, r.StoredPerSec, r.TakenSeconds, r.PublishedSeconds, r.FlatLagP99Ms, r.PacedLagP99Ms)
 	}
-	// Warm-up: the stream and consumer are set up and the first batches stored.
-	if err := publish(records(2000)); err != nil {
-		return res, err
-	}
-	if err := waitStored(2000, time.Minute); err != nil {
-		return res, err
-	}
-	lags.h.Reset()
-
-	// Throughput: a fixed amount published as fast as possible while the replicas store.
-	res.events = int(max(cfg.duration.Seconds(), 5) * 20_000)
-	batch := records(res.events)
-	progress(fmt.Sprintf("eventlog: %d replica(s), %d events flat out", replicas, res.events))
-	start := time.Now()
-	if err := publish(batch); err != nil {
-		return res, err
-	}
-	if err := waitStored(2000+res.events, 3*time.Minute); err != nil {
-		return res, err
-	}
-	res.throughput = float64(res.events) / time.Since(start).Seconds()
-	res.saturatedLagP99Ms = float64(lags.h.ValueAtQuantile(99)) / 1000
-	lags.h.Reset()
-
-	// Lag at a steady rate well below the throughput: one record of 100 events at a time.
-	res.pacedRate = int(res.throughput/2) / 100 * 100
-	pacedEvents := int(float64(res.pacedRate) * max(cfg.duration.Seconds(), 5))
-	paced := records(pacedEvents)
-	progress(fmt.Sprintf("eventlog: %d replica(s), %d events/s paced", replicas, res.pacedRate))
-	interval := time.Duration(float64(time.Second) * 100 / float64(res.pacedRate))
-	next := time.Now()
-	for _, r := range paced {
-		time.Sleep(time.Until(next))
-		next = next.Add(interval)
-		if err := publish([][]byte{r}); err != nil {
-			return res, err
-		}
-	}
-	if err := waitStored(2000+res.events+len(paced)*100, time.Minute); err != nil {
-		return res, err
-	}
-	res.lagP50 = time.Duration(lags.h.ValueAtQuantile(50)) * time.Microsecond
-	res.lagP99 = time.Duration(lags.h.ValueAtQuantile(99)) * time.Microsecond
-	res.lagMax = time.Duration(lags.h.Max()) * time.Microsecond
-	stop()
-	wg.Wait()
-	// Leave no stream behind for the next run.
-	js, _ := jetstreamFor(nc)
-	if js != nil {
-		_ = js.DeleteStream(ctx, eventlog.StreamName)
-	}
-	return res, nil
+	return b.String()
 }
-
-func jetstreamFor(nc *nats.Conn) (jetstream.JetStream, error) { return jetstream.New(nc) }

@@ -17,6 +17,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -40,8 +41,14 @@ type config struct {
 	goBench      bool
 	rssProjects  int
 	rssPersons   int
-	// streamReplicas is the eventlog scenario's stream replication.
-	streamReplicas int
+	// eventLogRounds is how many times the eventlog scenario measures each build at each
+	// stream replication, interleaved.
+	eventLogRounds int
+	// eventLogReplicas are the stream replications the eventlog scenario measures.
+	eventLogReplicas []int
+	// eventLogCPArgs and eventLogEdgeArgs are added to the eventlog scenario's control plane
+	// and edge command lines (space-separated): to try knobs.
+	eventLogCPArgs, eventLogEdgeArgs string
 	// edgeBin is the edge binary the self-contained scenarios (pinned, regions) run instead of
 	// building one from the tree: to measure another build side by side.
 	edgeBin string
@@ -83,7 +90,7 @@ func runBench(args []string) error {
 	fs.StringVar(&cfg.edgeMetrics, "edge-metrics", envOr("EDGE_METRICS", "http://127.0.0.1:9181"), "the first edge's --metrics-addr, as a URL (env EDGE_METRICS)")
 	fs.StringVar(&cfg.personalKey, "personal-key", os.Getenv("KEY"), "personal API key with scope * (env KEY)")
 	fs.BoolVar(&cfg.suite, "suite", false, "run the standard suite (what make bench runs)")
-	fs.StringVar(&cfg.scenario, "scenario", "decide", "decide, decide-repeat, flags, capture, mixed, propagation, rss (self-contained with --self-contained), eventlog (self-contained: starts its own PostgreSQL and NATS), edges (self-contained: its own PostgreSQL and control plane, and --edges simulated edges over gRPC), regions (self-contained: its own PostgreSQL, control plane and edge, 80 ms apart), sse (self-contained: OFREP change streams on one edge, their memory and a change's fan-out), pinned (self-contained: the edge vs a bare responder on one pinned core, with wrk), logins (self-contained: the management API's latency during console login floods), hostile (self-contained: the edge's peak memory under the worst bodies, and /decide among 10,000 half-sent requests), webhooks (self-contained: a flag write's delivery to a webhook receiver, p50/p99 over 100 writes), or scheduled (self-contained: 100 scheduled changes with two control-plane replicas and an edge, their lateness and when the edge answers them)")
+	fs.StringVar(&cfg.scenario, "scenario", "decide", "decide, decide-repeat, flags, capture, mixed, propagation, rss (self-contained with --self-contained), eventlog (self-contained: its own PostgreSQL, 3-node NATS cluster, control plane and edge with --event-log-url, /batch senders; builds paired from --edge-bin and --controlplane-bin), edges (self-contained: its own PostgreSQL and control plane, and --edges simulated edges over gRPC), regions (self-contained: its own PostgreSQL, control plane and edge, 80 ms apart), sse (self-contained: OFREP change streams on one edge, their memory and a change's fan-out), pinned (self-contained: the edge vs a bare responder on one pinned core, with wrk), logins (self-contained: the management API's latency during console login floods), hostile (self-contained: the edge's peak memory under the worst bodies, and /decide among 10,000 half-sent requests), webhooks (self-contained: a flag write's delivery to a webhook receiver, p50/p99 over 100 writes), or scheduled (self-contained: 100 scheduled changes with two control-plane replicas and an edge, their lateness and when the edge answers them)")
 	fs.DurationVar(&cfg.duration, "duration", 10*time.Second, "how long each load runs")
 	fs.IntVar(&cfg.connections, "connections", 32, "concurrent connections (closed loop)")
 	fs.IntVar(&cfg.rate, "rate", 0, "requests per second for an open-loop run; 0 is closed loop")
@@ -96,18 +103,28 @@ func runBench(args []string) error {
 	fs.BoolVar(&cfg.goBench, "go-bench", false, "also run the Go micro-benchmarks once and include them")
 	fs.IntVar(&cfg.rssProjects, "rss-projects", 1000, "projects (of 50 flags) the rss scenario creates")
 	fs.IntVar(&cfg.rssPersons, "rss-persons", 1_000_000, "distinct ids the rss scenario then has the control plane store, through the edge's /batch (0: none)")
-	fs.StringVar(&cfg.edgeBin, "edge-bin", "", "pinned, regions and rss --self-contained: run this edge binary instead of one built from the tree (compare builds)")
+	fs.StringVar(&cfg.edgeBin, "edge-bin", "", "pinned, regions, eventlog and rss --self-contained: run this edge binary instead of one built from the tree (compare builds)")
 	combine := fs.String("plot", "", "only draw combined-* plots into --out from these report.json / pinned.json files (comma-separated)")
-	fs.BoolVar(&cfg.profile, "profile", false, "pinned: also take a CPU profile of the edge under load (pinned-edge-cpu.pprof and .txt); edges: of each control plane during the changes (edges-cp-N-cpu.pprof and .txt)")
+	fs.BoolVar(&cfg.profile, "profile", false, "pinned: also take a CPU profile of the edge under load (pinned-edge-cpu.pprof and .txt); edges: of each control plane during the changes (edges-cp-N-cpu.pprof and .txt); eventlog: of the edge and the control plane in the flat-out phase")
 	fs.IntVar(&cfg.sseStreams, "sse-streams", 10_000, "OFREP change streams the sse scenario opens on its edge")
-	fs.IntVar(&cfg.streamReplicas, "event-log-replicas", 3, "replicas of the event log's stream in the eventlog scenario")
+	fs.IntVar(&cfg.eventLogRounds, "eventlog-rounds", 3, "eventlog: runs of each build at stream replication 1 and 3, interleaved (the report gives medians)")
 	fs.IntVar(&cfg.edgesCount, "edges", 10_000, "edges: simulated edges, each with its own gRPC connection and Watch stream")
 	fs.IntVar(&cfg.edgesRounds, "edges-rounds", 5, "edges: flag changes timed until every simulated edge has them")
 	fs.BoolVar(&cfg.edgesAck, "edges-ack", true, "edges: the simulated edges acknowledge the versions they receive, as edges do (control planes that track rollouts)")
-	fs.StringVar(&cfg.controlPlaneBin, "controlplane-bin", "tree", "edges: control plane binaries run one after the other, comma-separated (tree: built from this tree), to compare builds in one run")
+	fs.StringVar(&cfg.controlPlaneBin, "controlplane-bin", "tree", "edges and eventlog: control plane binaries run one after the other, comma-separated (tree: built from this tree), to compare builds in one run")
 	selfContained := fs.Bool("self-contained", false, "rss: start its own PostgreSQL, control plane and edge (each of --edge-bin, comma-separated, tree: built from the tree) and also measure returning users' person-cache hit rate")
+	fs.StringVar(&cfg.eventLogCPArgs, "eventlog-controlplane-args", "", "eventlog: added to the control plane's serve command line (space-separated), e.g. to try knobs")
+	fs.StringVar(&cfg.eventLogEdgeArgs, "eventlog-edge-args", "", "eventlog: added to the edge's command line (space-separated)")
+	replicas := fs.String("eventlog-replicas", "1,3", "eventlog: stream replications measured, comma-separated")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	for _, r := range strings.Split(*replicas, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(r))
+		if err != nil || n < 1 || n > 3 {
+			return fmt.Errorf("--eventlog-replicas: %q is not 1, 2 or 3", r)
+		}
+		cfg.eventLogReplicas = append(cfg.eventLogReplicas, n)
 	}
 	if *combine != "" {
 		return combinePlots(*combine, cfg.out)

@@ -41,6 +41,8 @@ type stackOptions struct {
 	// command line (e.g. --grpc-tls-cert, --trusted-proxies).
 	controlPlaneBin  string
 	controlPlaneArgs []string
+	// pgSettings are added to PostgreSQL's settings (name=value each).
+	pgSettings []string
 	// noEdge starts no edge: the scenario brings its own clients (edges).
 	noEdge bool
 	// controlPlaneLink, when set, returns the address the edge dials for the control plane's
@@ -93,7 +95,7 @@ func startSelfStack(ctx context.Context, opts stackOptions) (_ *selfStack, err e
 		}
 	}
 	progress(opts.name + ": starting PostgreSQL")
-	if s.pg, err = pgcluster.Start(ctx, pgcluster.Options{}); err != nil {
+	if s.pg, err = pgcluster.Start(ctx, pgcluster.Options{Settings: opts.pgSettings}); err != nil {
 		return nil, err
 	}
 	s.dbURL = s.pg.URL("postgres")

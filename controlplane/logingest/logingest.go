@@ -50,11 +50,12 @@ type Config struct {
 	AckWait time.Duration
 	// Workers fetch and store concurrently in each replica.
 	Workers int
-	// BatchMessages and BatchBytes bound one fetch, stored in one transaction.
+	// BatchMessages and BatchBytes bound one batch, stored in one transaction; the replica's
+	// pull keeps up to BatchMessages messages (and twice BatchBytes) on their way to it.
 	BatchMessages int
 	BatchBytes    int
-	// FetchWait is the longest a fetch waits to fill its batch: the lag added when traffic
-	// is light.
+	// FetchWait is the longest a batch waits to fill once its first message has come: the
+	// lag added when traffic is light, for fewer, larger transactions when it is not.
 	FetchWait time.Duration
 	// StoreTimeout bounds one transaction; a batch of a few MiB takes well under a second.
 	StoreTimeout time.Duration
@@ -64,7 +65,7 @@ type Config struct {
 // that no caller can change another's defaults).
 func DefaultConfig() Config {
 	return Config{Replicas: 1, MaxAge: 7 * 24 * time.Hour, MaxBytes: 10 << 30, AckWait: 30 * time.Second,
-		Workers: 2, BatchMessages: 1000, BatchBytes: 4 << 20, FetchWait: 100 * time.Millisecond, StoreTimeout: 25 * time.Second}
+		Workers: 2, BatchMessages: 1000, BatchBytes: 4 << 20, FetchWait: 20 * time.Millisecond, StoreTimeout: 25 * time.Second}
 }
 
 // StreamConfig is the stream's configuration as cfg describes it.
@@ -152,8 +153,14 @@ func New(nc *nats.Conn, store Store, cfg Config, log *slog.Logger, reg prometheu
 }
 
 // Run creates or updates the stream and the consumer (retrying until NATS answers), then
-// runs the workers until ctx ends. A worker that is storing a batch when ctx ends finishes it
-// and acknowledges it, so a graceful stop leaves nothing to deliver again.
+// runs the workers until ctx ends. Messages reach the workers through one continuous pull
+// (Consume) per replica, which keeps pull requests outstanding so that the servers always have
+// somewhere to deliver: a pull that the client has given up on while the servers were still
+// sending (what short Fetch calls met at replication 3) leaves its messages unacknowledged until
+// AckWait redelivers them. A worker that is storing a batch when ctx ends finishes it and
+// acknowledges it; a message handed over after that is negatively acknowledged, so that it
+// is delivered again at once, and what the pull had buffered beyond is delivered again
+// after AckWait.
 func (in *Ingester) Run(ctx context.Context) {
 	retry := backoff.Backoff{Initial: 100 * time.Millisecond, Max: 5 * time.Second}
 	var cons jetstream.Consumer
@@ -169,12 +176,22 @@ func (in *Ingester) Run(ctx context.Context) {
 		}
 	}
 	in.log.Info("event log: consuming", "stream", eventlog.StreamName, "consumer", eventlog.ConsumerName, "workers", in.cfg.Workers)
+	msgs := make(chan jetstream.Msg, in.cfg.BatchMessages)
 	var wg sync.WaitGroup
 	for range in.cfg.Workers {
-		wg.Go(func() { in.work(ctx, cons) })
+		wg.Go(func() { in.work(ctx, msgs) })
 	}
 	wg.Go(func() { in.watchBacklog(ctx, cons) })
+	in.consume(ctx, cons, msgs)
 	wg.Wait()
+	for {
+		select {
+		case m := <-msgs: // handed over, taken by no worker: for another replica at once
+			_ = m.Nak()
+		default:
+			return
+		}
+	}
 }
 
 func (in *Ingester) ensure(ctx context.Context) (jetstream.Consumer, error) {
@@ -190,32 +207,79 @@ func (in *Ingester) ensure(ctx context.Context) (jetstream.Consumer, error) {
 	return Ensure(ctx, in.js, in.cfg)
 }
 
-// work fetches batches and stores each in one transaction until ctx ends.
-func (in *Ingester) work(ctx context.Context, cons jetstream.Consumer) {
+// consume keeps one continuous pull handing messages to msgs until ctx ends, starting it
+// again (after setting the stream and consumer up again) when it stops by itself: the
+// consumer was deleted, or NATS replaced.
+func (in *Ingester) consume(ctx context.Context, cons jetstream.Consumer, msgs chan<- jetstream.Msg) {
 	retry := backoff.Backoff{Initial: 100 * time.Millisecond, Max: 5 * time.Second}
-	// A fetch limited below one message's size would never deliver it: allow the largest.
-	maxBytes := max(in.cfg.BatchBytes, int(in.nc.MaxPayload())+64<<10)
+	// The pull keeps at most a batch of messages, and a few batches' bytes, in flight to
+	// this replica; a message larger than that must still fit.
+	maxBytes := max(2*in.cfg.BatchBytes, int(in.nc.MaxPayload())+64<<10)
 	for ctx.Err() == nil {
-		msgs, err := in.fetch(cons, maxBytes)
-		if err != nil {
-			in.log.Warn("event log: fetch failed; retrying", "err", err)
-			if !retry.Wait(ctx, backoff.RealClock) {
+		cc, err := cons.Consume(func(m jetstream.Msg) {
+			select {
+			case msgs <- m:
+			case <-ctx.Done(): // stopping: another replica (or this one, restarted) takes it now
+				_ = m.Nak()
+			}
+		}, jetstream.PullMaxMessagesWithBytesLimit(in.cfg.BatchMessages, maxBytes),
+			jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
+				in.log.Debug("event log: pull", "err", err)
+			}))
+		if err == nil {
+			select {
+			case <-ctx.Done():
+				cc.Stop()
 				return
+			case <-cc.Closed():
+				in.log.Warn("event log: the pull stopped; starting it again")
 			}
-			// The stream or the consumer may have been deleted, or NATS replaced: set up again.
-			if c, err := in.ensure(ctx); err == nil {
-				cons = c
+		} else {
+			in.log.Warn("event log: cannot pull; retrying", "err", err)
+		}
+		if !retry.Wait(ctx, backoff.RealClock) {
+			return
+		}
+		// The stream or the consumer may have been deleted, or NATS replaced: set up again.
+		if c, err := in.ensure(ctx); err == nil {
+			cons = c
+		}
+	}
+}
+
+// work takes batches from msgs and stores each in one transaction until ctx ends: a batch is
+// what is waiting, up to BatchMessages and BatchBytes, topped up for at most FetchWait.
+func (in *Ingester) work(ctx context.Context, msgs <-chan jetstream.Msg) {
+	retry := backoff.Backoff{Initial: 100 * time.Millisecond, Max: 5 * time.Second}
+	linger := time.NewTimer(0)
+	for {
+		var batch []jetstream.Msg
+		select {
+		case m := <-msgs:
+			batch = append(batch, m)
+		case <-ctx.Done():
+			return
+		}
+		size := len(batch[0].Data())
+		linger.Reset(in.cfg.FetchWait)
+	fill:
+		for len(batch) < in.cfg.BatchMessages && size < in.cfg.BatchBytes {
+			select {
+			case m := <-msgs:
+				batch = append(batch, m)
+				size += len(m.Data())
+			case <-linger.C:
+				break fill
+			case <-ctx.Done():
+				break fill
 			}
-			continue
 		}
-		if len(msgs) == 0 {
-			continue
-		}
-		if err := in.store1(ctx, msgs); err != nil {
-			in.messages.WithLabelValues("failed").Add(float64(len(msgs)))
+		linger.Stop()
+		if err := in.store1(ctx, batch); err != nil {
+			in.messages.WithLabelValues("failed").Add(float64(len(batch)))
 			delay := retry.Next()
-			in.log.Warn("event log: storing a batch failed; it will be delivered again", "err", err, "messages", len(msgs), "retry_in", delay)
-			for _, m := range msgs {
+			in.log.Warn("event log: storing a batch failed; it will be delivered again", "err", err, "messages", len(batch), "retry_in", delay)
+			for _, m := range batch {
 				_ = m.NakWithDelay(delay) // lost: the ack wait redelivers it
 			}
 			select {
@@ -227,25 +291,6 @@ func (in *Ingester) work(ctx context.Context, cons jetstream.Consumer) {
 		}
 		retry.Reset()
 	}
-}
-
-// fetch takes up to one batch, waiting at most FetchWait for it to fill. Messages that
-// arrived before an error are returned: they are stored and acknowledged like any.
-func (in *Ingester) fetch(cons jetstream.Consumer, maxBytes int) ([]jetstream.Msg, error) {
-	batch, err := cons.Fetch(in.cfg.BatchMessages, jetstream.FetchMaxBytes(maxBytes), jetstream.FetchMaxWait(in.cfg.FetchWait))
-	if err != nil {
-		return nil, err
-	}
-	var msgs []jetstream.Msg
-	for m := range batch.Messages() {
-		msgs = append(msgs, m)
-	}
-	// A pull request that ends without messages for an ordinary reason is no failure.
-	if err := batch.Error(); err != nil && len(msgs) == 0 && !errors.Is(err, nats.ErrTimeout) &&
-		!errors.Is(err, jetstream.ErrNoMessages) && !errors.Is(err, jetstream.ErrBatchCompleted) {
-		return nil, err
-	}
-	return msgs, nil
 }
 
 // store1 stores one batch in one transaction and then acknowledges its messages. The

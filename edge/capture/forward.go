@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -24,6 +25,17 @@ import (
 // again what it had sent but not yet acknowledged in the spool.
 type Destination interface {
 	Deliver(ctx context.Context, records [][]byte) error
+}
+
+// AsyncDestination is a Destination that can send records without waiting for them to be
+// taken (the event log: asynchronous publishes). The forwarder then keeps Window batches in
+// flight instead of one, so the round trip of one batch's acknowledgement no longer idles
+// the link; the spool still advances only past batches the destination has taken, in order.
+type AsyncDestination interface {
+	Destination
+	// Send sends records after those sent before and returns a function that waits until
+	// the destination has them all durably, answering as Deliver would.
+	Send(ctx context.Context, records [][]byte) (wait func(context.Context) error)
 }
 
 // permanentError marks a delivery that can never succeed as it is.
@@ -86,6 +98,10 @@ type Forwarder struct {
 	MaxBatchBytes int
 	// Timeout bounds one delivery; storing 4 MiB of events takes well under a second.
 	Timeout time.Duration
+	// Window is how many batches an AsyncDestination has in flight at once (1: send one and
+	// wait for it, as for any other destination); it bounds the memory held, Window times
+	// MaxBatchBytes, and what a crash sends again.
+	Window int
 	// Retry spaces attempts after a failure: from 100 ms to 5 s, so a control plane that comes
 	// back is fed within seconds without being hammered while it is down.
 	Retry backoff.Backoff
@@ -100,7 +116,7 @@ type Forwarder struct {
 
 // NewForwarder returns a forwarder from sp to dest that puts refused records in dl.
 func NewForwarder(sp *spool.Spool, dest Destination, dl *DeadLetters, edgeID string, log *slog.Logger, reg prometheus.Registerer) *Forwarder {
-	f := &Forwarder{spool: sp, dest: dest, deadLetters: dl, edgeID: edgeID, log: log, MaxBatchBytes: 4 << 20, Timeout: 30 * time.Second,
+	f := &Forwarder{spool: sp, dest: dest, deadLetters: dl, edgeID: edgeID, log: log, MaxBatchBytes: 4 << 20, Timeout: 30 * time.Second, Window: 4,
 		Retry: backoff.Backoff{Initial: 100 * time.Millisecond, Max: 5 * time.Second}, Clock: backoff.RealClock,
 		forwarded: prometheus.NewCounter(prometheus.CounterOpts{Name: "flagedge_edge_forwarded_records_total",
 			Help: "Spool records the control plane (or the event log) acknowledged."}),
@@ -119,16 +135,17 @@ func NewForwarder(sp *spool.Spool, dest Destination, dl *DeadLetters, edgeID str
 
 // Run forwards until ctx ends or the spool closes.
 func (f *Forwarder) Run(ctx context.Context) {
+	if dest, ok := f.dest.(AsyncDestination); ok && f.Window > 1 {
+		f.runPipelined(ctx, dest)
+		return
+	}
 	cursor := f.spool.Acked()
 	for {
-		records, next, err := f.spool.Read(ctx.Done(), cursor, f.MaxBatchBytes)
-		if err != nil {
-			if !errors.Is(err, spool.ErrClosed) && ctx.Err() == nil {
-				f.log.Error("spool read failed", "err", err)
-			}
+		records, next, ok := f.read(ctx, cursor)
+		if !ok {
 			return
 		}
-		err = f.deliver(ctx, records)
+		err := f.deliver(ctx, records)
 		if isPermanent(err) {
 			err = f.deliverOneByOne(ctx, records)
 		}
@@ -140,6 +157,96 @@ func (f *Forwarder) Run(ctx context.Context) {
 		}
 		cursor = next
 	}
+}
+
+// read returns the next batch after cursor, waiting for one; ok is false when ctx ended or
+// the spool closed (a failed read is logged).
+func (f *Forwarder) read(ctx context.Context, cursor spool.Cursor) (records [][]byte, next spool.Cursor, ok bool) {
+	records, next, err := f.spool.Read(ctx.Done(), cursor, f.MaxBatchBytes)
+	if err != nil {
+		if !errors.Is(err, spool.ErrClosed) && ctx.Err() == nil {
+			f.log.Error("spool read failed", "err", err)
+		}
+		return nil, cursor, false
+	}
+	return records, next, true
+}
+
+// sentBatch is a batch sent to an AsyncDestination and not yet settled.
+type sentBatch struct {
+	records [][]byte
+	next    spool.Cursor // the spool's cursor after the batch
+	wait    func(context.Context) error
+}
+
+// runPipelined reads and sends batches while up to Window of them wait for their
+// acknowledgements, which one goroutine settles in the order sent: it acknowledges the spool
+// up to a batch only once that batch and every one before it are taken. A batch that failed
+// is delivered again, the waiting way, before any later one is acknowledged; the batches sent
+// after it meanwhile may reach the destination twice, which is harmless (message ids, uuids).
+func (f *Forwarder) runPipelined(ctx context.Context, dest AsyncDestination) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	// The settler holds one batch and the channel the others: Window in flight.
+	inflight := make(chan sentBatch, f.Window-1)
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		defer cancel() // the settler stopped (ctx ended): stop reading too
+		for b := range inflight {
+			if err := f.settle(ctx, b); err != nil { // ctx ended
+				return
+			}
+			if err := f.spool.Ack(b.next); err != nil {
+				f.log.Error("spool ack failed", "err", err)
+			}
+		}
+	})
+	defer func() {
+		close(inflight)
+		wg.Wait()
+	}()
+	cursor := f.spool.Acked()
+	for {
+		records, next, ok := f.read(ctx, cursor)
+		if !ok {
+			return
+		}
+		b := sentBatch{records: records, next: next, wait: dest.Send(ctx, records)}
+		select {
+		case inflight <- b:
+		case <-ctx.Done():
+			return
+		}
+		cursor = next
+	}
+}
+
+// settle waits for a sent batch's acknowledgement; when it failed, it delivers the batch
+// again as the sequential forwarder does (retrying, or one by one when refused for good). It
+// returns an error only when ctx ended.
+func (f *Forwarder) settle(ctx context.Context, b sentBatch) error {
+	callCtx, cancel := context.WithTimeout(ctx, f.Timeout)
+	err := b.wait(callCtx)
+	cancel()
+	switch {
+	case err == nil:
+		f.Retry.Reset()
+		f.forwarded.Add(float64(len(b.records)))
+		return nil
+	case ctx.Err() != nil:
+		return ctx.Err()
+	case !isPermanent(err):
+		f.failures.Inc()
+		f.log.Warn("forwarding events failed; retrying", "err", err, "records", len(b.records))
+		if !f.Retry.Wait(ctx, f.Clock) {
+			return ctx.Err()
+		}
+	}
+	err = f.deliver(ctx, b.records)
+	if isPermanent(err) {
+		err = f.deliverOneByOne(ctx, b.records)
+	}
+	return err
 }
 
 // deliver sends records until the destination takes them or refuses them for good (the

@@ -95,6 +95,12 @@ func startIngest(t *testing.T, srv *ingestServer) syncpb.SyncClient {
 // returns the dead-letter file's path.
 func forward(t *testing.T, dest capture.Destination, clock *instantClock, names ...string) string {
 	t.Helper()
+	return forwardWith(t, dest, clock, nil, names...)
+}
+
+// forwardWith is forward with the forwarder shaped by setup (when not nil) before it runs.
+func forwardWith(t *testing.T, dest capture.Destination, clock *instantClock, setup func(*capture.Forwarder), names ...string) string {
+	t.Helper()
 	dir := t.TempDir()
 	sp, err := spool.Open(spool.Options{Dir: filepath.Join(dir, "spool")})
 	if err != nil {
@@ -115,6 +121,9 @@ func forward(t *testing.T, dest capture.Destination, clock *instantClock, names 
 	defer dl.Close()
 	f := capture.NewForwarder(sp, dest, dl, "edge-1", slog.New(slog.NewTextHandler(io.Discard, nil)), nil)
 	f.Clock = clock
+	if setup != nil {
+		setup(f)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { f.Run(ctx); close(done) }()
@@ -208,5 +217,74 @@ func TestTransientFailuresAreRetried(t *testing.T) {
 	}
 	if got := deadLetterNames(t, path); len(got) != 0 {
 		t.Errorf("dead letters %v, want none", got)
+	}
+}
+
+// asyncDest is an AsyncDestination that takes each batch when its wait is called, except
+// that the first wait of a batch holding failOnce fails as a lost acknowledgement would; it
+// records how many batches were sent and not yet settled at most.
+type asyncDest struct {
+	mu       sync.Mutex // guards the fields below
+	failOnce string
+	taken    []string
+	sent     []string // batches' first names, in the order sent
+	inFlight int
+	most     int
+}
+
+func (d *asyncDest) Deliver(ctx context.Context, records [][]byte) error {
+	return d.Send(ctx, records)(ctx)
+}
+
+func (d *asyncDest) Send(_ context.Context, records [][]byte) func(context.Context) error {
+	var names []string
+	for _, r := range records {
+		var b syncpb.EventBatch
+		if err := proto.Unmarshal(r, &b); err != nil {
+			panic(err)
+		}
+		names = append(names, b.Events[0].Event)
+	}
+	d.mu.Lock()
+	d.sent = append(d.sent, names[0])
+	d.inFlight++
+	d.most = max(d.most, d.inFlight)
+	d.mu.Unlock()
+	return func(context.Context) error {
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		d.inFlight--
+		for _, n := range names {
+			if n == d.failOnce {
+				d.failOnce = ""
+				return status.Error(codes.Unavailable, "acknowledgement lost")
+			}
+		}
+		d.taken = append(d.taken, names...)
+		return nil
+	}
+}
+
+// TestPipelinedForwardingRetriesInOrder: with an asynchronous destination the forwarder keeps
+// several batches in flight, and a batch whose acknowledgement failed is delivered again
+// before the spool moves past it: every record arrives, the failed one after its retry.
+func TestPipelinedForwardingRetriesInOrder(t *testing.T) {
+	dest := &asyncDest{failOnce: "c"}
+	clock := &instantClock{}
+	names := []string{"a", "b", "c", "d", "e", "f", "g", "h"}
+	forwardWith(t, dest, clock, func(f *capture.Forwarder) { f.MaxBatchBytes = 1 }, names...) // a record a batch
+	dest.mu.Lock()
+	defer dest.mu.Unlock()
+	if len(dest.taken) != len(names) || clock.waits != 1 {
+		t.Fatalf("taken %v after %d waits, want each of %v once after 1", dest.taken, clock.waits, names)
+	}
+	for i, n := range dest.taken {
+		if n != names[i] {
+			t.Errorf("taken %v, want %v: the failed batch was not settled before the later ones", dest.taken, names)
+			break
+		}
+	}
+	if dest.most < 2 {
+		t.Errorf("at most %d batch in flight: not pipelined", dest.most)
 	}
 }

@@ -22,14 +22,15 @@ type JetStreamDestination struct {
 	nc     *nats.Conn
 	js     jetstream.JetStream
 	edgeID string
-	// Window is how many publishes are in flight at once: enough to keep a link to the
-	// servers busy, few enough that a failure wastes little.
+	// Window is how many publishes of one batch are in flight at once: enough to keep a
+	// link to the servers busy, few enough that a failure wastes little.
 	Window int
 }
 
 // NewJetStreamDestination returns the destination publishing on nc as edgeID.
 func NewJetStreamDestination(nc *nats.Conn, edgeID string) (*JetStreamDestination, error) {
-	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(4096))
+	// Room for the forwarder's window of batches, each with up to Window publishes pending.
+	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(16384))
 	if err != nil {
 		return nil, err
 	}
@@ -40,16 +41,25 @@ func NewJetStreamDestination(nc *nats.Conn, edgeID string) (*JetStreamDestinatio
 // than the servers take in one message is split into several, by events; an event that alone
 // is too large is refused for good.
 func (d *JetStreamDestination) Deliver(ctx context.Context, records [][]byte) error {
+	return d.Send(ctx, records)(ctx)
+}
+
+// Send publishes the records asynchronously, in order, and returns the wait for the stream's
+// acknowledgements of all of them. A batch of more than Window messages waits for each
+// Window's acknowledgements before publishing the next, so that one batch never has more
+// than Window publishes pending.
+func (d *JetStreamDestination) Send(ctx context.Context, records [][]byte) func(context.Context) error {
+	failed := func(err error) func(context.Context) error { return func(context.Context) error { return err } }
 	// The servers' limit, less room for the headers and the subject.
 	limit := int(d.nc.MaxPayload()) - 1024
 	if d.nc.MaxPayload() == 0 { // not connected yet: the limit is unknown
-		return errors.New("event log: not connected to NATS")
+		return failed(errors.New("event log: not connected to NATS"))
 	}
 	msgs := make([]*nats.Msg, 0, len(records))
 	for _, r := range records {
 		payloads, project, err := splitRecord(r, limit)
 		if err != nil {
-			return Permanent(err)
+			return failed(Permanent(err))
 		}
 		for _, p := range payloads {
 			m := nats.NewMsg(eventlog.Subject(project))
@@ -59,23 +69,31 @@ func (d *JetStreamDestination) Deliver(ctx context.Context, records [][]byte) er
 		}
 	}
 	futures := make([]jetstream.PubAckFuture, 0, min(len(msgs), d.Window))
-	for start := 0; start < len(msgs); start += d.Window {
-		futures = futures[:0]
-		for _, m := range msgs[start:min(start+d.Window, len(msgs))] {
-			f, err := d.js.PublishMsgAsync(m, jetstream.WithMsgID(eventlog.MsgID(m.Data)), jetstream.WithExpectStream(eventlog.StreamName))
-			if err != nil {
-				return fmt.Errorf("event log: publish: %w", err)
+	for i, m := range msgs {
+		if i > 0 && i%d.Window == 0 {
+			if err := awaitAcks(ctx, futures); err != nil {
+				return failed(err)
 			}
-			futures = append(futures, f)
+			futures = futures[:0]
 		}
-		for _, f := range futures {
-			select {
-			case <-f.Ok():
-			case err := <-f.Err():
-				return fmt.Errorf("event log: publish: %w", err)
-			case <-ctx.Done():
-				return ctx.Err()
-			}
+		f, err := d.js.PublishMsgAsync(m, jetstream.WithMsgID(eventlog.MsgID(m.Data)), jetstream.WithExpectStream(eventlog.StreamName))
+		if err != nil {
+			return failed(fmt.Errorf("event log: publish: %w", err))
+		}
+		futures = append(futures, f)
+	}
+	return func(ctx context.Context) error { return awaitAcks(ctx, futures) }
+}
+
+// awaitAcks waits for every publish's acknowledgement, failing at the first refused.
+func awaitAcks(ctx context.Context, futures []jetstream.PubAckFuture) error {
+	for _, f := range futures {
+		select {
+		case <-f.Ok():
+		case err := <-f.Err():
+			return fmt.Errorf("event log: publish: %w", err)
+		case <-ctx.Done():
+			return ctx.Err()
 		}
 	}
 	return nil

@@ -22,6 +22,9 @@ type Options struct {
 	Port int
 	// Durable keeps fsync on; test clusters turn it off for speed.
 	Durable bool
+	// Settings are further server settings, name=value each (the eventlog bench turns
+	// track_commit_timestamp on to time each event from capture to commit).
+	Settings []string
 }
 
 // Cluster is a running throwaway cluster.
@@ -72,6 +75,9 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 	settings := "-c listen_addresses=" + listen + " -c unix_socket_directories=" + dir + portOpt + " -c max_connections=300"
 	if !opts.Durable {
 		settings += " -c fsync=off -c synchronous_commit=off -c full_page_writes=off"
+	}
+	for _, kv := range opts.Settings {
+		settings += " -c " + kv
 	}
 	c.settings = settings
 	if err := c.start(ctx); err != nil {

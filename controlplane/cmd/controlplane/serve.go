@@ -70,6 +70,8 @@ type serveConfig struct {
 	LogMaxBytes     int64
 	LogMaxAge       time.Duration
 	LogAckWait      time.Duration
+	LogBatchBytes   int64
+	LogBatchWait    time.Duration
 	TrustedProxies  string
 	HeaderTimeout   time.Duration
 	ReadTimeout     time.Duration
@@ -117,6 +119,8 @@ func parseServeConfig(args []string, stderr io.Writer) (*serveConfig, error) {
 	fs.Int64(&cfg.LogWorkers, "event-log-workers", "FLAGEDGE_EVENT_LOG_WORKERS", int64(d.Workers), "ingestion workers of this replica on the event log, each storing one batch at a time")
 	fs.Int64(&cfg.LogMaxBytes, "event-log-max-bytes", "FLAGEDGE_EVENT_LOG_MAX_BYTES", d.MaxBytes, "most bytes the event log's stream holds while ingestion lags; beyond it edges keep events in their spools")
 	fs.Duration(&cfg.LogMaxAge, "event-log-max-age", "FLAGEDGE_EVENT_LOG_MAX_AGE", d.MaxAge, "oldest an unstored event in the event log's stream may get before it is dropped")
+	fs.Int64(&cfg.LogBatchBytes, "event-log-batch-bytes", "FLAGEDGE_EVENT_LOG_BATCH_BYTES", int64(d.BatchBytes), "most bytes of messages a worker stores in one transaction (the replica's pull keeps twice that on its way)")
+	fs.Duration(&cfg.LogBatchWait, "event-log-batch-wait", "FLAGEDGE_EVENT_LOG_BATCH_WAIT", d.FetchWait, "longest a worker waits for more messages once a batch has begun: the lag added when traffic is light, for fewer, larger transactions when it is not")
 	fs.Duration(&cfg.LogAckWait, "event-log-ack-wait", "FLAGEDGE_EVENT_LOG_ACK_WAIT", d.AckWait, "how long a batch taken from the event log may stay unacknowledged before another worker gets it (what a replica dying mid-batch delays)")
 	fs.String(&cfg.TrustedProxies, "trusted-proxies", "FLAGEDGE_TRUSTED_PROXIES", "", "comma-separated CIDRs of proxies whose X-Forwarded-For is believed for the client address of logins (the right-most address that is not one of them); empty: the connection's peer, no header believed")
 	// Connection hygiene: a client must finish its headers within 10 s and its whole request
@@ -171,8 +175,9 @@ func (c *serveConfig) validate() error {
 	if err := c.EventLog.Validate(); err != nil {
 		return err
 	}
-	if c.LogReplicas < 1 || c.LogReplicas > 5 || c.LogWorkers < 1 || c.LogMaxBytes < 1<<20 || c.LogMaxAge < time.Minute || c.LogAckWait < time.Second {
-		return errors.New("--event-log-replicas must be 1 to 5, --event-log-workers at least 1, --event-log-max-bytes at least 1 MiB, --event-log-max-age at least 1m and --event-log-ack-wait at least 1s")
+	if c.LogReplicas < 1 || c.LogReplicas > 5 || c.LogWorkers < 1 || c.LogMaxBytes < 1<<20 || c.LogMaxAge < time.Minute || c.LogAckWait < time.Second ||
+		c.LogBatchBytes < 64<<10 || c.LogBatchBytes > 256<<20 || c.LogBatchWait < 0 || c.LogBatchWait > 10*time.Second {
+		return errors.New("--event-log-replicas must be 1 to 5, --event-log-workers at least 1, --event-log-max-bytes at least 1 MiB, --event-log-max-age at least 1m, --event-log-ack-wait at least 1s, --event-log-batch-bytes 64 KiB to 256 MiB and --event-log-batch-wait 0 to 10s")
 	}
 	// The sync service carries every project's flags and key hashes, person properties and
 	// events: in plaintext it may only be reachable from this machine.
@@ -318,6 +323,7 @@ func (cp *controlPlane) connectEventLog() (func(), error) {
 	}
 	lc := logingest.DefaultConfig()
 	lc.Replicas, lc.Workers, lc.MaxBytes, lc.MaxAge, lc.AckWait = int(cfg.LogReplicas), int(cfg.LogWorkers), cfg.LogMaxBytes, cfg.LogMaxAge, cfg.LogAckWait
+	lc.BatchBytes, lc.FetchWait = int(cfg.LogBatchBytes), cfg.LogBatchWait
 	if cp.logIn, err = logingest.New(nc, cp.ingest, lc, cp.log, cp.reg); err != nil {
 		nc.Close()
 		return nil, err

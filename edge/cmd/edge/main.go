@@ -96,8 +96,10 @@ type config struct {
 	// Hostile traffic (docs/operations.md).
 	MaxInflightBytes int64
 	DeadLetterMax    int64
-	Rate             admit.RateConfig
-	Conn             httpapi.ConnConfig
+	// PublishWindow is how many spool batches the forwarder has in flight to the event log.
+	PublishWindow int64
+	Rate          admit.RateConfig
+	Conn          httpapi.ConnConfig
 }
 
 func parseConfig(args []string, stderr io.Writer) (*config, error) {
@@ -152,6 +154,8 @@ func parseConfig(args []string, stderr io.Writer) (*config, error) {
 	fs.Int64(&cfg.StreamMaxAddr, "ofrep-stream-max-per-ip", "FLAGEDGE_OFREP_STREAM_MAX_PER_IP", int64(ofrep.DefaultStreamConfig().MaxPerAddr),
 		"most OFREP change streams open from one client address; more are refused with 429")
 	cfg.EventLog.Register(fs)
+	fs.Int64(&cfg.PublishWindow, "event-log-publish-window", "FLAGEDGE_EVENT_LOG_PUBLISH_WINDOW", 4,
+		"spool batches (up to 4 MiB each) published to the event log and awaiting acknowledgement at once; the spool advances only past acknowledged batches, in order")
 	registerLimits(fs, cfg)
 	if err := fs.Parse(args); err != nil {
 		return nil, err
@@ -243,6 +247,9 @@ func (cfg *config) validate() error {
 	}
 	if _, _, err := spool.ParseSyncPolicy(cfg.SpoolFsync); err != nil {
 		return fmt.Errorf("--spool-fsync: %w", err)
+	}
+	if cfg.PublishWindow < 1 || cfg.PublishWindow > 64 {
+		return errors.New("--event-log-publish-window must be 1 to 64")
 	}
 	return cfg.EventLog.Validate()
 }
@@ -393,6 +400,7 @@ func assemble(cfg *config, log *slog.Logger) (e *edge, err error) {
 		return e, err
 	}
 	e.forwarder = capture.NewForwarder(e.spool, dest, deadLetters, cfg.EdgeID, log, reg)
+	e.forwarder.Window = int(cfg.PublishWindow)
 	return e, nil
 }
 
