@@ -61,6 +61,10 @@ func TestScheduledChangeValidation(t *testing.T) {
 	if r := e.do("POST", e.scheduledPath("/"), e.key, good(map[string]any{"record_id": flag})); r.status != 201 {
 		t.Fatalf("record_id as a number: %d %s", r.status, r.raw)
 	}
+	if r := e.do("POST", e.scheduledPath("/"), e.key, good(map[string]any{"record_id": "0" + fmt.Sprint(flag)})); r.status != 201 ||
+		r.body["record_id"] != fmt.Sprint(flag) {
+		t.Fatalf("record_id with a leading zero: %d %s", r.status, r.raw)
+	}
 }
 
 // TestScheduledChangeListAndAccess: the list filters by model and record, a member who may

@@ -92,7 +92,7 @@ func (s *ScheduleStore) CreateScheduledChange(ctx context.Context, actor *contro
 	if err := n.Validate(); err != nil {
 		return nil, err
 	}
-	flagID, _ := strconv.ParseInt(n.RecordID, 10, 64) // Validate checked it
+	flagID, _ := strconv.ParseInt(n.RecordID, 10, 64) // Validate checked it; stored canonical ("007" is "7")
 	var created *controlplane.ScheduledChange
 	err := s.db.inTx(ctx, func(tx pgx.Tx) error {
 		var exists bool
@@ -106,7 +106,7 @@ func (s *ScheduleStore) CreateScheduledChange(ctx context.Context, actor *contro
 		var id int64
 		if err := tx.QueryRow(ctx, `INSERT INTO scheduled_changes (project_id, record_id, model_name, payload, scheduled_at, created_by)
 			VALUES ($1, $2, $3, $4, $5, $6) RETURNING id`,
-			projectID, n.RecordID, n.ModelName, n.Payload, *n.ScheduledAt, actor.ID).Scan(&id); err != nil {
+			projectID, strconv.FormatInt(flagID, 10), n.ModelName, n.Payload, *n.ScheduledAt, actor.ID).Scan(&id); err != nil {
 			return err
 		}
 		if err := notifySchedulers(ctx, tx, id); err != nil {

@@ -27,7 +27,25 @@ import (
 	"github.com/flagedge/flagedge/internal/pgtest"
 )
 
-func TestMain(m *testing.M) { os.Exit(pgtest.Main(m, postgres.Migrate)) }
+// boot is the organisation, admin and project bootstrapped once into the template database
+// every test's database is cloned from: the admin's password hash (bcrypt at its production
+// cost) is paid once, not per test.
+var boot *postgres.BootstrapResult
+
+func TestMain(m *testing.M) {
+	os.Exit(pgtest.Main(m, func(ctx context.Context, url string) error {
+		if err := postgres.Migrate(ctx, url); err != nil {
+			return err
+		}
+		db, err := postgres.Open(ctx, url)
+		if err != nil {
+			return err
+		}
+		defer db.Close()
+		boot, err = postgres.Bootstrap(ctx, db, "admin@example.com", "")
+		return err
+	}))
+}
 
 func TestPolicyRefusesWhatIsNotPublic(t *testing.T) {
 	p := &webhook.Policy{}
@@ -126,16 +144,12 @@ func newFixture(t *testing.T) *fixture {
 		t.Fatal(err)
 	}
 	t.Cleanup(db.Close)
-	res, err := postgres.Bootstrap(ctx, db, "admin@example.com", "")
-	if err != nil {
-		t.Fatal(err)
-	}
 	s := postgres.NewServices(db, 4)
-	key, err := s.Auth.AuthenticatePersonalKey(ctx, res.PersonalAPIKey)
+	key, err := s.Auth.AuthenticatePersonalKey(ctx, boot.PersonalAPIKey)
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := s.Projects.FindProjectByID(ctx, res.ProjectID)
+	p, err := s.Projects.FindProjectByID(ctx, boot.ProjectID)
 	if err != nil {
 		t.Fatal(err)
 	}
