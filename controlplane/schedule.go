@@ -255,6 +255,25 @@ func (p *ScheduledPayload) Update(f *Flag) (FlagUpdate, error) {
 	return FlagUpdate{Filters: out}, nil
 }
 
+// ScheduledChangeUpdate holds the fields of a pending change that may change; nil means
+// unchanged. Its flag and model never change (PostHog refuses that too).
+type ScheduledChangeUpdate struct {
+	Payload     json.RawMessage
+	ScheduledAt *time.Time
+}
+
+// Validate checks the new payload's shape.
+func (u *ScheduledChangeUpdate) Validate() error {
+	if u.Payload == nil {
+		return nil
+	}
+	_, err := ParseScheduledPayload(u.Payload)
+	return err
+}
+
+// ErrScheduledChangeDone refuses to change a change that has run (PostHog's message).
+var ErrScheduledChangeDone = &Error{Kind: Invalid, Code: "invalid_input", Detail: "Cannot modify a scheduled change that has already executed."}
+
 // ScheduledChangeFilter selects a project's scheduled changes, newest scheduled_at first.
 type ScheduledChangeFilter struct {
 	ProjectID int64
@@ -271,6 +290,9 @@ type ScheduledChangeService interface {
 	// CreateScheduledChange stores a change of a flag of the project, scheduled by actor; a
 	// record that is not a flag of the project is an Invalid error.
 	CreateScheduledChange(ctx context.Context, actor *User, projectID int64, n NewScheduledChange) (*ScheduledChange, error)
+	// UpdateScheduledChange changes the payload or time of a pending change
+	// (ErrScheduledChangeDone once it has run).
+	UpdateScheduledChange(ctx context.Context, projectID, id int64, upd ScheduledChangeUpdate) (*ScheduledChange, error)
 	// DeleteScheduledChange deletes the change: a pending one is cancelled and never runs; an
 	// executed one leaves the flag as it is and only its record goes (as PostHog does).
 	DeleteScheduledChange(ctx context.Context, projectID, id int64) error

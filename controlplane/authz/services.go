@@ -593,6 +593,21 @@ func (w schedules) CreateScheduledChange(ctx context.Context, actor *controlplan
 	return w.g.s.Schedules.CreateScheduledChange(ctx, actor, projectID, n)
 }
 
+// UpdateScheduledChange needs edit access to the change's flag.
+func (w schedules) UpdateScheduledChange(ctx context.Context, projectID, id int64, upd controlplane.ScheduledChangeUpdate) (*controlplane.ScheduledChange, error) {
+	if err := w.g.in(ctx, projectID); err != nil {
+		return nil, err
+	}
+	c, err := w.g.s.Schedules.FindScheduledChangeByID(ctx, projectID, id)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := w.g.editable(ctx, projectID, c.FlagID()); err != nil {
+		return nil, err
+	}
+	return w.g.s.Schedules.UpdateScheduledChange(ctx, projectID, id, upd)
+}
+
 // DeleteScheduledChange needs edit access to the change's flag.
 func (w schedules) DeleteScheduledChange(ctx context.Context, projectID, id int64) error {
 	if err := w.g.in(ctx, projectID); err != nil {

@@ -192,6 +192,9 @@ func matrixTable() map[string]matrixEntry {
 		"GET /api/projects/{project_id}/scheduled_changes/{id}": get(200, func(f *matrixFixtures) string {
 			return proj(f, "/scheduled_changes/%d/", f.freshScheduledChange())
 		}),
+		"PATCH /api/projects/{project_id}/scheduled_changes/{id}": {200, func(f *matrixFixtures) (string, any) {
+			return proj(f, "/scheduled_changes/%d/", f.freshScheduledChange()), map[string]any{"scheduled_at": "2031-02-01T00:00:00Z"}
+		}},
 		"DELETE /api/projects/{project_id}/scheduled_changes/{id}": get(204, func(f *matrixFixtures) string {
 			return proj(f, "/scheduled_changes/%d/", f.freshScheduledChange())
 		}),

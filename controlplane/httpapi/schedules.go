@@ -105,6 +105,52 @@ func (s *Server) handleGetScheduledChange(w http.ResponseWriter, r *http.Request
 	return nil
 }
 
+func (s *Server) handlePatchScheduledChange(w http.ResponseWriter, r *http.Request, c *call) error {
+	id, err := scheduledChangeID(r)
+	if err != nil {
+		return err
+	}
+	f, err := decodeObject(w, r)
+	if err != nil {
+		return err
+	}
+	var upd controlplane.ScheduledChangeUpdate
+	for _, step := range []error{f.object("payload", &upd.Payload), f.datetime("scheduled_at", &upd.ScheduledAt)} {
+		if step != nil {
+			return step
+		}
+	}
+	sc, err := s.cfg.Schedules.FindScheduledChangeByID(r.Context(), c.project.ID, id)
+	if err != nil {
+		return err
+	}
+	var record, model *string
+	if err := f.str("model_name", &model); err != nil {
+		return err
+	}
+	if raw, ok := f["record_id"]; ok {
+		var n json.Number
+		if json.Unmarshal(raw, &n) == nil {
+			v := n.String()
+			record = &v
+		} else if err := f.str("record_id", &record); err != nil {
+			return err
+		}
+	}
+	if record != nil && *record != sc.RecordID {
+		return controlplane.FieldError("record_id", "invalid_input", "Cannot change the target record of an existing scheduled change.")
+	}
+	if model != nil && *model != sc.ModelName {
+		return controlplane.FieldError("model_name", "invalid_input", "Cannot change the model type of an existing scheduled change.")
+	}
+	sc, err = s.cfg.Schedules.UpdateScheduledChange(r.Context(), c.project.ID, id, upd)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, newScheduledChangeJSON(sc))
+	return nil
+}
+
 func (s *Server) handleDeleteScheduledChange(w http.ResponseWriter, r *http.Request, c *call) error {
 	id, err := scheduledChangeID(r)
 	if err != nil {

@@ -1,6 +1,7 @@
 package httpapi_test
 
 import (
+	"context"
 	"fmt"
 	"testing"
 )
@@ -113,4 +114,28 @@ func TestScheduledChangeListAndAccess(t *testing.T) {
 	wantError(t, e.do("GET", e.scheduledPath(fmt.Sprintf("/%d/", id)), e.key, nil), 404, "invalid_request", "not_found", nil)
 	wantError(t, e.do("DELETE", e.scheduledPath(fmt.Sprintf("/%d/", id)), e.key, nil), 404, "invalid_request", "not_found", nil)
 	wantError(t, e.do("GET", e.scheduledPath("/abc/"), e.key, nil), 404, "invalid_request", "not_found", nil)
+}
+
+// TestScheduledChangeUpdate: a pending change takes a new time and payload; its record and
+// model do not change; one that has run cannot be changed.
+func TestScheduledChangeUpdate(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	flag := e.mustCreateFlag(map[string]any{"key": "moved"})
+	r := e.do("POST", e.scheduledPath("/"), e.key, map[string]any{"record_id": flag, "model_name": "FeatureFlag",
+		"scheduled_at": "2030-05-01T10:00:00Z", "payload": map[string]any{"operation": "update_status", "value": false}})
+	path := e.scheduledPath(fmt.Sprintf("/%v/", r.body["id"]))
+	r = e.do("PATCH", path, e.key, map[string]any{"scheduled_at": "2030-06-01T10:00:00Z",
+		"payload": map[string]any{"operation": "update_status", "value": true}, "record_id": fmt.Sprint(flag)})
+	if r.status != 200 || r.body["scheduled_at"] != "2030-06-01T10:00:00.000000Z" || fmt.Sprint(r.body["payload"]) != "map[operation:update_status value:true]" {
+		t.Fatalf("update: %d %s", r.status, r.raw)
+	}
+	wantError(t, e.do("PATCH", path, e.key, map[string]any{"record_id": "1234"}), 400, "validation_error", "invalid_input", "record_id")
+	wantError(t, e.do("PATCH", path, e.key, map[string]any{"payload": map[string]any{"operation": "nope", "value": 1}}), 400, "validation_error", "invalid_input", "payload")
+	wantError(t, e.do("PATCH", path, e.key, map[string]any{"scheduled_at": "soon"}), 400, "validation_error", "invalid_date", "scheduled_at")
+	if _, err := e.db.Pool.Exec(context.Background(), `UPDATE scheduled_changes SET executed_at = now()`); err != nil {
+		t.Fatal(err)
+	}
+	wantError(t, e.do("PATCH", path, e.key, map[string]any{"scheduled_at": "2030-07-01T10:00:00Z"}), 400, "validation_error", "invalid_input", nil)
+	wantError(t, e.do("PATCH", e.scheduledPath("/999999/"), e.key, map[string]any{}), 404, "invalid_request", "not_found", nil)
 }

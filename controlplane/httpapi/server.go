@@ -142,6 +142,7 @@ func (s *Server) routes() {
 	s.projectRoute("GET", scheduled, controlplane.ScopeFlagRead, s.handleListScheduledChanges)
 	s.projectRoute("POST", scheduled, controlplane.ScopeFlagWrite, s.handleCreateScheduledChange)
 	s.projectRoute("GET", scheduled+"/{id}", controlplane.ScopeFlagRead, s.handleGetScheduledChange)
+	s.projectRoute("PATCH", scheduled+"/{id}", controlplane.ScopeFlagWrite, s.handlePatchScheduledChange)
 	s.projectRoute("DELETE", scheduled+"/{id}", controlplane.ScopeFlagWrite, s.handleDeleteScheduledChange)
 
 	const annotations = "/api/projects/{project_id}/annotations"

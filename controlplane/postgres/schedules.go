@@ -122,6 +122,39 @@ func (s *ScheduleStore) CreateScheduledChange(ctx context.Context, actor *contro
 	return created, nil
 }
 
+// UpdateScheduledChange changes a pending change and wakes the schedulers. A change being
+// applied holds its row: the update waits for that transaction and then finds it executed.
+func (s *ScheduleStore) UpdateScheduledChange(ctx context.Context, projectID, id int64, upd controlplane.ScheduledChangeUpdate) (*controlplane.ScheduledChange, error) {
+	if err := upd.Validate(); err != nil {
+		return nil, err
+	}
+	var updated *controlplane.ScheduledChange
+	err := s.db.inTx(ctx, func(tx pgx.Tx) error {
+		var pending bool
+		err := tx.QueryRow(ctx, `UPDATE scheduled_changes SET payload = COALESCE($3, payload), scheduled_at = COALESCE($4, scheduled_at),
+			next_attempt_at = NULL, failure_count = 0, failure_reason = NULL, updated_at = clock_timestamp()
+			WHERE project_id = $1 AND id = $2 AND executed_at IS NULL RETURNING true`, projectID, id, upd.Payload, upd.ScheduledAt).Scan(&pending)
+		if errors.Is(err, pgx.ErrNoRows) {
+			if _, err := scanScheduled(tx.QueryRow(ctx, scheduledSelect+` WHERE s.project_id = $1 AND s.id = $2`, projectID, id)); err != nil {
+				return notFoundIfNoRows(err)
+			}
+			return controlplane.ErrScheduledChangeDone
+		}
+		if err != nil {
+			return err
+		}
+		if err := notifySchedulers(ctx, tx, id); err != nil {
+			return err
+		}
+		updated, err = scanScheduled(tx.QueryRow(ctx, scheduledSelect+` WHERE s.id = $1`, id))
+		return err
+	})
+	if err != nil {
+		return nil, opError("update scheduled change", err)
+	}
+	return updated, nil
+}
+
 // DeleteScheduledChange deletes the change and wakes the schedulers. A change being applied
 // holds its row: the delete waits for that transaction and then deletes the executed record.
 func (s *ScheduleStore) DeleteScheduledChange(ctx context.Context, projectID, id int64) error {
