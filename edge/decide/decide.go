@@ -120,14 +120,15 @@ func (d *Handler) Serve(ctx *fasthttp.RequestCtx, ep Endpoint) error {
 	if s.in.distinctID == "" {
 		return apierror.MissingDistinctID
 	}
+	rt := s.in.runtime
+	if rt == flags.RuntimeUnknown && project.Snapshot.Filters(rt, nil) { // some flag is for one runtime: tell the request's
+		rt = RequestRuntime(&ctx.Request.Header, rt)
+	}
+	s.in.runtime, s.in.selective = rt, true
 	errored := false
 	s.results = s.results[:0]
 	if !s.in.disableFlags {
 		s.results, errored = d.evaluate(ctx, project, &s.in, s.results)
-	}
-	rt := s.in.runtime
-	if rt == flags.RuntimeUnknown && project.Snapshot.Filters(rt, nil) { // some flag is for one runtime: tell the request's
-		rt = RequestRuntime(&ctx.Request.Header, rt)
 	}
 	want := selection(s.results, project.Snapshot, &s.in, rt, &s.want)
 	Count(project, s.results, want)
@@ -227,7 +228,7 @@ func (d *Handler) Evaluate(ctx *fasthttp.RequestCtx, project *state.Project, c *
 // evaluates the snapshot into results. It reports whether any flag could not be computed.
 func (d *Handler) evaluate(ctx *fasthttp.RequestCtx, project *state.Project, in *input, results []flags.Result) (_ []flags.Result, errored bool) {
 	req := flags.Request{DistinctID: in.distinctID, DeviceID: in.deviceID, PersonProperties: in.personProperties,
-		GroupProperties: in.groupProperties}
+		GroupProperties: in.groupProperties, Selective: in.selective, Runtime: in.runtime, EvaluationContexts: in.contexts}
 	if !in.geoipDisable {
 		req.GeoIP = d.geo.Lookup(d.ips.ClientIP(ctx.Request.Header.PeekAll("X-Forwarded-For"), ctx.RemoteIP()))
 	}

@@ -28,6 +28,10 @@ type input struct {
 	// headers tell); contexts its evaluation_contexts (or evaluation_environments).
 	runtime  flags.Runtime
 	contexts []string
+	// selective is set once runtime is the request's (told from the headers when the body
+	// names none) and the answer gives only the flags selection keeps: the engine then
+	// treats a filter on a left-out flag as PostHog's server does (flags.Request.Selective).
+	selective bool
 
 	// values and groupMaps are memory reused across requests for the property values.
 	values    values

@@ -550,14 +550,15 @@ func evaluationOrder(flags []compiledFlag, deps [][]int) []int {
 }
 
 // markMissingDependencies marks the flags with a flag filter that can never be evaluated (its
-// flag is unknown, the flag itself, or a cycle cut it) and, dependencies first, the flags that
+// flag is unknown, the flag itself, or a cycle cut it; a filter naming no flag is only a
+// condition that never matches, as on PostHog's server) and, dependencies first, the flags that
 // depend on a marked one.
 func markMissingDependencies(flags []compiledFlag, order []int, deps [][]int) {
 	visit := func(i int) {
 		f := &flags[i]
 		f.forEachCondition(func(c *condition) {
 			for _, m := range c.matchers {
-				if m.source == sourceFlag && m.flagIndex < 0 {
+				if m.source == sourceFlag && m.flagIndex < 0 && m.valid {
 					f.missingDependency = true
 				}
 			}

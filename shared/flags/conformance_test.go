@@ -199,8 +199,9 @@ func runConformance(t *testing.T, c conformanceCase) {
 		}
 		req.StoredGroups[name] = props(t, raw)
 	}
-	results := snap.Evaluate(req, nil)
 	rt, contexts := c.Request.runtime(), append(c.Request.Contexts, c.Request.Environments...)
+	req.Selective, req.Runtime, req.EvaluationContexts = true, rt, contexts
+	results := snap.Evaluate(req, nil)
 	for key, want := range c.Expect {
 		i := snap.Lookup(key)
 		if i < 0 {

@@ -37,6 +37,15 @@ type Request struct {
 
 	// Now is the time relative dates count back from; zero means time.Now().
 	Now time.Time
+
+	// Selective says that the answer gives only the flags Snapshot.Selected keeps for
+	// Runtime and EvaluationContexts: a filter on a flag left out then never matches, as
+	// PostHog's server, which evaluates only the flags it keeps, answers. Flags left out
+	// for not being in flag_keys_to_evaluate are not meant: the server evaluates those a
+	// requested flag depends on.
+	Selective          bool
+	Runtime            Runtime
+	EvaluationContexts []string
 }
 
 // Reason says why a flag has its value.
@@ -126,6 +135,7 @@ func (s *Snapshot) Evaluate(req *Request, out []Result) []Result {
 	}
 	out = out[:len(s.flags)]
 	e := evaluation{snap: s, req: *req, results: out, now: req.Now}
+	e.selective = req.Selective && s.Filters(req.Runtime, req.EvaluationContexts)
 	if blocksAvailable && len(s.sure) > 0 {
 		e.hashSure()
 	}
@@ -151,7 +161,9 @@ type evaluation struct {
 	// analysis cannot tell it from the evaluation's other pointers, which do).
 	req     Request
 	results []Result
-	now     time.Time
+	// selective is set when the request's answer leaves flags out (Request.Selective).
+	selective bool
+	now       time.Time
 	// Set while evaluating one flag:
 	current    *compiledFlag
 	groupName  string
@@ -596,9 +608,12 @@ func (e *evaluation) group(g *propertyGroup) bool {
 }
 
 // flagValueIs compares an already evaluated flag with the expected value: true matches any
-// enabled value, false a disabled one, a string that variant.
+// enabled value, false a disabled one, a string that variant; any other value, or a flag
+// the request's answer leaves out (Snapshot.Selected), nothing. PostHog's server evaluates
+// only the flags it keeps, and a filter on one it has no result for does not match
+// (rust/feature-flags/src/flags/flag_matching_utils.rs: match_flag_value_to_flag_filter).
 func (e *evaluation) flagValueIs(m *matcher) bool {
-	if m.flagIndex < 0 {
+	if m.flagIndex < 0 || !m.valid || (e.selective && !e.snap.Selected(m.flagIndex, e.req.Runtime, e.req.EvaluationContexts)) {
 		return false
 	}
 	dep := &e.results[m.flagIndex]

@@ -278,7 +278,9 @@ func validateProperty(p Property, gi int) error {
 			return invalidf("property %q must belong to the flag's group type.", p.Key)
 		}
 	}
-	if p.Key == "" {
+	// PostHog's API stores a flag filter without a key (posthog/api/feature_flag.py checks
+	// only its operator and cycles); its condition never matches.
+	if p.Key == "" && typ != TypeFlag {
 		return invalidf("every property filter needs a key.")
 	}
 	return ValidateOperator(typ, p.Operator, p.Value)
@@ -301,11 +303,10 @@ func ValidateOperator(typ, op string, value any) error {
 		if op != OpFlagEvaluatesTo {
 			return invalidf("flag filters take the operator flag_evaluates_to, not %q.", op)
 		}
-		switch value.(type) {
-		case bool, string:
-			return nil
-		}
-		return invalidf("a flag filter's value must be true, false or a variant key.")
+		// PostHog's API takes any value; its server matches true, false or a variant key
+		// and nothing else (rust/feature-flags/src/flags/flag_matching_utils.rs:
+		// match_flag_value_to_flag_filter), as the engine does.
+		return nil
 	}
 	switch op {
 	case OpExact, OpIsNot:
@@ -406,7 +407,9 @@ func (f *Filters) References() (cohorts []int64, flagRefs []string) {
 						cohorts = append(cohorts, id)
 					}
 				case TypeFlag:
-					flagRefs = append(flagRefs, p.Key)
+					if p.Key != "" { // refers to no flag: the condition never matches
+						flagRefs = append(flagRefs, p.Key)
+					}
 				}
 			}
 		}

@@ -142,6 +142,11 @@ func newMatcher(p Property) (*matcher, error) {
 			m.expectBool = v
 		case string:
 			m.expectStr, m.expectIsS = v, true
+		default: // null or another value: PostHog's server matches nothing
+			m.valid = false
+		}
+		if p.Key == "" {
+			m.valid = false // names no flag: no match, and no missing dependency
 		}
 		return m, nil
 	}
