@@ -491,8 +491,21 @@ func (c *compiler) compileGroup(g *PropertyGroup, visiting map[int64]bool) (*pro
 			out.items = append(out.items, groupItem{group: sub})
 		case v.Property != nil:
 			p := *v.Property
-			if p.Type == TypeGroup || p.Type == TypeFlag {
+			if p.Type == TypeGroup {
 				return nil, fmt.Errorf("cohorts may not use %s properties", p.Type)
+			}
+			if p.Type == TypeFlag {
+				// PostHog's server matches a cohort's filters with match_property, which
+				// errs on flag_evaluates_to: the filter is no match, negation applied
+				// (rust/feature-flags/src/cohorts/cohort_operations.rs:
+				// evaluate_property_with_negation).
+				m, err := newMatcher(p)
+				if err != nil {
+					return nil, err
+				}
+				m.flagIndex, m.valid = -1, false
+				out.items = append(out.items, groupItem{matcher: matcherRef{matcher: m, slot: noSlot}})
+				continue
 			}
 			m, err := c.propertyMatcher(p, -1)
 			if err != nil {

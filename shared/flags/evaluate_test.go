@@ -251,6 +251,38 @@ func TestCohorts(t *testing.T) {
 	}
 }
 
+// TestCohortFlagFilter: a cohort holding a flag filter (posthog-node's "resolves a cohort
+// referencing a flag dependency locally when dependency_chain is present") is matched by
+// PostHog's server with match_property, which errs on flag_evaluates_to, so the filter is no
+// match, negation applied (rust/feature-flags/src/cohorts/cohort_operations.rs:
+// evaluate_property_with_negation); the SDK evaluates the flag instead.
+func TestCohortFlagFilter(t *testing.T) {
+	snap := mustCompile(t, flags.Project{
+		Cohorts: []flags.CohortDefinition{
+			{ID: 1, Filters: json.RawMessage(`{"properties": {"type": "AND", "values": [{"type": "AND", "values": [
+				{"key": "plan", "value": "pro", "type": "person"},
+				{"key": "base", "value": true, "type": "flag", "operator": "flag_evaluates_to", "dependency_chain": ["base"]}]}]}}`)},
+			{ID: 2, Filters: json.RawMessage(`{"properties": {"type": "OR", "values": [
+				{"key": "plan", "value": "pro", "type": "person"},
+				{"key": "base", "value": true, "type": "flag", "operator": "flag_evaluates_to"}]}}`)},
+			{ID: 3, Filters: json.RawMessage(`{"properties": {"type": "AND", "values": [
+				{"key": "base", "value": true, "type": "flag", "operator": "flag_evaluates_to", "negation": true}]}}`)},
+		},
+		Flags: []flags.FlagDefinition{
+			flag(1, "base", `{"groups": [{"rollout_percentage": 100}]}`),
+			flag(2, "and-cohort", `{"groups": [{"properties": [{"key": "id", "value": 1, "type": "cohort"}]}]}`),
+			flag(3, "or-cohort", `{"groups": [{"properties": [{"key": "id", "value": 2, "type": "cohort"}]}]}`),
+			flag(4, "negated-cohort", `{"groups": [{"properties": [{"key": "id", "value": 3, "type": "cohort"}]}]}`),
+		},
+	})
+	results := snap.Evaluate(&flags.Request{DistinctID: "some-distinct-id", PersonProperties: flags.Properties{"plan": "pro"}}, nil)
+	for key, want := range map[string]bool{"base": true, "and-cohort": false, "or-cohort": true, "negated-cohort": true} {
+		if r := results[snap.Lookup(key)]; r.Enabled != want || r.Failed {
+			t.Errorf("%s: %+v, want enabled %v", key, r, want)
+		}
+	}
+}
+
 func TestNeededProperties(t *testing.T) {
 	snap := mustCompile(t, flags.Project{Flags: []flags.FlagDefinition{
 		flag(1, "a", `{"groups": [{"properties": [{"key": "plan", "value": "pro"}, {"key": "distinct_id", "value": "x"}]}]}`),
