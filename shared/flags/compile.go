@@ -413,6 +413,9 @@ func (c *compiler) compileProperty(p Property, groupIndex int) (*matcher, error)
 		if m.flagIndex == c.flagIndex {
 			m.flagIndex = -1 // a flag that depends on itself never matches
 		}
+		// PostHog's server never reads a flag filter's negation in a flag's condition
+		// (rust/feature-flags/src/flags/flag_matching_utils.rs, match_flag_value_to_flag_filter).
+		m.negation = false
 	}
 	return m, nil
 }
