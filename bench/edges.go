@@ -8,7 +8,6 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
-	"encoding/json"
 	"encoding/pem"
 	"errors"
 	"fmt"
@@ -120,19 +119,12 @@ func edgesScenario(cfg config) error {
 		results = append(results, res)
 		fmt.Fprintf(os.Stderr, "\n%s\n", res.row())
 	}
-	if err := os.MkdirAll(cfg.out, 0o755); err != nil {
-		return err
-	}
-	raw, _ := json.MarshalIndent(map[string]any{"machine": machine(), "started_at": time.Now().UTC().Format(time.RFC3339), "results": results}, "", "  ")
-	if err := os.WriteFile(filepath.Join(cfg.out, "edges.json"), raw, 0o644); err != nil {
-		return err
-	}
 	var md strings.Builder
 	md.WriteString(edgesHeader)
 	for _, r := range results {
 		md.WriteString(r.row() + "\n")
 	}
-	if err := os.WriteFile(filepath.Join(cfg.out, "edges.md"), []byte(md.String()), 0o644); err != nil {
+	if err := writeScenarioReport(cfg.out, "edges", "results", results, md.String()); err != nil {
 		return err
 	}
 	fmt.Print("\n" + md.String())

@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"net/url"
 	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -79,14 +78,7 @@ func loginsScenario(cfg config) error {
 	}
 	md := loginsMarkdown(results)
 	fmt.Print("\n" + md)
-	if err := os.MkdirAll(cfg.out, 0o755); err != nil {
-		return err
-	}
-	data, _ := json.MarshalIndent(map[string]any{"machine": machine(), "started_at": time.Now().UTC().Format(time.RFC3339), "phases": results}, "", "  ")
-	if err := os.WriteFile(filepath.Join(cfg.out, "logins.json"), data, 0o644); err != nil {
-		return err
-	}
-	if err := os.WriteFile(filepath.Join(cfg.out, "logins.md"), []byte(md), 0o644); err != nil {
+	if err := writeScenarioReport(cfg.out, "logins", "phases", results, md); err != nil {
 		return err
 	}
 	fmt.Printf("\nreport: %s/logins.md, logins.json\n", cfg.out)

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"time"
 )
 
 // report is everything a run measured.
@@ -85,4 +86,20 @@ func (r *report) write(dir string) error {
 	}
 	_, err = writePlots(dir, "", r.Results)
 	return err
+}
+
+// writeScenarioReport writes a self-contained scenario's report into dir: name.json (what it
+// measured, under key, with the machine and the time) and name.md (its table, md).
+func writeScenarioReport(dir, name, key string, measured any, md string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	raw, err := json.MarshalIndent(map[string]any{"machine": machine(), "started_at": time.Now().UTC().Format(time.RFC3339), key: measured}, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, name+".json"), raw, 0o644); err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dir, name+".md"), []byte(md), 0o644)
 }

@@ -7,8 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
-	"path/filepath"
 	"time"
 )
 
@@ -199,14 +197,7 @@ Lateness p90 %.1f ms; the latest was change #%d of the schedule. The edge answer
 `, res.Changes, scheduledSpacing, res.LatenessP50Ms, res.LatenessP99Ms, res.LatenessMaxMs, scheduledPoll, res.EdgeP50Ms, res.EdgeP99Ms, res.EdgeMaxMs,
 		res.Executed, res.Changes, res.ByReplica[0], res.ByReplica[1], res.Updates, res.LatenessP90Ms, res.LatestChange, res.EdgeAfterExecP50)
 	fmt.Print("\n" + md)
-	if err := os.MkdirAll(cfg.out, 0o755); err != nil {
-		return err
-	}
-	data, _ := json.MarshalIndent(map[string]any{"machine": machine(), "started_at": time.Now().UTC().Format(time.RFC3339), "result": res}, "", "  ")
-	if err := os.WriteFile(filepath.Join(cfg.out, "scheduled.json"), data, 0o644); err != nil {
-		return err
-	}
-	if err := os.WriteFile(filepath.Join(cfg.out, "scheduled.md"), []byte(md), 0o644); err != nil {
+	if err := writeScenarioReport(cfg.out, "scheduled", "result", res, md); err != nil {
 		return err
 	}
 	if res.Executed != res.Changes || res.ByReplica[0]+res.ByReplica[1] != res.Changes || res.Updates != res.Changes {

@@ -8,8 +8,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"os"
-	"path/filepath"
 	"sync"
 	"time"
 )
@@ -136,14 +134,7 @@ func webhooksScenario(cfg config) error {
 `, res.Writes, res.FromRequestP50Ms, res.FromRequestP99Ms, res.FromAnswerP50Ms, res.FromAnswerP99Ms, res.WriteP50Ms, res.WriteP99Ms,
 		res.Delivered, res.Writes)
 	fmt.Print("\n" + md)
-	if err := os.MkdirAll(cfg.out, 0o755); err != nil {
-		return err
-	}
-	data, _ := json.MarshalIndent(map[string]any{"machine": machine(), "started_at": time.Now().UTC().Format(time.RFC3339), "result": res}, "", "  ")
-	if err := os.WriteFile(filepath.Join(cfg.out, "webhooks.json"), data, 0o644); err != nil {
-		return err
-	}
-	if err := os.WriteFile(filepath.Join(cfg.out, "webhooks.md"), []byte(md), 0o644); err != nil {
+	if err := writeScenarioReport(cfg.out, "webhooks", "result", res, md); err != nil {
 		return err
 	}
 	if res.Delivered != res.Writes {
