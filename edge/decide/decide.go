@@ -367,15 +367,8 @@ func selection(results []flags.Result, snap *flags.Snapshot, in *input, rt flags
 }
 
 // Count adds the evaluations an answer gives to the project's counters (see edge/evalcount):
-// one atomic add per flag answered — active, wanted (every flag when want is nil; see
-// selection), and computed. OFREP counts its answers with it too.
+// every flag answered — active, wanted (every flag when want is nil; see selection), and
+// computed. OFREP counts its answers with it too.
 func Count(project *state.Project, results []flags.Result, want []bool) {
-	if project.Counts == nil {
-		return
-	}
-	for i := range results {
-		if r := &results[i]; r.Active && !r.Failed && wanted(want, i) {
-			project.Counts.Flag(i).Add(r.Enabled, r.Variant)
-		}
-	}
+	project.Counts.CountAnswer(results, want)
 }

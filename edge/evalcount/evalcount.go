@@ -1,8 +1,9 @@
 // Package evalcount counts flag evaluations at the edge, per project, flag and value, so that
 // the control plane can tell which flags nobody evaluates any more. Counting costs one atomic
-// add: every compiled flag has its counters allocated with the snapshot, and a new snapshot
-// of the project keeps the counters of its unchanged flags, so nothing is lost on a change.
-// A Reporter takes the counts every few seconds and sends them upstream.
+// add (Flag.Add), or for an answer of many flags (Project.CountAnswer) one plain add each: every
+// compiled flag has its counters allocated with the snapshot, and a new snapshot of the
+// project keeps the counters of its unchanged flags, so nothing is lost on a change. A
+// Reporter takes the counts every few seconds and sends them upstream.
 package evalcount
 
 import (
@@ -32,19 +33,24 @@ func newFlag(key string, variants []string) *Flag {
 
 // Add counts one evaluation: disabled, enabled, or enabled with variant.
 func (f *Flag) Add(enabled bool, variant string) {
-	switch {
-	case f == nil:
-	case !enabled:
-		f.counts[slotFalse].Add(1)
-	case variant == "":
-		f.counts[slotTrue].Add(1)
-	default:
-		i := slices.Index(f.variants, variant)
-		if i < 0 {
-			i = len(f.variants) // other
-		}
-		f.counts[firstVariant+i].Add(1)
+	if f != nil {
+		f.counts[f.slot(enabled, variant)].Add(1)
 	}
+}
+
+// slot is the value slot of an evaluation: disabled, enabled, or enabled with variant.
+func (f *Flag) slot(enabled bool, variant string) int {
+	switch {
+	case !enabled:
+		return slotFalse
+	case variant == "":
+		return slotTrue
+	}
+	i := slices.Index(f.variants, variant)
+	if i < 0 {
+		i = len(f.variants) // other
+	}
+	return firstVariant + i
 }
 
 // value names slot i as the control plane stores it.
@@ -69,9 +75,13 @@ type Definition struct {
 // Project holds the counters of one project's flags, in the order of its compiled snapshot
 // (the order of flags.Snapshot.Evaluate's results).
 type Project struct {
-	id    int64
-	flags []*Flag
-	byKey map[string]*Flag
+	id       int64
+	flags    []*Flag
+	byKey    map[string]*Flag
+	registry *Registry
+	// base[i] is the first of flag i's value slots in a tally's counts, which has slots.
+	base  []int32
+	slots int
 }
 
 // Flag returns the counters of the snapshot's flag i (nil when out of range).
@@ -96,11 +106,12 @@ type Registry struct {
 	mu       sync.Mutex
 	projects map[int64]*Project
 	retired  map[int64][]*Flag // counters no snapshot uses any more, by project
+	tallies  []tally
 }
 
 // NewRegistry returns an empty registry.
 func NewRegistry() *Registry {
-	return &Registry{projects: map[int64]*Project{}, retired: map[int64][]*Flag{}}
+	return &Registry{projects: map[int64]*Project{}, retired: map[int64][]*Flag{}, tallies: newTallies()}
 }
 
 // Install makes the counters of a project's new snapshot: flags kept with the same variants
@@ -113,7 +124,8 @@ func (r *Registry) Install(projectID int64, defs []Definition) *Project {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	prev := r.projects[projectID]
-	p := &Project{id: projectID, flags: make([]*Flag, len(defs)), byKey: make(map[string]*Flag, len(defs))}
+	p := &Project{id: projectID, flags: make([]*Flag, len(defs)), byKey: make(map[string]*Flag, len(defs)), registry: r,
+		base: make([]int32, len(defs))}
 	for i, d := range defs {
 		if old := prev.ByKey(d.Key); old != nil && slices.Equal(old.variants, d.Variants) {
 			p.flags[i] = old
@@ -121,6 +133,8 @@ func (r *Registry) Install(projectID int64, defs []Definition) *Project {
 			p.flags[i] = newFlag(d.Key, slices.Clone(d.Variants))
 		}
 		p.byKey[d.Key] = p.flags[i]
+		p.base[i] = int32(p.slots)
+		p.slots += len(p.flags[i].counts)
 	}
 	if prev != nil {
 		for _, f := range prev.flags {
@@ -154,11 +168,12 @@ type Count struct {
 	N         int64
 }
 
-// Take returns the counts since the last Take and resets them (retired counters are then
-// dropped).
+// Take returns the counts since the last Take, the tallies' included, and resets them
+// (retired counters are then dropped).
 func (r *Registry) Take() []Count {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	r.settle()
 	var out []Count
 	take := func(projectID int64, f *Flag) {
 		for i := range f.counts {

@@ -5,6 +5,8 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/flagedge/flagedge/shared/flags"
 )
 
 func take(r *Registry) []Count {
@@ -54,11 +56,72 @@ func TestCountsAcrossSnapshots(t *testing.T) {
 	}
 }
 
-// Counting is one atomic add, without allocating.
+// Counting one evaluation is one atomic add, without allocating.
 func TestAddDoesNotAllocate(t *testing.T) {
 	p := NewRegistry().Install(1, []Definition{{Key: "mv", Variants: []string{"blue", "red"}}})
 	f := p.Flag(0)
 	if n := testing.AllocsPerRun(1000, func() { f.Add(true, "red"); f.Add(false, ""); f.Add(true, "") }); n != 0 {
 		t.Errorf("%v allocations per evaluation", n)
+	}
+}
+
+// What answers count through the registry's tallies is taken with the rest: by the next
+// Take, whichever project a tally held last, and exactly, however many answers count at once
+// (more than there are tallies: some then count with atomic adds).
+func TestAnswersAreTakenExactly(t *testing.T) {
+	r := NewRegistry()
+	a := r.Install(1, []Definition{{Key: "a"}, {Key: "mv", Variants: []string{"blue", "red"}}, {Key: "off"}})
+	b := r.Install(2, []Definition{{Key: "b"}})
+	answerA := []flags.Result{{Active: true, Enabled: true}, {Active: true, Enabled: true, Variant: "red"}, {Active: false}}
+	answerB := []flags.Result{{Active: true}, {Active: true, Enabled: true}} // longer than the project: the rest is not counted
+	const workers, answers = 16, 2000
+	done := make(chan struct{})
+	for w := range workers {
+		go func() {
+			defer func() { done <- struct{}{} }()
+			for n := range answers {
+				if (w+n)%3 == 0 {
+					b.CountAnswer(answerB, nil)
+				} else {
+					a.CountAnswer(answerA, []bool{true, true, true})
+				}
+			}
+		}()
+	}
+	sum := map[string]int64{}
+	add := func() {
+		for _, c := range r.Take() {
+			sum[c.FlagKey+"="+c.Value] += c.N
+		}
+	}
+	for range workers {
+		<-done
+		add() // while others still count
+	}
+	add()
+	nb := int64(0)
+	for w := range workers {
+		for n := range answers {
+			if (w+n)%3 == 0 {
+				nb++
+			}
+		}
+	}
+	want := map[string]int64{"a=true": workers*answers - nb, "mv=red": workers*answers - nb, "b=false": nb}
+	if diff := cmp.Diff(want, sum); diff != "" {
+		t.Errorf("counts (-want +got):\n%s", diff)
+	}
+	a.CountAnswer(answerA, []bool{false, true, true}) // flags left out of the answer are not counted
+	if diff := cmp.Diff([]Count{{1, "mv", "red", 1}}, take(r)); diff != "" {
+		t.Errorf("an answer leaving a flag out (-want +got):\n%s", diff)
+	}
+}
+
+// Counting an answer allocates nothing once the tally has held the project.
+func TestCountAnswerDoesNotAllocate(t *testing.T) {
+	p := NewRegistry().Install(1, []Definition{{Key: "a"}, {Key: "mv", Variants: []string{"blue", "red"}}})
+	answer := []flags.Result{{Active: true, Enabled: true}, {Active: true, Enabled: true, Variant: "red"}}
+	if n := testing.AllocsPerRun(1000, func() { p.CountAnswer(answer, nil) }); n != 0 {
+		t.Errorf("%v allocations per answer", n)
 	}
 }
