@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
 	"sort"
 	"strconv"
 )
@@ -199,6 +200,11 @@ func Compile(p Project) (*Snapshot, error) {
 		s.personKeys = append(s.personKeys, k)
 	}
 	sort.Strings(s.personKeys)
+	for _, m := range c.matchers {
+		if i, ok := slices.BinarySearch(s.personKeys, m.key); ok && m.source == sourcePerson && i < maxPersonSlots {
+			m.personSlot = uint8(i + 1)
+		}
+	}
 	for i := range s.groupKeys {
 		sort.Strings(s.groupKeys[i])
 	}

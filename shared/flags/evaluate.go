@@ -191,7 +191,15 @@ type evaluation struct {
 	hasher *hasher // taken from hashers at the first hash
 	memo   memo
 	parsed parsedValues
+	// person holds the person properties read so far, by matcher.personSlot-1: those known
+	// have their bit set in personKnown, and those found in personFound.
+	person                   [maxPersonSlots]any
+	personKnown, personFound uint32
 }
+
+// maxPersonSlots is how many of a snapshot's person property keys an evaluation keeps the
+// values of (evaluation.person).
+const maxPersonSlots = 32
 
 // parsedValues keeps the last property value read as a version and as a date, with what it
 // read: flags often test one property (app_version, signup_date) with several operators.
@@ -464,7 +472,7 @@ func (e *evaluation) superConditionSet(c *condition) bool {
 	if len(c.matchers) == 0 {
 		return false
 	}
-	_, ok := e.personValue(c.matchers[0].key)
+	_, ok := e.personProperty(c.matchers[0].matcher)
 	return ok
 }
 
@@ -518,9 +526,29 @@ func (e *evaluation) clock() time.Time {
 }
 
 func (e *evaluation) lookupPerson(m *matcher) (any, bool) {
-	v, ok := e.personValue(m.key)
+	v, ok := e.personProperty(m)
 	if !ok && e.req.PersonLookupFailed {
 		e.failed = true
+	}
+	return v, ok
+}
+
+// personProperty is personValue(m.key), read once per evaluation when the matcher has a
+// person slot.
+func (e *evaluation) personProperty(m *matcher) (any, bool) {
+	if m.personSlot == 0 {
+		return e.personValue(m.key)
+	}
+	i := m.personSlot - 1
+	bit := uint32(1) << i
+	if e.personKnown&bit != 0 {
+		return e.person[i], e.personFound&bit != 0
+	}
+	v, ok := e.personValue(m.key)
+	e.person[i] = v
+	e.personKnown |= bit
+	if ok {
+		e.personFound |= bit
 	}
 	return v, ok
 }

@@ -83,6 +83,10 @@ type matcher struct {
 	*rareOperand
 
 	groupIndex int
+	// personSlot is, for a person property, 1 + the index of its key in the snapshot's
+	// person keys when below maxPersonSlots (an evaluation keeps the key's value there once
+	// read: flags test the same property with many filters), else 0.
+	personSlot uint8
 	source     source
 	op         opcode
 	negation   bool

@@ -2,9 +2,13 @@ package flags
 
 import (
 	"regexp"
+	"regexp/syntax"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/dlclark/regexp2"
 )
@@ -25,13 +29,20 @@ const backtrackTimeout = 5 * time.Millisecond
 
 // compiledRegex is a compiled pattern: re2 when RE2 compiles it, else back.
 type compiledRegex struct {
-	re2  *regexp.Regexp
+	re2 *regexp.Regexp
+	// need is text every match of re2 contains ("" when none is known): a value without it
+	// does not match, which strings.Contains tells faster than a match (regexp finds only a
+	// leading literal by itself).
+	need string
 	back *regexp2.Regexp
 }
 
 // match reports whether the pattern occurs in s.
 func (c *compiledRegex) match(s string) bool {
 	if c.re2 != nil {
+		if c.need != "" && !strings.Contains(s, c.need) {
+			return false
+		}
 		return c.re2.MatchString(s)
 	}
 	ok, err := c.back.MatchString(s)
@@ -63,7 +74,7 @@ func compileRegex(pattern string) *compiledRegex {
 	}
 	c := &compiledRegex{}
 	if re, err := regexp.Compile(pattern); err == nil {
-		c.re2 = re
+		c.re2, c.need = re, requiredText(pattern)
 	} else if back, err := regexp2.Compile(pattern, regexp2.RE2); err == nil {
 		back.MatchTimeout = backtrackTimeout
 		c.back = back
@@ -77,4 +88,29 @@ func compileRegex(pattern string) *compiledRegex {
 		regexes.n.Add(1)
 	}
 	return c
+}
+
+// requiredText returns the longest literal of a pattern's top-level sequence, which every
+// match contains, or "" when it has none: literals that fold case, and those holding U+FFFD
+// (which matches any invalid UTF-8 byte), are not text strings.Contains can look for.
+func requiredText(pattern string) string {
+	re, err := syntax.Parse(pattern, syntax.Perl)
+	if err != nil {
+		return ""
+	}
+	re = re.Simplify()
+	parts := []*syntax.Regexp{re}
+	if re.Op == syntax.OpConcat {
+		parts = re.Sub
+	}
+	need := ""
+	for _, p := range parts {
+		if p.Op != syntax.OpLiteral || p.Flags&syntax.FoldCase != 0 || slices.Contains(p.Rune, utf8.RuneError) {
+			continue
+		}
+		if lit := string(p.Rune); len(lit) > len(need) {
+			need = lit
+		}
+	}
+	return need
 }
