@@ -207,23 +207,40 @@ func (in *Ingester) ensure(ctx context.Context) (jetstream.Consumer, error) {
 	return Ensure(ctx, in.js, in.cfg)
 }
 
+// pullHeartbeat is how often the servers confirm that a pull is still held while it has
+// nothing to deliver. A pull the servers have dropped (its consumer's leader lost with a
+// server) is noticed after two missed heartbeats and asked for again: the client's default,
+// half the pull's 30 s expiry, left a replica idle for half a minute.
+const pullHeartbeat = 2 * time.Second
+
 // consume keeps one continuous pull handing messages to msgs until ctx ends, starting it
 // again (after setting the stream and consumer up again) when it stops by itself: the
-// consumer was deleted, or NATS replaced.
+// consumer was deleted, NATS replaced, or a pull request went unanswered.
 func (in *Ingester) consume(ctx context.Context, cons jetstream.Consumer, msgs chan<- jetstream.Msg) {
 	retry := backoff.Backoff{Initial: 100 * time.Millisecond, Max: 5 * time.Second}
 	// The pull keeps at most a batch of messages, and a few batches' bytes, in flight to
 	// this replica; a message larger than that must still fit.
 	maxBytes := max(2*in.cfg.BatchBytes, int(in.nc.MaxPayload())+64<<10)
 	for ctx.Err() == nil {
+		started := time.Now()
 		cc, err := cons.Consume(func(m jetstream.Msg) {
 			select {
 			case msgs <- m:
 			case <-ctx.Done(): // stopping: another replica (or this one, restarted) takes it now
 				_ = m.Nak()
 			}
-		}, jetstream.PullMaxMessagesWithBytesLimit(in.cfg.BatchMessages, maxBytes),
-			jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
+		}, jetstream.PullMaxMessagesWithBytesLimit(in.cfg.BatchMessages, maxBytes), jetstream.PullHeartbeat(pullHeartbeat),
+			jetstream.ConsumeErrHandler(func(cc jetstream.ConsumeContext, err error) {
+				if errors.Is(err, nats.ErrNoResponders) {
+					// A pull request published before the consumer's leader listens (just
+					// created, or being elected) is answered 503 and dropped by the servers,
+					// but the client still counts its messages as coming and asks for no
+					// more until a heartbeat is missed: start over instead. Draining hands
+					// what other pulls have already buffered to the workers first.
+					in.log.Info("event log: a pull went unanswered (no responders); starting it again")
+					cc.Drain()
+					return
+				}
 				in.log.Debug("event log: pull", "err", err)
 			}))
 		if err == nil {
@@ -236,6 +253,9 @@ func (in *Ingester) consume(ctx context.Context, cons jetstream.Consumer, msgs c
 			}
 		} else {
 			in.log.Warn("event log: cannot pull; retrying", "err", err)
+		}
+		if time.Since(started) > time.Minute {
+			retry.Reset() // a pull that ran for a while: this stop is not part of a series
 		}
 		if !retry.Wait(ctx, backoff.RealClock) {
 			return
