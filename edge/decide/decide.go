@@ -227,8 +227,11 @@ func (d *Handler) Evaluate(ctx *fasthttp.RequestCtx, project *state.Project, c *
 // evaluate adds GeoIP and the stored layers the project's flags need to the request and
 // evaluates the snapshot into results. It reports whether any flag could not be computed.
 func (d *Handler) evaluate(ctx *fasthttp.RequestCtx, project *state.Project, in *input, results []flags.Result) (_ []flags.Result, errored bool) {
+	// Relative dates count back from the time fasthttp read when the request came (the
+	// engine would read the clock again).
 	req := flags.Request{DistinctID: in.distinctID, DeviceID: in.deviceID, PersonProperties: in.personProperties,
-		GroupProperties: in.groupProperties, Selective: in.selective, Runtime: in.runtime, EvaluationContexts: in.contexts}
+		GroupProperties: in.groupProperties, Selective: in.selective, Runtime: in.runtime, EvaluationContexts: in.contexts,
+		Now: ctx.Time()}
 	if !in.geoipDisable {
 		req.GeoIP = d.geo.Lookup(d.ips.ClientIP(ctx.Request.Header.PeekAll("X-Forwarded-For"), ctx.RemoteIP()))
 	}

@@ -56,7 +56,7 @@ func Decode(req Request, maxSize int) ([]byte, error) {
 	body, compression := req.Body, strings.ToLower(req.Compression)
 	// A form body carries the payload in data=; clients such as curl label plain JSON as a
 	// form too, and that is read as the JSON it is.
-	if strings.HasPrefix(strings.ToLower(req.ContentType), "application/x-www-form-urlencoded") && !looksLikeJSON(body) {
+	if hasPrefixFold(req.ContentType, "application/x-www-form-urlencoded") && !looksLikeJSON(body) {
 		if err := req.reserve(3 * len(body)); err != nil { // the text, the parsed fields, data=
 			return nil, err
 		}
@@ -110,6 +110,12 @@ func Decode(req Request, maxSize int) ([]byte, error) {
 }
 
 func isGzip(b []byte) bool { return len(b) >= 2 && b[0] == 0x1f && b[1] == 0x8b }
+
+// hasPrefixFold reports whether s begins with prefix, ignoring case, without lower-casing s
+// (every request's Content-Type goes through it).
+func hasPrefixFold(s, prefix string) bool {
+	return len(s) >= len(prefix) && strings.EqualFold(s[:len(prefix)], prefix)
+}
 
 func looksLikeJSON(b []byte) bool {
 	b = bytes.TrimLeft(b, " \t\r\n")
