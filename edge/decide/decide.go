@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/valyala/fasthttp"
-	"github.com/valyala/fastjson"
 
 	"github.com/flagedge/flagedge/edge/admit"
 	"github.com/flagedge/flagedge/edge/apierror"
@@ -73,7 +72,7 @@ type Handler struct {
 
 // scratch is per-request memory, reused across requests.
 type scratch struct {
-	parser     fastjson.Parser
+	scan       scanner
 	in         input
 	person     flags.Properties
 	groupProps map[string]flags.Properties

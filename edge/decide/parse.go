@@ -3,9 +3,8 @@ package decide
 import (
 	"errors"
 	"strconv"
+	"strings"
 	"unsafe"
-
-	"github.com/valyala/fastjson"
 
 	"github.com/flagedge/flagedge/shared/event"
 	"github.com/flagedge/flagedge/shared/flags"
@@ -40,7 +39,11 @@ type input struct {
 
 var errNotObject = errors.New("expected a JSON object")
 
-// parse decodes body into s.in, reusing the scratch's parser and maps.
+// parse decodes body into s.in, reusing the scratch's scanner and maps: in one pass, taking
+// the fields it knows as it meets them (in the body's order: of repeated fields, the last
+// counts, and the first token), skipping the others. A body that is not valid JSON is an
+// error, whatever it held before the error; so is one whose field has the wrong type where
+// PostHog's server refuses it (after the body is read to its end, so that a syntax error wins).
 func (s *scratch) parse(body []byte) error {
 	in := &s.in
 	*in = input{groups: in.groups, flagKeysToEvaluate: in.flagKeysToEvaluate[:0], contexts: in.contexts[:0],
@@ -51,116 +54,164 @@ func (s *scratch) parse(body []byte) error {
 	if len(body) == 0 {
 		return nil
 	}
-	v, err := s.parser.ParseBytes(body)
-	if err != nil {
-		return err
-	}
-	obj, err := v.Object()
-	if err != nil {
+	sc := &s.scan
+	sc.reset(body)
+	if sc.peek() != kindObject {
+		sc.skip(1)
+		if err := sc.end(); err != nil {
+			return err
+		}
 		return errNotObject
 	}
 	var firstErr error
-	obj.Visit(func(key []byte, v *fastjson.Value) {
-		switch string(key) {
-		case "token", "api_key", "$token":
-			if t := stringOf(v); t != "" && in.token == "" {
-				in.token = t
-			}
-		case "distinct_id":
-			in.distinctID = idOf(v)
-		case "$distinct_id": // an alias; distinct_id wins
-			if in.distinctID == "" {
-				in.distinctID = idOf(v)
-			}
-		case "$anon_distinct_id", "anon_distinct_id":
-			if id := idOf(v); id != "" {
-				in.anonDistinctID = id
-			}
-		case "$device_id", "device_id":
-			if id := idOf(v); id != "" {
-				in.deviceID = id
-			}
-		case "person_properties":
-			if o, err := v.Object(); err == nil {
-				o.Visit(func(k []byte, pv *fastjson.Value) { s.person[bytesString(k)] = in.values.of(pv) })
-				in.personProperties = s.person
-			}
-		case "groups":
-			if o, err := v.Object(); err == nil {
-				if in.groups == nil {
-					in.groups = map[string]string{}
-				}
-				o.Visit(func(k []byte, gv *fastjson.Value) {
-					if key := scalarOf(gv); key != "" {
-						in.groups[bytesString(k)] = key
-					}
-				})
-			}
-		case "group_properties":
-			if o, err := v.Object(); err == nil {
-				n := 0
-				o.Visit(func(k []byte, gv *fastjson.Value) {
-					props, err := gv.Object()
-					if err != nil {
-						return
-					}
-					if n == len(in.groupMaps) {
-						in.groupMaps = append(in.groupMaps, map[string]any{})
-					}
-					m := in.groupMaps[n]
-					n++
-					clear(m)
-					props.Visit(func(pk []byte, pv *fastjson.Value) { m[bytesString(pk)] = in.values.of(pv) })
-					s.groupProps[bytesString(k)] = m
-				})
-				in.groupProperties = s.groupProps
-			}
-		case "geoip_disable":
-			in.geoipDisable = truthy(v)
-		case "disable_flags":
-			in.disableFlags = truthy(v)
-		case "flag_keys_to_evaluate", "flag_keys":
-			if arr, err := v.Array(); err == nil {
-				for _, k := range arr {
-					if key := stringOf(k); key != "" {
-						in.flagKeysToEvaluate = append(in.flagKeysToEvaluate, key)
-					}
-				}
-			} else if v.Type() != fastjson.TypeNull && firstErr == nil {
-				firstErr = errors.New("flag_keys_to_evaluate must be a list of strings")
-			}
-		case "evaluation_runtime":
-			// As PostHog's server: a string names the runtime ("client", "server", else
-			// "all"); null names none; anything else is a malformed body.
-			switch v.Type() {
-			case fastjson.TypeString:
-				in.runtime = flags.ParseRuntime(bytesString(v.GetStringBytes()))
-			case fastjson.TypeNull:
-			default:
-				if firstErr == nil {
-					firstErr = errors.New("evaluation_runtime must be a string")
-				}
-			}
-		case "evaluation_contexts", "evaluation_environments":
-			arr, err := v.Array()
-			if err != nil {
-				if v.Type() != fastjson.TypeNull && firstErr == nil {
-					firstErr = errors.New(string(key) + " must be a list of strings")
-				}
-				return
-			}
-			for _, c := range arr {
-				if c.Type() != fastjson.TypeString {
-					if firstErr == nil {
-						firstErr = errors.New(string(key) + " must be a list of strings")
-					}
-					return
-				}
-				in.contexts = append(in.contexts, bytesString(c.GetStringBytes()))
+	for more := sc.object(1); more && sc.err == nil; more = sc.next('}') {
+		if err := s.field(sc, sc.key()); err != nil && firstErr == nil {
+			firstErr = err
+		}
+	}
+	if err := sc.end(); err != nil {
+		return err
+	}
+	return firstErr
+}
+
+// field reads the value of the body's field key (at depth 2) into s.in, and returns the error
+// of a value of the wrong type where that is an error.
+func (s *scratch) field(sc *scanner, key string) error {
+	const depth = 2
+	in := &s.in
+	switch key {
+	case "token", "api_key", "$token":
+		if t := stringOf(sc, depth); t != "" && in.token == "" {
+			in.token = t
+		}
+	case "distinct_id":
+		in.distinctID = idOf(sc, depth)
+	case "$distinct_id": // an alias; distinct_id wins
+		if id := idOf(sc, depth); in.distinctID == "" {
+			in.distinctID = id
+		}
+	case "$anon_distinct_id", "anon_distinct_id":
+		if id := idOf(sc, depth); id != "" {
+			in.anonDistinctID = id
+		}
+	case "$device_id", "device_id":
+		if id := idOf(sc, depth); id != "" {
+			in.deviceID = id
+		}
+	case "person_properties":
+		if sc.peek() != kindObject {
+			sc.skip(depth)
+			break
+		}
+		for more := sc.object(depth); more && sc.err == nil; more = sc.next('}') {
+			k := sc.key()
+			s.person[k] = in.values.read(sc, depth+1)
+		}
+		in.personProperties = s.person
+	case "groups":
+		if sc.peek() != kindObject {
+			sc.skip(depth)
+			break
+		}
+		if in.groups == nil {
+			in.groups = map[string]string{}
+		}
+		for more := sc.object(depth); more && sc.err == nil; more = sc.next('}') {
+			k := sc.key()
+			if v := scalarOf(sc, depth+1); v != "" {
+				in.groups[k] = v
 			}
 		}
-	})
-	return firstErr
+	case "group_properties":
+		if sc.peek() != kindObject {
+			sc.skip(depth)
+			break
+		}
+		n := 0
+		for more := sc.object(depth); more && sc.err == nil; more = sc.next('}') {
+			k := sc.key()
+			if sc.peek() != kindObject {
+				sc.skip(depth + 1)
+				continue
+			}
+			if n == len(in.groupMaps) {
+				in.groupMaps = append(in.groupMaps, map[string]any{})
+			}
+			m := in.groupMaps[n]
+			n++
+			clear(m)
+			for more := sc.object(depth + 1); more && sc.err == nil; more = sc.next('}') {
+				pk := sc.key()
+				m[pk] = in.values.read(sc, depth+2)
+			}
+			s.groupProps[k] = m
+		}
+		in.groupProperties = s.groupProps
+	case "geoip_disable":
+		in.geoipDisable = truthy(sc, depth)
+	case "disable_flags":
+		in.disableFlags = truthy(sc, depth)
+	case "flag_keys_to_evaluate", "flag_keys":
+		switch sc.peek() {
+		case kindArray:
+			for more := sc.array(depth); more && sc.err == nil; more = sc.next(']') {
+				if k := stringOf(sc, depth+1); k != "" {
+					in.flagKeysToEvaluate = append(in.flagKeysToEvaluate, k)
+				}
+			}
+		case kindNull:
+			sc.skip(depth)
+		default:
+			sc.skip(depth)
+			return errors.New("flag_keys_to_evaluate must be a list of strings")
+		}
+	case "evaluation_runtime":
+		// As PostHog's server: a string names the runtime ("client", "server", else
+		// "all"); null names none; anything else is a malformed body.
+		switch sc.peek() {
+		case kindString:
+			_, t := sc.scalar(depth)
+			in.runtime = flags.ParseRuntime(t)
+		case kindNull:
+			sc.skip(depth)
+		default:
+			sc.skip(depth)
+			return errors.New("evaluation_runtime must be a string")
+		}
+	case "evaluation_contexts", "evaluation_environments":
+		switch sc.peek() {
+		case kindArray:
+			// A list with anything but strings is an error, and the strings after it are
+			// not read.
+			var err error
+			for more := sc.array(depth); more && sc.err == nil; more = sc.next(']') {
+				k, t := sc.peek(), ""
+				if k == kindString {
+					_, t = sc.scalar(depth + 1)
+				} else {
+					sc.skip(depth + 1)
+				}
+				if err != nil {
+					continue
+				}
+				if k != kindString {
+					err = errors.New(key + " must be a list of strings")
+					continue
+				}
+				in.contexts = append(in.contexts, t)
+			}
+			return err
+		case kindNull:
+			sc.skip(depth)
+		default:
+			sc.skip(depth)
+			return errors.New(key + " must be a list of strings")
+		}
+	default:
+		sc.skip(depth)
+	}
+	return nil
 }
 
 // bytesString views b as a string without copying.
@@ -171,39 +222,52 @@ func bytesString(b []byte) string {
 	return unsafe.String(&b[0], len(b))
 }
 
-func stringOf(v *fastjson.Value) string {
-	if v.Type() != fastjson.TypeString {
+// stringOf reads a value and returns it when it is a string, else "".
+func stringOf(sc *scanner, depth int) string {
+	if sc.peek() != kindString {
+		sc.skip(depth)
 		return ""
 	}
-	return bytesString(v.GetStringBytes())
+	_, t := sc.scalar(depth)
+	return t
 }
 
 // idOf reads a distinct id sent as a string or a number, cut to 200 characters, with NUL and
 // invalid UTF-8 replaced, as capture stores it: the id is sent to the control plane and
 // looked up in PostgreSQL, which take neither.
-func idOf(v *fastjson.Value) string {
-	return event.CleanString(scalarOf(v), event.MaxIDRunes)
+func idOf(sc *scanner, depth int) string {
+	return event.CleanString(scalarOf(sc, depth), event.MaxIDRunes)
 }
 
-// scalarOf is the string form of a string or a number, with NUL and invalid UTF-8 replaced.
-func scalarOf(v *fastjson.Value) string {
-	switch v.Type() {
-	case fastjson.TypeString:
-		return event.CleanString(bytesString(v.GetStringBytes()), 0)
-	case fastjson.TypeNumber:
-		return string(v.MarshalTo(nil))
+// scalarOf reads a value and returns the string form of a string or a number (as written),
+// with NUL and invalid UTF-8 replaced; "" for other values.
+func scalarOf(sc *scanner, depth int) string {
+	switch sc.peek() {
+	case kindString:
+		_, t := sc.scalar(depth)
+		return event.CleanString(t, 0)
+	case kindNumber:
+		if k, t := sc.scalar(depth); k == kindNumber {
+			return strings.Clone(t) // kept beyond the request, as the group key or distinct id of a look-up
+		}
+		return ""
 	}
+	sc.skip(depth)
 	return ""
 }
 
-func truthy(v *fastjson.Value) bool {
-	switch v.Type() {
-	case fastjson.TypeTrue:
-		return true
-	case fastjson.TypeString:
-		b, _ := strconv.ParseBool(bytesString(v.GetStringBytes()))
-		return b
+// truthy reads a value: true, or a string strconv.ParseBool reads as true.
+func truthy(sc *scanner, depth int) bool {
+	switch sc.peek() {
+	case kindTrue, kindString:
+		k, t := sc.scalar(depth)
+		if k == kindString {
+			b, _ := strconv.ParseBool(t)
+			return b
+		}
+		return k == kindTrue
 	}
+	sc.skip(depth)
 	return false
 }
 
@@ -228,34 +292,39 @@ func typeOf(v any) unsafe.Pointer { return (*eface)(unsafe.Pointer(&v)).typ }
 // reset makes the slots free for the next request.
 func (vs values) reset() values { return values{strs: vs.strs[:0], nums: vs.nums[:0]} }
 
-// of converts a JSON value into the engine's property form.
-func (vs *values) of(v *fastjson.Value) any {
-	switch v.Type() {
-	case fastjson.TypeString:
-		vs.strs = grown(vs.strs)
-		vs.strs = append(vs.strs, bytesString(v.GetStringBytes()))
-		return boxed(stringType, unsafe.Pointer(&vs.strs[len(vs.strs)-1]))
-	case fastjson.TypeNumber:
-		f, _ := v.Float64()
-		vs.nums = grown(vs.nums)
-		vs.nums = append(vs.nums, f)
-		return boxed(float64Type, unsafe.Pointer(&vs.nums[len(vs.nums)-1]))
-	case fastjson.TypeTrue:
-		return true
-	case fastjson.TypeFalse:
-		return false
-	case fastjson.TypeArray:
-		arr, _ := v.Array()
-		out := make([]any, len(arr))
-		for i, e := range arr {
-			out[i] = vs.of(e)
+// read reads a JSON value (at depth) into the engine's property form.
+func (vs *values) read(sc *scanner, depth int) any {
+	switch sc.peek() {
+	case kindArray:
+		var out []any
+		for more := sc.array(depth); more && sc.err == nil; more = sc.next(']') {
+			out = append(out, vs.read(sc, depth+1))
+		}
+		if out == nil && sc.err == nil {
+			out = []any{}
 		}
 		return out
-	case fastjson.TypeObject:
-		o, _ := v.Object()
-		out := make(map[string]any, o.Len())
-		o.Visit(func(k []byte, e *fastjson.Value) { out[bytesString(k)] = vs.of(e) })
+	case kindObject:
+		out := map[string]any{}
+		for more := sc.object(depth); more && sc.err == nil; more = sc.next('}') {
+			k := sc.key()
+			out[k] = vs.read(sc, depth+1)
+		}
 		return out
+	}
+	switch k, t := sc.scalar(depth); k {
+	case kindString:
+		vs.strs = grown(vs.strs)
+		vs.strs = append(vs.strs, t)
+		return boxed(stringType, unsafe.Pointer(&vs.strs[len(vs.strs)-1]))
+	case kindNumber:
+		vs.nums = grown(vs.nums)
+		vs.nums = append(vs.nums, number(t))
+		return boxed(float64Type, unsafe.Pointer(&vs.nums[len(vs.nums)-1]))
+	case kindTrue:
+		return true
+	case kindFalse:
+		return false
 	}
 	return nil
 }
