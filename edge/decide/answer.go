@@ -11,8 +11,8 @@ import (
 func wanted(want []bool, i int) bool { return want == nil || want[i] }
 
 // appendDecide writes the /decide answer of versions 1 to 3, with the project's client
-// configuration members; keys[i] is the JSON string of results[i].Key (state.Project's
-// AnswerKeys).
+// configuration members; keys[i] is the JSON string of results[i].Key, followed by `:true`
+// in its capacity (state.Project's AnswerKeys).
 func appendDecide(b, members []byte, keys [][]byte, results []flags.Result, want []bool, errored bool, version int) []byte {
 	b = append(b, '{')
 	b = append(b, members...)
@@ -47,9 +47,12 @@ func appendDecide(b, members []byte, keys [][]byte, results []flags.Result, want
 			if n > 0 {
 				b = append(b, ',')
 			}
-			b = append(b, keys[i]...)
-			b = append(b, ':')
-			b = appendValue(b, r)
+			if k := keys[i]; r.Enabled && r.Variant == "" {
+				b = append(b, k[:cap(k)]...) // "key":true
+			} else {
+				b = append(b, k[:cap(k)-len("true")]...) // "key":
+				b = appendValue(b, r)
+			}
 			n++
 		}
 		b = append(b, '}')
@@ -65,8 +68,7 @@ func appendDecide(b, members []byte, keys [][]byte, results []flags.Result, want
 			if n > 0 {
 				b = append(b, ',')
 			}
-			b = append(b, keys[i]...)
-			b = append(b, ':')
+			b = append(b, keys[i][:cap(keys[i])-len("true")]...) // "key":
 			b = append(b, r.Payload...)
 			n++
 		}

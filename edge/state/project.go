@@ -47,7 +47,9 @@ type Project struct {
 	EarlyAccessFeatures []EarlyAccessFeature
 	// AnswerKeys are the keys of the snapshot's flags as JSON strings, by result index
 	// (AnswerKeys[i] is Snapshot.Key(i) quoted and escaped), written once here so that an
-	// answer copies them instead of escaping 50 keys twice per request.
+	// answer copies them instead of escaping 50 keys twice per request. Each is followed, in
+	// its capacity, by `:true`: k[:cap(k)] is the answer's member for an enabled boolean flag
+	// and k[:cap(k)-4] the start of any other member, one copy each.
 	AnswerKeys [][]byte
 	// Counts are the evaluation counters of the snapshot's flags (nil when the edge does not
 	// count): Counts.Flag(i) counts the i-th result of Snapshot.Evaluate.
@@ -192,22 +194,27 @@ func compileProject(pb *syncpb.ProjectSnapshot) (*Project, error) {
 	return p, nil
 }
 
-// answerKeys encodes the snapshot's flag keys as JSON strings, in one block of memory.
+// answerKeys encodes the snapshot's flag keys as JSON strings, in one block of memory, each
+// followed by memberTrue beyond its length (within its capacity; see AnswerKeys).
 func answerKeys(snap *flags.Snapshot) [][]byte {
 	var all []byte
 	ends := make([]int, snap.Len())
 	for i := range ends {
 		all = jsonenc.AppendString(all, snap.Key(i))
+		all = append(all, memberTrue...)
 		ends[i] = len(all)
 	}
 	keys := make([][]byte, len(ends))
 	start := 0
 	for i, end := range ends {
-		keys[i] = all[start:end:end]
+		keys[i] = all[start : end-len(memberTrue) : end]
 		start = end
 	}
 	return keys
 }
+
+// memberTrue follows each of AnswerKeys.
+const memberTrue = ":true"
 
 // countDefinitions lists the snapshot's flags in evaluation order with the values they can
 // take, for their counters.
