@@ -34,11 +34,22 @@ type compiledRegex struct {
 	// does not match, which strings.Contains tells faster than a match (regexp finds only a
 	// leading literal by itself).
 	need string
-	back *regexp2.Regexp
+	// texts, when set, are all the strings re2 matches (a pattern of literals and
+	// alternatives, such as /checkout/(new|v2)): it occurs in s when one of them does.
+	texts []string
+	back  *regexp2.Regexp
 }
 
 // match reports whether the pattern occurs in s.
 func (c *compiledRegex) match(s string) bool {
+	if c.texts != nil {
+		for _, t := range c.texts {
+			if strings.Contains(s, t) {
+				return true
+			}
+		}
+		return false
+	}
 	if c.re2 != nil {
 		if c.need != "" && !strings.Contains(s, c.need) {
 			return false
@@ -74,7 +85,7 @@ func compileRegex(pattern string) *compiledRegex {
 	}
 	c := &compiledRegex{}
 	if re, err := regexp.Compile(pattern); err == nil {
-		c.re2, c.need = re, requiredText(pattern)
+		c.re2, c.need, c.texts = re, requiredText(pattern), literalTexts(pattern)
 	} else if back, err := regexp2.Compile(pattern, regexp2.RE2); err == nil {
 		back.MatchTimeout = backtrackTimeout
 		c.back = back
@@ -113,4 +124,75 @@ func requiredText(pattern string) string {
 		}
 	}
 	return need
+}
+
+// maxTexts bounds literalTexts: past it, the pattern is matched by RE2.
+const maxTexts = 16
+
+// literalTexts returns every string a pattern matches when they are few (a pattern of
+// literals, classes of a few characters and alternatives, without anchors or repetition),
+// else nil. As for requiredText, literals that fold case or hold U+FFFD disqualify it.
+func literalTexts(pattern string) []string {
+	re, err := syntax.Parse(pattern, syntax.Perl)
+	if err != nil {
+		return nil
+	}
+	texts, ok := literalSet(re.Simplify())
+	if !ok {
+		return nil
+	}
+	return texts
+}
+
+func literalSet(re *syntax.Regexp) ([]string, bool) {
+	switch re.Op {
+	case syntax.OpEmptyMatch:
+		return []string{""}, true
+	case syntax.OpLiteral:
+		if re.Flags&syntax.FoldCase != 0 || slices.Contains(re.Rune, utf8.RuneError) {
+			return nil, false
+		}
+		return []string{string(re.Rune)}, true
+	case syntax.OpCharClass:
+		var out []string
+		for i := 0; i+1 < len(re.Rune); i += 2 {
+			lo, hi := re.Rune[i], re.Rune[i+1]
+			if hi-lo >= maxTexts || lo <= utf8.RuneError && utf8.RuneError <= hi || len(out)+int(hi-lo)+1 > maxTexts {
+				return nil, false
+			}
+			for r := lo; r <= hi; r++ {
+				out = append(out, string(r))
+			}
+		}
+		return out, len(out) > 0
+	case syntax.OpCapture:
+		return literalSet(re.Sub[0])
+	case syntax.OpConcat:
+		out := []string{""}
+		for _, sub := range re.Sub {
+			set, ok := literalSet(sub)
+			if !ok || len(out)*len(set) > maxTexts {
+				return nil, false
+			}
+			next := make([]string, 0, len(out)*len(set))
+			for _, a := range out {
+				for _, b := range set {
+					next = append(next, a+b)
+				}
+			}
+			out = next
+		}
+		return out, true
+	case syntax.OpAlternate:
+		var out []string
+		for _, sub := range re.Sub {
+			set, ok := literalSet(sub)
+			if !ok || len(out)+len(set) > maxTexts {
+				return nil, false
+			}
+			out = append(out, set...)
+		}
+		return out, true
+	}
+	return nil, false
 }

@@ -2,10 +2,11 @@ package flags
 
 import (
 	"regexp"
+	"slices"
 	"testing"
 )
 
-// regexCases are patterns with text each must contain (requiredText), or "" for none.
+// regexCases are patterns with text each match contains (requiredText), or "" for none.
 var regexCases = []struct{ pattern, need string }{
 	{`^[a-z]+\d*@example\.com$`, "@example.com"},
 	{`/checkout/(new|v2)`, "/checkout/"},
@@ -18,12 +19,18 @@ var regexCases = []struct{ pattern, need string }{
 	{`(?m)^line$`, "line"},
 	{`(abc)+`, ""},
 	{`.*`, ""},
+	{`a[bc]d|x(y|)z`, ""},
+	{`[^a]`, ""},
+	{`(?s).`, ""},
+	{`^/checkout/(new|v2)`, "/checkout/"},
+	{`(|a)`, ""},
+	{`[\x{FFF0}-\x{FFFF}]`, ""},
 }
 
-// The text a regex filter needs is every match's, so that looking for it first never changes
-// an answer.
+// The text a regex filter needs is every match's, and a pattern's few texts are all it
+// matches, so that looking for them instead never changes an answer.
 func TestRequiredText(t *testing.T) {
-	inputs := []string{"", "alice42@example.com", "alice@Example.com", "https://shop.example.com/checkout/v2", "/checkout/",
+	inputs := []string{"", "alice42@example.com", "abd", "acd", "xz", "xyz", "a", "\uFFF5", "alice@Example.com", "https://shop.example.com/checkout/v2", "/checkout/",
 		"ab", "abc", "xxabcd", "EXAMPLE", "bcd", "Abcd", ".+", "é\xffz", "éz", "a\nline\nb", "abcabc", "\xff"}
 	for _, c := range regexCases {
 		if got := requiredText(c.pattern); got != c.need {
@@ -31,6 +38,12 @@ func TestRequiredText(t *testing.T) {
 		}
 		for _, s := range inputs {
 			checkRegex(t, c.pattern, s)
+		}
+	}
+	for pattern, want := range map[string][]string{`/checkout/(new|v2)`: {"/checkout/new", "/checkout/v2"},
+		`a[bc]d|x(y|)z`: {"abd", "acd", "xyz", "xz"}, `(|a)`: {"", "a"}, `^/checkout/(new|v2)`: nil, `[a-z]`: nil} {
+		if got := literalTexts(pattern); !slices.Equal(got, want) {
+			t.Errorf("%q: literalTexts %q, want %q", pattern, got, want)
 		}
 	}
 }
@@ -42,11 +55,12 @@ func checkRegex(t *testing.T, pattern, s string) {
 	}
 	c := compileRegex(pattern)
 	if got, want := c.match(s), re.MatchString(s); got != want {
-		t.Errorf("%q on %q: %v, want %v (needed text %q)", pattern, s, got, want, c.need)
+		t.Errorf("%q on %q: %v, want %v (needed text %q, texts %q)", pattern, s, got, want, c.need, c.texts)
 	}
 }
 
-// FuzzRegexRequiredText checks that a pattern's needed text never changes whether it matches.
+// FuzzRegexRequiredText checks that a pattern's needed text, and its texts when it has few,
+// never change whether it matches.
 func FuzzRegexRequiredText(f *testing.F) {
 	for _, c := range regexCases {
 		f.Add(c.pattern, "alice42@example.com")
