@@ -15,9 +15,9 @@ import (
 // Value slots of a flag's counters: false, true, then its variants in order, then any other
 // value (a variant the edge does not know, such as a holdout's).
 const (
-	slotFalse = 0
-	slotTrue  = 1
-	firstVariant
+	slotFalse    = 0
+	slotTrue     = 1
+	firstVariant = 2
 )
 
 // Flag counts one flag's evaluations by value.

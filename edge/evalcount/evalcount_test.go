@@ -29,6 +29,7 @@ func TestCountsAcrossSnapshots(t *testing.T) {
 	p.Flag(0).Add(true, "")
 	p.Flag(0).Add(false, "")
 	p.Flag(1).Add(true, "red")
+	p.Flag(1).Add(true, "blue") // the first variant: its own value, not "true"
 	p.Flag(1).Add(true, "holdout-1") // a value the edge does not know
 	p.Flag(2).Add(true, "")
 	p.Flag(7).Add(true, "") // out of range: nothing
@@ -42,7 +43,7 @@ func TestCountsAcrossSnapshots(t *testing.T) {
 	next.ByKey("mv").Add(true, "green")
 
 	want := []Count{{1, "a", "false", 1}, {1, "a", "true", 2}, {1, "gone", "true", 1},
-		{1, "mv", "green", 1}, {1, "mv", "other", 1}, {1, "mv", "red", 1}}
+		{1, "mv", "blue", 1}, {1, "mv", "green", 1}, {1, "mv", "other", 1}, {1, "mv", "red", 1}}
 	if diff := cmp.Diff(want, take(r)); diff != "" {
 		t.Errorf("first take (-want +got):\n%s", diff)
 	}
@@ -67,12 +68,12 @@ func TestAddDoesNotAllocate(t *testing.T) {
 
 // What answers count through the registry's tallies is taken with the rest: by the next
 // Take, whichever project a tally held last, and exactly, however many answers count at once
-// (more than there are tallies: some then count with atomic adds).
+// (more than there are tallies).
 func TestAnswersAreTakenExactly(t *testing.T) {
 	r := NewRegistry()
 	a := r.Install(1, []Definition{{Key: "a"}, {Key: "mv", Variants: []string{"blue", "red"}}, {Key: "off"}})
 	b := r.Install(2, []Definition{{Key: "b"}})
-	answerA := []flags.Result{{Active: true, Enabled: true}, {Active: true, Enabled: true, Variant: "red"}, {Active: false}}
+	answerA := []flags.Result{{Active: true, Enabled: true}, {Active: true, Enabled: true, Variant: "blue"}, {Active: false}}
 	answerB := []flags.Result{{Active: true}, {Active: true, Enabled: true}} // longer than the project: the rest is not counted
 	const workers, answers = 16, 2000
 	done := make(chan struct{})
@@ -107,13 +108,32 @@ func TestAnswersAreTakenExactly(t *testing.T) {
 			}
 		}
 	}
-	want := map[string]int64{"a=true": workers*answers - nb, "mv=red": workers*answers - nb, "b=false": nb}
+	want := map[string]int64{"a=true": workers*answers - nb, "mv=blue": workers*answers - nb, "b=false": nb}
 	if diff := cmp.Diff(want, sum); diff != "" {
 		t.Errorf("counts (-want +got):\n%s", diff)
 	}
 	a.CountAnswer(answerA, []bool{false, true, true}) // flags left out of the answer are not counted
-	if diff := cmp.Diff([]Count{{1, "mv", "red", 1}}, take(r)); diff != "" {
+	if diff := cmp.Diff([]Count{{1, "mv", "blue", 1}}, take(r)); diff != "" {
 		t.Errorf("an answer leaving a flag out (-want +got):\n%s", diff)
+	}
+}
+
+// An answer that finds every tally in use counts each flag on its counters directly.
+func TestAnswerCountedWhenEveryTallyIsInUse(t *testing.T) {
+	r := NewRegistry()
+	p := r.Install(1, []Definition{{Key: "a"}, {Key: "mv", Variants: []string{"blue", "red"}}})
+	for i := range r.tallies {
+		r.tallies[i].busy.Store(true)
+	}
+	p.CountAnswer([]flags.Result{{Active: true, Enabled: true}, {Active: true, Enabled: true, Variant: "red"}}, nil)
+	for i := range r.tallies {
+		if r.tallies[i].project != nil {
+			t.Fatal("a tally in use was taken")
+		}
+		r.tallies[i].busy.Store(false)
+	}
+	if diff := cmp.Diff([]Count{{1, "a", "true", 1}, {1, "mv", "red", 1}}, take(r)); diff != "" {
+		t.Errorf("counts (-want +got):\n%s", diff)
 	}
 }
 

@@ -3,7 +3,6 @@ package flags
 import (
 	"regexp"
 	"regexp/syntax"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -101,6 +100,21 @@ func compileRegex(pattern string) *compiledRegex {
 	return c
 }
 
+// Surrogate code points: a pattern may name them (\x{D800}) but never matches one, since
+// decoded text holds none, while string(r) of one is U+FFFD, which text can hold.
+const surrogateMin, surrogateMax = 0xD800, 0xDFFF
+
+// plainText reports whether a literal's runes are text strings.Contains can look for: valid
+// runes other than U+FFFD (which matches any invalid UTF-8 byte) and the surrogates.
+func plainText(runes []rune) bool {
+	for _, r := range runes {
+		if r == utf8.RuneError || !utf8.ValidRune(r) {
+			return false
+		}
+	}
+	return true
+}
+
 // requiredText returns the longest literal of a pattern's top-level sequence, which every
 // match contains, or "" when it has none: literals that fold case, and those holding U+FFFD
 // (which matches any invalid UTF-8 byte), are not text strings.Contains can look for.
@@ -116,7 +130,7 @@ func requiredText(pattern string) string {
 	}
 	need := ""
 	for _, p := range parts {
-		if p.Op != syntax.OpLiteral || p.Flags&syntax.FoldCase != 0 || slices.Contains(p.Rune, utf8.RuneError) {
+		if p.Op != syntax.OpLiteral || p.Flags&syntax.FoldCase != 0 || !plainText(p.Rune) {
 			continue
 		}
 		if lit := string(p.Rune); len(lit) > len(need) {
@@ -149,7 +163,7 @@ func literalSet(re *syntax.Regexp) ([]string, bool) {
 	case syntax.OpEmptyMatch:
 		return []string{""}, true
 	case syntax.OpLiteral:
-		if re.Flags&syntax.FoldCase != 0 || slices.Contains(re.Rune, utf8.RuneError) {
+		if re.Flags&syntax.FoldCase != 0 || !plainText(re.Rune) {
 			return nil, false
 		}
 		return []string{string(re.Rune)}, true
@@ -157,7 +171,8 @@ func literalSet(re *syntax.Regexp) ([]string, bool) {
 		var out []string
 		for i := 0; i+1 < len(re.Rune); i += 2 {
 			lo, hi := re.Rune[i], re.Rune[i+1]
-			if hi-lo >= maxTexts || lo <= utf8.RuneError && utf8.RuneError <= hi || len(out)+int(hi-lo)+1 > maxTexts {
+			if hi-lo >= maxTexts || len(out)+int(hi-lo)+1 > maxTexts || lo <= utf8.RuneError && utf8.RuneError <= hi ||
+				lo <= surrogateMax && surrogateMin <= hi || hi > utf8.MaxRune {
 				return nil, false
 			}
 			for r := lo; r <= hi; r++ {

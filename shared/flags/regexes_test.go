@@ -25,13 +25,18 @@ var regexCases = []struct{ pattern, need string }{
 	{`^/checkout/(new|v2)`, "/checkout/"},
 	{`(|a)`, ""},
 	{`[\x{FFF0}-\x{FFFF}]`, ""},
+	// Surrogates: named, never matched, and not U+FFFD, which string(r) makes of them.
+	{`\x{D800}`, ""},
+	{`[\x{D800}-\x{D801}]`, ""},
+	{`a\x{DFFF}`, ""},
+	{`x|\x{D800}`, ""},
 }
 
 // The text a regex filter needs is every match's, and a pattern's few texts are all it
 // matches, so that looking for them instead never changes an answer.
 func TestRequiredText(t *testing.T) {
 	inputs := []string{"", "alice42@example.com", "abd", "acd", "xz", "xyz", "a", "\uFFF5", "alice@Example.com", "https://shop.example.com/checkout/v2", "/checkout/",
-		"ab", "abc", "xxabcd", "EXAMPLE", "bcd", "Abcd", ".+", "é\xffz", "éz", "a\nline\nb", "abcabc", "\xff"}
+		"ab", "abc", "xxabcd", "EXAMPLE", "bcd", "Abcd", ".+", "é\xffz", "éz", "a\nline\nb", "abcabc", "\xff", "\uFFFD", "a\uFFFD"}
 	for _, c := range regexCases {
 		if got := requiredText(c.pattern); got != c.need {
 			t.Errorf("%q: requiredText %q, want %q", c.pattern, got, c.need)
