@@ -97,8 +97,8 @@ func ConsumerConfig(cfg Config) jetstream.ConsumerConfig {
 		// dead-lettered and acknowledged; one that fails otherwise waits for the cause to go.
 		MaxDeliver:    -1,
 		MaxAckPending: max(10_000, 4*cfg.Workers*cfg.BatchMessages),
-		// Large enough for every worker of a few replicas at once.
-		MaxRequestBatch: cfg.BatchMessages,
+		// No MaxRequestBatch: replicas configured differently share the consumer, and a pull
+		// larger than its limit would be refused every time it is asked for again.
 	}
 }
 
@@ -231,17 +231,23 @@ func (in *Ingester) consume(ctx context.Context, cons jetstream.Consumer, msgs c
 			}
 		}, jetstream.PullMaxMessagesWithBytesLimit(in.cfg.BatchMessages, maxBytes), jetstream.PullHeartbeat(pullHeartbeat),
 			jetstream.ConsumeErrHandler(func(cc jetstream.ConsumeContext, err error) {
-				if errors.Is(err, nats.ErrNoResponders) {
+				switch {
+				case errors.Is(err, nats.ErrNoResponders), errors.Is(err, jetstream.ErrServerShutdown):
 					// A pull request published before the consumer's leader listens (just
-					// created, or being elected) is answered 503 and dropped by the servers,
-					// but the client still counts its messages as coming and asks for no
-					// more until a heartbeat is missed: start over instead. Draining hands
-					// what other pulls have already buffered to the workers first.
-					in.log.Info("event log: a pull went unanswered (no responders); starting it again")
+					// created, or being elected) is answered 503 and dropped, and one held by a
+					// server that shuts down is ended; either way the client still counts its
+					// messages as coming and asks for no more until two heartbeats are missed.
+					// Start over instead: draining hands what other pulls have already
+					// buffered to the workers first.
+					in.log.Info("event log: a pull was dropped by the servers; starting it again", "err", err)
 					cc.Drain()
-					return
+				case errors.Is(err, jetstream.ErrNoHeartbeat), errors.Is(err, jetstream.ErrConsumerLeadershipChanged):
+					in.log.Debug("event log: pull", "err", err) // the client asks again by itself
+				default:
+					// Refused pulls (a limit of the consumer's) are asked for again and
+					// refused again: an operator must see it.
+					in.log.Warn("event log: pull", "err", err)
 				}
-				in.log.Debug("event log: pull", "err", err)
 			}))
 		if err == nil {
 			select {
