@@ -104,6 +104,7 @@ func (s *scratch) field(sc *scanner, key string) error {
 			sc.skip(depth)
 			break
 		}
+		clear(s.person) // a repeated field: the last counts
 		for more := sc.object(depth); more && sc.err == nil; more = sc.next('}') {
 			k := sc.key()
 			s.person[k] = in.values.read(sc, depth+1)
@@ -128,6 +129,7 @@ func (s *scratch) field(sc *scanner, key string) error {
 			sc.skip(depth)
 			break
 		}
+		clear(s.groupProps) // a repeated field: the last counts, and its maps are reused from the first
 		n := 0
 		for more := sc.object(depth); more && sc.err == nil; more = sc.next('}') {
 			k := sc.key()

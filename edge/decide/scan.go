@@ -2,6 +2,7 @@ package decide
 
 import (
 	"errors"
+	"fmt"
 	"strconv"
 	"strings"
 	"unicode/utf16"
@@ -23,6 +24,7 @@ type scanner struct {
 	buf []byte
 	i   int
 	err error // the first syntax error; once set, every read fails
+	at  int   // where err was met
 }
 
 // maxDepth is how deep values may nest, counting the document as 1 (fastjson.MaxDepth).
@@ -57,7 +59,7 @@ func (sc *scanner) reset(doc []byte) {
 
 func (sc *scanner) fail(err error) {
 	if sc.err == nil {
-		sc.err = err
+		sc.err, sc.at = err, sc.i
 	}
 	sc.i = len(sc.buf)
 }
@@ -79,7 +81,12 @@ func (sc *scanner) end() error {
 	if sc.err == nil && sc.i < len(sc.buf) {
 		sc.fail(errTail)
 	}
-	return sc.err
+	if sc.err == nil || sc.err == errEmpty {
+		return sc.err
+	}
+	// Where, and the text there, so that a sender can find the mistake (a few bytes, quoted).
+	near := sc.buf[min(sc.at, len(sc.buf)):min(sc.at+16, len(sc.buf))]
+	return fmt.Errorf("%w at byte %d near %q", sc.err, sc.at, near)
 }
 
 // peek tells the kind of the value that starts at the next byte (after space) without
