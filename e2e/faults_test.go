@@ -188,6 +188,7 @@ func TestControlPlaneOutage(t *testing.T) {
 	s := newStack(t)
 	s.createFlag(map[string]any{"key": "pro-only", "filters": map[string]any{"groups": []any{map[string]any{
 		"properties": []any{map[string]any{"key": "plan", "value": "pro", "type": "person"}}, "rollout_percentage": 100}}}})
+	s.createFlag(map[string]any{"key": "everyone", "filters": map[string]any{"groups": []any{map[string]any{"rollout_percentage": 100}}}})
 	e := s.startEdge("edge", "", true, "--person-cache-ttl", "1s", "--person-cache-miss-ttl", "1s", "--lookup-timeout", "100ms")
 	decide := func() (int, map[string]any) {
 		return call(t, "POST", e.url+"/decide/?v=3", "", map[string]any{"api_key": s.token, "distinct_id": "outage-user"})
@@ -223,6 +224,18 @@ func TestControlPlaneOutage(t *testing.T) {
 	time.Sleep(3 * time.Second) // three person-cache lifetimes
 	if _, out := decide(); out["errorsWhileComputingFlags"] != true {
 		t.Errorf("with the control plane down, a flag that needs a look-up is not marked: %v", out)
+	}
+	// An SDK asking for one flag (flag_keys_to_evaluate) is told of errors in that flag only:
+	// the look-up pro-only needed failed, and everyone needs none.
+	only := func(key string) map[string]any {
+		_, out := call(t, "POST", e.url+"/flags/?v=2", "", map[string]any{"token": s.token, "distinct_id": "outage-user", "flag_keys_to_evaluate": []string{key}})
+		return out
+	}
+	if out := only("everyone"); out["errorsWhileComputingFlags"] != false || !flagEnabled(out, "everyone") {
+		t.Errorf("with the control plane down, a flag that needs no look-up asked for alone: %v", out)
+	}
+	if out := only("pro-only"); out["errorsWhileComputingFlags"] != true {
+		t.Errorf("with the control plane down, a flag that needs a look-up asked for alone: %v", out)
 	}
 	// A user the control plane has never seen needs no look-up: answered in full, unmarked.
 	if _, out := call(t, "POST", e.url+"/decide/?v=3", "", map[string]any{"api_key": s.token, "distinct_id": "new-during-outage"}); out["errorsWhileComputingFlags"] != false || featureFlags(out)["pro-only"] != false {

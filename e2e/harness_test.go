@@ -356,6 +356,13 @@ func featureFlags(answer map[string]any) map[string]any {
 	return ff
 }
 
+// flagEnabled reads a flag's enabled from a /flags?v=2 answer.
+func flagEnabled(answer map[string]any, key string) bool {
+	all, _ := answer["flags"].(map[string]any)
+	f, _ := all[key].(map[string]any)
+	return f["enabled"] == true
+}
+
 func hasKey(m map[string]any, k string) bool {
 	_, ok := m[k]
 	return ok

@@ -124,12 +124,13 @@ func (d *Handler) Serve(ctx *fasthttp.RequestCtx, ep Endpoint) error {
 		rt = RequestRuntime(&ctx.Request.Header, rt)
 	}
 	s.in.runtime, s.in.selective = rt, true
-	errored := false
+	lookupFailed := false
 	s.results = s.results[:0]
 	if !s.in.disableFlags {
-		s.results, errored = d.evaluate(ctx, project, &s.in, s.results)
+		s.results, lookupFailed = d.evaluate(ctx, project, &s.in, s.results)
 	}
 	want := selection(s.results, project.Snapshot, &s.in, rt, &s.want)
+	errored := answerErrored(s.results, want, lookupFailed)
 	Count(project, s.results, want)
 	s.out = encode(s.out[:0], project, ctx.QueryArgs(), ep, s.results, want, errored)
 	ctx.SetContentType("application/json")
@@ -215,17 +216,19 @@ type Context struct {
 }
 
 // Evaluate evaluates project's flags for c as /flags does (GeoIP, the stored person and group
-// properties the flags need, the engine) into results, reused when large enough, and reports
-// whether any flag could not be computed.
-func (d *Handler) Evaluate(ctx *fasthttp.RequestCtx, project *state.Project, c *Context, results []flags.Result) ([]flags.Result, bool) {
+// properties the flags need, the engine) into results, reused when large enough; a flag that
+// could not be computed is Failed.
+func (d *Handler) Evaluate(ctx *fasthttp.RequestCtx, project *state.Project, c *Context, results []flags.Result) []flags.Result {
 	in := input{distinctID: c.DistinctID, personProperties: c.PersonProperties, groups: c.Groups,
 		groupProperties: c.GroupProperties, geoipDisable: c.GeoIPDisable}
-	return d.evaluate(ctx, project, &in, results)
+	results, _ = d.evaluate(ctx, project, &in, results)
+	return results
 }
 
 // evaluate adds GeoIP and the stored layers the project's flags need to the request and
-// evaluates the snapshot into results. It reports whether any flag could not be computed.
-func (d *Handler) evaluate(ctx *fasthttp.RequestCtx, project *state.Project, in *input, results []flags.Result) (_ []flags.Result, errored bool) {
+// evaluates the snapshot into results. It reports whether a look-up (or the write of a
+// continuity override) failed.
+func (d *Handler) evaluate(ctx *fasthttp.RequestCtx, project *state.Project, in *input, results []flags.Result) (_ []flags.Result, lookupFailed bool) {
 	// Relative dates count back from the time fasthttp read when the request came (the
 	// engine would read the clock again).
 	req := flags.Request{DistinctID: in.distinctID, DeviceID: in.deviceID, PersonProperties: in.personProperties,
@@ -234,14 +237,25 @@ func (d *Handler) evaluate(ctx *fasthttp.RequestCtx, project *state.Project, in 
 	if !in.geoipDisable {
 		req.GeoIP = d.geo.Lookup(d.ips.ClientIP(ctx.Request.Header.PeekAll("X-Forwarded-For"), ctx.RemoteIP()))
 	}
-	errored = d.gather(ctx, project, &req, in)
-	results = project.Snapshot.Evaluate(&req, results)
+	lookupFailed = d.gather(ctx, project, &req, in)
+	return project.Snapshot.Evaluate(&req, results), lookupFailed
+}
+
+// answerErrored tells an answer's errorsWhileComputingFlags: a flag it gives could not be
+// computed, or, when it gives every flag, a look-up failed (PostHog's server: the database
+// was needed for the flags asked for and failed). Of an answer that leaves flags out
+// (flag_keys_to_evaluate, runtime, evaluation contexts) only its own flags count: a look-up
+// that only a left-out flag needed is not its error.
+func answerErrored(results []flags.Result, want []bool, lookupFailed bool) bool {
+	if lookupFailed && want == nil {
+		return true
+	}
 	for i := range results {
-		if results[i].Failed {
-			errored = true
+		if results[i].Failed && wanted(want, i) {
+			return true
 		}
 	}
-	return results, errored
+	return false
 }
 
 // encode writes the answer in the shape the endpoint and its ?v= and ?config= ask for.

@@ -29,7 +29,7 @@ func TestCountsAcrossSnapshots(t *testing.T) {
 	p.Flag(0).Add(true, "")
 	p.Flag(0).Add(false, "")
 	p.Flag(1).Add(true, "red")
-	p.Flag(1).Add(true, "blue") // the first variant: its own value, not "true"
+	p.Flag(1).Add(true, "blue")      // the first variant: its own value, not "true"
 	p.Flag(1).Add(true, "holdout-1") // a value the edge does not know
 	p.Flag(2).Add(true, "")
 	p.Flag(7).Add(true, "") // out of range: nothing

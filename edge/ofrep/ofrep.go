@@ -183,7 +183,7 @@ func (h *Handler) evaluate(ctx *fasthttp.RequestCtx) (*state.Project, []flags.Re
 	if err != nil {
 		return nil, nil, err
 	}
-	results, _ := h.cfg.Decide.Evaluate(ctx, p, c, nil)
+	results := h.cfg.Decide.Evaluate(ctx, p, c, nil)
 	ctx.Response.Header.SetCanonical(state.VersionHeader, p.VersionText)
 	return p, results, nil
 }
