@@ -285,14 +285,22 @@ func unescape(b []byte) string {
 
 // object starts reading an object at depth: it reports whether a member follows, and then
 // key reads it. The member's value is at depth+1; next moves past it.
-func (sc *scanner) object(depth int) bool {
-	if sc.peek() != kindObject || !sc.enter(depth) {
+func (sc *scanner) object(depth int) bool { return sc.open(kindObject, '}', depth) }
+
+// array starts reading an array at depth, reporting whether an element follows (at
+// depth+1); next moves past it.
+func (sc *scanner) array(depth int) bool { return sc.open(kindArray, ']', depth) }
+
+// open starts reading a container of kind k (ended by close) at depth, reporting whether
+// something follows its opening.
+func (sc *scanner) open(k kind, close byte, depth int) bool {
+	if sc.peek() != k || !sc.enter(depth) {
 		sc.fail(errUnexpected)
 		return false
 	}
 	sc.i++
 	sc.skipWS()
-	if sc.i < len(sc.buf) && sc.buf[sc.i] == '}' {
+	if sc.i < len(sc.buf) && sc.buf[sc.i] == close {
 		sc.i++
 		return false
 	}
@@ -332,22 +340,6 @@ func (sc *scanner) next(close byte) bool {
 		}
 	}
 	return sc.failed(errUnexpected)
-}
-
-// array starts reading an array at depth, reporting whether an element follows (at
-// depth+1); next moves past it.
-func (sc *scanner) array(depth int) bool {
-	if sc.peek() != kindArray || !sc.enter(depth) {
-		sc.fail(errUnexpected)
-		return false
-	}
-	sc.i++
-	sc.skipWS()
-	if sc.i < len(sc.buf) && sc.buf[sc.i] == ']' {
-		sc.i++
-		return false
-	}
-	return sc.i < len(sc.buf) || sc.failed(errUnexpected)
 }
 
 func (sc *scanner) failed(err error) bool {
