@@ -21,7 +21,6 @@ import (
 type tally struct {
 	busy    atomic.Bool
 	project *Project
-	base    []int32 // the project's
 	counts  []int64 // by the project's slot (Project.base)
 }
 
@@ -47,19 +46,10 @@ func (p *Project) CountAnswer(results []flags.Result, want []bool) {
 		}
 		return
 	}
-	base, counts := t.base[:min(len(t.base), len(results))], t.counts
+	base, counts := p.base[:min(len(p.base), len(results))], t.counts
 	for i, b := range base {
-		r := &results[i]
-		if !r.Active || r.Failed || (want != nil && !want[i]) {
-			continue
-		}
-		switch {
-		case !r.Enabled:
-			counts[b+slotFalse]++
-		case r.Variant == "":
-			counts[b+slotTrue]++
-		default:
-			counts[int(b)+p.flags[i].slot(true, r.Variant)]++
+		if r := &results[i]; r.Active && !r.Failed && (want == nil || want[i]) {
+			counts[int(b)+p.flags[i].slot(r.Enabled, r.Variant)]++
 		}
 	}
 	t.busy.Store(false)
@@ -75,7 +65,7 @@ func (p *Project) tally() *tally {
 		if t.busy.CompareAndSwap(false, true) {
 			if t.project != p {
 				t.move()
-				t.project, t.base = p, p.base
+				t.project = p
 				t.counts = slices.Grow(t.counts[:0], p.slots)[:p.slots]
 			}
 			return t
