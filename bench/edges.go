@@ -207,7 +207,7 @@ func edgesRun(cfg config, cpBin string, nth int) (*edgesResult, error) {
 	if err != nil {
 		return nil, err
 	}
-	a := &api{base: stack.controlPlaneURL(), key: stack.personalKey, http: httpClient}
+	a := stack.api()
 	progress("edges: creating a project of 50 flags")
 	p, err := createProject(a, "edges")
 	if err != nil {
@@ -274,17 +274,18 @@ func edgesRun(cfg config, cpBin string, nth int) (*edgesResult, error) {
 		if err != nil {
 			return nil, err
 		}
+		tracking := fleet.sessions.Load() && fleet.ack // rollout_status can confirm the change
 		confirmed := make(chan float64, 1)
-		if fleet.sessions.Load() && fleet.ack {
+		if tracking {
 			go func() { confirmed <- rolloutConfirmed(a, p.id, header.Get("X-Flagedge-Snapshot-Version"), sent) }()
-		} else {
-			confirmed <- 0
 		}
 		times, missed := fleet.waitChange(sent, edgesTimeout)
-		if ms := <-confirmed; ms > 0 {
-			res.ConfirmedMs = append(res.ConfirmedMs, ms)
-		} else if fleet.sessions.Load() && fleet.ack {
-			res.ConfirmMissed++
+		if tracking {
+			if ms := <-confirmed; ms > 0 {
+				res.ConfirmedMs = append(res.ConfirmedMs, ms)
+			} else {
+				res.ConfirmMissed++
+			}
 		}
 		res.Missed += missed
 		all = append(all, times...)

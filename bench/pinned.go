@@ -294,7 +294,7 @@ func startPinnedStack(ctx context.Context, seed uint64, edgeBin string, profile 
 		}
 	}()
 	progress("pinned: creating a project of 50 flags through the REST API")
-	a := &api{base: st.controlPlaneURL(), key: st.personalKey, http: httpClient}
+	a := st.api()
 	p, err := createProject(a, fmt.Sprintf("bench pinned %d", seed))
 	if err != nil {
 		return nil, err

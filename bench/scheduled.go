@@ -66,7 +66,7 @@ func scheduledScenario(cfg config) error {
 	if err != nil {
 		return err
 	}
-	api := fmt.Sprintf("%s/api/projects/%d", s.controlPlaneURL(), projectID)
+	a, proj := s.api(), fmt.Sprintf("/api/projects/%d", projectID)
 
 	ids := make([]int64, scheduledChanges)
 	for i := range ids {
@@ -74,7 +74,7 @@ func scheduledScenario(cfg config) error {
 		var flag struct {
 			ID int64 `json:"id"`
 		}
-		if err := webhooksCall(s, "POST", api+"/feature_flags/", map[string]any{"key": scheduledKey(i),
+		if err := a.call("POST", proj+"/feature_flags/", map[string]any{"key": scheduledKey(i),
 			"filters": map[string]any{"groups": []any{map[string]any{"properties": []any{}, "rollout_percentage": 0}}}}, &flag); err != nil {
 			return err
 		}
@@ -90,7 +90,7 @@ func scheduledScenario(cfg config) error {
 	for i, id := range ids {
 		progress(fmt.Sprintf("scheduled: change %d/%d", i+1, scheduledChanges))
 		scheduledAt[i] = first.Add(time.Duration(i) * scheduledSpacing)
-		if err := webhooksCall(s, "POST", api+"/scheduled_changes/", map[string]any{"record_id": fmt.Sprint(id), "model_name": "FeatureFlag",
+		if err := a.call("POST", proj+"/scheduled_changes/", map[string]any{"record_id": fmt.Sprint(id), "model_name": "FeatureFlag",
 			"payload": map[string]any{"operation": "add_release_condition", "value": map[string]any{"groups": []any{
 				map[string]any{"properties": []any{}, "rollout_percentage": 100}}}}, "scheduled_at": scheduledAt[i].UTC().Format(time.RFC3339Nano)}, nil); err != nil {
 			return err
@@ -131,7 +131,7 @@ func scheduledScenario(cfg config) error {
 			FailureReason *string `json:"failure_reason"`
 		} `json:"results"`
 	}
-	if err := getJSON(api+"/scheduled_changes/?limit=1000", s.personalKey, &list); err != nil {
+	if err := a.call("GET", proj+"/scheduled_changes/?limit=1000", nil, &list); err != nil {
 		return err
 	}
 	index := map[string]int{}
@@ -173,7 +173,7 @@ func scheduledScenario(cfg config) error {
 				Activity string `json:"activity"`
 			} `json:"results"`
 		}
-		if err := getJSON(fmt.Sprintf("%s/feature_flags/%d/activity/", api, id), s.personalKey, &activity); err != nil {
+		if err := a.call("GET", fmt.Sprintf(proj+"/feature_flags/%d/activity/", id), nil, &activity); err != nil {
 			return err
 		}
 		for _, a := range activity.Results {

@@ -165,6 +165,11 @@ func (s *selfStack) project() (id int64, token string, err error) {
 // controlPlaneURL is the management API's base URL.
 func (s *selfStack) controlPlaneURL() string { return "http://" + s.cp.httpAddr }
 
+// api is the management API of the stack's control plane, called with its personal key.
+func (s *selfStack) api() *api {
+	return &api{base: s.controlPlaneURL(), key: s.personalKey, http: httpClient}
+}
+
 // createEdge makes a new edge credential (`controlplane edges create`) and returns its token.
 func (s *selfStack) createEdge(ctx context.Context, name string) (string, error) {
 	var edge struct {

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -76,15 +75,15 @@ func webhooksScenario(cfg config) error {
 	go srv.Serve(ln) //nolint:errcheck // ends with Close
 	defer srv.Close()
 
-	api := fmt.Sprintf("%s/api/projects/%d", s.controlPlaneURL(), projectID)
+	a, proj := s.api(), fmt.Sprintf("/api/projects/%d", projectID)
 	var hook, flag struct {
 		ID int64 `json:"id"`
 	}
-	if err := webhooksCall(s, "POST", api+"/webhooks/", map[string]any{"url": "http://" + ln.Addr().String() + "/hook",
+	if err := a.call("POST", proj+"/webhooks/", map[string]any{"url": "http://" + ln.Addr().String() + "/hook",
 		"events": []string{"feature_flag.updated"}, "secret": "bench-secret-0123456789"}, &hook); err != nil {
 		return err
 	}
-	if err := webhooksCall(s, "POST", api+"/feature_flags/", map[string]any{"key": "webhooked"}, &flag); err != nil {
+	if err := a.call("POST", proj+"/feature_flags/", map[string]any{"key": "webhooked"}, &flag); err != nil {
 		return err
 	}
 	sent, answered := map[string]time.Time{}, map[string]time.Time{}
@@ -93,7 +92,7 @@ func webhooksScenario(cfg config) error {
 		progress(fmt.Sprintf("webhooks: write %d/%d", i+1, webhooksWrites))
 		name := fmt.Sprintf("write-%d", i)
 		start := time.Now()
-		if err := webhooksCall(s, "PATCH", fmt.Sprintf("%s/feature_flags/%d/", api, flag.ID), map[string]any{"name": name}, nil); err != nil {
+		if err := a.call("PATCH", fmt.Sprintf(proj+"/feature_flags/%d/", flag.ID), map[string]any{"name": name}, nil); err != nil {
 			return err
 		}
 		end := time.Now()
@@ -101,16 +100,11 @@ func webhooksScenario(cfg config) error {
 		writes = append(writes, ms(end.Sub(start)))
 		time.Sleep(webhooksPause)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
+	_ = waitFor(10*time.Second, func() bool { // a shortfall is reported below
 		mu.Lock()
-		n := len(arrived)
-		mu.Unlock()
-		if n >= webhooksWrites {
-			break
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		defer mu.Unlock()
+		return len(arrived) >= webhooksWrites
+	})
 	mu.Lock()
 	var fromRequest, fromAnswer []float64
 	for name, at := range arrived {
@@ -145,31 +139,3 @@ func webhooksScenario(cfg config) error {
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
-
-// webhooksCall sends a JSON request to the management API with the stack's personal key and
-// decodes the answer into out (when not nil); any status but 200 or 201 is an error.
-func webhooksCall(s *selfStack, method, url string, body, out any) error {
-	data, err := json.Marshal(body)
-	if err != nil {
-		return err
-	}
-	req, err := http.NewRequest(method, url, bytes.NewReader(data))
-	if err != nil {
-		return err
-	}
-	req.Header.Set("Authorization", "Bearer "+s.personalKey)
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	raw, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-	if resp.StatusCode != http.StatusOK && resp.StatusCode != http.StatusCreated {
-		return fmt.Errorf("%s %s: %d %s", method, url, resp.StatusCode, raw)
-	}
-	if out != nil {
-		return json.Unmarshal(raw, out)
-	}
-	return nil
-}
