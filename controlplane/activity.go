@@ -58,7 +58,7 @@ type ActivityService interface {
 }
 
 // Trigger says what made a change when it was not its user's own request: PostHog's
-// detail.trigger of an activity entry (job_type "scheduled_change" for the scheduler).
+// detail.trigger of an activity entry (job_type JobScheduledChange for the scheduler).
 type Trigger struct {
 	JobType string `json:"job_type"`
 	JobID   string `json:"job_id"`

@@ -218,3 +218,7 @@ type Services struct {
 	Schedules   ScheduledChangeService
 	Webhooks    WebhookService
 }
+
+// TimeLayout is how the API and webhook deliveries write times: ISO 8601 in UTC with
+// microseconds, as PostHog does.
+const TimeLayout = "2006-01-02T15:04:05.000000Z"

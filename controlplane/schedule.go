@@ -55,18 +55,31 @@ func (c *ScheduledChange) Pending() bool { return c.ExecutedAt == nil }
 func (c *ScheduledChange) Failed() bool { return c.ExecutedAt != nil && c.FailureReason != "" }
 
 // FlagID is the id of the flag the change is for (0 when RecordID is not one).
-func (c *ScheduledChange) FlagID() int64 {
-	id, err := strconv.ParseInt(c.RecordID, 10, 64)
+func (c *ScheduledChange) FlagID() int64 { return flagRecordID(c.RecordID) }
+
+// FlagID is the id of the flag the change would be for (0 when RecordID is not one).
+func (n *NewScheduledChange) FlagID() int64 { return flagRecordID(n.RecordID) }
+
+// flagRecordID reads a record_id as a flag's id: a positive integer, else 0.
+func flagRecordID(recordID string) int64 {
+	id, err := strconv.ParseInt(recordID, 10, 64)
 	if err != nil || id <= 0 {
 		return 0
 	}
 	return id
 }
 
+// ErrFlagNotFound is PostHog's answer to a scheduled change whose record_id is no flag of
+// the project (a 400, not a 404: the change is what is addressed).
+var ErrFlagNotFound = &Error{Kind: Invalid, Code: "invalid_input", Detail: "Feature flag not found"}
+
+// JobScheduledChange is the job_type of the activity entries the scheduler writes.
+const JobScheduledChange = "scheduled_change"
+
 // Trigger is what the activity log records of a change the scheduler made, as PostHog marks
 // it: the entry's user is the change's creator, its detail.trigger names the job.
 func (c *ScheduledChange) Trigger() *Trigger {
-	return &Trigger{JobType: "scheduled_change", JobID: strconv.FormatInt(c.ID, 10),
+	return &Trigger{JobType: JobScheduledChange, JobID: strconv.FormatInt(c.ID, 10),
 		Payload: map[string]any{"scheduled_change_id": c.ID}}
 }
 
@@ -95,8 +108,8 @@ func (n *NewScheduledChange) Validate() error {
 	case n.ScheduledAt == nil:
 		return FieldError("scheduled_at", "required", "This field is required.")
 	}
-	if id, err := strconv.ParseInt(n.RecordID, 10, 64); err != nil || id <= 0 {
-		return &Error{Kind: Invalid, Code: "invalid_input", Detail: "Feature flag not found"}
+	if n.FlagID() == 0 {
+		return ErrFlagNotFound
 	}
 	_, err := ParseScheduledPayload(n.Payload)
 	return err

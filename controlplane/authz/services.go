@@ -499,23 +499,23 @@ type webhooks struct{ g *guard }
 var _ controlplane.WebhookService = webhooks{}
 
 // admin checks that the user ctx acts as reaches the project and administers its organisation.
-func (w webhooks) admin(ctx context.Context, projectID int64) (*controlplane.User, error) {
+func (w webhooks) admin(ctx context.Context, projectID int64) error {
 	u, _, err := w.g.project(ctx, projectID)
 	if err == nil && !u.IsAdmin() {
 		err = controlplane.ErrPermissionDenied
 	}
-	return u, err
+	return err
 }
 
 func (w webhooks) FindWebhooks(ctx context.Context, projectID int64, limit, offset int) ([]*controlplane.Webhook, int, error) {
-	if _, err := w.admin(ctx, projectID); err != nil {
+	if err := w.admin(ctx, projectID); err != nil {
 		return nil, 0, err
 	}
 	return w.g.s.Webhooks.FindWebhooks(ctx, projectID, limit, offset)
 }
 
 func (w webhooks) FindWebhookByID(ctx context.Context, projectID, id int64) (*controlplane.Webhook, error) {
-	if _, err := w.admin(ctx, projectID); err != nil {
+	if err := w.admin(ctx, projectID); err != nil {
 		return nil, err
 	}
 	return w.g.s.Webhooks.FindWebhookByID(ctx, projectID, id)
@@ -525,28 +525,28 @@ func (w webhooks) CreateWebhook(ctx context.Context, actor *controlplane.User, p
 	if err := w.g.sameUser(ctx, actor); err != nil {
 		return nil, err
 	}
-	if _, err := w.admin(ctx, projectID); err != nil {
+	if err := w.admin(ctx, projectID); err != nil {
 		return nil, err
 	}
 	return w.g.s.Webhooks.CreateWebhook(ctx, actor, projectID, upd)
 }
 
 func (w webhooks) UpdateWebhook(ctx context.Context, projectID, id int64, upd controlplane.WebhookUpdate) (*controlplane.Webhook, error) {
-	if _, err := w.admin(ctx, projectID); err != nil {
+	if err := w.admin(ctx, projectID); err != nil {
 		return nil, err
 	}
 	return w.g.s.Webhooks.UpdateWebhook(ctx, projectID, id, upd)
 }
 
 func (w webhooks) DeleteWebhook(ctx context.Context, projectID, id int64) error {
-	if _, err := w.admin(ctx, projectID); err != nil {
+	if err := w.admin(ctx, projectID); err != nil {
 		return err
 	}
 	return w.g.s.Webhooks.DeleteWebhook(ctx, projectID, id)
 }
 
 func (w webhooks) FindDeliveries(ctx context.Context, projectID, webhookID int64, limit, offset int) ([]*controlplane.WebhookDelivery, int, error) {
-	if _, err := w.admin(ctx, projectID); err != nil {
+	if err := w.admin(ctx, projectID); err != nil {
 		return nil, 0, err
 	}
 	return w.g.s.Webhooks.FindDeliveries(ctx, projectID, webhookID, limit, offset)
@@ -582,10 +582,9 @@ func (w schedules) CreateScheduledChange(ctx context.Context, actor *controlplan
 	if err := n.Validate(); err != nil {
 		return nil, err
 	}
-	c := controlplane.ScheduledChange{RecordID: n.RecordID}
-	_, err := w.g.editable(ctx, projectID, c.FlagID())
+	_, err := w.g.editable(ctx, projectID, n.FlagID())
 	if controlplane.ErrorKind(err) == controlplane.NotFound {
-		return nil, &controlplane.Error{Kind: controlplane.Invalid, Code: "invalid_input", Detail: "Feature flag not found"}
+		return nil, controlplane.ErrFlagNotFound
 	}
 	if err != nil {
 		return nil, err

@@ -75,7 +75,7 @@ type activityEntry struct {
 
 func newActivityEntry(a *controlplane.Activity) activityEntry {
 	e := activityEntry{Who: "System", Activity: a.Activity, CreatedAt: a.CreatedAt}
-	if t, ok := a.Detail.Trigger.(map[string]any); ok && t["job_type"] == "scheduled_change" {
+	if t, ok := a.Detail.Trigger.(map[string]any); ok && t["job_type"] == controlplane.JobScheduledChange {
 		e.Via = fmt.Sprintf("scheduled change #%v", t["job_id"])
 	}
 	if a.User != nil {

@@ -32,10 +32,7 @@ func newAnnotationJSON(a *controlplane.Annotation) annotationJSON {
 	out := annotationJSON{ID: a.ID, Content: a.Content, CreationType: a.CreationType, DashboardItem: a.DashboardItem,
 		DashboardID: a.DashboardID, CreatedBy: newUserJSON(a.CreatedBy), CreatedAt: timeJSON(a.CreatedAt),
 		UpdatedAt: timeJSON(a.UpdatedAt), Deleted: a.Deleted, Scope: a.Scope}
-	if a.DateMarker != nil {
-		t := timeJSON(*a.DateMarker)
-		out.DateMarker = &t
-	}
+	out.DateMarker = optTime(a.DateMarker)
 	return out
 }
 
@@ -90,8 +87,6 @@ func (s *Server) handleCreateAnnotation(w http.ResponseWriter, r *http.Request, 
 	return nil
 }
 
-func (s *Server) annotationID(r *http.Request) (int64, error) { return pathID(r) }
-
 // pathID is the path's {id} as a positive integer; anything else addresses nothing (404).
 func pathID(r *http.Request) (int64, error) {
 	id, err := strconv.ParseInt(r.PathValue("id"), 10, 64)
@@ -102,7 +97,7 @@ func pathID(r *http.Request) (int64, error) {
 }
 
 func (s *Server) handleGetAnnotation(w http.ResponseWriter, r *http.Request, c *call) error {
-	id, err := s.annotationID(r)
+	id, err := pathID(r)
 	if err != nil {
 		return err
 	}
@@ -115,7 +110,7 @@ func (s *Server) handleGetAnnotation(w http.ResponseWriter, r *http.Request, c *
 }
 
 func (s *Server) handlePatchAnnotation(w http.ResponseWriter, r *http.Request, c *call) error {
-	id, err := s.annotationID(r)
+	id, err := pathID(r)
 	if err != nil {
 		return err
 	}

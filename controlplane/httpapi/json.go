@@ -30,7 +30,16 @@ func newUserJSON(u *controlplane.User) *userJSON {
 type timeJSON time.Time
 
 func (t timeJSON) MarshalJSON() ([]byte, error) {
-	return []byte(`"` + time.Time(t).UTC().Format("2006-01-02T15:04:05.000000Z") + `"`), nil
+	return []byte(`"` + time.Time(t).UTC().Format(controlplane.TimeLayout) + `"`), nil
+}
+
+// optTime is t as an optional timeJSON: nil (null) when t is nil.
+func optTime(t *time.Time) *timeJSON {
+	if t == nil {
+		return nil
+	}
+	j := timeJSON(*t)
+	return &j
 }
 
 // flagJSON is the API's feature flag object.

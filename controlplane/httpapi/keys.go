@@ -25,10 +25,7 @@ type keyJSON struct {
 func newKeyJSON(k *controlplane.PersonalKey) keyJSON {
 	out := keyJSON{ID: k.ID, Label: k.Label, MaskValue: k.MaskValue, CreatedAt: timeJSON(k.CreatedAt), UserID: k.UserID,
 		Scopes: nonNil(k.Scopes), ScopedTeams: nonNil(k.ScopedTeams), ScopedOrganizations: nonNil(k.ScopedOrganizations)}
-	if k.LastUsedAt != nil {
-		t := timeJSON(*k.LastUsedAt)
-		out.LastUsedAt = &t
-	}
+	out.LastUsedAt = optTime(k.LastUsedAt)
 	return out
 }
 

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"net/http"
-	"strconv"
 
 	"github.com/flagedge/flagedge/controlplane"
 )
@@ -34,10 +33,7 @@ func newScheduledChangeJSON(c *controlplane.ScheduledChange) scheduledChangeJSON
 	out := scheduledChangeJSON{ID: c.ID, TeamID: c.ProjectID, RecordID: c.RecordID, ModelName: c.ModelName, Payload: c.Payload,
 		ScheduledAt: timeJSON(c.ScheduledAt), CreatedAt: timeJSON(c.CreatedAt), CreatedBy: newUserJSON(c.CreatedBy),
 		UpdatedAt: timeJSON(c.UpdatedAt)}
-	if c.ExecutedAt != nil {
-		t := timeJSON(*c.ExecutedAt)
-		out.ExecutedAt = &t
-	}
+	out.ExecutedAt = optTime(c.ExecutedAt)
 	if c.FailureReason != "" {
 		out.FailureReason = &c.FailureReason
 	}
@@ -84,16 +80,8 @@ func (s *Server) handleCreateScheduledChange(w http.ResponseWriter, r *http.Requ
 	return nil
 }
 
-func scheduledChangeID(r *http.Request) (int64, error) {
-	id, err := strconv.ParseInt(r.PathValue("id"), 10, 64)
-	if err != nil || id <= 0 {
-		return 0, controlplane.ErrNotFound
-	}
-	return id, nil
-}
-
 func (s *Server) handleGetScheduledChange(w http.ResponseWriter, r *http.Request, c *call) error {
-	id, err := scheduledChangeID(r)
+	id, err := pathID(r)
 	if err != nil {
 		return err
 	}
@@ -106,7 +94,7 @@ func (s *Server) handleGetScheduledChange(w http.ResponseWriter, r *http.Request
 }
 
 func (s *Server) handlePatchScheduledChange(w http.ResponseWriter, r *http.Request, c *call) error {
-	id, err := scheduledChangeID(r)
+	id, err := pathID(r)
 	if err != nil {
 		return err
 	}
@@ -152,7 +140,7 @@ func (s *Server) handlePatchScheduledChange(w http.ResponseWriter, r *http.Reque
 }
 
 func (s *Server) handleDeleteScheduledChange(w http.ResponseWriter, r *http.Request, c *call) error {
-	id, err := scheduledChangeID(r)
+	id, err := pathID(r)
 	if err != nil {
 		return err
 	}

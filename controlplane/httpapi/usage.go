@@ -24,10 +24,7 @@ func (s *Server) addUsage(r *http.Request, projectID int64, flags []*controlplan
 	now := time.Now()
 	for i, f := range flags {
 		u := usage[f.Key]
-		if u.LastCalledAt != nil {
-			t := timeJSON(*u.LastCalledAt)
-			out[i].LastCalledAt = &t
-		}
+		out[i].LastCalledAt = optTime(u.LastCalledAt)
 		out[i].EvaluationCounts = evaluationCounts{Day: u.Last1d, Week: u.Last7d, Month: u.Last30d}
 		out[i].Stale = !f.Deleted && f.Stale(u, now)
 	}

@@ -44,14 +44,8 @@ func newDeliveryJSON(d *controlplane.WebhookDelivery) deliveryJSON {
 	out := deliveryJSON{ID: d.ID, EventID: d.EventID, Event: d.Kind, Status: d.Status, Attempts: d.Attempts,
 		LastStatusCode: d.LastStatusCode, LastError: d.LastError, ResponsePrefix: d.ResponsePrefix,
 		CreatedAt: timeJSON(d.CreatedAt), UpdatedAt: timeJSON(d.UpdatedAt)}
-	if d.NextAttemptAt != nil {
-		t := timeJSON(*d.NextAttemptAt)
-		out.NextAttemptAt = &t
-	}
-	if d.DeliveredAt != nil {
-		t := timeJSON(*d.DeliveredAt)
-		out.DeliveredAt = &t
-	}
+	out.NextAttemptAt = optTime(d.NextAttemptAt)
+	out.DeliveredAt = optTime(d.DeliveredAt)
 	return out
 }
 

@@ -83,16 +83,13 @@ func (s *ScheduleStore) FindScheduledChangeByID(ctx context.Context, projectID, 
 	return c, nil
 }
 
-// errFlagNotFound is PostHog's answer to a record_id that is no flag of the project.
-var errFlagNotFound = &controlplane.Error{Kind: controlplane.Invalid, Code: "invalid_input", Detail: "Feature flag not found"}
-
 // CreateScheduledChange validates and stores the change and wakes the schedulers.
 func (s *ScheduleStore) CreateScheduledChange(ctx context.Context, actor *controlplane.User, projectID int64,
 	n controlplane.NewScheduledChange) (*controlplane.ScheduledChange, error) {
 	if err := n.Validate(); err != nil {
 		return nil, err
 	}
-	flagID, _ := strconv.ParseInt(n.RecordID, 10, 64) // Validate checked it; stored canonical ("007" is "7")
+	flagID := n.FlagID() // Validate checked it; stored canonical ("007" is "7")
 	var created *controlplane.ScheduledChange
 	err := s.db.inTx(ctx, func(tx pgx.Tx) error {
 		var exists bool
@@ -101,7 +98,7 @@ func (s *ScheduleStore) CreateScheduledChange(ctx context.Context, actor *contro
 			return err
 		}
 		if !exists {
-			return errFlagNotFound
+			return controlplane.ErrFlagNotFound
 		}
 		var id int64
 		if err := tx.QueryRow(ctx, `INSERT INTO scheduled_changes (project_id, record_id, model_name, payload, scheduled_at, created_by)
@@ -130,18 +127,17 @@ func (s *ScheduleStore) UpdateScheduledChange(ctx context.Context, projectID, id
 	}
 	var updated *controlplane.ScheduledChange
 	err := s.db.inTx(ctx, func(tx pgx.Tx) error {
-		var pending bool
-		err := tx.QueryRow(ctx, `UPDATE scheduled_changes SET payload = COALESCE($3, payload), scheduled_at = COALESCE($4, scheduled_at),
+		tag, err := tx.Exec(ctx, `UPDATE scheduled_changes SET payload = COALESCE($3, payload), scheduled_at = COALESCE($4, scheduled_at),
 			next_attempt_at = NULL, failure_count = 0, failure_reason = NULL, updated_at = clock_timestamp()
-			WHERE project_id = $1 AND id = $2 AND executed_at IS NULL RETURNING true`, projectID, id, upd.Payload, upd.ScheduledAt).Scan(&pending)
-		if errors.Is(err, pgx.ErrNoRows) {
+			WHERE project_id = $1 AND id = $2 AND executed_at IS NULL`, projectID, id, upd.Payload, upd.ScheduledAt)
+		if err != nil {
+			return err
+		}
+		if tag.RowsAffected() == 0 {
 			if _, err := scanScheduled(tx.QueryRow(ctx, scheduledSelect+` WHERE s.project_id = $1 AND s.id = $2`, projectID, id)); err != nil {
 				return notFoundIfNoRows(err)
 			}
 			return controlplane.ErrScheduledChangeDone
-		}
-		if err != nil {
-			return err
 		}
 		if err := notifySchedulers(ctx, tx, id); err != nil {
 			return err

@@ -62,9 +62,7 @@ func (s *WebhookService) FindWebhookByID(ctx context.Context, projectID, id int6
 	return findWebhook(ctx, s.db.Pool, projectID, id, false)
 }
 
-func findWebhook(ctx context.Context, q interface {
-	Query(context.Context, string, ...any) (pgx.Rows, error)
-}, projectID, id int64, forUpdate bool) (*controlplane.Webhook, error) {
+func findWebhook(ctx context.Context, q dbConn, projectID, id int64, forUpdate bool) (*controlplane.Webhook, error) {
 	sql := webhookSelect + ` WHERE w.project_id = $1 AND w.id = $2`
 	if forUpdate {
 		sql += ` FOR UPDATE OF w`

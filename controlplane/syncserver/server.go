@@ -56,8 +56,7 @@ type Server struct {
 	replicaID string
 	replica   atomic.Pointer[string] // this replica's name for people
 
-	streams  prometheus.Gauge
-	watching atomic.Int64 // the streams open now, for the acknowledgement delay
+	watching atomic.Int64 // the streams open now: the acknowledgement delay, and a gauge
 	sent     prometheus.Counter
 }
 
@@ -78,11 +77,11 @@ func WithMembership(hub *bloomhub.Hub) Option { return func(s *Server) { s.membe
 // NewServer returns a sync server. Call Notify for each change and Resync after missed ones.
 func NewServer(snapshots controlplane.SnapshotStore, persons controlplane.PersonStore, ingester Ingester, log *slog.Logger, reg prometheus.Registerer, opts ...Option) *Server {
 	s := &Server{snapshots: snapshots, persons: persons, ingester: ingester, log: log, subs: map[*subscriber]struct{}{},
-		streams: prometheus.NewGauge(prometheus.GaugeOpts{Name: "flagedge_controlplane_watch_streams", Help: "Edges watching snapshots."}),
-		sent:    prometheus.NewCounter(prometheus.CounterOpts{Name: "flagedge_controlplane_snapshots_sent_total", Help: "Project snapshots sent to edges."}),
+		sent: prometheus.NewCounter(prometheus.CounterOpts{Name: "flagedge_controlplane_snapshots_sent_total", Help: "Project snapshots sent to edges."}),
 	}
 	if reg != nil {
-		reg.MustRegister(s.streams, s.sent)
+		reg.MustRegister(s.sent, prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "flagedge_controlplane_watch_streams", Help: "Edges watching snapshots."},
+			func() float64 { return float64(s.watching.Load()) }))
 	}
 	s.versions.read = snapshots.ProjectVersions
 	for _, o := range opts {
@@ -184,13 +183,11 @@ func (s *Server) Watch(req *syncpb.WatchRequest, stream syncpb.Sync_WatchServer)
 	s.mu.Lock()
 	s.subs[sub] = struct{}{}
 	s.mu.Unlock()
-	s.streams.Inc()
 	s.watching.Add(1)
 	defer func() {
 		s.mu.Lock()
 		delete(s.subs, sub)
 		s.mu.Unlock()
-		s.streams.Dec()
 		s.watching.Add(-1)
 	}()
 	s.log.Info("edge watching", "edge", edgeName(stream.Context()), "edge_id", req.EdgeId, "known_projects", len(req.KnownVersions))

@@ -19,6 +19,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -172,37 +173,26 @@ func (d *Dispatcher) Wake() {
 func (d *Dispatcher) Run(ctx context.Context) {
 	var wg sync.WaitGroup
 	defer wg.Wait()
-	var mu sync.Mutex
-	inflight := 0
+	var inflight atomic.Int64
 	for ctx.Err() == nil {
-		mu.Lock()
-		free := d.cfg.Concurrency - inflight
-		mu.Unlock()
-		claimed := 0
+		free := d.cfg.Concurrency - int(inflight.Load())
 		if free > 0 {
 			list, err := d.outbox.Claim(ctx, free, d.cfg.Timeout+5*time.Second)
 			if err != nil && ctx.Err() == nil {
 				d.log.Warn("claim webhook deliveries", "err", err)
 			}
-			claimed = len(list)
 			for _, p := range list {
-				mu.Lock()
-				inflight++
-				mu.Unlock()
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
+				inflight.Add(1)
+				wg.Go(func() {
 					d.attempt(ctx, p)
-					mu.Lock()
-					inflight--
-					mu.Unlock()
+					inflight.Add(-1)
 					select {
 					case d.freed <- struct{}{}:
 					default:
 					}
-				}()
+				})
 			}
-			if claimed == free {
+			if len(list) == free {
 				continue // there may be more due: claim again as soon as a slot is free
 			}
 		}
@@ -270,7 +260,7 @@ func (d *Dispatcher) Body(p *controlplane.PendingDelivery) ([]byte, error) {
 		actor = d.render.User(p.Actor)
 	}
 	return json.Marshal(body{DeliveryID: p.ID, EventID: p.EventID, Event: p.Kind,
-		Timestamp: p.CreatedAt.UTC().Format("2006-01-02T15:04:05.000000Z"), ProjectID: p.ProjectID,
+		Timestamp: p.CreatedAt.UTC().Format(controlplane.TimeLayout), ProjectID: p.ProjectID,
 		SnapshotVersion: p.SnapshotVersion, Actor: actor, Data: data})
 }
 

@@ -373,22 +373,19 @@ func (cp *controlPlane) run(ctx context.Context) error {
 	g.Go(func() error {
 		return postgres.Listen(gctx, cfg.DatabaseURL, postgres.MembershipChannel, cp.log, cp.announceMembers, cp.members.Resync, cp.members.Lost)
 	})
-	g.Go(func() error {
-		return postgres.Listen(gctx, cfg.DatabaseURL, postgres.EdgeAckChannel, cp.log,
-			func(context.Context, string) error { cp.rollout.Notify(); return nil },
-			func(context.Context) error { cp.rollout.Notify(); return nil }, nil)
-	})
-	g.Go(func() error {
-		return postgres.Listen(gctx, cfg.DatabaseURL, postgres.ScheduleChannel, cp.log,
-			func(context.Context, string) error { cp.scheduler.Wake(); return nil },
-			func(context.Context) error { cp.scheduler.Wake(); return nil }, nil)
-	})
+	// A notification on channel, or a reconnection after which one may have been missed,
+	// wakes whoever waits for it.
+	wakeOn := func(channel string, wake func()) func() error {
+		return func() error {
+			return postgres.Listen(gctx, cfg.DatabaseURL, channel, cp.log,
+				func(context.Context, string) error { wake(); return nil },
+				func(context.Context) error { wake(); return nil }, nil)
+		}
+	}
+	g.Go(wakeOn(postgres.EdgeAckChannel, cp.rollout.Notify))
+	g.Go(wakeOn(postgres.ScheduleChannel, cp.scheduler.Wake))
 	g.Go(func() error { cp.scheduler.Run(gctx); return nil })
-	g.Go(func() error {
-		return postgres.Listen(gctx, cfg.DatabaseURL, postgres.WebhookChannel, cp.log,
-			func(context.Context, string) error { cp.hooks.Wake(); return nil },
-			func(context.Context) error { cp.hooks.Wake(); return nil }, nil)
-	})
+	g.Go(wakeOn(postgres.WebhookChannel, cp.hooks.Wake))
 	g.Go(func() error { cp.hooks.Run(gctx); return nil })
 	g.Go(func() error { cp.heartbeat(gctx); return nil })
 	g.Go(func() error { cp.edges.Run(gctx); return nil })
