@@ -336,7 +336,8 @@ func cpuAtRest(pid int) float64 {
 // from /proc.
 func procStat(pid int) (rss, cpu float64) {
 	mib, _ := vmRSSMB(pid) // in units of 1024 kB
-	return mib * (1 << 20), procCPU(pid).Seconds()
+	all, _ := procCPU(pid)
+	return mib * (1 << 20), all.Seconds()
 }
 
 func quantile(v []float64, q float64) float64 {

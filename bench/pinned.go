@@ -46,8 +46,15 @@ const (
 // on a shared machine, or the hypervisor's steal, show as busy beyond the server's share).
 type pinnedRun struct {
 	result
-	Server        string  `json:"server"` // "edge" or "bare"
-	ServerCPU     float64 `json:"server_cpu_share"`
+	Server    string  `json:"server"` // "edge" or "bare"
+	ServerCPU float64 `json:"server_cpu_share"`
+	// ServerSystem is the part of ServerCPU spent in the kernel, and ServerReads and
+	// ServerWrites the server's read and write system calls per request: together they
+	// tell whether a server's extra CPU is its own code or more work asked of the kernel.
+	ServerSystem  float64 `json:"server_system_share"`
+	ServerReads   float64 `json:"server_reads_per_request"`
+	ServerWrites  float64 `json:"server_writes_per_request"`
+	reads, writes int64   // the server's system calls in the run, made per request by perRequest
 	GeneratorCPU  float64 `json:"generator_cpu_share"`
 	ServerCPUBusy float64 `json:"server_cpu_busy"`
 	ClientCPUBusy float64 `json:"client_cpu_busy"`
@@ -191,6 +198,7 @@ func pinnedScenario(cfg config) error {
 			return pinnedRun{}, err
 		}
 		run.Server = server
+		run.perRequest()
 		return run, nil
 	}
 	// Warm-up, not reported: the edge's caches (group look-ups, GeoIP pages) and both
@@ -363,7 +371,15 @@ func openLoopRun(ctx context.Context, st *pinnedStack, server string, proc *proc
 		return pinnedRun{}, fmt.Errorf("open-loop generator printed %q: %w", out, err)
 	}
 	run.Server = server
+	run.perRequest()
 	return run, nil
+}
+
+// perRequest sets the system calls per request from the run's totals and its requests.
+func (r *pinnedRun) perRequest() {
+	if r.Requests > 0 {
+		r.ServerReads, r.ServerWrites = float64(r.reads)/float64(r.Requests), float64(r.writes)/float64(r.Requests)
+	}
 }
 
 // decideAnswerSize waits until the edge serves the project's flags and returns the mean size
@@ -466,6 +482,16 @@ func (r *pinnedReport) markdown() string {
 		fmt.Fprintf(&b, "| %s | %.0f | %d | %d | %d | %d | %d | %d | %.0f%% | %.0f%% | %.0f%% | %.0f%% |\n", name, run.Throughput, run.LatencyUs["p50"], run.LatencyUs["p90"],
 			run.LatencyUs["p99"], run.LatencyUs["p99.9"], run.LatencyUs["max"], errs, 100*run.ServerCPU, 100*run.ServerCPUBusy, 100*run.GeneratorCPU, 100*run.ClientCPUBusy)
 	}
+	fmt.Fprintf(&b, "\nWhere the server's CPU went, per request (user and system from /proc/PID/stat, in 10 ms ticks; system calls from /proc/PID/io):\n\n")
+	fmt.Fprintf(&b, "| run | CPU µs | of it user µs | system µs | reads | writes |\n|---|---:|---:|---:|---:|---:|\n")
+	for _, run := range r.allRuns() {
+		if run.Throughput <= 0 {
+			continue
+		}
+		perReq := 1e6 / run.Throughput
+		fmt.Fprintf(&b, "| %s | %.1f | %.1f | %.1f | %.2f | %.2f |\n", run.Name, run.ServerCPU*perReq,
+			(run.ServerCPU-run.ServerSystem)*perReq, run.ServerSystem*perReq, run.ServerReads, run.ServerWrites)
+	}
 	worst, worstRun := 0.0, ""
 	for _, run := range r.allRuns() {
 		if other := run.ServerCPUBusy - run.ServerCPU; other > worst {
@@ -514,12 +540,17 @@ func (r *pinnedReport) allRuns() []pinnedRun {
 type cpuSample struct {
 	at        time.Time
 	server    time.Duration
+	system    time.Duration
+	reads     int64 // the server's read and write system calls so far (/proc/PID/io)
+	writes    int64
 	serverCPU [2]int64 // busy and total jiffies of the server's CPU
 	clientCPU [2]int64
 }
 
 func sampleCPU(serverPID int) cpuSample {
-	s := cpuSample{at: time.Now(), server: procCPU(serverPID)}
+	s := cpuSample{at: time.Now()}
+	s.server, s.system = procCPU(serverPID)
+	s.reads, s.writes = procSyscalls(serverPID)
 	s.serverCPU, s.clientCPU = cpuJiffies(serverCPU), cpuJiffies(clientCPU)
 	return s
 }
@@ -534,26 +565,48 @@ func (s cpuSample) until(end cpuSample, generator *os.ProcessState) pinnedRun {
 		return float64(b[0]-a[0]) / float64(b[1]-a[1])
 	}
 	return pinnedRun{ServerCPU: (end.server - s.server).Seconds() / wall,
+		ServerSystem: (end.system - s.system).Seconds() / wall,
+		reads:        end.reads - s.reads, writes: end.writes - s.writes,
 		GeneratorCPU:  (generator.UserTime() + generator.SystemTime()).Seconds() / wall,
 		ServerCPUBusy: share(s.serverCPU, end.serverCPU), ClientCPUBusy: share(s.clientCPU, end.clientCPU)}
 }
 
-// procCPU is the CPU time (user + system, all threads) process pid has used, from
-// /proc/PID/stat in clock ticks of 10 ms (USER_HZ is 100 on Linux).
-func procCPU(pid int) time.Duration {
+// procCPU is the CPU time (user + system, all threads) process pid has used and the
+// system part of it, from /proc/PID/stat in clock ticks of 10 ms (USER_HZ is 100 on Linux).
+func procCPU(pid int) (all, system time.Duration) {
 	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
-		return 0
+		return 0, 0
 	}
 	// Fields after the command name, which is in parentheses and may hold spaces: state is
 	// field 3, utime 14 and stime 15.
 	fields := strings.Fields(string(raw[bytes.LastIndexByte(raw, ')')+1:]))
 	if len(fields) < 13 {
-		return 0
+		return 0, 0
 	}
 	utime, _ := strconv.ParseInt(fields[11], 10, 64)
 	stime, _ := strconv.ParseInt(fields[12], 10, 64)
-	return time.Duration(utime+stime) * 10 * time.Millisecond
+	return time.Duration(utime+stime) * 10 * time.Millisecond, time.Duration(stime) * 10 * time.Millisecond
+}
+
+// procSyscalls is the number of read and write system calls process pid has made
+// (syscr and syscw of /proc/PID/io; 0, 0 when it cannot be read).
+func procSyscalls(pid int) (reads, writes int64) {
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/io", pid))
+	if err != nil {
+		return 0, 0
+	}
+	for line := range strings.Lines(string(raw)) {
+		name, value, _ := strings.Cut(strings.TrimSpace(line), ": ")
+		n, _ := strconv.ParseInt(value, 10, 64)
+		switch name {
+		case "syscr":
+			reads = n
+		case "syscw":
+			writes = n
+		}
+	}
+	return reads, writes
 }
 
 // cpuJiffies returns the busy and total time of CPU cpu from /proc/stat: busy is all but

@@ -67,9 +67,12 @@ type Snapshot struct {
 	evalOrder  []int          // dependencies before dependents; nil when that is the output order
 	groupTypes [maxGroupTypes]string
 
-	// sure lists, up to maxSure, the flags whose rollout hash of the distinct id every
-	// evaluation computes (see markSure): an evaluation computes them first, two at a time.
-	sure []int
+	// hashed lists, up to maxHashed and in evaluation order, the flags whose rollout hash
+	// of the distinct id an evaluation may compute (see markHashed), and bit i of sure is set
+	// when flag hashed[i] needs it in every evaluation: an evaluation computes those first,
+	// two at a time, and the others two at a time as it reaches them (markHashed).
+	hashed []int
+	sure   uint64
 
 	personKeys    []string
 	groupKeys     [maxGroupTypes][]string
@@ -107,8 +110,8 @@ type compiledFlag struct {
 	runtime           Runtime  // RuntimeAll, RuntimeClient or RuntimeServer
 	bucketing         string   // the flag-level bucketing_identifier, for Source
 	evaluationTags    []string // nil when the flag has none
-	// sure is the flag's index in Snapshot.sure, or -1.
-	sure int8
+	// hashSlot is the flag's index in Snapshot.hashed, or -1.
+	hashSlot int8
 }
 
 // flagValues are what an enabled flag can be besides a plain true: its variants, and the
@@ -209,27 +212,56 @@ func Compile(p Project) (*Snapshot, error) {
 		sort.Strings(s.groupKeys[i])
 	}
 	s.assignMemoSlots()
-	s.markSure()
+	s.markHashed()
 	return s, nil
 }
 
-// maxSure bounds Snapshot.sure: an evaluation keeps their hashes in an array of this size.
-const maxSure = 64
+// maxHashed bounds Snapshot.hashed: an evaluation keeps their hashes in an array of this
+// size and knows them by the bits of a uint64.
+const maxHashed = 64
 
-// markSure lists the flags whose rollout hash every evaluation computes, with the distinct
+// markHashed lists the flags whose rollout hash an evaluation may compute with the distinct
 // id as its subject: active person flags without per-condition subjects, experience
-// continuity, super conditions or holdouts, whose first condition has no properties and a
-// rollout below 100%.
-func (s *Snapshot) markSure() {
-	for i := range s.flags {
-		f := &s.flags[i]
-		f.sure = -1
-		if len(s.sure) < maxSure && f.active && !f.missingDependency && f.groupIndex < 0 && !f.perCondition && !f.continuity &&
-			f.rare == nil && len(f.conditions) > 0 && len(f.conditions[0].matchers) == 0 && f.conditions[0].rollout < maxHash {
-			f.sure = int8(len(s.sure))
-			s.sure = append(s.sure, i)
+// continuity, super conditions or holdouts, with a condition whose rollout is below 100%.
+// Those whose first condition has no properties need it in every evaluation (sure); others
+// are hashed when their evaluation first needs it, with the next flag of the list that may
+// (sha1block hashes two blocks in about 1.2 times the time of one, so the second costs
+// little, and is ready when that flag's turn comes). Multivariate flags that are not sure
+// are left out: their evaluation hashes the rollout and the variant together.
+func (s *Snapshot) markHashed() {
+	order := s.evalOrder
+	if order == nil {
+		order = make([]int, len(s.flags))
+		for i := range order {
+			order[i] = i
 		}
 	}
+	for _, i := range order {
+		f := &s.flags[i]
+		f.hashSlot = -1
+		if len(s.hashed) == maxHashed || !f.active || f.missingDependency || f.groupIndex >= 0 || f.perCondition || f.continuity || f.rare != nil || len(f.conditions) == 0 {
+			continue
+		}
+		sure := len(f.conditions[0].matchers) == 0 && f.conditions[0].rollout < maxHash
+		if !sure && (!f.hasRollout() || (f.values != nil && len(f.values.variants) > 0)) {
+			continue
+		}
+		if sure {
+			s.sure |= 1 << len(s.hashed)
+		}
+		f.hashSlot = int8(len(s.hashed))
+		s.hashed = append(s.hashed, i)
+	}
+}
+
+// hasRollout reports whether a condition of f has a rollout below 100%.
+func (f *compiledFlag) hasRollout() bool {
+	for i := range f.conditions {
+		if f.conditions[i].rollout < maxHash {
+			return true
+		}
+	}
+	return false
 }
 
 type compiler struct {
