@@ -132,7 +132,7 @@ func edgesScenario(cfg config) error {
 	return nil
 }
 
-const edgesHeader = "| control plane | edges synced | initial sync s (p50 / p99 per client, ms) | change to all p50 / p99 / max ms | CP RSS before / synced / after MB | KB per edge (heap, stacks; goroutines) | CP CPU s: sync, per change | snapshot B | rollout_status 200 after, ms per change |\n" +
+const edgesHeader = "| control plane | edges synced | initial sync s (p50 / p99 per client, ms) | change to all p50 / p99 / max ms | CP RSS before / synced / after MB | KB per edge (heap, stacks; goroutines) | CP CPU s: sync, per change | snapshot B as sent (deflated when both sides can) | rollout_status 200 after, ms per change |\n" +
 	"|---|---:|---|---|---|---|---|---:|---|\n"
 
 func (r *edgesResult) row() string {
@@ -148,11 +148,7 @@ func msList(ms []float64, missed int) string {
 	if len(ms) == 0 && missed == 0 {
 		return "–"
 	}
-	parts := make([]string, len(ms))
-	for i, v := range ms {
-		parts[i] = strconv.FormatFloat(v, 'f', 0, 64)
-	}
-	out := strings.Join(parts, ", ")
+	out := joinFloats(ms, 0)
 	if missed > 0 {
 		out += fmt.Sprintf(" (%d missed)", missed)
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -123,17 +122,9 @@ func eventLogBuilds(ctx context.Context, cfg config) ([]eventLogBuild, func(), e
 		tree := func(s string) bool { return s == "" || s == "tree" }
 		if tree(b.edge) || tree(b.controlPlane) {
 			if !built {
-				root, err := moduleRoot()
-				if err != nil {
+				if err := buildTree(ctx, "eventlog", dir, "./edge/cmd/edge", "./controlplane/cmd/controlplane"); err != nil {
 					cleanup()
 					return nil, nil, err
-				}
-				progress("eventlog: building ./edge/cmd/edge ./controlplane/cmd/controlplane")
-				cmd := exec.CommandContext(ctx, "go", "build", "-o", dir+"/", "./edge/cmd/edge", "./controlplane/cmd/controlplane")
-				cmd.Dir = root
-				if out, err := cmd.CombinedOutput(); err != nil {
-					cleanup()
-					return nil, nil, fmt.Errorf("go build: %w\n%s", err, out)
 				}
 				built = true
 			}

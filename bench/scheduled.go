@@ -53,8 +53,7 @@ func scheduledScenario(cfg config) error {
 		return err
 	}
 	defer s.close()
-	second, err := startProcess(ctx, s.dir, command{name: "controlplane-2", bin: s.cpBin, listening: "control plane listening",
-		args: []string{"serve", "--database-url", s.dbURL, "--http-addr", "127.0.0.1:0", "--grpc-addr", "127.0.0.1:0", "--drain-delay", "0s"}})
+	second, err := s.startControlPlane(ctx, "controlplane-2", "")
 	if err != nil {
 		return err
 	}

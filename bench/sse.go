@@ -142,7 +142,7 @@ func (r *sseResult) markdown() string {
 	fmt.Fprintf(&b, "| change → event, p50 | %.1f ms |\n", r.P50Ms)
 	fmt.Fprintf(&b, "| change → event, p99 | %.1f ms |\n", r.P99Ms)
 	fmt.Fprintf(&b, "| change → event, max | %.1f ms |\n", r.MaxMs)
-	fmt.Fprintf(&b, "| change → last stream, per change | %s ms |\n", joinFloats(r.RoundMaxMs))
+	fmt.Fprintf(&b, "| change → last stream, per change | %s ms |\n", joinFloats(r.RoundMaxMs, 1))
 	fmt.Fprintf(&b, "| events missed / streams lost | %d / %d |\n", r.MissedEvents, r.LostStreams)
 	fmt.Fprintf(&b, "\ngoals:\n- %d streams cost the edge < 200 MB: %s\n- a change reaches all of them in < 1 s: %s\n", r.Streams,
 		verdict(r.RSSOpenMB < 200, fmt.Sprintf("%.1f MB", r.RSSOpenMB)),
@@ -150,10 +150,11 @@ func (r *sseResult) markdown() string {
 	return b.String()
 }
 
-func joinFloats(fs []float64) string {
-	var parts []string
-	for _, f := range fs {
-		parts = append(parts, strconv.FormatFloat(f, 'f', 1, 64))
+// joinFloats writes fs with the given decimals, separated by commas.
+func joinFloats(fs []float64, decimals int) string {
+	parts := make([]string, len(fs))
+	for i, f := range fs {
+		parts[i] = strconv.FormatFloat(f, 'f', decimals, 64)
 	}
 	return strings.Join(parts, ", ")
 }

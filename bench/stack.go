@@ -71,10 +71,6 @@ func startSelfStack(ctx context.Context, opts stackOptions) (_ *selfStack, err e
 			s.close()
 		}
 	}()
-	root, err := moduleRoot()
-	if err != nil {
-		return nil, err
-	}
 	if s.dir, err = os.MkdirTemp("", "flagedge-bench-"+opts.name+"-"); err != nil {
 		return nil, err
 	}
@@ -87,11 +83,8 @@ func startSelfStack(ctx context.Context, opts stackOptions) (_ *selfStack, err e
 		pkgs = append(pkgs, "./edge/cmd/edge")
 	}
 	if len(pkgs) > 0 {
-		progress(opts.name + ": building " + strings.Join(pkgs, " "))
-		build := exec.CommandContext(ctx, "go", append([]string{"build", "-o", s.dir + "/"}, pkgs...)...)
-		build.Dir = root
-		if out, err := build.CombinedOutput(); err != nil {
-			return nil, fmt.Errorf("go build: %w\n%s", err, out)
+		if err := buildTree(ctx, opts.name, s.dir, pkgs...); err != nil {
+			return nil, err
 		}
 	}
 	progress(opts.name + ": starting PostgreSQL")
@@ -111,9 +104,7 @@ func startSelfStack(ctx context.Context, opts stackOptions) (_ *selfStack, err e
 		return nil, err
 	}
 	s.personalKey = keys.PersonalAPIKey
-	if s.cp, err = startProcess(ctx, s.dir, command{name: "controlplane", cpu: opts.controlPlaneCPU, listening: "control plane listening",
-		bin: cpBin, args: append([]string{"serve", "--database-url", s.dbURL,
-			"--http-addr", "127.0.0.1:0", "--grpc-addr", "127.0.0.1:0", "--drain-delay", "0s"}, opts.controlPlaneArgs...)}); err != nil {
+	if s.cp, err = s.startControlPlane(ctx, "controlplane", opts.controlPlaneCPU, opts.controlPlaneArgs...); err != nil {
 		return nil, err
 	}
 	if opts.noEdge {
@@ -366,6 +357,28 @@ func waitReady(url string) error {
 }
 
 // moduleRoot is the directory of the go.mod bench is run from.
+// startControlPlane starts a replica of the stack's control plane (the stack's own, or another
+// beside it) on its database, on any free ports, with extra arguments.
+func (s *selfStack) startControlPlane(ctx context.Context, name, cpu string, extra ...string) (*process, error) {
+	return startProcess(ctx, s.dir, command{name: name, cpu: cpu, listening: "control plane listening", bin: s.cpBin,
+		args: append([]string{"serve", "--database-url", s.dbURL, "--http-addr", "127.0.0.1:0", "--grpc-addr", "127.0.0.1:0", "--drain-delay", "0s"}, extra...)})
+}
+
+// buildTree builds pkgs of this module's tree into dir, saying so as scenario.
+func buildTree(ctx context.Context, scenario, dir string, pkgs ...string) error {
+	root, err := moduleRoot()
+	if err != nil {
+		return err
+	}
+	progress(scenario + ": building " + strings.Join(pkgs, " "))
+	build := exec.CommandContext(ctx, "go", append([]string{"build", "-o", dir + "/"}, pkgs...)...)
+	build.Dir = root
+	if out, err := build.CombinedOutput(); err != nil {
+		return fmt.Errorf("go build: %w\n%s", err, out)
+	}
+	return nil
+}
+
 func moduleRoot() (string, error) {
 	out, err := exec.Command("go", "env", "GOMOD").Output()
 	if err != nil {
