@@ -3,35 +3,15 @@ package console_test
 import (
 	"context"
 	"fmt"
-	"io"
-	"log/slog"
 	"net/http"
 	"net/url"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"golang.org/x/crypto/bcrypt"
-
-	"github.com/flagedge/flagedge/controlplane/authz"
-	"github.com/flagedge/flagedge/controlplane/postgres"
-	"github.com/flagedge/flagedge/controlplane/scheduler"
+	"github.com/flagedge/flagedge/controlplane/scheduler/schedulertest"
 )
-
-// runScheduler runs a scheduler on the site's database until the test ends.
-func (s *site) runScheduler() *scheduler.Scheduler {
-	sched := scheduler.New(postgres.NewScheduleStore(s.db), authz.Wrap(postgres.NewServices(s.db, bcrypt.MinCost)).Flags,
-		slog.New(slog.NewTextHandler(io.Discard, nil)), prometheus.NewRegistry())
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() { defer wg.Done(); sched.Run(ctx) }()
-	s.t.Cleanup(func() { cancel(); wg.Wait() })
-	return sched
-}
 
 var cancelPattern = regexp.MustCompile(`action="(/project/\d+/feature_flags/\d+/schedule/\d+/delete)"`)
 
@@ -41,7 +21,7 @@ var cancelPattern = regexp.MustCompile(`action="(/project/\d+/feature_flags/\d+/
 func TestConsoleScheduledChanges(t *testing.T) {
 	t.Parallel()
 	s := newSite(t)
-	sched := s.runScheduler()
+	sched := schedulertest.Start(t, s.db)
 	admin := s.browser()
 	tok := admin.login("admin@example.com", s.password)
 	base := fmt.Sprintf("/project/%d/feature_flags", s.project)

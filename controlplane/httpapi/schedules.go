@@ -1,7 +1,6 @@
 package httpapi
 
 import (
-	"bytes"
 	"encoding/json"
 	"net/http"
 
@@ -113,16 +112,9 @@ func (s *Server) handlePatchScheduledChange(w http.ResponseWriter, r *http.Reque
 		return err
 	}
 	var record, model *string
-	if err := f.str("model_name", &model); err != nil {
-		return err
-	}
-	if raw, ok := f["record_id"]; ok {
-		var n json.Number
-		if json.Unmarshal(raw, &n) == nil {
-			v := n.String()
-			record = &v
-		} else if err := f.str("record_id", &record); err != nil {
-			return err
+	for _, step := range []error{f.str("model_name", &model), f.recordID(&record)} {
+		if step != nil {
+			return step
 		}
 	}
 	if record != nil && *record != sc.RecordID {
@@ -151,28 +143,37 @@ func (s *Server) handleDeleteScheduledChange(w http.ResponseWriter, r *http.Requ
 	return nil
 }
 
-// decodeNewScheduledChange reads a scheduled change to create. record_id may be a string or
-// a number (PostHog's CharField takes both); recurring schedules are refused.
+// recordID reads record_id, the changed flag's id, on create and on PATCH alike: a string or
+// a number, read as its text (PostHog's CharField takes both); null reads as "", no record.
+func (f fields) recordID(dst **string) error {
+	raw, ok := f["record_id"]
+	if !ok {
+		return nil
+	}
+	var s string
+	if json.Unmarshal(raw, &s) != nil {
+		var n json.Number
+		if json.Unmarshal(raw, &n) != nil {
+			return typeError("record_id", "Not a valid string.")
+		}
+		s = n.String()
+	}
+	*dst = &s
+	return nil
+}
+
+// decodeNewScheduledChange reads a scheduled change to create; recurring schedules are
+// refused.
 func decodeNewScheduledChange(w http.ResponseWriter, r *http.Request) (controlplane.NewScheduledChange, error) {
 	var n controlplane.NewScheduledChange
 	f, err := decodeObject(w, r)
 	if err != nil {
 		return n, err
 	}
-	if raw, ok := f["record_id"]; ok {
-		var num json.Number
-		d := json.NewDecoder(bytes.NewReader(raw))
-		d.UseNumber()
-		if err := json.Unmarshal(raw, &n.RecordID); err != nil {
-			if d.Decode(&num) != nil || num.String() == "" {
-				return n, typeError("record_id", "Not a valid string.")
-			}
-			n.RecordID = num.String()
-		}
-	}
-	var model *string
+	var record, model *string
 	var recurring *bool
 	for _, step := range []error{
+		f.recordID(&record),
 		f.str("model_name", &model),
 		f.object("payload", &n.Payload),
 		f.datetime("scheduled_at", &n.ScheduledAt),
@@ -181,6 +182,9 @@ func decodeNewScheduledChange(w http.ResponseWriter, r *http.Request) (controlpl
 		if step != nil {
 			return n, step
 		}
+	}
+	if record != nil {
+		n.RecordID = *record
 	}
 	if model != nil {
 		n.ModelName = *model

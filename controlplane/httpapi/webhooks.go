@@ -93,19 +93,20 @@ func decodeWebhookUpdate(w http.ResponseWriter, r *http.Request) (controlplane.W
 		return u, err
 	}
 	var events *[]string
-	if err := f.str("url", &u.URL); err != nil {
-		return u, err
-	}
-	if err := f.strings("events", &events); err != nil {
-		return u, err
+	for _, step := range []error{
+		f.str("url", &u.URL),
+		f.strings("events", &events),
+		f.str("secret", &u.Secret),
+		f.boolean("enabled", &u.Enabled),
+	} {
+		if step != nil {
+			return u, step
+		}
 	}
 	if events != nil {
 		u.Events = append([]string{}, *events...)
 	}
-	if err := f.str("secret", &u.Secret); err != nil {
-		return u, err
-	}
-	return u, f.boolean("enabled", &u.Enabled)
+	return u, nil
 }
 
 func (s *Server) handleCreateWebhook(w http.ResponseWriter, r *http.Request, c *call) error {

@@ -170,8 +170,8 @@ func (s *AnnotationService) UpdateAnnotation(ctx context.Context, actor *control
 // webhooks of the project it was written through, in tx. Annotations are not in the snapshot
 // edges serve: the version named is the project's current one.
 func enqueueAnnotationEvent(ctx context.Context, tx pgx.Tx, projectID int64, actor *controlplane.User, activity string, a *controlplane.Annotation) error {
-	var version int64
-	if err := tx.QueryRow(ctx, `SELECT snapshot_version FROM projects WHERE id = $1`, projectID).Scan(&version); err != nil {
+	version, err := snapshotVersion(ctx, tx, projectID)
+	if err != nil {
 		return err
 	}
 	return EnqueueWebhookEvent(ctx, tx, controlplane.WebhookEvent{ProjectID: projectID,

@@ -160,6 +160,17 @@ func bumpSnapshotVersion(ctx context.Context, tx pgx.Tx, projectID int64) (int64
 	return version, nil
 }
 
+// snapshotVersion reads the project's current snapshot version in tx: the version a write
+// that does not bump it names (a flag update that changes nothing, an annotation, a scheduled
+// change's outcome), as that version holds what the write leaves.
+func snapshotVersion(ctx context.Context, tx pgx.Tx, projectID int64) (int64, error) {
+	var version int64
+	if err := tx.QueryRow(ctx, `SELECT snapshot_version FROM projects WHERE id = $1`, projectID).Scan(&version); err != nil {
+		return 0, fmt.Errorf("read snapshot version: %w", err)
+	}
+	return version, nil
+}
+
 const uniqueViolation = "23505"
 
 // isUniqueViolation reports whether err is a unique violation of the named constraint.

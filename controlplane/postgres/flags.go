@@ -256,7 +256,8 @@ func (s *FlagService) UpdateFlag(ctx context.Context, actor *controlplane.User, 
 			return err
 		}
 		if !changed { // what the flag is now is in the project's current version
-			return tx.QueryRow(ctx, `SELECT snapshot_version FROM projects WHERE id = $1`, projectID).Scan(&updated.SnapshotVersion)
+			updated.SnapshotVersion, err = snapshotVersion(ctx, tx, projectID)
+			return err
 		}
 		updated.SnapshotVersion, err = bumpSnapshotVersion(ctx, tx, projectID)
 		return err

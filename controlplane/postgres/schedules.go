@@ -290,8 +290,8 @@ func finishScheduledChange(ctx context.Context, tx pgx.Tx, c *controlplane.Sched
 		kind = controlplane.EventScheduledChangeFailed
 	}
 	// The version that holds what the change applied (or the current one, when it failed).
-	var version int64
-	if err := tx.QueryRow(ctx, `SELECT snapshot_version FROM projects WHERE id = $1`, c.ProjectID).Scan(&version); err != nil {
+	version, err := snapshotVersion(ctx, tx, c.ProjectID)
+	if err != nil {
 		return fmt.Errorf("finish scheduled change: %w", err)
 	}
 	return EnqueueWebhookEvent(ctx, tx, controlplane.WebhookEvent{ProjectID: c.ProjectID, Kind: kind, Actor: c.CreatedBy,

@@ -4,23 +4,19 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"io"
-	"log/slog"
 	neturl "net/url"
 	"os"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/crypto/bcrypt"
 
 	"github.com/flagedge/flagedge/controlplane"
 	"github.com/flagedge/flagedge/controlplane/authz"
 	"github.com/flagedge/flagedge/controlplane/postgres"
-	"github.com/flagedge/flagedge/controlplane/scheduler"
+	"github.com/flagedge/flagedge/controlplane/scheduler/schedulertest"
 	"github.com/flagedge/flagedge/internal/pgtest"
 )
 
@@ -84,25 +80,6 @@ func (e *env) schedule(t *testing.T, ctx context.Context, actor *controlplane.Us
 	return c
 }
 
-// startScheduler runs a scheduler (a replica's) until the test ends.
-func (e *env) startScheduler(t *testing.T) *scheduler.Scheduler {
-	t.Helper()
-	return e.startSchedulerOn(t, e.db)
-}
-
-// startSchedulerOn runs a scheduler on db until the test ends.
-func (e *env) startSchedulerOn(t *testing.T, db *postgres.DB) *scheduler.Scheduler {
-	t.Helper()
-	s := scheduler.New(postgres.NewScheduleStore(db), authz.Wrap(postgres.NewServices(db, bcrypt.MinCost)).Flags,
-		slog.New(slog.NewTextHandler(io.Discard, nil)), prometheus.NewRegistry())
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() { defer wg.Done(); s.Run(ctx) }()
-	t.Cleanup(func() { cancel(); wg.Wait() })
-	return s
-}
-
 // waitDone waits until the change is no longer pending and returns it.
 func (e *env) waitDone(t *testing.T, id int64, within time.Duration) *controlplane.ScheduledChange {
 	t.Helper()
@@ -137,7 +114,7 @@ func (e *env) activity(t *testing.T, flagID int64) []*controlplane.Activity {
 func TestTwoSchedulersRunEachChangeOnce(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	a, b := e.startScheduler(t), e.startScheduler(t)
+	a, b := schedulertest.Start(t, e.db), schedulertest.Start(t, e.db)
 	const n = 8
 	due := time.Now().Add(400 * time.Millisecond)
 	var changes []*controlplane.ScheduledChange
@@ -186,7 +163,7 @@ func TestOperations(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	f := e.flag(t, "ops", true)
-	s := e.startScheduler(t)
+	s := schedulertest.Start(t, e.db)
 	now := time.Now()
 	cond := e.schedule(t, e.adminCtx, e.admin, f.ID,
 		`{"operation":"add_release_condition","value":{"groups":[{"properties":[{"key":"email","value":"@x.com","operator":"icontains","type":"person"}],"rollout_percentage":30}]}}`, now)
@@ -268,7 +245,7 @@ func TestPermanentFailures(t *testing.T) {
 	if _, err := e.db.Pool.Exec(context.Background(), `UPDATE scheduled_changes SET scheduled_at = now() - interval '1 second'`); err != nil {
 		t.Fatal(err)
 	}
-	e.startScheduler(t)
+	schedulertest.Start(t, e.db)
 	for _, tc := range []struct {
 		change *controlplane.ScheduledChange
 		flag   *controlplane.Flag
@@ -346,7 +323,7 @@ func TestCancelledChangeNeverRuns(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	f := e.flag(t, "cancel", false)
-	s := e.startScheduler(t)
+	s := schedulertest.Start(t, e.db)
 	c := e.schedule(t, e.adminCtx, e.admin, f.ID, `{"operation":"update_status","value":true}`, time.Now().Add(300*time.Millisecond))
 	s.Wake()
 	if err := e.svc.Schedules.DeleteScheduledChange(e.mCtx, e.projectID, c.ID); err != nil {
@@ -387,7 +364,7 @@ func TestSchedulerNeedsOneConnection(t *testing.T) {
 	t.Cleanup(one.Close)
 	f := e.flag(t, "single", false)
 	c := e.schedule(t, e.mCtx, e.member, f.ID, `{"operation":"update_status","value":true}`, time.Now())
-	e.startSchedulerOn(t, one)
+	schedulertest.Start(t, one)
 	if got := e.waitDone(t, c.ID, 5*time.Second); got.Failed() {
 		t.Fatal(got.FailureReason)
 	}

@@ -133,19 +133,23 @@ type checked struct {
 }
 
 func (c checked) CreateWebhook(ctx context.Context, actor *controlplane.User, projectID int64, upd controlplane.WebhookUpdate) (*controlplane.Webhook, error) {
-	if upd.URL != nil {
-		if err := c.p.CheckURL(ctx, *upd.URL); err != nil {
-			return nil, err
-		}
+	if err := c.check(ctx, upd); err != nil {
+		return nil, err
 	}
 	return c.WebhookService.CreateWebhook(ctx, actor, projectID, upd)
 }
 
 func (c checked) UpdateWebhook(ctx context.Context, projectID, id int64, upd controlplane.WebhookUpdate) (*controlplane.Webhook, error) {
-	if upd.URL != nil {
-		if err := c.p.CheckURL(ctx, *upd.URL); err != nil {
-			return nil, err
-		}
+	if err := c.check(ctx, upd); err != nil {
+		return nil, err
 	}
 	return c.WebhookService.UpdateWebhook(ctx, projectID, id, upd)
+}
+
+// check checks the URL upd sets, if it sets one.
+func (c checked) check(ctx context.Context, upd controlplane.WebhookUpdate) error {
+	if upd.URL == nil {
+		return nil
+	}
+	return c.p.CheckURL(ctx, *upd.URL)
 }

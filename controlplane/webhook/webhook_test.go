@@ -19,10 +19,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/flagedge/flagedge/controlplane"
-	"github.com/flagedge/flagedge/controlplane/authz"
 	"github.com/flagedge/flagedge/controlplane/httpapi"
 	"github.com/flagedge/flagedge/controlplane/postgres"
-	"github.com/flagedge/flagedge/controlplane/scheduler"
+	"github.com/flagedge/flagedge/controlplane/scheduler/schedulertest"
 	"github.com/flagedge/flagedge/controlplane/webhook"
 	"github.com/flagedge/flagedge/internal/pgtest"
 )
@@ -267,15 +266,14 @@ func TestDeliveryIsSignedAndCarriesTheFlagAsTheAPIShowsIt(t *testing.T) {
 		t.Errorf("timestamp header %q, signature %q", ts, sig)
 	}
 	var body struct {
-		DeliveryID      string          `json:"delivery_id"`
-		EventID         string          `json:"event_id"`
-		Event           string          `json:"event"`
-		Timestamp       string          `json:"timestamp"`
-		ProjectID       int64           `json:"project_id"`
-		SnapshotVersion int64           `json:"snapshot_version"`
-		Actor           map[string]any  `json:"actor"`
-		Data            map[string]any  `json:"data"`
-		Raw             json.RawMessage `json:"-"`
+		DeliveryID      string         `json:"delivery_id"`
+		EventID         string         `json:"event_id"`
+		Event           string         `json:"event"`
+		Timestamp       string         `json:"timestamp"`
+		ProjectID       int64          `json:"project_id"`
+		SnapshotVersion int64          `json:"snapshot_version"`
+		Actor           map[string]any `json:"actor"`
+		Data            map[string]any `json:"data"`
 	}
 	if err := json.Unmarshal(got.body, &body); err != nil {
 		t.Fatal(err)
@@ -564,11 +562,7 @@ func TestScheduledChangeEvents(t *testing.T) {
 	f.run(&webhook.Policy{AllowPrivate: true}, webhook.Config{}, nil)
 	ctx := context.Background()
 	store := postgres.NewScheduleStore(f.db)
-	s := scheduler.New(store, authz.Wrap(postgres.NewServices(f.db, 4)).Flags, slog.New(slog.NewTextHandler(io.Discard, nil)), prometheus.NewRegistry())
-	runCtx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() { s.Run(runCtx); close(done) }()
-	t.Cleanup(func() { cancel(); <-done })
+	s := schedulertest.Start(t, f.db)
 
 	ok, gone := f.flag("scheduled-ok"), f.flag("scheduled-gone")
 	now := time.Now()

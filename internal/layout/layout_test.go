@@ -57,8 +57,9 @@ var (
 		"controlplane/webhook")
 	cpDomain = is("controlplane", "controlplane/authz", "controlplane/flageval", "controlplane/ingest", "controlplane/personview",
 		"controlplane/bloomhub", "controlplane/rollout", "controlplane/loginlimit", "controlplane/scheduler")
-	testHelpers = is("internal/pgtest", "internal/pgcluster", "internal/natstest", "internal/tlstest", "geoip/geoiptest", "shared/flags/flagstest")
-	harnesses   = under("bench", "e2e")
+	testHelpers = is("internal/pgtest", "internal/pgcluster", "internal/natstest", "internal/tlstest", "geoip/geoiptest", "shared/flags/flagstest",
+		"controlplane/scheduler/schedulertest")
+	harnesses = under("bench", "e2e")
 )
 
 // rules are the numbered rules of docs/architecture.md's "Dependency rules", in order.
