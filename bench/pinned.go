@@ -489,8 +489,14 @@ func (r *pinnedReport) markdown() string {
 			continue
 		}
 		perReq := 1e6 / run.Throughput
-		fmt.Fprintf(&b, "| %s | %.1f | %.1f | %.1f | %.2f | %.2f |\n", run.Name, run.ServerCPU*perReq,
-			(run.ServerCPU-run.ServerSystem)*perReq, run.ServerSystem*perReq, run.ServerReads, run.ServerWrites)
+		calls := func(n float64) string {
+			if run.reads == 0 && run.writes == 0 { // /proc/PID/io could not be read
+				return "n/a"
+			}
+			return strconv.FormatFloat(n, 'f', 2, 64)
+		}
+		fmt.Fprintf(&b, "| %s | %.1f | %.1f | %.1f | %s | %s |\n", run.Name, run.ServerCPU*perReq,
+			(run.ServerCPU-run.ServerSystem)*perReq, run.ServerSystem*perReq, calls(run.ServerReads), calls(run.ServerWrites))
 	}
 	worst, worstRun := 0.0, ""
 	for _, run := range r.allRuns() {

@@ -135,9 +135,7 @@ func (d *Handler) Serve(ctx *fasthttp.RequestCtx, ep Endpoint) error {
 	s.out = encode(s.out[:0], project, ctx.QueryArgs(), ep, s.results, want, errored)
 	ctx.SetContentType("application/json")
 	ctx.Response.Header.SetCanonical(state.VersionHeader, project.VersionText)
-	// The answer becomes the response's body and the body's old buffer the next answer's:
-	// no copy of the answer.
-	s.out = ctx.Response.SwapBody(s.out)[:0]
+	ctx.SetBody(s.out)
 	return nil
 }
 
