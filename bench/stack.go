@@ -356,7 +356,6 @@ func waitReady(url string) error {
 	}
 }
 
-// moduleRoot is the directory of the go.mod bench is run from.
 // startControlPlane starts a replica of the stack's control plane (the stack's own, or another
 // beside it) on its database, on any free ports, with extra arguments.
 func (s *selfStack) startControlPlane(ctx context.Context, name, cpu string, extra ...string) (*process, error) {
@@ -379,6 +378,7 @@ func buildTree(ctx context.Context, scenario, dir string, pkgs ...string) error 
 	return nil
 }
 
+// moduleRoot is the directory of the go.mod bench is run from.
 func moduleRoot() (string, error) {
 	out, err := exec.Command("go", "env", "GOMOD").Output()
 	if err != nil {

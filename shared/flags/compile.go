@@ -239,7 +239,7 @@ func (s *Snapshot) markHashed() {
 		}
 	}
 	const (
-		notHashed = iota
+		_ = iota // not on the list
 		mayHash
 		sureHash
 	)

@@ -444,7 +444,8 @@ func (e *evaluation) rolloutAndVariant(c *condition) {
 		e.rolloutHash, e.haveRollout, e.variantHash, e.haveVariant = int64(r), true, v, true
 		return
 	}
-	if slot := int(f.hashSlot); slot >= 0 && blocksAvailable && e.hashSubj == e.req.DistinctID && e.fillHashed(&e.blocks[0], slot) {
+	// A flag on the hashed list buckets by the distinct id (markHashed), as its partner does.
+	if slot := int(f.hashSlot); slot >= 0 && blocksAvailable && e.fillHashed(&e.blocks[0], slot) {
 		e.hashWithNext(slot, slot)
 		e.rolloutHash, e.haveRollout = int64(e.hashes[slot]), true
 		return
