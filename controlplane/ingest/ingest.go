@@ -41,15 +41,20 @@ func New(events controlplane.EventStore, log *slog.Logger, reg prometheus.Regist
 }
 
 // IngestRecords stores spool records, record i captured by edge edgeIDs[i], in one
-// transaction. An event that can never be stored (PostgreSQL refuses its content, or it
-// cannot be decoded) is dead-lettered, counted and logged, and the call still succeeds. It
-// returns only once the transaction has committed; on error nothing is stored and the
-// records may be given again.
+// transaction: IngestBatches of each record's Decode.
 func (in *Ingester) IngestRecords(ctx context.Context, records [][]byte, edgeIDs []string) (controlplane.IngestResult, error) {
 	batches := make([]controlplane.EventBatch, 0, len(records))
 	for i, raw := range records {
-		batches = append(batches, decodeBatch(raw, edgeIDs[i]))
+		batches = append(batches, Decode(raw, edgeIDs[i]))
 	}
+	return in.IngestBatches(ctx, batches)
+}
+
+// IngestBatches stores decoded batches in one transaction. An event that can never be stored
+// (PostgreSQL refuses its content, or it cannot be decoded) is dead-lettered, counted and
+// logged, and the call still succeeds. It returns only once the transaction has committed; on
+// error nothing is stored and the batches may be given again.
+func (in *Ingester) IngestBatches(ctx context.Context, batches []controlplane.EventBatch) (controlplane.IngestResult, error) {
 	res, err := in.events.Ingest(ctx, batches)
 	if err != nil {
 		return res, err
@@ -58,9 +63,9 @@ func (in *Ingester) IngestRecords(ctx context.Context, records [][]byte, edgeIDs
 	in.ingested.WithLabelValues("duplicate").Add(float64(res.Duplicates))
 	edge := "" // the edge for the logs: the dead_letters table has each event's own
 	if len(res.DeadLetters) > 0 {
-		edge = edgeIDs[0]
-		for _, id := range edgeIDs {
-			if id != edge {
+		edge = batches[0].EdgeID
+		for _, b := range batches {
+			if b.EdgeID != edge {
 				edge = "(several)"
 				break
 			}

@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/flagedge/flagedge/controlplane/ingest"
@@ -239,8 +240,10 @@ func TestTwoReplicasShareTheLogAndStoreOnce(t *testing.T) {
 				pub.publish(boot.ProjectID, rec)
 				if i%10 == 0 {
 					pub.publish(boot.ProjectID, rec) // the same message again: the stream drops it
-					// The same events in a new message (past the duplicate window): stored once by uuid.
-					pub.publish(boot.ProjectID, append(rec, record(t, boot.ProjectID, nil)...))
+					// The same events in a new message (past the duplicate window): stored once by
+					// uuid. An unknown field makes it new; a second project_id would have the
+					// batch refused.
+					pub.publish(boot.ProjectID, protowire.AppendVarint(protowire.AppendTag(rec, 15, protowire.VarintType), 1))
 				}
 				if i == records/2 {
 					cluster.Kill(0)

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/flagedge/flagedge/controlplane"
@@ -235,6 +236,23 @@ func TestScopedEdge(t *testing.T) {
 	var stored int
 	if err := e.db.Pool.QueryRow(ctx, `SELECT count(*) FROM events`).Scan(&stored); err != nil || stored != 0 {
 		t.Errorf("after the refused call %d events are stored (%v), want none", stored, err)
+	}
+	// A batch naming the edge's project, then another (protobuf takes the last): refused,
+	// and nothing is stored in either project. Before one decoder read the project for both
+	// the check and the store, the check read the first and the store the last.
+	smuggled := append(protowire.AppendVarint(protowire.AppendTag(nil, syncpb.EventBatchProjectID, protowire.VarintType), uint64(e.project)), batch(other.ID)...)
+	if n := proto.Unmarshal(smuggled, new(syncpb.EventBatch)); n != nil {
+		t.Fatal(n)
+	}
+	smuggledBack := append(batch(other.ID), protowire.AppendVarint(protowire.AppendTag(nil, syncpb.EventBatchProjectID, protowire.VarintType), uint64(e.project))...)
+	for name, raw := range map[string][]byte{"own project, then another": smuggled, "another, then own": smuggledBack} {
+		_, err = client.Ingest(with(scopedToken), &syncpb.IngestRequest{EdgeId: "scoped", Batches: [][]byte{raw}})
+		if status.Code(err) != codes.FailedPrecondition {
+			t.Errorf("scoped edge's batch naming two projects (%s): %v, want FailedPrecondition", name, err)
+		}
+	}
+	if err := e.db.Pool.QueryRow(ctx, `SELECT count(*) FROM events`).Scan(&stored); err != nil || stored != 0 {
+		t.Errorf("after batches naming two projects %d events are stored (%v), want none", stored, err)
 	}
 	if res, err := client.Ingest(with(scopedToken), &syncpb.IngestRequest{EdgeId: "scoped", Batches: [][]byte{batch(e.project)}}); err != nil || res.Stored != 1 {
 		t.Errorf("scoped edge's events of its project: %v %v, want 1 stored", res, err)

@@ -21,6 +21,7 @@ import (
 
 	"github.com/flagedge/flagedge/controlplane"
 	"github.com/flagedge/flagedge/controlplane/bloomhub"
+	"github.com/flagedge/flagedge/controlplane/ingest"
 	"github.com/flagedge/flagedge/shared/syncpb"
 )
 
@@ -60,11 +61,11 @@ type Server struct {
 	sent     prometheus.Counter
 }
 
-// Ingester stores spool records, record i captured by edge edgeIDs[i], in one transaction,
-// returning once it has committed (ingest.Ingester: the one owner of ingestion, which the
-// event log's consumer calls too).
+// Ingester stores batches decoded by ingest.Decode in one transaction, returning once it has
+// committed (ingest.Ingester: the one owner of ingestion, which the event log's consumer calls
+// too).
 type Ingester interface {
-	IngestRecords(ctx context.Context, records [][]byte, edgeIDs []string) (controlplane.IngestResult, error)
+	IngestBatches(ctx context.Context, batches []controlplane.EventBatch) (controlplane.IngestResult, error)
 }
 
 // Option configures a Server.
@@ -540,19 +541,19 @@ func (s *Server) unavailable(op string, err error) error {
 // or it cannot be decoded) is dead-lettered and counted, and the call still succeeds, so that
 // the edge moves on; any other failure answers Unavailable and the edge sends them again.
 func (s *Server) Ingest(ctx context.Context, req *syncpb.IngestRequest) (*syncpb.IngestResponse, error) {
-	edgeIDs := make([]string, len(req.Batches))
-	for i := range edgeIDs {
-		edgeIDs[i] = req.EdgeId
-	}
-	// A batch of a project the edge is not served fails the call for good
-	// (FailedPrecondition): the edge splits the call and moves that record to its
-	// dead-letter file, storing the rest.
-	for _, raw := range req.Batches {
-		if id := syncpb.BatchProject(raw); !serves(ctx, id) {
+	// The scope is checked on the decoded batches, and those same batches are stored: one
+	// reader of each batch's project (ingest.Decode), so no encoding can show the check one
+	// project and the store another. A batch of a project the edge is not served, or whose
+	// project cannot be read (Decode gives 0), fails the call for good (FailedPrecondition):
+	// the edge splits the call and moves that record to its dead-letter file, storing the rest.
+	batches := make([]controlplane.EventBatch, len(req.Batches))
+	for i, raw := range req.Batches {
+		batches[i] = ingest.Decode(raw, req.EdgeId)
+		if id := batches[i].ProjectID; !serves(ctx, id) {
 			return nil, status.Errorf(codes.FailedPrecondition, "this edge is not served project %d: its events are refused", id)
 		}
 	}
-	res, err := s.ingester.IngestRecords(ctx, req.Batches, edgeIDs)
+	res, err := s.ingester.IngestBatches(ctx, batches)
 	if err != nil {
 		return nil, s.unavailable("ingest", err)
 	}

@@ -1,8 +1,6 @@
 package syncpb
 
 import (
-	"errors"
-
 	"google.golang.org/protobuf/encoding/protowire"
 )
 
@@ -64,21 +62,4 @@ func Walk(msg []byte, fn func(Field) error) error {
 		rest = rest[n+m:]
 	}
 	return nil
-}
-
-// errFound stops a walk that has found what it looked for.
-var errFound = errors.New("found")
-
-// BatchProject returns the project_id of an encoded EventBatch: 0 when it has none, or when
-// the framing is broken before it.
-func BatchProject(batch []byte) int64 {
-	var project int64
-	_ = Walk(batch, func(f Field) error {
-		if f.Num == EventBatchProjectID && f.Type == protowire.VarintType {
-			project = int64(f.Varint)
-			return errFound
-		}
-		return nil
-	})
-	return project
 }

@@ -95,7 +95,7 @@ func walkBatch(t *testing.T, raw []byte) *syncpb.EventBatch {
 }
 
 // TestWalkAgreesWithGeneratedCode walks what the generated code encodes and reads back what
-// it wrote, and finds the same project id as BatchProject.
+// it wrote.
 func TestWalkAgreesWithGeneratedCode(t *testing.T) {
 	for name, batch := range map[string]*syncpb.EventBatch{
 		"empty":      {},
@@ -116,9 +116,6 @@ func TestWalkAgreesWithGeneratedCode(t *testing.T) {
 			if diff := cmp.Diff(batch, walkBatch(t, raw), protocmp.Transform()); diff != "" {
 				t.Errorf("walked (-generated +walked):\n%s", diff)
 			}
-			if got := syncpb.BatchProject(raw); got != batch.ProjectId {
-				t.Errorf("BatchProject = %d, want %d", got, batch.ProjectId)
-			}
 		})
 	}
 }
@@ -131,11 +128,5 @@ func TestWalkBrokenFraming(t *testing.T) {
 	err := syncpb.Walk(cut, func(f syncpb.Field) error { seen = append(seen, f.Num); return nil })
 	if err == nil || len(seen) != 1 || seen[0] != syncpb.EventBatchProjectID {
 		t.Errorf("walk of a cut batch: fields %v, err %v", seen, err)
-	}
-	if got := syncpb.BatchProject(cut); got != 9 {
-		t.Errorf("BatchProject of a batch cut after its project = %d", got)
-	}
-	if got := syncpb.BatchProject([]byte{0xff}); got != 0 {
-		t.Errorf("BatchProject of garbage = %d", got)
 	}
 }
