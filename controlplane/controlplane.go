@@ -169,6 +169,16 @@ func (k *APIKey) Reaches(p *Project) bool {
 	return k.Projects == nil || slices.Contains(k.Projects, p.ID)
 }
 
+// ReachesOrganization reports whether the key may act on its organisation as a whole (its
+// members, invites, roles, new projects): only a key not limited to some projects may, since
+// what is done there reaches every project (an invited admin sees them all).
+func (k *APIKey) ReachesOrganization() bool { return k.Projects == nil }
+
+// ErrKeyLimitedToProjects refuses a key limited to some projects on a route of the whole
+// organisation; the detail is PostHog's.
+var ErrKeyLimitedToProjects = &Error{Kind: Forbidden, Code: "permission_denied",
+	Detail: "API key with scoped projects are only supported on project-based views."}
+
 // NewKey is a freshly issued personal API key; Secret is shown once and never stored.
 type NewKey struct {
 	APIKey

@@ -196,6 +196,14 @@ func TestMembers(t *testing.T) {
 		})
 	}
 
+	// An admin's key limited to this very project may not invite an admin (who would see
+	// every project): the audit's escalation, 201 with a set-password link before.
+	limited := e.mustKey([]string{"*"}, []int64{e.project})
+	wantError(t, e.do("POST", invites, limited, map[string]any{"target_email": "escalate@example.com", "level": 8}), 403, "authentication_error", "permission_denied", nil)
+	if r := e.do("GET", members, e.key, nil); r.body["count"] != 2.0 {
+		t.Errorf("after a refused invite the organisation has %v members, want 2", r.body["count"])
+	}
+
 	inv := e.do("POST", invites, e.key, map[string]any{"target_email": "new@example.com", "first_name": "Nia", "level": 8})
 	if inv.status != 201 || inv.body["level"] != 8.0 {
 		t.Fatalf("invite: %d %s", inv.status, inv.raw)

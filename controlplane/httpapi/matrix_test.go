@@ -310,6 +310,7 @@ func TestRouteAuthorisationMatrix(t *testing.T) {
 	}
 	second := e.do("POST", "/api/projects/", e.key, map[string]any{"name": "Second"})
 	limitedElsewhere := e.mustKey([]string{"*"}, []int64{int64(second.body["id"].(float64))})
+	limitedHere := e.mustKey([]string{"*"}, []int64{e.project})
 
 	table := matrixTable()
 	routes := e.api.Routes()
@@ -373,6 +374,16 @@ func TestRouteAuthorisationMatrix(t *testing.T) {
 			case httpapi.AccessOrganization:
 				if r := call(other.PersonalAPIKey); r.status != 403 {
 					t.Errorf("another organisation's key: %d %s, want 403", r.status, r.raw)
+				}
+				// A key limited to projects, even this organisation's own project and with
+				// every scope, may not act on the organisation: an invited admin, a role or a
+				// membership reaches every project.
+				for who, key := range map[string]string{"a key limited to another project": limitedElsewhere, "a key limited to this project": limitedHere} {
+					r := call(key)
+					wantError(t, r, 403, "authentication_error", "permission_denied", nil)
+					if want := "API key with scoped projects are only supported on project-based views."; r.str("detail") != want {
+						t.Errorf("%s: detail %q, want %q", who, r.str("detail"), want)
+					}
 				}
 			}
 			if r := call(keyFor(scope)); r.status != entry.ok {

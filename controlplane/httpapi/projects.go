@@ -26,7 +26,7 @@ func (s *Server) handleListProjects(w http.ResponseWriter, r *http.Request, key 
 }
 
 func (s *Server) handleCreateProject(w http.ResponseWriter, r *http.Request, key *controlplane.APIKey) error {
-	if key.Projects != nil {
+	if !key.ReachesOrganization() {
 		return controlplane.ErrPermissionDenied // a key limited to projects cannot create more
 	}
 	f, err := decodeObject(w, r)

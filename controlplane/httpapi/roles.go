@@ -41,10 +41,15 @@ func newMembershipJSON(m *controlplane.RoleMembership) membershipJSON {
 	return membershipJSON{ID: m.ID, RoleID: m.RoleID, User: *newUserJSON(&m.User), JoinedAt: timeJSON(m.JoinedAt)}
 }
 
-// withOrg authenticates, checks the scope and that the path's organisation ("@current", or
-// the key's organisation's uuid) is the key's; the services decide who may write (admins).
+// withOrg authenticates, checks the scope, that the key is not limited to some projects (what
+// is done to the organisation reaches all of them) and that the path's organisation
+// ("@current", or the key's organisation's uuid) is the key's; the services decide who may
+// write (admins).
 func (s *Server) withOrg(scope controlplane.Scope, h keyHandler) http.HandlerFunc {
 	return s.withKey(scope, func(w http.ResponseWriter, r *http.Request, key *controlplane.APIKey) error {
+		if !key.ReachesOrganization() {
+			return controlplane.ErrKeyLimitedToProjects
+		}
 		if org := r.PathValue("org"); org != "@current" && !s.isKeysOrg(r, key, org) {
 			return controlplane.ErrPermissionDenied
 		}
