@@ -19,6 +19,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime/debug"
+	"strings"
 	"syscall"
 	"time"
 
@@ -152,7 +153,7 @@ func parseConfig(args []string, stderr io.Writer) (*config, error) {
 	fs.Int64(&cfg.StreamMax, "ofrep-stream-max", "FLAGEDGE_OFREP_STREAM_MAX", int64(ofrep.DefaultStreamConfig().MaxStreams),
 		"most OFREP change streams this edge keeps open (about 15 KB each); more are refused with 429")
 	fs.Int64(&cfg.StreamMaxAddr, "ofrep-stream-max-per-ip", "FLAGEDGE_OFREP_STREAM_MAX_PER_IP", int64(ofrep.DefaultStreamConfig().MaxPerAddr),
-		"most OFREP change streams open from one client address; more are refused with 429")
+		"most OFREP change streams open from one client address (as --trusted-proxies finds it: without it, a client that sends a new X-Forwarded-For each time escapes this limit); more are refused with 429")
 	cfg.EventLog.Register(fs)
 	fs.Int64(&cfg.PublishWindow, "event-log-publish-window", "FLAGEDGE_EVENT_LOG_PUBLISH_WINDOW", 4,
 		"spool batches (up to 4 MiB each) published to the event log and awaiting acknowledgement at once; the spool advances only past acknowledged batches, in order")
@@ -181,7 +182,7 @@ func registerLimits(fs *daemon.Flags, cfg *config) {
 	fs.Int64(&cfg.DeadLetterMax, "dead-letter-max-bytes", "FLAGEDGE_DEAD_LETTER_MAX_BYTES", 256<<20,
 		"most bytes the dead-letter file and its rotated predecessor hold together; the oldest records beyond are dropped and counted; 0: no bound")
 	fs.Float64(&cfg.Rate.PerAddr, "rate-limit-per-ip", "FLAGEDGE_RATE_LIMIT_PER_IP", 0,
-		"requests per second each client address (as --trusted-proxies finds it) may make; beyond it 429 with Retry-After; 0: off")
+		"requests per second each client address (as --trusted-proxies finds it: without it, a client that sends a new X-Forwarded-For each time escapes this limit) may make; beyond it 429 with Retry-After; 0: off")
 	fs.Float64(&cfg.Rate.PerProject, "rate-limit-per-project", "FLAGEDGE_RATE_LIMIT_PER_PROJECT", 0,
 		"requests per second the /decide, /flags and capture endpoints take for each project; beyond it 429 with Retry-After; 0: off")
 	fs.Int(&cfg.Rate.Burst, "rate-limit-burst", "FLAGEDGE_RATE_LIMIT_BURST", 20, "requests an address or a project may make at once above its rate")
@@ -285,6 +286,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	if msg := cfg.spoofableLimits(); msg != "" {
+		log.Warn(msg)
+	}
 	if cfg.MemoryLimit > 0 {
 		debug.SetMemoryLimit(cfg.MemoryLimit)
 	}
@@ -301,6 +305,21 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	return e.serve(ctx)
+}
+
+// spoofableLimits returns the warning for per-address limits in force without
+// --trusted-proxies, or "": the client address is then X-Forwarded-For's first entry from
+// anyone, so a client that rotates the header escapes every per-address limit.
+func (cfg *config) spoofableLimits() string {
+	if cfg.TrustedProxies != "" {
+		return ""
+	}
+	limits := []string{"--ofrep-stream-max-per-ip"} // always on
+	if cfg.Rate.PerAddr > 0 {
+		limits = append(limits, "--rate-limit-per-ip")
+	}
+	return fmt.Sprintf("per-address limits (%s) take the client address from X-Forwarded-For, which any client may write: without --trusted-proxies a client that sends a new address each time escapes them; set --trusted-proxies to the proxies in front of this edge, or to 127.0.0.1/32 when clients reach it directly",
+		strings.Join(limits, ", "))
 }
 
 // assemble opens the edge's state (snapshots, spool, GeoIP, the control-plane client) and

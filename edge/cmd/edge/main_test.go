@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"errors"
 	"flag"
+	"io"
 	"regexp"
+	"strings"
 	"testing"
 )
 
@@ -34,6 +36,33 @@ func checkHelp(t *testing.T, help string, mustName ...string) {
 	for _, env := range mustName {
 		if !bytes.Contains([]byte(help), []byte("(env "+env+")")) {
 			t.Errorf("help does not name %s", env)
+		}
+	}
+}
+
+// TestSpoofableLimitsWarning: without --trusted-proxies the edge warns that its per-address
+// limits can be escaped by rotating X-Forwarded-For, naming the limits in force.
+func TestSpoofableLimitsWarning(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want []string // substrings; none for no warning
+	}{
+		{nil, []string{"--ofrep-stream-max-per-ip", "X-Forwarded-For", "--trusted-proxies"}},
+		{[]string{"--rate-limit-per-ip", "5"}, []string{"--ofrep-stream-max-per-ip, --rate-limit-per-ip"}},
+		{[]string{"--rate-limit-per-ip", "5", "--trusted-proxies", "10.0.0.1/32"}, nil},
+	} {
+		cfg, err := parseConfig(tc.args, io.Discard)
+		if err != nil {
+			t.Fatal(err)
+		}
+		msg := cfg.spoofableLimits()
+		if len(tc.want) == 0 && msg != "" {
+			t.Errorf("%v: warned %q", tc.args, msg)
+		}
+		for _, w := range tc.want {
+			if !strings.Contains(msg, w) {
+				t.Errorf("%v: warning %q does not say %q", tc.args, msg, w)
+			}
 		}
 	}
 }
