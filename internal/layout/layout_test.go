@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"slices"
 	"strings"
@@ -210,5 +212,32 @@ func TestRulesCatchViolations(t *testing.T) {
 	if got := violations([]pkg{{Path: "controlplane/cmd/controlplane", Imports: []string{m("controlplane/postgres"), m("controlplane/httpapi")},
 		Deps: []string{m("controlplane/postgres"), m("controlplane/httpapi")}}}); len(got) != 0 {
 		t.Errorf("cmd combining adapters: %q, want none", got)
+	}
+}
+
+// TestArchitectureListsEveryPackage holds docs/architecture.md's package table to go list: a
+// package missing from the table is one a newcomer cannot place, and a row without a package
+// describes what no longer exists.
+func TestArchitectureListsEveryPackage(t *testing.T) {
+	_, file, _, _ := runtime.Caller(0)
+	doc, err := os.ReadFile(filepath.Join(filepath.Dir(file), "..", "..", "docs", "architecture.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	listed := map[string]bool{}
+	for _, m := range regexp.MustCompile("(?m)^\\| `([a-z0-9/_]+)` \\|").FindAllStringSubmatch(string(doc), -1) {
+		listed[m[1]] = true
+	}
+	if len(listed) < 20 {
+		t.Fatalf("found %d rows in docs/architecture.md's package table: not the table", len(listed))
+	}
+	for _, p := range listModule(t) {
+		if !listed[p.Path] {
+			t.Errorf("package %s is not in docs/architecture.md's package table: add a row saying what it is for", p.Path)
+		}
+		delete(listed, p.Path)
+	}
+	for p := range listed {
+		t.Errorf("docs/architecture.md's package table lists %s, which go list does not find: remove or rename the row", p)
 	}
 }
