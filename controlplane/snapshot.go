@@ -43,6 +43,9 @@ type SnapshotStore interface {
 	DatabaseID(ctx context.Context) (string, error)
 	// ProjectVersions returns the snapshot version of every project.
 	ProjectVersions(ctx context.Context) (map[int64]int64, error)
+	// ProjectVersion returns one project's current snapshot version; NotFound when it does
+	// not exist.
+	ProjectVersion(ctx context.Context, projectID int64) (int64, error)
 	// BuildSnapshot reads one project consistently; NotFound when it does not exist.
 	BuildSnapshot(ctx context.Context, projectID int64) (*ProjectSnapshot, error)
 }

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -216,6 +217,13 @@ func TestConsoleInBrowser(t *testing.T) {
 	took := s.waitDecide(e, "ada", func(ff map[string]any) bool { return hasKey(ff, "new-checkout") })
 	if since := time.Since(saved); since > time.Second {
 		t.Errorf("the edge answered the new flag %v after the save (polling took %v), want within a second", since, took)
+	}
+	// The page after the save loads, once shown, the line saying on how many edges the save is
+	// live (console.js replaces the placeholder): all of them, the edge having answered it.
+	run(t, ctx, "rollout line", chromedp.WaitVisible(chromedp.CSS(`[data-rollout-done]`)))
+	line := value(t, ctx, "rollout line", chromedp.Text(chromedp.CSS(`[data-rollout-done]`)))
+	if m := regexp.MustCompile(`Live on (\d+) of (\d+) edges`).FindStringSubmatch(line); m == nil || m[1] != m[2] || m[1] == "0" {
+		t.Errorf("rollout line after the save: %q, want live on every connected edge", line)
 	}
 	flagURL := fmt.Sprintf("%s/project/%d/feature_flags/%d", base, s.projectID, id)
 

@@ -146,6 +146,7 @@ func (c *Console) routes() {
 	c.mux.HandleFunc("GET "+p+"/persons", c.withSession(c.handlePersons))
 	c.mux.HandleFunc("GET "+p+"/persons/{id}", c.withSession(c.handlePerson))
 	c.mux.HandleFunc("GET "+p+"/edges", c.withSession(c.handleEdges))
+	c.mux.HandleFunc("GET "+p+"/rollout", c.withSession(c.handleRollout))
 	c.mux.HandleFunc("GET "+p+"/webhooks", c.withSession(c.handleWebhooks))
 	c.mux.HandleFunc("POST "+p+"/webhooks", c.withSession(c.handleCreateWebhook))
 	c.mux.HandleFunc("GET "+p+"/webhooks/{id}", c.withSession(c.handleWebhook))
@@ -365,7 +366,8 @@ type page struct {
 	Nav       string // the active navigation entry
 	Flash     string
 	FlashKind string
-	// Rollout is, after a save, how many edges serve it (the page's ?live=<version>).
+	// Rollout is, after a save, the version whose rollout line the page loads once shown
+	// (the page's ?live=<version>).
 	Rollout *rolloutView
 	Data    any
 }
@@ -424,7 +426,7 @@ func (q *request) page(title, nav string) (*page, error) {
 		}
 	}
 	if p.Project != nil {
-		p.Rollout = q.rollout(p.Project.ID)
+		p.Rollout = q.pendingRollout(p.Project.ID)
 	}
 	if ck, err := q.r.Cookie(flashCookie); err == nil {
 		if msg, err := url.QueryUnescape(ck.Value); err == nil {

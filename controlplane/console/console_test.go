@@ -287,11 +287,16 @@ func TestConsoleFlags(t *testing.T) {
 	if p.status != http.StatusSeeOther {
 		t.Fatalf("create: %d %.500s", p.status, p.body)
 	}
-	// The save leads to the flag's page, which says how many edges serve it: none is connected.
+	// The save leads to the flag's page, which loads the line saying how many edges serve it
+	// once shown: none is connected.
 	flagPath, live, _ := strings.Cut(p.location, "?live=")
 	id := flagPath[strings.LastIndex(flagPath, "/")+1:]
-	if page := b.get(p.location); live == "" || !strings.Contains(page.body, "Live on 0 of 0 edges (version "+live+")") {
-		t.Errorf("after the save (%s): no rollout line: %.3000s", p.location, page.body)
+	rolloutLine := fmt.Sprintf("/project/%d/rollout?version=%s", s.project, live)
+	if page := b.get(p.location); live == "" || !strings.Contains(page.body, `data-rollout="`+rolloutLine+`"`) {
+		t.Errorf("after the save (%s): no rollout placeholder: %.3000s", p.location, page.body)
+	}
+	if line := b.get(rolloutLine); line.status != 200 || !strings.Contains(line.body, "Live on 0 of 0 edges (version "+live+")") {
+		t.Errorf("rollout line: %d %.3000s", line.status, line.body)
 	}
 	// An edge connected (recorded as the sync service does) that has not acknowledged the
 	// version is named as the laggard, and listed on the edges page.
@@ -308,8 +313,17 @@ func TestConsoleFlags(t *testing.T) {
 		Versions: map[int64]int64{s.project: 1}}}); err != nil || res[0] != nil {
 		t.Fatal(res, err)
 	}
-	if page := b.get(p.location); !strings.Contains(page.body, "Live on 0 of 1 edges (version "+live+"): not yet on edge-berlin") {
-		t.Errorf("rollout line with a lagging edge: %.3000s", page.body)
+	// The page does not wait for the lagging edge (the line waits up to 3 s for it, in a
+	// request of its own).
+	start := time.Now()
+	if page := b.get(p.location); page.status != 200 || time.Since(start) > 2*time.Second {
+		t.Errorf("the page after the save with a lagging edge: %d after %v", page.status, time.Since(start))
+	}
+	if line := b.get(rolloutLine); !strings.Contains(line.body, "Live on 0 of 1 edges (version "+live+"): not yet on edge-berlin") {
+		t.Errorf("rollout line with a lagging edge: %.3000s", line.body)
+	}
+	if line := b.get(fmt.Sprintf("/project/%d/rollout?version=x", s.project)); line.status != 404 {
+		t.Errorf("rollout line of no version: %d", line.status)
 	}
 	if page := b.get(fmt.Sprintf("/project/%d/edges", s.project)); !strings.Contains(page.body, "edge-berlin") || !strings.Contains(page.body, "replica-1") ||
 		!strings.Contains(page.body, "behind") {

@@ -1,7 +1,9 @@
 package console
 
 import (
+	"bytes"
 	"context"
+	"html/template"
 	"net/http"
 	"strconv"
 	"strings"
@@ -18,31 +20,63 @@ type Rollout interface {
 
 // rolloutView is how many of the connected edges serve a version.
 type rolloutView struct {
-	Version  int64
-	Done     bool
-	Live     int
-	Total    int
-	Laggards []controlplane.EdgeProjectStatus
+	ProjectID int64
+	Version   int64
+	Done      bool
+	Live      int
+	Total     int
+	Laggards  []controlplane.EdgeProjectStatus
 }
 
-// rolloutWait is how long a page shown after a save waits for the edges to serve it.
+// rolloutWait is how long the rollout line waits for the edges to serve a save.
 const rolloutWait = 3 * time.Second
 
-// rollout answers, on a page the console redirected to after a save (?live=<the write's
-// version>), how many edges serve the save; nil without one. The project is one the page
-// has already found the user reaches.
-func (q *request) rollout(projectID int64) *rolloutView {
+// pendingRollout is, on a page the console redirected to after a save (?live=<the write's
+// version>), the version whose rollout line the page loads after it has rendered (the
+// layout's data-rollout, filled by console.js from handleRollout); nil without one. The page
+// does not wait for the edges itself: its handler answers at once.
+func (q *request) pendingRollout(projectID int64) *rolloutView {
 	version, err := strconv.ParseInt(q.r.URL.Query().Get("live"), 10, 64)
 	if err != nil || version <= 0 || q.c.cfg.Rollout == nil {
 		return nil
 	}
-	edges, done, err := q.c.cfg.Rollout.Wait(q.ctx, projectID, version, rolloutWait)
+	return &rolloutView{ProjectID: projectID, Version: version}
+}
+
+// handleRollout answers the rollout line of a save, the HTML fragment that replaces a page's
+// data-rollout placeholder: how many of the connected edges serve ?version=, waiting up to
+// rolloutWait for them. The project is read through the services, so the user must reach it.
+func (c *Console) handleRollout(q *request) error {
+	project, err := q.project()
 	if err != nil {
-		return nil
+		return err
+	}
+	version, err := strconv.ParseInt(q.r.URL.Query().Get("version"), 10, 64)
+	if err != nil || version <= 0 || c.cfg.Rollout == nil {
+		return controlplane.ErrNotFound
+	}
+	edges, done, err := c.cfg.Rollout.Wait(q.ctx, project.ID, version, rolloutWait)
+	if err != nil {
+		return err
 	}
 	laggards := edges.Laggards(version)
-	return &rolloutView{Version: version, Done: done, Live: len(edges.Edges) - len(laggards), Total: len(edges.Edges), Laggards: laggards}
+	view := &rolloutView{ProjectID: project.ID, Version: version, Done: done, Live: len(edges.Edges) - len(laggards),
+		Total: len(edges.Edges), Laggards: laggards}
+	var buf bytes.Buffer
+	if err := rolloutLine.Execute(&buf, view); err != nil {
+		return err
+	}
+	h := q.w.Header()
+	h.Set("Content-Type", "text/html; charset=utf-8")
+	h.Set("Cache-Control", "no-store")
+	_, _ = q.w.Write(buf.Bytes()) // the client went away; nothing to do
+	return nil
 }
+
+// rolloutLine is the fragment handleRollout answers.
+var rolloutLine = template.Must(template.New("rollout").Parse(`<div class="flash flash-{{if .Done}}success{{else}}error{{end}}" role="status" data-rollout-done>` +
+	`Live on {{.Live}} of {{.Total}} edges (version {{.Version}}){{if not .Done}}: not yet on {{range $i, $e := .Laggards}}{{if $i}}, {{end}}{{$e.Name}}{{end}}` +
+	` — see <a href="/project/{{.ProjectID}}/edges">Edges</a>{{end}}.</div>`))
 
 // livePath adds to a console path the snapshot version a write made (0: none), so that the
 // page it leads to says how many edges serve it.

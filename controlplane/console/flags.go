@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/flagedge/flagedge/controlplane"
+	"github.com/flagedge/flagedge/controlplane/flageval"
 	"github.com/flagedge/flagedge/shared/flags"
 )
 
@@ -111,6 +112,8 @@ type blastView struct {
 	Percent        string
 	Err            string
 	GroupAggregate bool
+	// Sampled says All is the first blastSample stored, not all of them.
+	Sampled bool
 }
 
 type testView struct {
@@ -324,23 +327,25 @@ func (c *Console) flagPanels(q *request, f *flagView, data *flagPage) {
 			Groups []json.RawMessage `json:"groups"`
 		}
 		_ = json.Unmarshal(f.Filters, &raw)
-		compiled, compileErr := q.c.cfg.Evaluator.Compile(q.ctx, f.ProjectID)
-		for i, cond := range raw.Groups {
+		if len(raw.Groups) > maxBlastConditions {
+			raw.Groups = raw.Groups[:maxBlastConditions]
+		}
+		radii, err := q.blastRadii(f.ProjectID, raw.Groups, gti, f.Key)
+		for i := range raw.Groups {
 			b := blastView{Index: i + 1, GroupAggregate: gti != nil}
-			err := compileErr
 			if err == nil {
-				b.Affected, b.All, err = q.c.cfg.Evaluator.BlastRadius(q.ctx, compiled, cond, gti, f.Key)
-			}
-			if err != nil {
+				err := radii.Errs[i]
+				b.Affected, b.All, b.Sampled = radii.Affected[i], radii.Total, !radii.Complete
+				if err != nil {
+					b.Err = q.c.detail(q.r, err)
+				}
+			} else {
 				b.Err = q.c.detail(q.r, err)
 			}
 			if b.All > 0 {
 				b.Percent = strconv.FormatFloat(100*float64(b.Affected)/float64(b.All), 'f', 1, 64)
 			}
 			data.Blast = append(data.Blast, b)
-			if i == 9 {
-				break // ten conditions are plenty for a page
-			}
 		}
 	}
 	data.TestID = strings.TrimSpace(q.r.URL.Query().Get("distinct_id"))
@@ -348,6 +353,24 @@ func (c *Console) flagPanels(q *request, f *flagView, data *flagPage) {
 	if data.TestID != "" {
 		data.Test = evaluate(q, f, data.TestID, data.TestProps)
 	}
+}
+
+// maxBlastConditions and blastSample bound the "who would get it" panel: ten conditions are
+// plenty for a page, and one scan of at most 10,000 stored persons (or groups) counts all of
+// them, so that a page costs the same whatever the number of persons stored.
+const (
+	maxBlastConditions = 10
+	blastSample        = 10000
+)
+
+// blastRadii counts the reach of a flag's conditions over the first blastSample stored
+// persons (or groups), in one scan.
+func (q *request) blastRadii(projectID int64, conditions []json.RawMessage, gti *int, flagKey string) (*flageval.Radii, error) {
+	compiled, err := q.c.cfg.Evaluator.Compile(q.ctx, projectID)
+	if err != nil {
+		return nil, err
+	}
+	return q.c.cfg.Evaluator.BlastRadii(q.ctx, compiled, conditions, gti, flagKey, blastSample)
 }
 
 // evaluate finds why the flag has its value for a distinct id and properties.

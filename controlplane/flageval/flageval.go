@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
+	"sync"
 
 	"github.com/flagedge/flagedge/controlplane"
 	"github.com/flagedge/flagedge/shared/flags"
@@ -18,11 +19,56 @@ import (
 // round trip, small enough to keep memory flat.
 const batchSize = 2000
 
-// Evaluator evaluates flags for stored persons and groups.
+// Evaluator evaluates flags for stored persons and groups. Its zero value's cache is ready:
+// set the stores and use it.
 type Evaluator struct {
 	Snapshots controlplane.SnapshotStore
 	Persons   controlplane.PersonStore
 	Scanner   controlplane.PersonScanner
+
+	compiled compiledCache
+}
+
+// maxCompiled bounds the compiled projects an Evaluator keeps: one per project, and an
+// organisation has a handful; past it, one kept project is dropped for each new one.
+const maxCompiled = 64
+
+// compiledCache keeps each project's compiled snapshot of the last version asked for, so that
+// the console's pages and the API's flag actions compile a project once per version, not
+// once per request.
+type compiledCache struct {
+	mu        sync.Mutex
+	byProject map[int64]*Project
+}
+
+// get returns the project compiled at version, or nil.
+func (c *compiledCache) get(projectID, version int64) *Project {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if p := c.byProject[projectID]; p != nil && p.Definition.Version == version {
+		return p
+	}
+	return nil
+}
+
+// put keeps p as its project's compiled snapshot, unless a later version is kept already.
+func (c *compiledCache) put(p *Project) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	id := p.Definition.ProjectID
+	if old := c.byProject[id]; old != nil && old.Definition.Version > p.Definition.Version {
+		return
+	}
+	if c.byProject == nil {
+		c.byProject = map[int64]*Project{}
+	}
+	if _, ok := c.byProject[id]; !ok && len(c.byProject) >= maxCompiled {
+		for other := range c.byProject {
+			delete(c.byProject, other)
+			break
+		}
+	}
+	c.byProject[id] = p
 }
 
 // Project is a project's flags, compiled, with what they were compiled from.
@@ -47,8 +93,27 @@ func (p *Project) GroupTypeIndex(name string) int {
 	return -1
 }
 
-// Compile reads and compiles a project's current flags.
+// Compile returns a project's current flags compiled: built and compiled once per snapshot
+// version (one query for the version when it is compiled already). The Project is shared and
+// must not be changed.
 func (e *Evaluator) Compile(ctx context.Context, projectID int64) (*Project, error) {
+	version, err := e.Snapshots.ProjectVersion(ctx, projectID)
+	if err != nil {
+		return nil, err
+	}
+	if p := e.compiled.get(projectID, version); p != nil {
+		return p, nil
+	}
+	p, err := e.build(ctx, projectID)
+	if err != nil {
+		return nil, err
+	}
+	e.compiled.put(p)
+	return p, nil
+}
+
+// build reads and compiles a project's current flags.
+func (e *Evaluator) build(ctx context.Context, projectID int64) (*Project, error) {
 	snap, err := e.Snapshots.BuildSnapshot(ctx, projectID)
 	if err != nil {
 		return nil, err
@@ -117,26 +182,45 @@ func (e *Evaluator) ForRequest(ctx context.Context, p *Project, req flags.Reques
 // batches, calling fn with the person and the results (valid until fn returns).
 func (e *Evaluator) EachPersonResult(ctx context.Context, projectID int64, snap *flags.Snapshot,
 	fn func(person *controlplane.StoredPersonRow, results []flags.Result) error) error {
-	var after int64
 	var results []flags.Result
+	_, err := e.eachPerson(ctx, projectID, 0, func(row *controlplane.StoredPersonRow, req *flags.Request) error {
+		results = snap.Evaluate(req, results)
+		return fn(row, results)
+	})
+	return err
+}
+
+// eachPerson calls fn with the evaluation request of each stored person of the project, in
+// batches, up to limit persons (0: all); more reports whether some were left.
+func (e *Evaluator) eachPerson(ctx context.Context, projectID int64, limit int,
+	fn func(person *controlplane.StoredPersonRow, req *flags.Request) error) (more bool, err error) {
+	var after int64
+	seen := 0
 	for {
-		batch, err := e.Scanner.ScanPersons(ctx, projectID, after, batchSize)
+		n := batchSize
+		if limit > 0 {
+			n = min(n, limit-seen+1) // one more than the limit tells whether there is more
+		}
+		batch, err := e.Scanner.ScanPersons(ctx, projectID, after, n)
 		if err != nil {
-			return err
+			return false, err
 		}
 		for i := range batch {
+			if limit > 0 && seen == limit {
+				return true, nil
+			}
 			row := &batch[i]
 			req := flags.Request{DistinctID: row.DistinctID, StaticCohorts: row.StaticCohorts}
 			if err := json.Unmarshal(row.Properties, &req.StoredPerson); err != nil {
-				return err
+				return false, err
 			}
-			results = snap.Evaluate(&req, results)
-			if err := fn(row, results); err != nil {
-				return err
+			if err := fn(row, &req); err != nil {
+				return false, err
 			}
+			seen++
 		}
-		if len(batch) < batchSize {
-			return nil
+		if len(batch) < n {
+			return false, nil
 		}
 		after = batch[len(batch)-1].ID
 	}
@@ -145,26 +229,45 @@ func (e *Evaluator) EachPersonResult(ctx context.Context, projectID int64, snap 
 // EachGroupResult does the same over the project's groups of one type.
 func (e *Evaluator) EachGroupResult(ctx context.Context, projectID int64, typeIndex int, typeName string, snap *flags.Snapshot,
 	fn func(results []flags.Result) error) error {
-	after := ""
 	var results []flags.Result
+	_, err := e.eachGroup(ctx, projectID, typeIndex, typeName, 0, func(req *flags.Request) error {
+		results = snap.Evaluate(req, results)
+		return fn(results)
+	})
+	return err
+}
+
+// eachGroup calls fn with the evaluation request of each stored group of one type, in
+// batches, up to limit groups (0: all); more reports whether some were left.
+func (e *Evaluator) eachGroup(ctx context.Context, projectID int64, typeIndex int, typeName string, limit int,
+	fn func(req *flags.Request) error) (more bool, err error) {
+	after := ""
+	seen := 0
 	for {
-		batch, err := e.Scanner.ScanGroups(ctx, projectID, typeIndex, after, batchSize)
+		n := batchSize
+		if limit > 0 {
+			n = min(n, limit-seen+1)
+		}
+		batch, err := e.Scanner.ScanGroups(ctx, projectID, typeIndex, after, n)
 		if err != nil {
-			return err
+			return false, err
 		}
 		for _, g := range batch {
+			if limit > 0 && seen == limit {
+				return true, nil
+			}
 			var props flags.Properties
 			if err := json.Unmarshal(g.Properties, &props); err != nil {
-				return err
+				return false, err
 			}
 			req := flags.Request{Groups: map[string]string{typeName: g.Key}, StoredGroups: map[string]flags.Properties{typeName: props}}
-			results = snap.Evaluate(&req, results)
-			if err := fn(results); err != nil {
-				return err
+			if err := fn(&req); err != nil {
+				return false, err
 			}
+			seen++
 		}
-		if len(batch) < batchSize {
-			return nil
+		if len(batch) < n {
+			return false, nil
 		}
 		after = batch[len(batch)-1].Key
 	}
@@ -175,13 +278,89 @@ func (e *Evaluator) EachGroupResult(ctx context.Context, projectID int64, typeIn
 // exactly as evaluation does; without it the rollout share of the matching ones is counted
 // (rounded), since a rollout's hash depends on the flag's key.
 func (e *Evaluator) BlastRadius(ctx context.Context, p *Project, condition json.RawMessage, groupTypeIndex *int, flagKey string) (affected, total int, err error) {
+	r, err := e.BlastRadii(ctx, p, []json.RawMessage{condition}, groupTypeIndex, flagKey, 0)
+	if err != nil {
+		return 0, 0, err
+	}
+	if r.Errs[0] != nil {
+		return 0, 0, r.Errs[0]
+	}
+	return r.Affected[0], r.Total, nil
+}
+
+// Radii are the reach of several conditions over one scan.
+type Radii struct {
+	// Affected and Errs are per condition: how many of the scanned persons or groups it
+	// reaches, or why it could not be counted.
+	Affected []int
+	Errs     []error
+	// Total is how many were scanned; Complete is false when limit stopped the scan before
+	// the last of them.
+	Total    int
+	Complete bool
+}
+
+// BlastRadii counts, as BlastRadius does, the reach of each condition, in one scan over the
+// stored persons (or groups) instead of one scan per condition, and over at most limit of
+// them (0: all): a console page shows the reach of every condition of a flag at a bounded
+// cost, whatever the number of stored persons.
+func (e *Evaluator) BlastRadii(ctx context.Context, p *Project, conditions []json.RawMessage, groupTypeIndex *int, flagKey string, limit int) (*Radii, error) {
+	r := &Radii{Affected: make([]int, len(conditions)), Errs: make([]error, len(conditions))}
+	snaps := make([]*flags.Snapshot, len(conditions))
+	shares := make([]float64, len(conditions)) // the rollout counted as a share, or -1
+	for i, cond := range conditions {
+		snaps[i], shares[i], r.Errs[i] = conditionSnapshot(p, cond, groupTypeIndex, flagKey)
+	}
+	var results []flags.Result
+	count := func(req *flags.Request) error {
+		r.Total++
+		for i, snap := range snaps {
+			if snap == nil {
+				continue
+			}
+			if results = snap.Evaluate(req, results); results[0].Enabled {
+				r.Affected[i]++
+			}
+		}
+		return nil
+	}
+	var more bool
+	var err error
+	if groupTypeIndex != nil {
+		name, ok := p.def.GroupTypes[*groupTypeIndex]
+		if !ok {
+			r.Complete = true
+			return r, nil // no such group type: no groups
+		}
+		more, err = e.eachGroup(ctx, p.Definition.ProjectID, *groupTypeIndex, name, limit, count)
+	} else {
+		more, err = e.eachPerson(ctx, p.Definition.ProjectID, limit, func(_ *controlplane.StoredPersonRow, req *flags.Request) error { return count(req) })
+	}
+	if err != nil {
+		return nil, err
+	}
+	r.Complete = !more
+	for i, share := range shares {
+		if share >= 0 {
+			r.Affected[i] = int(float64(r.Affected[i])*share/100 + 0.5)
+		}
+	}
+	return r, nil
+}
+
+// conditionSnapshot compiles one condition as the only flag of the project's definition, and
+// returns the rollout to count as a share (-1 when the flag's hash applies it).
+func conditionSnapshot(p *Project, condition json.RawMessage, groupTypeIndex *int, flagKey string) (*flags.Snapshot, float64, error) {
 	var cond map[string]any
 	if err := json.Unmarshal(condition, &cond); err != nil || cond == nil {
-		return 0, 0, controlplane.FieldError("condition", "invalid_input", "condition must be an object with properties and rollout_percentage.")
+		return nil, -1, controlplane.FieldError("condition", "invalid_input", "condition must be an object with properties and rollout_percentage.")
 	}
-	rollout, hasRollout := cond["rollout_percentage"].(float64)
+	share := -1.0
 	if flagKey == "" {
-		delete(cond, "rollout_percentage") // applied as a share below
+		if rollout, ok := cond["rollout_percentage"].(float64); ok {
+			share = rollout
+		}
+		delete(cond, "rollout_percentage") // applied as a share
 	}
 	filters := map[string]any{"groups": []any{cond}}
 	if groupTypeIndex != nil {
@@ -196,31 +375,9 @@ func (e *Evaluator) BlastRadius(ctx context.Context, p *Project, condition json.
 	def.Flags = []flags.FlagDefinition{{ID: 1, Key: key, Active: true, Filters: raw}}
 	snap, err := flags.Compile(def)
 	if err != nil {
-		return 0, 0, controlplane.FieldError("condition", "invalid_input", err.Error())
+		return nil, -1, controlplane.FieldError("condition", "invalid_input", err.Error())
 	}
-	count := func(results []flags.Result) error {
-		total++
-		if results[0].Enabled {
-			affected++
-		}
-		return nil
-	}
-	if groupTypeIndex != nil {
-		name, ok := def.GroupTypes[*groupTypeIndex]
-		if !ok {
-			return 0, 0, nil // no such group type: no groups
-		}
-		err = e.EachGroupResult(ctx, p.Definition.ProjectID, *groupTypeIndex, name, snap, count)
-	} else {
-		err = e.EachPersonResult(ctx, p.Definition.ProjectID, snap, func(_ *controlplane.StoredPersonRow, r []flags.Result) error { return count(r) })
-	}
-	if err != nil {
-		return 0, 0, err
-	}
-	if flagKey == "" && hasRollout {
-		affected = int(float64(affected)*rollout/100 + 0.5)
-	}
-	return affected, total, nil
+	return snap, share, nil
 }
 
 // CohortSize counts the stored persons in a property cohort.

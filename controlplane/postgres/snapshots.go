@@ -29,6 +29,14 @@ func (s *SnapshotStore) DatabaseID(ctx context.Context) (string, error) {
 }
 
 // ProjectVersions returns the snapshot version of every project.
+func (s *SnapshotStore) ProjectVersion(ctx context.Context, projectID int64) (int64, error) {
+	var v int64
+	if err := s.db.Pool.QueryRow(ctx, `SELECT snapshot_version FROM projects WHERE id = $1`, projectID).Scan(&v); err != nil {
+		return 0, opError("project version", notFoundIfNoRows(err))
+	}
+	return v, nil
+}
+
 func (s *SnapshotStore) ProjectVersions(ctx context.Context) (map[int64]int64, error) {
 	rows, err := s.db.Pool.Query(ctx, `SELECT id, snapshot_version FROM projects`)
 	if err != nil {

@@ -25,4 +25,13 @@
       setTimeout(function () { btn.textContent = "Copy"; }, 1500);
     });
   });
+  // After a save, the page's data-rollout placeholder is replaced by the line saying on how
+  // many edges the change is live; the server waits for the edges in that request, not while
+  // rendering the page.
+  document.querySelectorAll("[data-rollout]").forEach(function (el) {
+    fetch(el.getAttribute("data-rollout"), { credentials: "same-origin", headers: { "Accept": "text/html" } })
+      .then(function (res) { return res.ok ? res.text() : Promise.reject(res.status); })
+      .then(function (html) { el.outerHTML = html; })
+      .catch(function () { /* the placeholder's link to Edges stays */ });
+  });
 })();
