@@ -237,12 +237,18 @@ type DeliveryResult struct {
 // share: a claimed delivery is leased to one dispatcher until it reports the outcome or
 // the lease runs out.
 type WebhookOutbox interface {
-	// Claim leases up to n due deliveries for lease.
-	Claim(ctx context.Context, n int, lease time.Duration) ([]*PendingDelivery, error)
+	// Claim leases up to n due deliveries for lease, taking hooks in turn and leaving each
+	// hook with at most perHook deliveries under lease, those of every dispatcher counted: a
+	// slow or dead receiver then holds at most perHook of the dispatchers' slots, and the
+	// other hooks' deliveries do not wait behind its backlog.
+	Claim(ctx context.Context, n, perHook int, lease time.Duration) ([]*PendingDelivery, error)
 	// Finish records an attempt's outcome and ends the lease.
 	Finish(ctx context.Context, id string, res DeliveryResult) error
-	// NextDue is when the earliest pending delivery is due (zero time: none).
-	NextDue(ctx context.Context) (time.Time, error)
+	// NextDue is when Claim, with the same perHook, may next find a delivery (zero time:
+	// none pending). A hook with perHook deliveries under lease counts from its next delivery
+	// not yet due (a retry, or a lease that runs out), not from its backlog: the dispatcher
+	// that holds the lease claims again when the attempt ends.
+	NextDue(ctx context.Context, perHook int) (time.Time, error)
 	// Depth counts the deliveries not yet delivered nor given up.
 	Depth(ctx context.Context) (int, error)
 }

@@ -235,29 +235,70 @@ func nextSnapshotVersion(ctx context.Context, tx pgx.Tx, projectID int64) (int64
 	return v, err
 }
 
+// leasedCount is an SQL expression for the number of deliveries under lease of the hook whose
+// id is the SQL expression hook (Claim's and NextDue's measure of its share).
+func leasedCount(hook string) string {
+	return `(SELECT count(*) FROM webhook_deliveries l WHERE l.webhook_id = ` + hook + ` AND l.leased_until > now())`
+}
+
 // Claim leases up to n due deliveries of enabled hooks for lease: their next attempt is moved
 // past it, so no other dispatcher takes them until Finish or until the lease runs out (the
-// replica died mid-attempt).
-func (s *WebhookService) Claim(ctx context.Context, n int, lease time.Duration) ([]*controlplane.PendingDelivery, error) {
-	rows, err := s.db.Pool.Query(ctx, `WITH due AS (
-			SELECT d.id FROM webhook_deliveries d JOIN webhooks w ON w.id = d.webhook_id
-			WHERE d.status = 'pending' AND d.next_attempt_at <= now() AND w.enabled
-			ORDER BY d.next_attempt_at LIMIT $1 FOR UPDATE OF d SKIP LOCKED)
-		UPDATE webhook_deliveries d SET next_attempt_at = now() + $2 * interval '1 millisecond'
-		FROM due, webhooks w WHERE d.id = due.id AND w.id = d.webhook_id
-		RETURNING d.id::text, d.event_id::text, d.webhook_id, d.kind, w.url, w.secret, d.event, d.attempts, d.created_at`,
-		n, lease.Milliseconds())
-	if err != nil {
-		return nil, opError("claim deliveries", err)
-	}
-	list, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (*controlplane.PendingDelivery, error) {
-		var p controlplane.PendingDelivery
-		var ev storedEvent
-		if err := r.Scan(&p.ID, &p.EventID, &p.WebhookID, &p.Kind, &p.URL, &p.Secret, &ev, &p.Attempts, &p.CreatedAt); err != nil {
-			return nil, err
+// replica died mid-attempt). Hooks are served in turn (each one's earliest due delivery, then
+// each one's second, ...), the hook waiting longest first, and a hook is given only what it
+// lacks of perHook deliveries under lease.
+//
+// The cap holds across replicas: a claim first locks the rows of the hooks it will serve (FOR
+// NO KEY UPDATE SKIP LOCKED, so a hook another replica is claiming for is left to it, and
+// writes, whose foreign keys take KEY SHARE, do not wait), and only then counts their leases
+// in a statement of its own, whose snapshot holds every lease committed by the claims that
+// held those locks before.
+func (s *WebhookService) Claim(ctx context.Context, n, perHook int, lease time.Duration) ([]*controlplane.PendingDelivery, error) {
+	var list []*controlplane.PendingDelivery
+	err := s.db.inTx(ctx, func(tx pgx.Tx) error {
+		// Hooks under their cap by this snapshot's count: a hook at its cap, which would
+		// have the oldest due deliveries, must not keep the others from being locked.
+		rows, err := tx.Query(ctx, `WITH due AS (
+				SELECT webhook_id, min(next_attempt_at) AS since FROM webhook_deliveries
+				WHERE status = 'pending' AND next_attempt_at <= now() GROUP BY webhook_id)
+			SELECT w.id FROM webhooks w JOIN due ON due.webhook_id = w.id
+			WHERE w.enabled AND `+leasedCount("w.id")+` < $1
+			ORDER BY due.since, w.id LIMIT $2 FOR NO KEY UPDATE OF w SKIP LOCKED`, perHook, n)
+		if err != nil {
+			return err
 		}
-		p.ProjectID, p.Actor, p.SnapshotVersion, p.ObjectType, p.Object = ev.ProjectID, ev.Actor.user(), ev.SnapshotVersion, ev.ObjectType, ev.Object
-		return &p, nil
+		hooks, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+		if err != nil || len(hooks) == 0 {
+			return err
+		}
+		// The status and due time are checked again on the row updated, in case a replica
+		// whose lease had run out finished it meanwhile.
+		rows, err = tx.Query(ctx, `WITH taken AS (
+				SELECT t.id, t.turn, t.next_attempt_at FROM unnest($1::bigint[]) AS h(id)
+				CROSS JOIN LATERAL (
+					SELECT d.id, d.next_attempt_at, row_number() OVER (ORDER BY d.next_attempt_at, d.id) AS turn
+					FROM webhook_deliveries d
+					WHERE d.webhook_id = h.id AND d.status = 'pending' AND d.next_attempt_at <= now()
+					ORDER BY d.next_attempt_at, d.id
+					LIMIT greatest($2 - `+leasedCount("h.id")+`, 0)) t),
+			due AS (SELECT id FROM taken ORDER BY turn, next_attempt_at, id LIMIT $3)
+			UPDATE webhook_deliveries d SET next_attempt_at = now() + $4 * interval '1 millisecond',
+				leased_until = now() + $4 * interval '1 millisecond'
+			FROM due, webhooks w WHERE d.id = due.id AND w.id = d.webhook_id AND d.status = 'pending' AND d.next_attempt_at <= now()
+			RETURNING d.id::text, d.event_id::text, d.webhook_id, d.kind, w.url, w.secret, d.event, d.attempts, d.created_at`,
+			hooks, perHook, n, lease.Milliseconds())
+		if err != nil {
+			return err
+		}
+		list, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (*controlplane.PendingDelivery, error) {
+			var p controlplane.PendingDelivery
+			var ev storedEvent
+			if err := r.Scan(&p.ID, &p.EventID, &p.WebhookID, &p.Kind, &p.URL, &p.Secret, &ev, &p.Attempts, &p.CreatedAt); err != nil {
+				return nil, err
+			}
+			p.ProjectID, p.Actor, p.SnapshotVersion, p.ObjectType, p.Object = ev.ProjectID, ev.Actor.user(), ev.SnapshotVersion, ev.ObjectType, ev.Object
+			return &p, nil
+		})
+		return err
 	})
 	if err != nil {
 		return nil, opError("claim deliveries", err)
@@ -269,8 +310,8 @@ func (s *WebhookService) Claim(ctx context.Context, n int, lease time.Duration) 
 // whose lease had run out before this one's) is left as it is.
 func (s *WebhookService) Finish(ctx context.Context, id string, res controlplane.DeliveryResult) error {
 	_, err := s.db.Pool.Exec(ctx, `UPDATE webhook_deliveries SET status = $2, attempts = attempts + 1, last_status_code = $3,
-		last_error = $4, response_prefix = $5, next_attempt_at = COALESCE($6, next_attempt_at), updated_at = now(),
-		delivered_at = CASE WHEN $2 = 'delivered' THEN now() END
+		last_error = $4, response_prefix = $5, next_attempt_at = COALESCE($6, next_attempt_at), leased_until = NULL,
+		updated_at = now(), delivered_at = CASE WHEN $2 = 'delivered' THEN now() END
 		WHERE id = $1 AND status = 'pending'`,
 		id, res.Status, res.StatusCode, res.Error, res.ResponsePrefix, nullTime(res.NextAttemptAt))
 	if err != nil {
@@ -286,11 +327,17 @@ func nullTime(t time.Time) *time.Time {
 	return &t
 }
 
-// NextDue is when the earliest pending delivery of an enabled hook is due; zero when none is.
-func (s *WebhookService) NextDue(ctx context.Context) (time.Time, error) {
+// NextDue is when Claim with perHook may next find a delivery: per enabled hook, its earliest
+// pending delivery if it has fewer than perHook under lease, else its earliest not yet due (a
+// retry, or the end of a lease, which frees a slot if its replica died); zero when none is
+// pending. A hook at its cap gets a slot back when an attempt ends, and the replica that made
+// it claims again then.
+func (s *WebhookService) NextDue(ctx context.Context, perHook int) (time.Time, error) {
 	var t *time.Time
-	err := s.db.Pool.QueryRow(ctx, `SELECT min(d.next_attempt_at) FROM webhook_deliveries d JOIN webhooks w ON w.id = d.webhook_id
-		WHERE d.status = 'pending' AND w.enabled`).Scan(&t)
+	err := s.db.Pool.QueryRow(ctx, `SELECT min(CASE WHEN `+leasedCount("w.id")+` < $1 THEN p.first ELSE p.later END)
+		FROM (SELECT webhook_id, min(next_attempt_at) AS first, min(next_attempt_at) FILTER (WHERE next_attempt_at > now()) AS later
+			FROM webhook_deliveries WHERE status = 'pending' GROUP BY webhook_id) p
+		JOIN webhooks w ON w.id = p.webhook_id WHERE w.enabled`, perHook).Scan(&t)
 	if err != nil {
 		return time.Time{}, opError("next due delivery", err)
 	}

@@ -1,8 +1,9 @@
 // Package webhook delivers a project's changes to the webhooks subscribed to them: the
 // dispatcher that every control-plane replica runs over the outbox in PostgreSQL (claimed
-// with leases, so each attempt is made once across replicas), the signed POST of each
-// delivery, retries with backoff for 24 hours, and the address policy that keeps hooks off
-// private networks (checked when a hook is saved and again on the address each delivery dials).
+// with leases, so each attempt is made once across replicas, and a few at a time per hook, so
+// a slow receiver delays only its own hook), the signed POST of each delivery, retries with
+// backoff for 24 hours, and the address policy that keeps hooks off private networks (checked
+// when a hook is saved and again on the address each delivery dials).
 package webhook
 
 import (
@@ -42,6 +43,11 @@ type Renderer interface {
 type Config struct {
 	// Concurrency is how many deliveries this replica attempts at once.
 	Concurrency int
+	// PerHook is how many deliveries of one hook are attempted at once, by every replica
+	// together (the outbox counts the leases in PostgreSQL): a slow or dead receiver holds at
+	// most this many slots, and the other hooks' deliveries take the rest. Below Concurrency,
+	// a hook's backlog never fills a replica.
+	PerHook int
 	// Timeout bounds one attempt: connecting, sending, and reading the answer's head.
 	Timeout time.Duration
 	// RetryBase is the first retry's delay; each further one doubles, up to RetryMax, with
@@ -58,7 +64,7 @@ type Config struct {
 
 // DefaultConfig returns the production settings.
 func DefaultConfig() Config {
-	return Config{Concurrency: 8, Timeout: 10 * time.Second, RetryBase: 10 * time.Second, RetryMax: time.Hour,
+	return Config{Concurrency: 8, PerHook: 2, Timeout: 10 * time.Second, RetryBase: 10 * time.Second, RetryMax: time.Hour,
 		GiveUpAfter: 24 * time.Hour, Poll: 30 * time.Second, UserAgent: "flagedge-webhooks"}
 }
 
@@ -66,6 +72,9 @@ func (c Config) withDefaults() Config {
 	d := DefaultConfig()
 	if c.Concurrency <= 0 {
 		c.Concurrency = d.Concurrency
+	}
+	if c.PerHook <= 0 {
+		c.PerHook = d.PerHook
 	}
 	if c.Timeout <= 0 {
 		c.Timeout = d.Timeout
@@ -168,8 +177,8 @@ func (d *Dispatcher) Wake() {
 	}
 }
 
-// Run attempts due deliveries until ctx ends, at most Concurrency at once, then waits for
-// the attempts under way.
+// Run attempts due deliveries until ctx ends, at most Concurrency at once and at most PerHook
+// of one hook across replicas, then waits for the attempts under way.
 func (d *Dispatcher) Run(ctx context.Context) {
 	var wg sync.WaitGroup
 	defer wg.Wait()
@@ -177,7 +186,7 @@ func (d *Dispatcher) Run(ctx context.Context) {
 	for ctx.Err() == nil {
 		free := d.cfg.Concurrency - int(inflight.Load())
 		if free > 0 {
-			list, err := d.outbox.Claim(ctx, free, d.cfg.Timeout+5*time.Second)
+			list, err := d.outbox.Claim(ctx, free, d.cfg.PerHook, d.cfg.Timeout+5*time.Second)
 			if err != nil && ctx.Err() == nil {
 				d.log.Warn("claim webhook deliveries", "err", err)
 			}
@@ -198,7 +207,7 @@ func (d *Dispatcher) Run(ctx context.Context) {
 		}
 		wait := d.cfg.Poll
 		if free > 0 {
-			if next, err := d.outbox.NextDue(ctx); err == nil && !next.IsZero() {
+			if next, err := d.outbox.NextDue(ctx, d.cfg.PerHook); err == nil && !next.IsZero() {
 				wait = min(wait, max(time.Until(next), 10*time.Millisecond))
 			}
 		}

@@ -602,3 +602,121 @@ func TestScheduledChangeEvents(t *testing.T) {
 		t.Errorf("executed %v, flag update %v: not the same version, or no actor", exec, upd)
 	}
 }
+
+// TestSlowReceiverDelaysOnlyItsOwnHook is the audit's case: project A's receiver answers after
+// 9 s and has 100 changes to take; a change in project B, whose receiver is fast, must still
+// be delivered within a second. (When every hook shared the dispatcher's slots in order of
+// due time, B's delivery waited behind all of A's.)
+func TestSlowReceiverDelaysOnlyItsOwnHook(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	slow := newReceiver(t, func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-time.After(9 * time.Second):
+		case <-r.Context().Done(): // the dispatcher stopped at the test's end
+		}
+	})
+	fast := newReceiver(t, nil)
+	f.hook(slow.URL, controlplane.EventFlagCreated)
+	pb, err := f.s.Projects.CreateProject(context.Background(), f.project.OrganizationID, "B")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := *f
+	b.project = pb
+	b.hook(fast.URL, controlplane.EventFlagCreated)
+	f.run(&webhook.Policy{AllowPrivate: true}, webhook.Config{Timeout: 10 * time.Second}, nil)
+
+	for i := range 100 {
+		f.flag(fmt.Sprintf("a-%d", i))
+	}
+	waitFor(t, "the slow receiver to be called", func() bool { return len(slow.received()) > 0 })
+	start := time.Now()
+	b.flag("b")
+	const patience = 10 * time.Second
+	for len(fast.received()) == 0 {
+		if time.Since(start) > patience {
+			t.Fatalf("project B's delivery not made %v after its change (the slow receiver got %d requests)",
+				patience, len(slow.received()))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if late := fast.received()[0].at.Sub(start); late > time.Second {
+		t.Errorf("project B's delivery arrived %v after its change, want under 1s", late)
+	} else {
+		t.Logf("project B's delivery arrived %v after its change", late)
+	}
+}
+
+// TestPerHookCapHoldsAcrossReplicas: two dispatchers with slots to spare make at most PerHook
+// of one hook's deliveries at once between them, since the cap is counted in the outbox.
+func TestPerHookCapHoldsAcrossReplicas(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	var mu sync.Mutex
+	var now, most int
+	rc := newReceiver(t, func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		now++
+		most = max(most, now)
+		mu.Unlock()
+		time.Sleep(200 * time.Millisecond)
+		mu.Lock()
+		now--
+		mu.Unlock()
+	})
+	f.hook(rc.URL, controlplane.EventFlagCreated)
+	const n = 12
+	for i := range n {
+		f.flag(fmt.Sprintf("capped-%d", i))
+	}
+	cfg := webhook.Config{Concurrency: 8, PerHook: 2}
+	f.run(&webhook.Policy{AllowPrivate: true}, cfg, nil)
+	f.run(&webhook.Policy{AllowPrivate: true}, cfg, nil)
+	waitFor(t, "every delivery", func() bool { return len(rc.received()) >= n })
+	mu.Lock()
+	defer mu.Unlock()
+	if most != cfg.PerHook {
+		t.Errorf("%d deliveries of the hook at once, want %d", most, cfg.PerHook)
+	}
+}
+
+// TestConcurrentClaimsKeepThePerHookCap: claims racing as those of many replicas would lease
+// at most perHook of one hook's deliveries between them, and none more while those leases
+// hold.
+func TestConcurrentClaimsKeepThePerHookCap(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	f.hook("http://127.0.0.1:9/never-called", controlplane.EventFlagCreated)
+	for i := range 30 {
+		f.flag(fmt.Sprintf("raced-%d", i))
+	}
+	const perHook, claimers = 2, 8
+	for round := range 5 {
+		var wg sync.WaitGroup
+		var mu sync.Mutex
+		leased := 0
+		start := make(chan struct{})
+		for range claimers {
+			wg.Go(func() {
+				<-start
+				list, err := f.hooks.Claim(context.Background(), 8, perHook, time.Minute)
+				if err != nil {
+					t.Error(err)
+				}
+				mu.Lock()
+				leased += len(list)
+				mu.Unlock()
+			})
+		}
+		close(start)
+		wg.Wait()
+		want := perHook
+		if round > 0 {
+			want = 0 // the first round's leases still hold
+		}
+		if leased != want {
+			t.Fatalf("round %d: %d claims leased %d deliveries of one hook, want %d", round, claimers, leased, want)
+		}
+	}
+}

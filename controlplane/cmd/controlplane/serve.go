@@ -88,6 +88,7 @@ type serveConfig struct {
 type webhookFlags struct {
 	AllowPrivate bool
 	Concurrency  int64
+	PerHook      int64
 	Timeout      time.Duration
 	RetryBase    time.Duration
 	RetryMax     time.Duration
@@ -139,6 +140,7 @@ func parseServeConfig(args []string, stderr io.Writer) (*serveConfig, error) {
 	w := webhook.DefaultConfig()
 	fs.Bool(&cfg.Webhooks.AllowPrivate, "webhook-allow-private", "FLAGEDGE_WEBHOOK_ALLOW_PRIVATE", false, "let webhooks reach private, loopback, link-local and other non-public addresses (refused by default, when a hook is saved and on the address each delivery dials)")
 	fs.Int64(&cfg.Webhooks.Concurrency, "webhook-concurrency", "FLAGEDGE_WEBHOOK_CONCURRENCY", int64(w.Concurrency), "webhook deliveries this replica attempts at once")
+	fs.Int64(&cfg.Webhooks.PerHook, "webhook-per-hook-concurrency", "FLAGEDGE_WEBHOOK_PER_HOOK_CONCURRENCY", int64(w.PerHook), "webhook deliveries of one hook attempted at once by all replicas together, so that a slow or dead receiver holds only that many slots; keep it below --webhook-concurrency")
 	fs.Duration(&cfg.Webhooks.Timeout, "webhook-timeout", "FLAGEDGE_WEBHOOK_TIMEOUT", w.Timeout, "how long one webhook delivery attempt may take (connect, send, answer)")
 	fs.Duration(&cfg.Webhooks.RetryBase, "webhook-retry-base", "FLAGEDGE_WEBHOOK_RETRY_BASE", w.RetryBase, "delay before a failed webhook delivery's first retry; each further one doubles (with jitter) up to --webhook-retry-max, for 24h from the event")
 	fs.Duration(&cfg.Webhooks.RetryMax, "webhook-retry-max", "FLAGEDGE_WEBHOOK_RETRY_MAX", w.RetryMax, "longest delay between two attempts of a webhook delivery")
@@ -166,8 +168,8 @@ func (c *serveConfig) validate() error {
 	if c.HeaderTimeout <= 0 || c.ReadTimeout < c.HeaderTimeout || c.IdleTimeout <= 0 || c.MaxHeaderBytes < 4096 {
 		return errors.New("--read-header-timeout and --idle-timeout must be positive, --read-timeout at least --read-header-timeout, --max-header-bytes at least 4096")
 	}
-	if w := c.Webhooks; w.Concurrency < 1 || w.Concurrency > 256 || w.Timeout < 100*time.Millisecond || w.RetryBase < 10*time.Millisecond || w.RetryMax < w.RetryBase {
-		return errors.New("--webhook-concurrency must be 1 to 256, --webhook-timeout at least 100ms, --webhook-retry-base at least 10ms and --webhook-retry-max at least --webhook-retry-base")
+	if w := c.Webhooks; w.Concurrency < 1 || w.Concurrency > 256 || w.PerHook < 1 || w.PerHook > 256 || w.Timeout < 100*time.Millisecond || w.RetryBase < 10*time.Millisecond || w.RetryMax < w.RetryBase {
+		return errors.New("--webhook-concurrency and --webhook-per-hook-concurrency must be 1 to 256, --webhook-timeout at least 100ms, --webhook-retry-base at least 10ms and --webhook-retry-max at least --webhook-retry-base")
 	}
 	if c.DrainDelay < 0 {
 		return errors.New("--drain-delay must not be negative")
@@ -269,7 +271,7 @@ func assemble(cfg *serveConfig, db *postgres.DB, logger *slog.Logger) (*controlP
 	release, _ := version.Get()
 	policy := &webhook.Policy{AllowPrivate: cfg.Webhooks.AllowPrivate}
 	cp.hooks = webhook.New(postgres.NewWebhookService(db), httpapi.WebhookObjects{}, policy, webhook.Config{
-		Concurrency: int(cfg.Webhooks.Concurrency), Timeout: cfg.Webhooks.Timeout,
+		Concurrency: int(cfg.Webhooks.Concurrency), PerHook: int(cfg.Webhooks.PerHook), Timeout: cfg.Webhooks.Timeout,
 		RetryBase: cfg.Webhooks.RetryBase, RetryMax: cfg.Webhooks.RetryMax,
 		UserAgent: "flagedge-webhooks/" + release,
 	}, logger, cp.reg)
