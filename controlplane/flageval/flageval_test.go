@@ -20,25 +20,31 @@ import (
 
 func TestMain(m *testing.M) { os.Exit(pgtest.Main(m, postgres.Migrate)) }
 
-// TestCompileOncePerVersion: a project is compiled once per snapshot version, shared by the
-// requests that follow, and compiled afresh when a change moves the version.
-func TestCompileOncePerVersion(t *testing.T) {
-	ctx := context.Background()
-	db, err := postgres.Open(ctx, pgtest.NewDatabase(t))
+// newProject opens a fresh database with a bootstrapped project, and an evaluator on it.
+func newProject(t *testing.T) (*postgres.DB, *postgres.BootstrapResult, *flageval.Evaluator) {
+	t.Helper()
+	db, err := postgres.Open(context.Background(), pgtest.NewDatabase(t))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer db.Close()
-	boot, err := postgres.Bootstrap(ctx, db, "admin@example.com", "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	key, err := postgres.NewAuthService(db).AuthenticatePersonalKey(ctx, boot.PersonalAPIKey)
+	t.Cleanup(db.Close)
+	boot, err := postgres.Bootstrap(context.Background(), db, "admin@example.com", "")
 	if err != nil {
 		t.Fatal(err)
 	}
 	persons := postgres.NewPersonStore(db)
-	e := &flageval.Evaluator{Snapshots: postgres.NewSnapshotStore(db), Persons: persons, Scanner: persons}
+	return db, boot, &flageval.Evaluator{Snapshots: postgres.NewSnapshotStore(db), Persons: persons, Scanner: persons}
+}
+
+// TestCompileOncePerVersion: a project is compiled once per snapshot version, shared by the
+// requests that follow, and compiled afresh when a change moves the version.
+func TestCompileOncePerVersion(t *testing.T) {
+	ctx := context.Background()
+	db, boot, e := newProject(t)
+	key, err := postgres.NewAuthService(db).AuthenticatePersonalKey(ctx, boot.PersonalAPIKey)
+	if err != nil {
+		t.Fatal(err)
+	}
 
 	first, err := e.Compile(ctx, boot.ProjectID)
 	if err != nil {
@@ -68,15 +74,7 @@ func TestCompileOncePerVersion(t *testing.T) {
 // condition's own count, and a limit stops the scan at that many persons, saying so.
 func TestBlastRadiiOneScan(t *testing.T) {
 	ctx := context.Background()
-	db, err := postgres.Open(ctx, pgtest.NewDatabase(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	boot, err := postgres.Bootstrap(ctx, db, "admin@example.com", "")
-	if err != nil {
-		t.Fatal(err)
-	}
+	db, boot, e := newProject(t)
 	var events []controlplane.Event
 	now := time.Now()
 	for i := range 40 {
@@ -91,8 +89,6 @@ func TestBlastRadiiOneScan(t *testing.T) {
 		[]controlplane.EventBatch{{ProjectID: boot.ProjectID, Events: events}}); err != nil {
 		t.Fatal(err)
 	}
-	persons := postgres.NewPersonStore(db)
-	e := &flageval.Evaluator{Snapshots: postgres.NewSnapshotStore(db), Persons: persons, Scanner: persons}
 	p, err := e.Compile(ctx, boot.ProjectID)
 	if err != nil {
 		t.Fatal(err)
