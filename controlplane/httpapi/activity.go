@@ -19,25 +19,25 @@ type activityPage struct {
 	TotalCount int            `json:"total_count"`
 }
 
-func (s *Server) handleFlagActivity(w http.ResponseWriter, r *http.Request, c *call) error {
+func (s *Server) handleFlagActivity(r *http.Request, c *call) (answer, error) {
 	f, err := s.flagFromPath(r, c)
 	if err != nil {
-		return err
+		return answer{}, err
 	}
-	return s.writeActivity(w, r, c, strconv.FormatInt(f.ID, 10))
+	return s.answerActivity(r, c, strconv.FormatInt(f.ID, 10))
 }
 
-func (s *Server) handleAllFlagActivity(w http.ResponseWriter, r *http.Request, c *call) error {
-	return s.writeActivity(w, r, c, "")
+func (s *Server) handleAllFlagActivity(r *http.Request, c *call) (answer, error) {
+	return s.answerActivity(r, c, "")
 }
 
-// writeActivity answers a page of the project's flag activity (of one flag when itemID is
+// answerActivity answers a page of the project's flag activity (of one flag when itemID is
 // set), paged by limit and page.
-func (s *Server) writeActivity(w http.ResponseWriter, r *http.Request, c *call, itemID string) error {
+func (s *Server) answerActivity(r *http.Request, c *call, itemID string) (answer, error) {
 	q := r.URL.Query()
 	limit, err := intParam(q, "limit", defaultActivityLimit)
 	if err != nil {
-		return err
+		return answer{}, err
 	}
 	if limit == 0 {
 		limit = defaultActivityLimit
@@ -45,17 +45,17 @@ func (s *Server) writeActivity(w http.ResponseWriter, r *http.Request, c *call, 
 	limit = min(limit, maxLimit)
 	pageNum, err := intParam(q, "page", 1)
 	if err != nil {
-		return err
+		return answer{}, err
 	}
 	pageNum = max(pageNum, 1)
 	if pageNum-1 > maxOffset/limit {
-		return controlplane.FieldError("page", "invalid_input", fmt.Sprintf("Ensure this value is less than or equal to %d.", maxOffset/limit+1))
+		return answer{}, controlplane.FieldError("page", "invalid_input", fmt.Sprintf("Ensure this value is less than or equal to %d.", maxOffset/limit+1))
 	}
 	list, total, err := s.cfg.Activity.FindActivity(r.Context(), controlplane.ActivityFilter{
 		ProjectID: c.project.ID, Scope: "FeatureFlag", ItemID: itemID, Limit: limit, Offset: (pageNum - 1) * limit,
 	})
 	if err != nil {
-		return err
+		return answer{}, err
 	}
 	out := activityPage{Results: make([]activityJSON, len(list)), TotalCount: total}
 	for i, a := range list {
@@ -69,6 +69,5 @@ func (s *Server) writeActivity(w http.ResponseWriter, r *http.Request, c *call, 
 		prev := s.absoluteURL(r, map[string]string{"page": strconv.Itoa(pageNum - 1)})
 		out.Previous = &prev
 	}
-	writeJSON(w, http.StatusOK, out)
-	return nil
+	return ok(out), nil
 }

@@ -36,10 +36,10 @@ func newAnnotationJSON(a *controlplane.Annotation) annotationJSON {
 	return out
 }
 
-func (s *Server) handleListAnnotations(w http.ResponseWriter, r *http.Request, c *call) error {
+func (s *Server) handleListAnnotations(r *http.Request, c *call) (answer, error) {
 	limit, offset, err := pageParams(r)
 	if err != nil {
-		return err
+		return answer{}, err
 	}
 	q := r.URL.Query()
 	f := controlplane.AnnotationFilter{ProjectID: c.project.ID, OrganizationID: c.project.OrganizationID,
@@ -47,44 +47,42 @@ func (s *Server) handleListAnnotations(w http.ResponseWriter, r *http.Request, c
 	if raw := q.Get("dashboardItemId"); raw != "" {
 		id, err := strconv.ParseInt(raw, 10, 64)
 		if err != nil {
-			return controlplane.FieldError("dashboardItemId", "invalid_input", "A valid integer is required.")
+			return answer{}, controlplane.FieldError("dashboardItemId", "invalid_input", "A valid integer is required.")
 		}
 		f.DashboardItemID = &id
 	}
 	if raw := q.Get("deleted"); raw != "" {
 		if f.Deleted, err = strconv.ParseBool(raw); err != nil {
-			return controlplane.FieldError("deleted", "invalid_input", "Must be a valid boolean.")
+			return answer{}, controlplane.FieldError("deleted", "invalid_input", "Must be a valid boolean.")
 		}
 	}
 	if f.After, err = timeParam(r, "after"); err != nil {
-		return err
+		return answer{}, err
 	}
 	if f.Before, err = timeParam(r, "before"); err != nil {
-		return err
+		return answer{}, err
 	}
 	list, total, err := s.cfg.Annotations.FindAnnotations(r.Context(), f)
 	if err != nil {
-		return err
+		return answer{}, err
 	}
 	out := make([]annotationJSON, len(list))
 	for i, a := range list {
 		out[i] = newAnnotationJSON(a)
 	}
-	writeJSON(w, http.StatusOK, s.newPage(r, total, limit, offset, out))
-	return nil
+	return ok(s.newPage(r, total, limit, offset, out)), nil
 }
 
-func (s *Server) handleCreateAnnotation(w http.ResponseWriter, r *http.Request, c *call) error {
-	upd, err := decodeAnnotationUpdate(w, r)
+func (s *Server) handleCreateAnnotation(r *http.Request, c *call) (answer, error) {
+	upd, err := decodeAnnotationUpdate(r)
 	if err != nil {
-		return err
+		return answer{}, err
 	}
 	a, err := s.cfg.Annotations.CreateAnnotation(r.Context(), &c.key.User, c.project, upd)
 	if err != nil {
-		return err
+		return answer{}, err
 	}
-	writeJSON(w, http.StatusCreated, newAnnotationJSON(a))
-	return nil
+	return created(newAnnotationJSON(a)), nil
 }
 
 // pathID is the path's {id} as a positive integer; anything else addresses nothing (404).
@@ -96,40 +94,38 @@ func pathID(r *http.Request) (int64, error) {
 	return id, nil
 }
 
-func (s *Server) handleGetAnnotation(w http.ResponseWriter, r *http.Request, c *call) error {
+func (s *Server) handleGetAnnotation(r *http.Request, c *call) (answer, error) {
 	id, err := pathID(r)
 	if err != nil {
-		return err
+		return answer{}, err
 	}
 	a, err := s.cfg.Annotations.FindAnnotationByID(r.Context(), c.project.ID, c.project.OrganizationID, id)
 	if err != nil {
-		return err
+		return answer{}, err
 	}
-	writeJSON(w, http.StatusOK, newAnnotationJSON(a))
-	return nil
+	return ok(newAnnotationJSON(a)), nil
 }
 
-func (s *Server) handlePatchAnnotation(w http.ResponseWriter, r *http.Request, c *call) error {
+func (s *Server) handlePatchAnnotation(r *http.Request, c *call) (answer, error) {
 	id, err := pathID(r)
 	if err != nil {
-		return err
+		return answer{}, err
 	}
-	upd, err := decodeAnnotationUpdate(w, r)
+	upd, err := decodeAnnotationUpdate(r)
 	if err != nil {
-		return err
+		return answer{}, err
 	}
 	a, err := s.cfg.Annotations.UpdateAnnotation(r.Context(), &c.key.User, c.project, id, upd)
 	if err != nil {
-		return err
+		return answer{}, err
 	}
-	writeJSON(w, http.StatusOK, newAnnotationJSON(a))
-	return nil
+	return ok(newAnnotationJSON(a)), nil
 }
 
 // decodeAnnotationUpdate reads the writable annotation fields of the body.
-func decodeAnnotationUpdate(w http.ResponseWriter, r *http.Request) (controlplane.AnnotationUpdate, error) {
+func decodeAnnotationUpdate(r *http.Request) (controlplane.AnnotationUpdate, error) {
 	var u controlplane.AnnotationUpdate
-	f, err := decodeObject(w, r)
+	f, err := decodeObject(r)
 	if err != nil {
 		return u, err
 	}

@@ -18,42 +18,38 @@ type call struct {
 	project *controlplane.Project
 }
 
-type keyHandler func(w http.ResponseWriter, r *http.Request, key *controlplane.APIKey) error
-type projectHandler func(w http.ResponseWriter, r *http.Request, c *call) error
+// keyHandler answers a request made with a personal key, as the key's user.
+type keyHandler func(r *http.Request, key *controlplane.APIKey) (answer, error)
+
+// projectHandler answers a request addressed to a project the key reaches.
+type projectHandler func(r *http.Request, c *call) (answer, error)
 
 // withKey authenticates the personal key and checks its scope before calling h as the key's
 // user.
-func (s *Server) withKey(scope controlplane.Scope, h keyHandler) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
+func (s *Server) withKey(scope controlplane.Scope, h keyHandler) handler {
+	return func(r *http.Request) (answer, error) {
 		key, err := s.authenticate(r, scope)
-		if err == nil {
-			err = h(w, asUser(r, key), key)
-		}
 		if err != nil {
-			writeError(w, s.cfg.Logger, r, err)
+			return answer{}, err
 		}
+		return h(asUser(r, key), key)
 	}
 }
 
 // withProject authenticates, checks the scope and resolves the path's project_id to a
 // project the key reaches before calling h.
-func (s *Server) withProject(scope controlplane.Scope, h projectHandler) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
-		err := func() error {
-			key, err := s.authenticate(r, scope)
-			if err != nil {
-				return err
-			}
-			r = asUser(r, key)
-			project, err := s.resolveProject(r.Context(), key, r.PathValue("project_id"))
-			if err != nil {
-				return err
-			}
-			return h(w, r, &call{key: key, project: project})
-		}()
+func (s *Server) withProject(scope controlplane.Scope, h projectHandler) handler {
+	return func(r *http.Request) (answer, error) {
+		key, err := s.authenticate(r, scope)
 		if err != nil {
-			writeError(w, s.cfg.Logger, r, err)
+			return answer{}, err
 		}
+		r = asUser(r, key)
+		project, err := s.resolveProject(r.Context(), key, r.PathValue("project_id"))
+		if err != nil {
+			return answer{}, err
+		}
+		return h(r, &call{key: key, project: project})
 	}
 }
 

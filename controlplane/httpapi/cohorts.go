@@ -26,26 +26,25 @@ func newCohortJSON(c *controlplane.Cohort) cohortJSON {
 		Count: c.Count, Deleted: c.Deleted, CreatedBy: newUserJSON(c.CreatedBy), CreatedAt: timeJSON(c.CreatedAt)}
 }
 
-func (s *Server) handleListCohorts(w http.ResponseWriter, r *http.Request, c *call) error {
+func (s *Server) handleListCohorts(r *http.Request, c *call) (answer, error) {
 	limit, offset, err := pageParams(r)
 	if err != nil {
-		return err
+		return answer{}, err
 	}
 	list, total, err := s.cfg.Cohorts.FindCohorts(r.Context(), c.project.ID, limit, offset)
 	if err != nil {
-		return err
+		return answer{}, err
 	}
 	out := make([]cohortJSON, len(list))
 	for i, co := range list {
 		out[i] = newCohortJSON(co)
 	}
-	writeJSON(w, http.StatusOK, s.newPage(r, total, limit, offset, out))
-	return nil
+	return ok(s.newPage(r, total, limit, offset, out)), nil
 }
 
-func decodeCohortUpdate(w http.ResponseWriter, r *http.Request) (controlplane.CohortUpdate, error) {
+func decodeCohortUpdate(r *http.Request) (controlplane.CohortUpdate, error) {
 	var u controlplane.CohortUpdate
-	f, err := decodeObject(w, r)
+	f, err := decodeObject(r)
 	if err != nil {
 		return u, err
 	}
@@ -68,55 +67,52 @@ func (s *Server) cohortID(r *http.Request) (int64, error) {
 	return id, nil
 }
 
-func (s *Server) handleCreateCohort(w http.ResponseWriter, r *http.Request, c *call) error {
-	upd, err := decodeCohortUpdate(w, r)
+func (s *Server) handleCreateCohort(r *http.Request, c *call) (answer, error) {
+	upd, err := decodeCohortUpdate(r)
 	if err != nil {
-		return err
+		return answer{}, err
 	}
 	co, err := s.cfg.Cohorts.CreateCohort(r.Context(), &c.key.User, c.project.ID, upd)
 	if err != nil {
-		return err
+		return answer{}, err
 	}
 	if co, err = s.withCount(r, co); err != nil {
-		return err
+		return answer{}, err
 	}
-	writeJSON(w, http.StatusCreated, newCohortJSON(co))
-	return nil
+	return created(newCohortJSON(co)), nil
 }
 
-func (s *Server) handleGetCohort(w http.ResponseWriter, r *http.Request, c *call) error {
+func (s *Server) handleGetCohort(r *http.Request, c *call) (answer, error) {
 	id, err := s.cohortID(r)
 	if err != nil {
-		return err
+		return answer{}, err
 	}
 	co, err := s.cfg.Cohorts.FindCohortByID(r.Context(), c.project.ID, id)
 	if err != nil {
-		return err
+		return answer{}, err
 	}
-	writeJSON(w, http.StatusOK, newCohortJSON(co))
-	return nil
+	return ok(newCohortJSON(co)), nil
 }
 
-func (s *Server) handlePatchCohort(w http.ResponseWriter, r *http.Request, c *call) error {
+func (s *Server) handlePatchCohort(r *http.Request, c *call) (answer, error) {
 	id, err := s.cohortID(r)
 	if err != nil {
-		return err
+		return answer{}, err
 	}
-	upd, err := decodeCohortUpdate(w, r)
+	upd, err := decodeCohortUpdate(r)
 	if err != nil {
-		return err
+		return answer{}, err
 	}
 	co, err := s.cfg.Cohorts.UpdateCohort(r.Context(), &c.key.User, c.project.ID, id, upd)
 	if err != nil {
-		return err
+		return answer{}, err
 	}
 	if upd.Filters != nil {
 		if co, err = s.withCount(r, co); err != nil {
-			return err
+			return answer{}, err
 		}
 	}
-	writeJSON(w, http.StatusOK, newCohortJSON(co))
-	return nil
+	return ok(newCohortJSON(co)), nil
 }
 
 // withCount computes and stores a property cohort's size (static cohorts count their members).

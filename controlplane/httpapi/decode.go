@@ -22,15 +22,17 @@ var errTooLarge = &controlplane.Error{Kind: controlplane.TooLarge, Code: "reques
 // reported with its name.
 type fields map[string]json.RawMessage
 
-// decodeObject reads the body as a JSON object.
-func decodeObject(w http.ResponseWriter, r *http.Request) (fields, error) {
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBodyBytes))
+// decodeObject reads the body, at most maxBodyBytes of it, as a JSON object. It limits the
+// read itself: http.MaxBytesReader would need the ResponseWriter, which handlers do not get,
+// and uses it only to have net/http close the connection after the body, which the
+// statusWriter that every request is served through hides from it anyway.
+func decodeObject(r *http.Request) (fields, error) {
+	body, err := io.ReadAll(io.LimitReader(r.Body, maxBodyBytes+1))
 	if err != nil {
-		var tooLarge *http.MaxBytesError
-		if errors.As(err, &tooLarge) {
-			return nil, errTooLarge
-		}
 		return nil, controlplane.Errorf(controlplane.Malformed, "invalid_payload", "Malformed request data: %v", err)
+	}
+	if len(body) > maxBodyBytes {
+		return nil, errTooLarge
 	}
 	if len(bytes.TrimSpace(body)) == 0 {
 		return fields{}, nil

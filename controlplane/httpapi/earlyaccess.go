@@ -41,9 +41,9 @@ func newEarlyAccessFeatureJSON(f *controlplane.EarlyAccessFeature) earlyAccessFe
 	return out
 }
 
-func decodeFeatureUpdate(w http.ResponseWriter, r *http.Request, creating bool) (controlplane.EarlyAccessFeatureUpdate, error) {
+func decodeFeatureUpdate(r *http.Request, creating bool) (controlplane.EarlyAccessFeatureUpdate, error) {
 	var u controlplane.EarlyAccessFeatureUpdate
-	f, err := decodeObject(w, r)
+	f, err := decodeObject(r)
 	if err != nil {
 		return u, err
 	}
@@ -60,62 +60,57 @@ func decodeFeatureUpdate(w http.ResponseWriter, r *http.Request, creating bool) 
 	return u, nil
 }
 
-func (s *Server) handleListFeatures(w http.ResponseWriter, r *http.Request, c *call) error {
+func (s *Server) handleListFeatures(r *http.Request, c *call) (answer, error) {
 	limit, offset, err := pageParams(r)
 	if err != nil {
-		return err
+		return answer{}, err
 	}
 	list, total, err := s.cfg.Features.FindEarlyAccessFeatures(r.Context(), c.project.ID, limit, offset)
 	if err != nil {
-		return err
+		return answer{}, err
 	}
 	out := make([]earlyAccessFeatureJSON, len(list))
 	for i, f := range list {
 		out[i] = newEarlyAccessFeatureJSON(f)
 	}
-	writeJSON(w, http.StatusOK, s.newPage(r, total, limit, offset, out))
-	return nil
+	return ok(s.newPage(r, total, limit, offset, out)), nil
 }
 
-func (s *Server) handleCreateFeature(w http.ResponseWriter, r *http.Request, c *call) error {
-	upd, err := decodeFeatureUpdate(w, r, true)
+func (s *Server) handleCreateFeature(r *http.Request, c *call) (answer, error) {
+	upd, err := decodeFeatureUpdate(r, true)
 	if err != nil {
-		return err
+		return answer{}, err
 	}
 	f, err := s.cfg.Features.CreateEarlyAccessFeature(r.Context(), &c.key.User, c.project.ID, upd)
 	if err != nil {
-		return err
+		return answer{}, err
 	}
-	writeJSON(w, http.StatusCreated, newEarlyAccessFeatureJSON(f))
-	return nil
+	return created(newEarlyAccessFeatureJSON(f)), nil
 }
 
-func (s *Server) handleGetFeature(w http.ResponseWriter, r *http.Request, c *call) error {
+func (s *Server) handleGetFeature(r *http.Request, c *call) (answer, error) {
 	f, err := s.cfg.Features.FindEarlyAccessFeatureByID(r.Context(), c.project.ID, r.PathValue("id"))
 	if err != nil {
-		return err
+		return answer{}, err
 	}
-	writeJSON(w, http.StatusOK, newEarlyAccessFeatureJSON(f))
-	return nil
+	return ok(newEarlyAccessFeatureJSON(f)), nil
 }
 
-func (s *Server) handlePatchFeature(w http.ResponseWriter, r *http.Request, c *call) error {
-	upd, err := decodeFeatureUpdate(w, r, false)
+func (s *Server) handlePatchFeature(r *http.Request, c *call) (answer, error) {
+	upd, err := decodeFeatureUpdate(r, false)
 	if err != nil {
-		return err
+		return answer{}, err
 	}
 	f, err := s.cfg.Features.UpdateEarlyAccessFeature(r.Context(), &c.key.User, c.project.ID, r.PathValue("id"), upd)
 	if err != nil {
-		return err
+		return answer{}, err
 	}
-	writeJSON(w, http.StatusOK, newEarlyAccessFeatureJSON(f))
-	return nil
+	return ok(newEarlyAccessFeatureJSON(f)), nil
 }
 
-func (s *Server) handleDeleteFeature(w http.ResponseWriter, r *http.Request, c *call) error {
+func (s *Server) handleDeleteFeature(r *http.Request, c *call) (answer, error) {
 	if err := s.cfg.Features.DeleteEarlyAccessFeature(r.Context(), &c.key.User, c.project.ID, r.PathValue("id")); err != nil {
-		return err
+		return answer{}, err
 	}
-	w.WriteHeader(http.StatusNoContent)
-	return nil
+	return noContent(), nil
 }

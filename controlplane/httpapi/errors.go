@@ -51,7 +51,9 @@ func writeError(w http.ResponseWriter, log *slog.Logger, r *http.Request, err er
 	writeJSON(w, status, body)
 }
 
-// writeJSON writes v as the JSON body with the given status.
+// writeJSON writes v as the JSON body with the given status, HTML characters unescaped and
+// json.Encoder's trailing newline included. Only respond (the handlers' answers) and
+// writeError call it, so every answer is encoded alike: TestOnlyRespondWritesJSON holds that.
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)

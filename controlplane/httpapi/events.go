@@ -55,92 +55,87 @@ func timeParam(r *http.Request, name string) (*time.Time, error) {
 	return &t, nil
 }
 
-func (s *Server) handleListEvents(w http.ResponseWriter, r *http.Request, c *call) error {
+func (s *Server) handleListEvents(r *http.Request, c *call) (answer, error) {
 	limit, offset, err := pageParams(r)
 	if err != nil {
-		return err
+		return answer{}, err
 	}
 	f := controlplane.EventFilter{ProjectID: c.project.ID, Event: r.URL.Query().Get("event"),
 		DistinctID: r.URL.Query().Get("distinct_id"), Limit: limit, Offset: offset}
 	if f.After, err = timeParam(r, "after"); err != nil {
-		return err
+		return answer{}, err
 	}
 	if f.Before, err = timeParam(r, "before"); err != nil {
-		return err
+		return answer{}, err
 	}
 	list, total, err := s.cfg.Events.FindEvents(r.Context(), f)
 	if err != nil {
-		return err
+		return answer{}, err
 	}
 	out := make([]eventJSON, len(list))
 	for i, e := range list {
 		out[i] = newEventJSON(e)
 	}
-	writeJSON(w, http.StatusOK, s.newPage(r, total, limit, offset, out))
-	return nil
+	return ok(s.newPage(r, total, limit, offset, out)), nil
 }
 
-func (s *Server) handleGetEvent(w http.ResponseWriter, r *http.Request, c *call) error {
+func (s *Server) handleGetEvent(r *http.Request, c *call) (answer, error) {
 	e, err := s.cfg.Events.FindEventByUUID(r.Context(), c.project.ID, r.PathValue("id"))
 	if err != nil {
-		return err
+		return answer{}, err
 	}
-	writeJSON(w, http.StatusOK, newEventJSON(e))
-	return nil
+	return ok(newEventJSON(e)), nil
 }
 
-func (s *Server) handleListPersons(w http.ResponseWriter, r *http.Request, c *call) error {
+func (s *Server) handleListPersons(r *http.Request, c *call) (answer, error) {
 	limit, offset, err := pageParams(r)
 	if err != nil {
-		return err
+		return answer{}, err
 	}
 	list, total, err := s.cfg.Events.FindPersons(r.Context(), controlplane.PersonFilter{ProjectID: c.project.ID,
 		DistinctID: r.URL.Query().Get("distinct_id"), Search: r.URL.Query().Get("search"), Limit: limit, Offset: offset})
 	if err != nil {
-		return err
+		return answer{}, err
 	}
 	out := make([]personJSON, len(list))
 	for i, p := range list {
 		out[i] = personJSON{ID: p.ID, UUID: p.UUID, DistinctIDs: nonNil(p.DistinctIDs), Properties: p.Properties, CreatedAt: timeJSON(p.CreatedAt)}
 	}
-	writeJSON(w, http.StatusOK, s.newPage(r, total, limit, offset, out))
-	return nil
+	return ok(s.newPage(r, total, limit, offset, out)), nil
 }
 
-func (s *Server) handleGetPerson(w http.ResponseWriter, r *http.Request, c *call) error {
+func (s *Server) handleGetPerson(r *http.Request, c *call) (answer, error) {
 	id, err := strconv.ParseInt(r.PathValue("id"), 10, 64)
 	if err != nil {
-		return controlplane.ErrNotFound
+		return answer{}, controlplane.ErrNotFound
 	}
 	p, err := s.cfg.Events.FindPersonByID(r.Context(), c.project.ID, id)
 	if err != nil {
-		return err
+		return answer{}, err
 	}
-	writeJSON(w, http.StatusOK, personJSON{ID: p.ID, UUID: p.UUID, DistinctIDs: nonNil(p.DistinctIDs), Properties: p.Properties, CreatedAt: timeJSON(p.CreatedAt)})
-	return nil
+	return ok(personJSON{ID: p.ID, UUID: p.UUID, DistinctIDs: nonNil(p.DistinctIDs), Properties: p.Properties, CreatedAt: timeJSON(p.CreatedAt)}), nil
 }
 
-func (s *Server) handleListGroups(w http.ResponseWriter, r *http.Request, c *call) error {
+func (s *Server) handleListGroups(r *http.Request, c *call) (answer, error) {
 	limit, offset, err := pageParams(r)
 	if err != nil {
-		return err
+		return answer{}, err
 	}
 	f := controlplane.GroupFilter{ProjectID: c.project.ID, Search: r.URL.Query().Get("search"), Limit: limit, Offset: offset}
 	if raw := r.URL.Query().Get("group_type_index"); raw != "" {
 		i, err := strconv.Atoi(raw)
 		if err != nil || i < 0 || i > 4 {
-			return controlplane.FieldError("group_type_index", "invalid_input", "A group type index is 0 to 4.")
+			return answer{}, controlplane.FieldError("group_type_index", "invalid_input", "A group type index is 0 to 4.")
 		}
 		f.TypeIndex = &i
 	}
 	list, total, err := s.cfg.Events.FindGroups(r.Context(), f)
 	if err != nil {
-		return err
+		return answer{}, err
 	}
 	out := make([]groupJSON, len(list))
 	for i, g := range list {
 		out[i] = groupJSON{GroupTypeIndex: g.TypeIndex, GroupKey: g.Key, GroupProps: g.Properties, CreatedAt: timeJSON(g.CreatedAt)}
 	}
-	writeJSON(w, http.StatusOK, s.newPage(r, total, limit, offset, out))
-	return nil
+	return ok(s.newPage(r, total, limit, offset, out)), nil
 }

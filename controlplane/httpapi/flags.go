@@ -10,33 +10,32 @@ import (
 	"github.com/flagedge/flagedge/controlplane"
 )
 
-func (s *Server) handleListFlags(w http.ResponseWriter, r *http.Request, c *call) error {
+func (s *Server) handleListFlags(r *http.Request, c *call) (answer, error) {
 	limit, offset, err := pageParams(r)
 	if err != nil {
-		return err
+		return answer{}, err
 	}
 	filter, err := flagFilter(r)
 	if err != nil {
-		return err
+		return answer{}, err
 	}
 	filter.ProjectID, filter.Limit, filter.Offset = c.project.ID, limit, offset
 	list, total, err := s.cfg.Flags.FindFlags(r.Context(), filter)
 	if err != nil {
-		return err
+		return answer{}, err
 	}
 	editable, err := s.editableFlags(r, c, list)
 	if err != nil {
-		return err
+		return answer{}, err
 	}
 	out := make([]flagJSON, len(list))
 	for i, f := range list {
 		out[i] = newFlagJSON(f, editable[f.ID])
 	}
 	if err := s.addUsage(r, c.project.ID, list, out); err != nil {
-		return err
+		return answer{}, err
 	}
-	writeJSON(w, http.StatusOK, s.newPage(r, total, limit, offset, out))
-	return nil
+	return ok(s.newPage(r, total, limit, offset, out)), nil
 }
 
 // flagFilter reads PostHog's list filters: search, active (true, false or STALE; also
@@ -96,40 +95,40 @@ func jsonList(v string) []string {
 	return list
 }
 
-func (s *Server) handleCreateFlag(w http.ResponseWriter, r *http.Request, c *call) error {
-	upd, err := decodeFlagUpdate(w, r)
+func (s *Server) handleCreateFlag(r *http.Request, c *call) (answer, error) {
+	upd, err := decodeFlagUpdate(r)
 	if err != nil {
-		return err
+		return answer{}, err
 	}
 	f, err := s.cfg.Flags.CreateFlag(r.Context(), &c.key.User, c.project.ID, upd)
 	if err != nil {
-		return err
+		return answer{}, err
 	}
-	return s.writeFlag(w, r, c, f, http.StatusCreated)
+	return s.answerFlag(r, c, f, http.StatusCreated)
 }
 
-func (s *Server) handleGetFlag(w http.ResponseWriter, r *http.Request, c *call) error {
+func (s *Server) handleGetFlag(r *http.Request, c *call) (answer, error) {
 	f, err := s.flagFromPath(r, c)
 	if err != nil {
-		return err
+		return answer{}, err
 	}
-	return s.writeFlag(w, r, c, f, http.StatusOK)
+	return s.answerFlag(r, c, f, http.StatusOK)
 }
 
-func (s *Server) handlePatchFlag(w http.ResponseWriter, r *http.Request, c *call) error {
+func (s *Server) handlePatchFlag(r *http.Request, c *call) (answer, error) {
 	f, err := s.flagFromPath(r, c)
 	if err != nil {
-		return err
+		return answer{}, err
 	}
-	upd, err := decodeFlagUpdate(w, r)
+	upd, err := decodeFlagUpdate(r)
 	if err != nil {
-		return err
+		return answer{}, err
 	}
 	f, err = s.cfg.Flags.UpdateFlag(r.Context(), &c.key.User, c.project.ID, f.ID, upd)
 	if err != nil {
-		return err
+		return answer{}, err
 	}
-	return s.writeFlag(w, r, c, f, http.StatusOK)
+	return s.answerFlag(r, c, f, http.StatusOK)
 }
 
 // flagFromPath loads the flag named by the path's id within the call's project.
@@ -164,28 +163,29 @@ func (s *Server) flagJSON(r *http.Request, c *call, f *controlplane.Flag) (flagJ
 // in the same header of the answers they compute from it.
 const SnapshotVersionHeader = "X-Flagedge-Snapshot-Version"
 
-func (s *Server) writeFlag(w http.ResponseWriter, r *http.Request, c *call, f *controlplane.Flag, status int) error {
+// answerFlag answers the flag with its usage and, when it has one, its snapshot version in
+// SnapshotVersionHeader.
+func (s *Server) answerFlag(r *http.Request, c *call, f *controlplane.Flag, status int) (answer, error) {
 	out, err := s.flagJSON(r, c, f)
 	if err != nil {
-		return err
+		return answer{}, err
 	}
 	usage := []flagJSON{out}
 	if err := s.addUsage(r, c.project.ID, []*controlplane.Flag{f}, usage); err != nil {
-		return err
+		return answer{}, err
 	}
-	out = usage[0]
+	a := answer{status: status, value: usage[0]}
 	if f.SnapshotVersion > 0 {
-		w.Header().Set(SnapshotVersionHeader, strconv.FormatInt(f.SnapshotVersion, 10))
+		a = a.with(SnapshotVersionHeader, strconv.FormatInt(f.SnapshotVersion, 10))
 	}
-	writeJSON(w, status, out)
-	return nil
+	return a, nil
 }
 
 // decodeFlagUpdate reads the writable flag fields of the body; read-only and unknown fields
 // are ignored.
-func decodeFlagUpdate(w http.ResponseWriter, r *http.Request) (controlplane.FlagUpdate, error) {
+func decodeFlagUpdate(r *http.Request) (controlplane.FlagUpdate, error) {
 	var u controlplane.FlagUpdate
-	f, err := decodeObject(w, r)
+	f, err := decodeObject(r)
 	if err != nil {
 		return u, err
 	}

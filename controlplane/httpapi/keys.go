@@ -30,22 +30,21 @@ func newKeyJSON(k *controlplane.PersonalKey) keyJSON {
 }
 
 // handleListKeys answers the caller's keys, newest first, as a plain list (as PostHog does).
-func (s *Server) handleListKeys(w http.ResponseWriter, r *http.Request, key *controlplane.APIKey) error {
+func (s *Server) handleListKeys(r *http.Request, key *controlplane.APIKey) (answer, error) {
 	list, err := s.cfg.Keys.FindKeys(r.Context(), key.User.ID)
 	if err != nil {
-		return err
+		return answer{}, err
 	}
 	out := make([]keyJSON, len(list))
 	for i, k := range list {
 		out[i] = newKeyJSON(k)
 	}
-	writeJSON(w, http.StatusOK, out)
-	return nil
+	return ok(out), nil
 }
 
-func decodeKeyUpdate(w http.ResponseWriter, r *http.Request) (controlplane.KeyUpdate, error) {
+func decodeKeyUpdate(r *http.Request) (controlplane.KeyUpdate, error) {
 	var u controlplane.KeyUpdate
-	f, err := decodeObject(w, r)
+	f, err := decodeObject(r)
 	if err != nil {
 		return u, err
 	}
@@ -62,22 +61,21 @@ func decodeKeyUpdate(w http.ResponseWriter, r *http.Request) (controlplane.KeyUp
 	return u, nil
 }
 
-func (s *Server) handleCreateKey(w http.ResponseWriter, r *http.Request, key *controlplane.APIKey) error {
-	upd, err := decodeKeyUpdate(w, r)
+func (s *Server) handleCreateKey(r *http.Request, key *controlplane.APIKey) (answer, error) {
+	upd, err := decodeKeyUpdate(r)
 	if err != nil {
-		return err
+		return answer{}, err
 	}
 	if err := upd.Validate(true, key); err != nil {
-		return err
+		return answer{}, err
 	}
 	k, secret, err := s.cfg.Keys.CreateKey(r.Context(), &key.User, upd)
 	if err != nil {
-		return err
+		return answer{}, err
 	}
 	out := newKeyJSON(k)
 	out.Value = &secret
-	writeJSON(w, http.StatusCreated, out)
-	return nil
+	return created(out), nil
 }
 
 // keyFromPath loads the path's key among the caller's; "@current" is the calling key.
@@ -96,44 +94,41 @@ func (s *Server) keyFromPath(r *http.Request, key *controlplane.APIKey) (*contro
 	return s.cfg.Keys.FindKeyByID(r.Context(), key.User.ID, id)
 }
 
-func (s *Server) handleGetKey(w http.ResponseWriter, r *http.Request, key *controlplane.APIKey) error {
+func (s *Server) handleGetKey(r *http.Request, key *controlplane.APIKey) (answer, error) {
 	k, err := s.keyFromPath(r, key)
 	if err != nil {
-		return err
+		return answer{}, err
 	}
-	writeJSON(w, http.StatusOK, newKeyJSON(k))
-	return nil
+	return ok(newKeyJSON(k)), nil
 }
 
-func (s *Server) handlePatchKey(w http.ResponseWriter, r *http.Request, key *controlplane.APIKey) error {
+func (s *Server) handlePatchKey(r *http.Request, key *controlplane.APIKey) (answer, error) {
 	k, err := s.keyFromPath(r, key)
 	if err != nil {
-		return err
+		return answer{}, err
 	}
-	upd, err := decodeKeyUpdate(w, r)
+	upd, err := decodeKeyUpdate(r)
 	if err != nil {
-		return err
+		return answer{}, err
 	}
 	if err := upd.Validate(false, key); err != nil {
-		return err
+		return answer{}, err
 	}
 	k, err = s.cfg.Keys.UpdateKey(r.Context(), &key.User, k.ID, upd)
 	if err != nil {
-		return err
+		return answer{}, err
 	}
-	writeJSON(w, http.StatusOK, newKeyJSON(k))
-	return nil
+	return ok(newKeyJSON(k)), nil
 }
 
 // handleDeleteKey revokes a key: the API refuses it at once, edges with their next snapshot.
-func (s *Server) handleDeleteKey(w http.ResponseWriter, r *http.Request, key *controlplane.APIKey) error {
+func (s *Server) handleDeleteKey(r *http.Request, key *controlplane.APIKey) (answer, error) {
 	k, err := s.keyFromPath(r, key)
 	if err != nil {
-		return err
+		return answer{}, err
 	}
 	if err := s.cfg.Keys.DeleteKey(r.Context(), key.User.ID, k.ID); err != nil {
-		return err
+		return answer{}, err
 	}
-	w.WriteHeader(http.StatusNoContent)
-	return nil
+	return noContent(), nil
 }

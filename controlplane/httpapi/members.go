@@ -25,30 +25,28 @@ func newMemberJSON(m *controlplane.Member) memberJSON {
 		JoinedAt: timeJSON(m.JoinedAt), UpdatedAt: timeJSON(m.JoinedAt), HasPassword: m.HasPassword}
 }
 
-func (s *Server) handleListMembers(w http.ResponseWriter, r *http.Request, key *controlplane.APIKey) error {
+func (s *Server) handleListMembers(r *http.Request, key *controlplane.APIKey) (answer, error) {
 	limit, offset, err := pageParams(r)
 	if err != nil {
-		return err
+		return answer{}, err
 	}
 	list, total, err := s.cfg.Users.FindMembers(r.Context(), key.User.OrganizationID, limit, offset)
 	if err != nil {
-		return err
+		return answer{}, err
 	}
 	out := make([]memberJSON, len(list))
 	for i, m := range list {
 		out[i] = newMemberJSON(m)
 	}
-	writeJSON(w, http.StatusOK, s.newPage(r, total, limit, offset, out))
-	return nil
+	return ok(s.newPage(r, total, limit, offset, out)), nil
 }
 
 // handleRemoveMember removes a user from the organisation (admins only, by withOrg).
-func (s *Server) handleRemoveMember(w http.ResponseWriter, r *http.Request, key *controlplane.APIKey) error {
+func (s *Server) handleRemoveMember(r *http.Request, key *controlplane.APIKey) (answer, error) {
 	if err := s.cfg.Users.RemoveMember(r.Context(), &key.User, r.PathValue("user")); err != nil {
-		return err
+		return answer{}, err
 	}
-	w.WriteHeader(http.StatusNoContent)
-	return nil
+	return noContent(), nil
 }
 
 // inviteJSON is an invitation in PostHog's shape, plus the one-time link to set a password:
@@ -70,10 +68,10 @@ type inviteJSON struct {
 }
 
 // handleInvite creates a member (admins only, by withOrg) and answers a set-password link.
-func (s *Server) handleInvite(w http.ResponseWriter, r *http.Request, key *controlplane.APIKey) error {
-	f, err := decodeObject(w, r)
+func (s *Server) handleInvite(r *http.Request, key *controlplane.APIKey) (answer, error) {
+	f, err := decodeObject(r)
 	if err != nil {
-		return err
+		return answer{}, err
 	}
 	var req controlplane.InviteRequest
 	var email, firstName *string
@@ -84,7 +82,7 @@ func (s *Server) handleInvite(w http.ResponseWriter, r *http.Request, key *contr
 		decode(f, "level", &level, "a membership level (1 or 8)"),
 	} {
 		if step != nil {
-			return step
+			return answer{}, step
 		}
 	}
 	if email != nil {
@@ -100,20 +98,19 @@ func (s *Server) handleInvite(w http.ResponseWriter, r *http.Request, key *contr
 		case controlplane.MembershipLevelAdmin:
 			req.OrgRole = controlplane.OrgRoleAdmin
 		default:
-			return controlplane.FieldError("level", "invalid_choice", "Use 1 (member) or 8 (admin).")
+			return answer{}, controlplane.FieldError("level", "invalid_choice", "Use 1 (member) or 8 (admin).")
 		}
 	}
 	inv, err := s.cfg.Users.InviteMember(r.Context(), &key.User, req)
 	if err != nil {
-		return err
+		return answer{}, err
 	}
-	writeJSON(w, http.StatusCreated, inviteJSON{
+	return created(inviteJSON{
 		ID: inv.User.UUID, TargetEmail: inv.User.Email, FirstName: inv.User.FirstName, Level: controlplane.MembershipLevel(inv.User.OrgRole),
 		CreatedBy: newUserJSON(inv.CreatedBy), CreatedAt: timeJSON(inv.JoinedAt), UpdatedAt: timeJSON(inv.JoinedAt),
 		ExpiresAt: timeJSON(inv.ExpiresAt), User: *newUserJSON(&inv.User),
 		SetPasswordURL: s.baseURL(r) + "/set-password?token=" + url.QueryEscape(inv.PasswordToken),
-	})
-	return nil
+	}), nil
 }
 
 // baseURL is the scheme and host of absolute URLs: the public URL, else the request's.

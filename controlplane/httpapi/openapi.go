@@ -12,8 +12,6 @@ import (
 var OpenAPI []byte
 
 // handleSchema serves the description as YAML, as PostHog serves its own at this path.
-func handleSchema(w http.ResponseWriter, r *http.Request) {
-	w.Header().Set("Content-Type", "application/vnd.oai.openapi; charset=utf-8")
-	w.Header().Set("Cache-Control", "public, max-age=300")
-	_, _ = w.Write(OpenAPI) // the client went away; nothing to do
+func handleSchema(*http.Request) (answer, error) {
+	return encoded("application/vnd.oai.openapi; charset=utf-8", OpenAPI).with("Cache-Control", "public, max-age=300"), nil
 }

@@ -45,15 +45,15 @@ func newMembershipJSON(m *controlplane.RoleMembership) membershipJSON {
 // is done to the organisation reaches all of them) and that the path's organisation
 // ("@current", or the key's organisation's uuid) is the key's; the services decide who may
 // write (admins).
-func (s *Server) withOrg(scope controlplane.Scope, h keyHandler) http.HandlerFunc {
-	return s.withKey(scope, func(w http.ResponseWriter, r *http.Request, key *controlplane.APIKey) error {
+func (s *Server) withOrg(scope controlplane.Scope, h keyHandler) handler {
+	return s.withKey(scope, func(r *http.Request, key *controlplane.APIKey) (answer, error) {
 		if !key.ReachesOrganization() {
-			return controlplane.ErrKeyLimitedToProjects
+			return answer{}, controlplane.ErrKeyLimitedToProjects
 		}
 		if org := r.PathValue("org"); org != "@current" && !s.isKeysOrg(r, key, org) {
-			return controlplane.ErrPermissionDenied
+			return answer{}, controlplane.ErrPermissionDenied
 		}
-		return h(w, r, key)
+		return h(r, key)
 	})
 }
 
@@ -63,26 +63,25 @@ func (s *Server) isKeysOrg(r *http.Request, key *controlplane.APIKey, org string
 	return err == nil && len(projects) == 1 && strings.EqualFold(projects[0].OrganizationUUID, org)
 }
 
-func (s *Server) handleListRoles(w http.ResponseWriter, r *http.Request, key *controlplane.APIKey) error {
+func (s *Server) handleListRoles(r *http.Request, key *controlplane.APIKey) (answer, error) {
 	limit, offset, err := pageParams(r)
 	if err != nil {
-		return err
+		return answer{}, err
 	}
 	list, total, err := s.cfg.Roles.FindRoles(r.Context(), key.User.OrganizationID, limit, offset)
 	if err != nil {
-		return err
+		return answer{}, err
 	}
 	out := make([]roleJSON, len(list))
 	for i, role := range list {
 		out[i] = newRoleJSON(role)
 	}
-	writeJSON(w, http.StatusOK, s.newPage(r, total, limit, offset, out))
-	return nil
+	return ok(s.newPage(r, total, limit, offset, out)), nil
 }
 
-func decodeRoleUpdate(w http.ResponseWriter, r *http.Request) (controlplane.RoleUpdate, error) {
+func decodeRoleUpdate(r *http.Request) (controlplane.RoleUpdate, error) {
 	var u controlplane.RoleUpdate
-	f, err := decodeObject(w, r)
+	f, err := decodeObject(r)
 	if err != nil {
 		return u, err
 	}
@@ -100,92 +99,85 @@ func decodeRoleUpdate(w http.ResponseWriter, r *http.Request) (controlplane.Role
 	return u, nil
 }
 
-func (s *Server) handleCreateRole(w http.ResponseWriter, r *http.Request, key *controlplane.APIKey) error {
-	upd, err := decodeRoleUpdate(w, r)
+func (s *Server) handleCreateRole(r *http.Request, key *controlplane.APIKey) (answer, error) {
+	upd, err := decodeRoleUpdate(r)
 	if err != nil {
-		return err
+		return answer{}, err
 	}
 	role, err := s.cfg.Roles.CreateRole(r.Context(), &key.User, upd)
 	if err != nil {
-		return err
+		return answer{}, err
 	}
-	writeJSON(w, http.StatusCreated, newRoleJSON(role))
-	return nil
+	return created(newRoleJSON(role)), nil
 }
 
-func (s *Server) handleGetRole(w http.ResponseWriter, r *http.Request, key *controlplane.APIKey) error {
+func (s *Server) handleGetRole(r *http.Request, key *controlplane.APIKey) (answer, error) {
 	role, err := s.cfg.Roles.FindRoleByID(r.Context(), key.User.OrganizationID, r.PathValue("role"))
 	if err != nil {
-		return err
+		return answer{}, err
 	}
-	writeJSON(w, http.StatusOK, newRoleJSON(role))
-	return nil
+	return ok(newRoleJSON(role)), nil
 }
 
-func (s *Server) handlePatchRole(w http.ResponseWriter, r *http.Request, key *controlplane.APIKey) error {
-	upd, err := decodeRoleUpdate(w, r)
+func (s *Server) handlePatchRole(r *http.Request, key *controlplane.APIKey) (answer, error) {
+	upd, err := decodeRoleUpdate(r)
 	if err != nil {
-		return err
+		return answer{}, err
 	}
 	role, err := s.cfg.Roles.UpdateRole(r.Context(), key.User.OrganizationID, r.PathValue("role"), upd)
 	if err != nil {
-		return err
+		return answer{}, err
 	}
-	writeJSON(w, http.StatusOK, newRoleJSON(role))
-	return nil
+	return ok(newRoleJSON(role)), nil
 }
 
-func (s *Server) handleDeleteRole(w http.ResponseWriter, r *http.Request, key *controlplane.APIKey) error {
+func (s *Server) handleDeleteRole(r *http.Request, key *controlplane.APIKey) (answer, error) {
 	if err := s.cfg.Roles.DeleteRole(r.Context(), key.User.OrganizationID, r.PathValue("role")); err != nil {
-		return err
+		return answer{}, err
 	}
-	w.WriteHeader(http.StatusNoContent)
-	return nil
+	return noContent(), nil
 }
 
-func (s *Server) handleListMemberships(w http.ResponseWriter, r *http.Request, key *controlplane.APIKey) error {
+func (s *Server) handleListMemberships(r *http.Request, key *controlplane.APIKey) (answer, error) {
 	limit, offset, err := pageParams(r)
 	if err != nil {
-		return err
+		return answer{}, err
 	}
 	list, total, err := s.cfg.Roles.FindMemberships(r.Context(), key.User.OrganizationID, r.PathValue("role"), limit, offset)
 	if err != nil {
-		return err
+		return answer{}, err
 	}
 	out := make([]membershipJSON, len(list))
 	for i, m := range list {
 		out[i] = newMembershipJSON(m)
 	}
-	writeJSON(w, http.StatusOK, s.newPage(r, total, limit, offset, out))
-	return nil
+	return ok(s.newPage(r, total, limit, offset, out)), nil
 }
 
-func (s *Server) handleAddMembership(w http.ResponseWriter, r *http.Request, key *controlplane.APIKey) error {
-	f, err := decodeObject(w, r)
+func (s *Server) handleAddMembership(r *http.Request, key *controlplane.APIKey) (answer, error) {
+	f, err := decodeObject(r)
 	if err != nil {
-		return err
+		return answer{}, err
 	}
 	var userUUID *string
 	if err := f.str("user_uuid", &userUUID); err != nil {
-		return err
+		return answer{}, err
 	}
 	if userUUID == nil {
-		return controlplane.FieldError("user_uuid", "required", "This field is required.")
+		return answer{}, controlplane.FieldError("user_uuid", "required", "This field is required.")
 	}
 	m, err := s.cfg.Roles.AddMember(r.Context(), key.User.OrganizationID, r.PathValue("role"), *userUUID)
 	if err != nil {
-		return err
+		return answer{}, err
 	}
-	writeJSON(w, http.StatusCreated, newMembershipJSON(m))
-	return nil
+	return created(newMembershipJSON(m)), nil
 }
 
-func (s *Server) handleRemoveMembership(w http.ResponseWriter, r *http.Request, key *controlplane.APIKey) error {
+func (s *Server) handleRemoveMembership(r *http.Request, key *controlplane.APIKey) (answer, error) {
 	if err := s.cfg.Roles.RemoveMember(r.Context(), key.User.OrganizationID, r.PathValue("role"), r.PathValue("id")); err != nil {
-		return err
+		return answer{}, err
 	}
-	w.WriteHeader(http.StatusNoContent)
-	return nil
+	return noContent(), nil
 }
 
 // roleAccessJSON is the API's flag role access object.
@@ -198,38 +190,37 @@ type roleAccessJSON struct {
 	UpdatedAt   timeJSON `json:"updated_at"`
 }
 
-func (s *Server) handleListRoleAccess(w http.ResponseWriter, r *http.Request, c *call) error {
+func (s *Server) handleListRoleAccess(r *http.Request, c *call) (answer, error) {
 	flag, err := s.flagFromPath(r, c)
 	if err != nil {
-		return err
+		return answer{}, err
 	}
 	limit, offset, err := pageParams(r)
 	if err != nil {
-		return err
+		return answer{}, err
 	}
 	list, total, err := s.cfg.Roles.FindRoleAccess(r.Context(), c.project.ID, flag.ID, limit, offset)
 	if err != nil {
-		return err
+		return answer{}, err
 	}
 	fj, err := s.flagJSON(r, c, flag)
 	if err != nil {
-		return err
+		return answer{}, err
 	}
 	out := make([]roleAccessJSON, len(list))
 	for i, a := range list {
 		out[i] = newRoleAccessJSON(a, fj)
 	}
-	writeJSON(w, http.StatusOK, s.newPage(r, total, limit, offset, out))
-	return nil
+	return ok(s.newPage(r, total, limit, offset, out)), nil
 }
 
-func (s *Server) writeRoleAccess(w http.ResponseWriter, r *http.Request, c *call, flag *controlplane.Flag, a *controlplane.RoleAccess, status int) error {
+// answerRoleAccess answers the flag's access by a role, with the flag as the caller sees it.
+func (s *Server) answerRoleAccess(r *http.Request, c *call, flag *controlplane.Flag, a *controlplane.RoleAccess, status int) (answer, error) {
 	fj, err := s.flagJSON(r, c, flag)
 	if err != nil {
-		return err
+		return answer{}, err
 	}
-	writeJSON(w, status, newRoleAccessJSON(a, fj))
-	return nil
+	return answer{status: status, value: newRoleAccessJSON(a, fj)}, nil
 }
 
 func newRoleAccessJSON(a *controlplane.RoleAccess, flag flagJSON) roleAccessJSON {
@@ -237,27 +228,27 @@ func newRoleAccessJSON(a *controlplane.RoleAccess, flag flagJSON) roleAccessJSON
 		AddedAt: timeJSON(a.AddedAt), UpdatedAt: timeJSON(a.UpdatedAt)}
 }
 
-func (s *Server) handleCreateRoleAccess(w http.ResponseWriter, r *http.Request, c *call) error {
+func (s *Server) handleCreateRoleAccess(r *http.Request, c *call) (answer, error) {
 	flag, err := s.flagFromPath(r, c)
 	if err != nil {
-		return err
+		return answer{}, err
 	}
-	f, err := decodeObject(w, r)
+	f, err := decodeObject(r)
 	if err != nil {
-		return err
+		return answer{}, err
 	}
 	var roleID *string
 	if err := f.str("role_id", &roleID); err != nil {
-		return err
+		return answer{}, err
 	}
 	if roleID == nil {
-		return controlplane.FieldError("role_id", "required", "This field is required.")
+		return answer{}, controlplane.FieldError("role_id", "required", "This field is required.")
 	}
 	a, err := s.cfg.Roles.CreateRoleAccess(r.Context(), c.project.ID, flag.ID, *roleID)
 	if err != nil {
-		return err
+		return answer{}, err
 	}
-	return s.writeRoleAccess(w, r, c, flag, a, http.StatusCreated)
+	return s.answerRoleAccess(r, c, flag, a, http.StatusCreated)
 }
 
 func (s *Server) roleAccessID(r *http.Request) (int64, error) {
@@ -268,34 +259,33 @@ func (s *Server) roleAccessID(r *http.Request) (int64, error) {
 	return id, nil
 }
 
-func (s *Server) handleGetRoleAccess(w http.ResponseWriter, r *http.Request, c *call) error {
+func (s *Server) handleGetRoleAccess(r *http.Request, c *call) (answer, error) {
 	flag, err := s.flagFromPath(r, c)
 	if err != nil {
-		return err
+		return answer{}, err
 	}
 	id, err := s.roleAccessID(r)
 	if err != nil {
-		return err
+		return answer{}, err
 	}
 	a, err := s.cfg.Roles.FindRoleAccessByID(r.Context(), c.project.ID, flag.ID, id)
 	if err != nil {
-		return err
+		return answer{}, err
 	}
-	return s.writeRoleAccess(w, r, c, flag, a, http.StatusOK)
+	return s.answerRoleAccess(r, c, flag, a, http.StatusOK)
 }
 
-func (s *Server) handleDeleteRoleAccess(w http.ResponseWriter, r *http.Request, c *call) error {
+func (s *Server) handleDeleteRoleAccess(r *http.Request, c *call) (answer, error) {
 	flag, err := s.flagFromPath(r, c)
 	if err != nil {
-		return err
+		return answer{}, err
 	}
 	id, err := s.roleAccessID(r)
 	if err != nil {
-		return err
+		return answer{}, err
 	}
 	if err := s.cfg.Roles.DeleteRoleAccess(r.Context(), c.project.ID, flag.ID, id); err != nil {
-		return err
+		return answer{}, err
 	}
-	w.WriteHeader(http.StatusNoContent)
-	return nil
+	return noContent(), nil
 }

@@ -29,14 +29,13 @@ func newEdgesJSON(list []controlplane.EdgeProjectStatus) []edgeJSON {
 }
 
 // handleListEdges lists the connected edges with the project's version each serves.
-func (s *Server) handleListEdges(w http.ResponseWriter, r *http.Request, c *call) error {
+func (s *Server) handleListEdges(r *http.Request, c *call) (answer, error) {
 	edges, err := s.cfg.EdgeSessions.FindProjectEdges(r.Context(), c.project.ID)
 	if err != nil {
-		return err
+		return answer{}, err
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"current_version": edges.Current, "count": len(edges.Edges),
-		"results": newEdgesJSON(edges.Edges)})
-	return nil
+	return ok(map[string]any{"current_version": edges.Current, "count": len(edges.Edges),
+		"results": newEdgesJSON(edges.Edges)}), nil
 }
 
 // Bounds of rollout_status's timeout.
@@ -47,11 +46,11 @@ const (
 
 // handleRolloutStatus answers once every connected edge serves ?version= or later (200), or
 // at ?timeout= with the edges that do not yet (408).
-func (s *Server) handleRolloutStatus(w http.ResponseWriter, r *http.Request, c *call) error {
+func (s *Server) handleRolloutStatus(r *http.Request, c *call) (answer, error) {
 	q := r.URL.Query()
 	version, err := strconv.ParseInt(q.Get("version"), 10, 64)
 	if err != nil || version <= 0 {
-		return controlplane.FieldError("version", "invalid_input", "version must be a positive integer: the X-Flagedge-Snapshot-Version of a write.")
+		return answer{}, controlplane.FieldError("version", "invalid_input", "version must be a positive integer: the X-Flagedge-Snapshot-Version of a write.")
 	}
 	timeout := defaultRolloutTimeout
 	if t := q.Get("timeout"); t != "" {
@@ -60,20 +59,19 @@ func (s *Server) handleRolloutStatus(w http.ResponseWriter, r *http.Request, c *
 			timeout, err = time.Duration(secs*float64(time.Second)), nil
 		}
 		if err != nil || timeout < 0 || timeout > maxRolloutTimeout {
-			return controlplane.FieldError("timeout", "invalid_input", "timeout must be a duration (10s, 500ms) or seconds, at most 60s.")
+			return answer{}, controlplane.FieldError("timeout", "invalid_input", "timeout must be a duration (10s, 500ms) or seconds, at most 60s.")
 		}
 	}
 	edges, done, err := s.cfg.Rollout.Wait(r.Context(), c.project.ID, version, timeout)
 	if err != nil {
-		return err
+		return answer{}, err
 	}
 	laggards := edges.Laggards(version)
 	status := http.StatusOK
 	if !done {
 		status = http.StatusRequestTimeout
 	}
-	writeJSON(w, status, map[string]any{"version": version, "current_version": edges.Current, "done": done,
+	return answer{status: status, value: map[string]any{"version": version, "current_version": edges.Current, "done": done,
 		"live": len(edges.Edges) - len(laggards), "total": len(edges.Edges),
-		"edges": newEdgesJSON(edges.Edges), "laggards": newEdgesJSON(laggards)})
-	return nil
+		"edges": newEdgesJSON(edges.Edges), "laggards": newEdgesJSON(laggards)}}, nil
 }

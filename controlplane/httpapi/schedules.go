@@ -39,10 +39,10 @@ func newScheduledChangeJSON(c *controlplane.ScheduledChange) scheduledChangeJSON
 	return out
 }
 
-func (s *Server) handleListScheduledChanges(w http.ResponseWriter, r *http.Request, c *call) error {
+func (s *Server) handleListScheduledChanges(r *http.Request, c *call) (answer, error) {
 	limit, offset, err := pageParams(r)
 	if err != nil {
-		return err
+		return answer{}, err
 	}
 	q := r.URL.Query()
 	f := controlplane.ScheduledChangeFilter{ProjectID: c.project.ID, Limit: limit, Offset: offset}
@@ -56,91 +56,86 @@ func (s *Server) handleListScheduledChanges(w http.ResponseWriter, r *http.Reque
 	}
 	list, total, err := s.cfg.Schedules.FindScheduledChanges(r.Context(), f)
 	if err != nil {
-		return err
+		return answer{}, err
 	}
 	out := make([]scheduledChangeJSON, len(list))
 	for i, sc := range list {
 		out[i] = newScheduledChangeJSON(sc)
 	}
-	writeJSON(w, http.StatusOK, s.newPage(r, total, limit, offset, out))
-	return nil
+	return ok(s.newPage(r, total, limit, offset, out)), nil
 }
 
-func (s *Server) handleCreateScheduledChange(w http.ResponseWriter, r *http.Request, c *call) error {
-	n, err := decodeNewScheduledChange(w, r)
+func (s *Server) handleCreateScheduledChange(r *http.Request, c *call) (answer, error) {
+	n, err := decodeNewScheduledChange(r)
 	if err != nil {
-		return err
+		return answer{}, err
 	}
 	sc, err := s.cfg.Schedules.CreateScheduledChange(r.Context(), &c.key.User, c.project.ID, n)
 	if err != nil {
-		return err
+		return answer{}, err
 	}
-	writeJSON(w, http.StatusCreated, newScheduledChangeJSON(sc))
-	return nil
+	return created(newScheduledChangeJSON(sc)), nil
 }
 
-func (s *Server) handleGetScheduledChange(w http.ResponseWriter, r *http.Request, c *call) error {
+func (s *Server) handleGetScheduledChange(r *http.Request, c *call) (answer, error) {
 	id, err := pathID(r)
 	if err != nil {
-		return err
+		return answer{}, err
 	}
 	sc, err := s.cfg.Schedules.FindScheduledChangeByID(r.Context(), c.project.ID, id)
 	if err != nil {
-		return err
+		return answer{}, err
 	}
-	writeJSON(w, http.StatusOK, newScheduledChangeJSON(sc))
-	return nil
+	return ok(newScheduledChangeJSON(sc)), nil
 }
 
-func (s *Server) handlePatchScheduledChange(w http.ResponseWriter, r *http.Request, c *call) error {
+func (s *Server) handlePatchScheduledChange(r *http.Request, c *call) (answer, error) {
 	id, err := pathID(r)
 	if err != nil {
-		return err
+		return answer{}, err
 	}
-	f, err := decodeObject(w, r)
+	f, err := decodeObject(r)
 	if err != nil {
-		return err
+		return answer{}, err
 	}
 	var upd controlplane.ScheduledChangeUpdate
 	for _, step := range []error{f.object("payload", &upd.Payload), f.datetime("scheduled_at", &upd.ScheduledAt)} {
 		if step != nil {
-			return step
+			return answer{}, step
 		}
 	}
 	sc, err := s.cfg.Schedules.FindScheduledChangeByID(r.Context(), c.project.ID, id)
 	if err != nil {
-		return err
+		return answer{}, err
 	}
 	var record, model *string
 	for _, step := range []error{f.str("model_name", &model), f.recordID(&record)} {
 		if step != nil {
-			return step
+			return answer{}, step
 		}
 	}
 	if record != nil && *record != sc.RecordID {
-		return controlplane.FieldError("record_id", "invalid_input", "Cannot change the target record of an existing scheduled change.")
+		return answer{}, controlplane.FieldError("record_id", "invalid_input", "Cannot change the target record of an existing scheduled change.")
 	}
 	if model != nil && *model != sc.ModelName {
-		return controlplane.FieldError("model_name", "invalid_input", "Cannot change the model type of an existing scheduled change.")
+		return answer{}, controlplane.FieldError("model_name", "invalid_input", "Cannot change the model type of an existing scheduled change.")
 	}
 	sc, err = s.cfg.Schedules.UpdateScheduledChange(r.Context(), c.project.ID, id, upd)
 	if err != nil {
-		return err
+		return answer{}, err
 	}
-	writeJSON(w, http.StatusOK, newScheduledChangeJSON(sc))
-	return nil
+	return ok(newScheduledChangeJSON(sc)), nil
 }
 
-func (s *Server) handleDeleteScheduledChange(w http.ResponseWriter, r *http.Request, c *call) error {
+func (s *Server) handleDeleteScheduledChange(r *http.Request, c *call) (answer, error) {
 	id, err := pathID(r)
 	if err != nil {
-		return err
+		return answer{}, err
 	}
 	if err := s.cfg.Schedules.DeleteScheduledChange(r.Context(), c.project.ID, id); err != nil {
-		return err
+		return answer{}, err
 	}
-	w.WriteHeader(http.StatusNoContent)
-	return nil
+	return noContent(), nil
 }
 
 // recordID reads record_id, the changed flag's id, on create and on PATCH alike: a string or
@@ -164,9 +159,9 @@ func (f fields) recordID(dst **string) error {
 
 // decodeNewScheduledChange reads a scheduled change to create; recurring schedules are
 // refused.
-func decodeNewScheduledChange(w http.ResponseWriter, r *http.Request) (controlplane.NewScheduledChange, error) {
+func decodeNewScheduledChange(r *http.Request) (controlplane.NewScheduledChange, error) {
 	var n controlplane.NewScheduledChange
-	f, err := decodeObject(w, r)
+	f, err := decodeObject(r)
 	if err != nil {
 		return n, err
 	}

@@ -86,12 +86,11 @@ func New(cfg Config) *Server {
 }
 
 func (s *Server) routes() {
-	s.publicRoute("GET", "/_health", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
-	}))
-	s.publicRoute("GET", "/_ready", http.HandlerFunc(s.handleReady))
+	s.publicRoute("GET", "/_health", handleHealth)
+	s.publicRoute("GET", "/_ready", s.handleReady)
 	if !s.cfg.NoMetrics {
-		s.publicRoute("GET", "/metrics", promhttp.HandlerFor(s.cfg.Registry, promhttp.HandlerOpts{}))
+		// Prometheus' text format, written by its own handler.
+		s.register(Route{Method: "GET", Pattern: "/metrics", Access: AccessPublic}, promhttp.HandlerFor(s.cfg.Registry, promhttp.HandlerOpts{}))
 	}
 
 	s.keyRoute("GET", "/api/projects", controlplane.ScopeProjectRead, s.handleListProjects)
@@ -104,7 +103,7 @@ func (s *Server) routes() {
 	s.projectRoute("POST", flags, controlplane.ScopeFlagWrite, s.handleCreateFlag)
 	s.projectRoute("GET", flags+"/{id}", controlplane.ScopeFlagRead, s.handleGetFlag)
 	s.projectRoute("PATCH", flags+"/{id}", controlplane.ScopeFlagWrite, s.handlePatchFlag)
-	s.publicRoute("DELETE", flags+"/{id}", http.HandlerFunc(handleHardDelete))
+	s.publicRoute("DELETE", flags+"/{id}", handleHardDelete)
 	s.projectRoute("GET", flags+"/{id}/activity", controlplane.ScopeActivityLogRead, s.handleFlagActivity)
 	s.projectRoute("GET", flags+"/{id}/evaluations", controlplane.ScopeFlagRead, s.handleFlagEvaluations)
 	s.projectRoute("GET", flags+"/activity", controlplane.ScopeActivityLogRead, s.handleAllFlagActivity)
@@ -150,7 +149,7 @@ func (s *Server) routes() {
 	s.projectRoute("POST", annotations, controlplane.ScopeAnnotationWrite, s.handleCreateAnnotation)
 	s.projectRoute("GET", annotations+"/{id}", controlplane.ScopeAnnotationRead, s.handleGetAnnotation)
 	s.projectRoute("PATCH", annotations+"/{id}", controlplane.ScopeAnnotationWrite, s.handlePatchAnnotation)
-	s.publicRoute("DELETE", annotations+"/{id}", http.HandlerFunc(handleHardDelete))
+	s.publicRoute("DELETE", annotations+"/{id}", handleHardDelete)
 
 	const hooks = "/api/projects/{project_id}/webhooks"
 	s.projectRoute("GET", hooks, controlplane.ScopeWebhookRead, s.handleListWebhooks)
@@ -190,7 +189,7 @@ func (s *Server) routes() {
 	s.orgRoute("GET", org+"/members", controlplane.ScopeMemberRead, s.handleListMembers)
 	s.orgRoute("DELETE", org+"/members/{user}", controlplane.ScopeMemberWrite, s.handleRemoveMember)
 	s.orgRoute("POST", org+"/invites", controlplane.ScopeMemberWrite, s.handleInvite)
-	s.publicRoute("GET", "/api/schema", http.HandlerFunc(handleSchema))
+	s.publicRoute("GET", "/api/schema", handleSchema)
 }
 
 // Access says how a route authenticates its caller.
@@ -231,24 +230,24 @@ func (s *Server) register(rt Route, h http.Handler) {
 	s.mux.Handle(rt.Method+" "+rt.Pattern, h)
 }
 
-func (s *Server) publicRoute(method, pattern string, h http.Handler) {
-	s.register(Route{Method: method, Pattern: pattern, Access: AccessPublic}, h)
+func (s *Server) publicRoute(method, pattern string, h handler) {
+	s.register(Route{Method: method, Pattern: pattern, Access: AccessPublic}, s.respond(h))
 }
 
-func (s *Server) tokenRoute(method, pattern string, scope controlplane.Scope, h http.HandlerFunc) {
-	s.register(Route{Method: method, Pattern: pattern, Access: AccessToken, Scope: scope}, h)
+func (s *Server) tokenRoute(method, pattern string, scope controlplane.Scope, h handler) {
+	s.register(Route{Method: method, Pattern: pattern, Access: AccessToken, Scope: scope}, s.respond(h))
 }
 
 func (s *Server) keyRoute(method, pattern string, scope controlplane.Scope, h keyHandler) {
-	s.register(Route{Method: method, Pattern: pattern, Access: AccessKey, Scope: scope}, s.withKey(scope, h))
+	s.register(Route{Method: method, Pattern: pattern, Access: AccessKey, Scope: scope}, s.respond(s.withKey(scope, h)))
 }
 
 func (s *Server) projectRoute(method, pattern string, scope controlplane.Scope, h projectHandler) {
-	s.register(Route{Method: method, Pattern: pattern, Access: AccessProject, Scope: scope}, s.withProject(scope, h))
+	s.register(Route{Method: method, Pattern: pattern, Access: AccessProject, Scope: scope}, s.respond(s.withProject(scope, h)))
 }
 
 func (s *Server) orgRoute(method, pattern string, scope controlplane.Scope, h keyHandler) {
-	s.register(Route{Method: method, Pattern: pattern, Access: AccessOrganization, Scope: scope}, s.withOrg(scope, h))
+	s.register(Route{Method: method, Pattern: pattern, Access: AccessOrganization, Scope: scope}, s.respond(s.withOrg(scope, h)))
 }
 
 // ServeHTTP routes a request: a trailing slash is ignored, unknown routes and methods get the
@@ -266,7 +265,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	_, route := s.mux.Handler(r)
 	if route == "" {
 		route = "unmatched"
-		h = routingErrorHandler{s.mux}
+		h = s.respond(s.routingError)
 	}
 	if route != "unmatched" {
 		// Refuse what no handler can use before authenticating: a body announced over the
@@ -354,21 +353,17 @@ func (w *statusWriter) Write(b []byte) (int, error) {
 	return w.ResponseWriter.Write(b)
 }
 
-// routingErrorHandler turns the mux's plain-text 404 and 405 into the API's error body.
-type routingErrorHandler struct{ mux http.Handler }
-
-func (h routingErrorHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+// routingError answers what the mux refuses, in the API's error shape instead of the mux's
+// plain text: a 405 with the route's Allow header, else a 404.
+func (s *Server) routingError(r *http.Request) (answer, error) {
 	rec := &statusRecorder{header: http.Header{}}
-	h.mux.ServeHTTP(rec, r)
-	if allow := rec.header.Get("Allow"); allow != "" {
-		w.Header().Set("Allow", allow)
+	s.mux.ServeHTTP(rec, r)
+	if rec.status != http.StatusMethodNotAllowed {
+		return answer{}, controlplane.ErrNotFound
 	}
-	if rec.status == http.StatusMethodNotAllowed {
-		writeJSON(w, http.StatusMethodNotAllowed, errorBody{Type: "invalid_request", Code: "method_not_allowed",
-			Detail: "Method \"" + r.Method + "\" not allowed."})
-		return
-	}
-	writeJSON(w, http.StatusNotFound, errorBody{Type: "invalid_request", Code: "not_found", Detail: "Not found."})
+	// No error of the services is a 405, so the body is written here in their shape.
+	return answer{status: http.StatusMethodNotAllowed, value: errorBody{Type: "invalid_request", Code: "method_not_allowed",
+		Detail: "Method \"" + r.Method + "\" not allowed."}}.with("Allow", rec.header.Get("Allow")), nil
 }
 
 type statusRecorder struct {
@@ -380,19 +375,24 @@ func (r *statusRecorder) Header() http.Header         { return r.header }
 func (r *statusRecorder) Write(b []byte) (int, error) { return len(b), nil }
 func (r *statusRecorder) WriteHeader(code int)        { r.status = code }
 
-func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
+// handleHealth answers that the process serves.
+func handleHealth(*http.Request) (answer, error) {
+	return ok(map[string]string{"status": "ok"}), nil
+}
+
+// handleReady answers whether the server can answer: 503 while its database is unreachable.
+func (s *Server) handleReady(r *http.Request) (answer, error) {
 	if s.cfg.Ready != nil {
 		if err := s.cfg.Ready(r.Context()); err != nil {
 			s.cfg.Logger.Warn("not ready", "err", err)
-			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "unavailable"})
-			return
+			return answer{status: http.StatusServiceUnavailable, value: map[string]string{"status": "unavailable"}}, nil
 		}
 	}
-	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	return ok(map[string]string{"status": "ok"}), nil
 }
 
 // handleHardDelete answers DELETE on flags and annotations: hard deletion is not allowed, and
 // the answer is a bare 405.
-func handleHardDelete(w http.ResponseWriter, r *http.Request) {
-	w.WriteHeader(http.StatusMethodNotAllowed)
+func handleHardDelete(*http.Request) (answer, error) {
+	return noBody(http.StatusMethodNotAllowed), nil
 }

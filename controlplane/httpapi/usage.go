@@ -36,21 +36,21 @@ const maxEvaluationDays = 30
 
 // handleFlagEvaluations answers a flag's evaluations per day (UTC), oldest first, for its
 // sparkline: {"results": [{"date", "count"}]}.
-func (s *Server) handleFlagEvaluations(w http.ResponseWriter, r *http.Request, c *call) error {
+func (s *Server) handleFlagEvaluations(r *http.Request, c *call) (answer, error) {
 	f, err := s.flagFromPath(r, c)
 	if err != nil {
-		return err
+		return answer{}, err
 	}
 	days := maxEvaluationDays
 	if d := r.URL.Query().Get("days"); d != "" {
 		days, err = strconv.Atoi(d)
 		if err != nil || days < 1 || days > maxEvaluationDays {
-			return controlplane.FieldError("days", "invalid_input", "days must be a whole number from 1 to 30.")
+			return answer{}, controlplane.FieldError("days", "invalid_input", "days must be a whole number from 1 to 30.")
 		}
 	}
 	list, err := s.cfg.Usage.DailyEvaluations(r.Context(), c.project.ID, f.Key, days)
 	if err != nil {
-		return err
+		return answer{}, err
 	}
 	type day struct {
 		Date  string `json:"date"`
@@ -60,6 +60,5 @@ func (s *Server) handleFlagEvaluations(w http.ResponseWriter, r *http.Request, c
 	for i, d := range list {
 		out[i] = day{Date: d.Date.Format(time.DateOnly), Count: d.Count}
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"results": out})
-	return nil
+	return ok(map[string]any{"results": out}), nil
 }

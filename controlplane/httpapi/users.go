@@ -37,19 +37,19 @@ type meJSON struct {
 
 // handleMe answers the calling key's user with its organisation and the projects the key
 // reaches (only "@me" is addressable: users see no one else through this endpoint).
-func (s *Server) handleMe(w http.ResponseWriter, r *http.Request, key *controlplane.APIKey) error {
+func (s *Server) handleMe(r *http.Request, key *controlplane.APIKey) (answer, error) {
 	if r.PathValue("user") != "@me" {
-		return controlplane.ErrNotFound
+		return answer{}, controlplane.ErrNotFound
 	}
 	org, err := s.cfg.Users.FindOrganization(r.Context(), key.User.OrganizationID)
 	if err != nil {
-		return err
+		return answer{}, err
 	}
 	projects, _, err := s.cfg.Projects.FindProjects(r.Context(), controlplane.ProjectFilter{
 		OrganizationID: key.User.OrganizationID, IDs: key.Projects, Limit: maxLimit,
 	})
 	if err != nil {
-		return err
+		return answer{}, err
 	}
 	out := meJSON{userJSON: *newUserJSON(&key.User), Organization: organizationJSON{
 		ID: org.UUID, Name: org.Name, CreatedAt: timeJSON(org.CreatedAt),
@@ -66,6 +66,5 @@ func (s *Server) handleMe(w http.ResponseWriter, r *http.Request, key *controlpl
 		ID   string `json:"id"`
 		Name string `json:"name"`
 	}{org.UUID, org.Name})
-	writeJSON(w, http.StatusOK, out)
-	return nil
+	return ok(out), nil
 }

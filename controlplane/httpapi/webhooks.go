@@ -69,26 +69,25 @@ func (WebhookObjects) ScheduledChange(c *controlplane.ScheduledChange) any {
 // User renders the actor of an event.
 func (WebhookObjects) User(u *controlplane.User) any { return newUserJSON(u) }
 
-func (s *Server) handleListWebhooks(w http.ResponseWriter, r *http.Request, c *call) error {
+func (s *Server) handleListWebhooks(r *http.Request, c *call) (answer, error) {
 	limit, offset, err := pageParams(r)
 	if err != nil {
-		return err
+		return answer{}, err
 	}
 	list, total, err := s.cfg.Webhooks.FindWebhooks(r.Context(), c.project.ID, limit, offset)
 	if err != nil {
-		return err
+		return answer{}, err
 	}
 	out := make([]webhookJSON, len(list))
 	for i, h := range list {
 		out[i] = newWebhookJSON(h)
 	}
-	writeJSON(w, http.StatusOK, s.newPage(r, total, limit, offset, out))
-	return nil
+	return ok(s.newPage(r, total, limit, offset, out)), nil
 }
 
-func decodeWebhookUpdate(w http.ResponseWriter, r *http.Request) (controlplane.WebhookUpdate, error) {
+func decodeWebhookUpdate(r *http.Request) (controlplane.WebhookUpdate, error) {
 	var u controlplane.WebhookUpdate
-	f, err := decodeObject(w, r)
+	f, err := decodeObject(r)
 	if err != nil {
 		return u, err
 	}
@@ -109,78 +108,73 @@ func decodeWebhookUpdate(w http.ResponseWriter, r *http.Request) (controlplane.W
 	return u, nil
 }
 
-func (s *Server) handleCreateWebhook(w http.ResponseWriter, r *http.Request, c *call) error {
-	upd, err := decodeWebhookUpdate(w, r)
+func (s *Server) handleCreateWebhook(r *http.Request, c *call) (answer, error) {
+	upd, err := decodeWebhookUpdate(r)
 	if err != nil {
-		return err
+		return answer{}, err
 	}
 	h, err := s.cfg.Webhooks.CreateWebhook(r.Context(), &c.key.User, c.project.ID, upd)
 	if err != nil {
-		return err
+		return answer{}, err
 	}
-	writeJSON(w, http.StatusCreated, newWebhookJSON(h))
-	return nil
+	return created(newWebhookJSON(h)), nil
 }
 
-func (s *Server) handleGetWebhook(w http.ResponseWriter, r *http.Request, c *call) error {
+func (s *Server) handleGetWebhook(r *http.Request, c *call) (answer, error) {
 	id, err := pathID(r)
 	if err != nil {
-		return err
+		return answer{}, err
 	}
 	h, err := s.cfg.Webhooks.FindWebhookByID(r.Context(), c.project.ID, id)
 	if err != nil {
-		return err
+		return answer{}, err
 	}
-	writeJSON(w, http.StatusOK, newWebhookJSON(h))
-	return nil
+	return ok(newWebhookJSON(h)), nil
 }
 
-func (s *Server) handlePatchWebhook(w http.ResponseWriter, r *http.Request, c *call) error {
+func (s *Server) handlePatchWebhook(r *http.Request, c *call) (answer, error) {
 	id, err := pathID(r)
 	if err != nil {
-		return err
+		return answer{}, err
 	}
-	upd, err := decodeWebhookUpdate(w, r)
+	upd, err := decodeWebhookUpdate(r)
 	if err != nil {
-		return err
+		return answer{}, err
 	}
 	h, err := s.cfg.Webhooks.UpdateWebhook(r.Context(), c.project.ID, id, upd)
 	if err != nil {
-		return err
+		return answer{}, err
 	}
-	writeJSON(w, http.StatusOK, newWebhookJSON(h))
-	return nil
+	return ok(newWebhookJSON(h)), nil
 }
 
-func (s *Server) handleDeleteWebhook(w http.ResponseWriter, r *http.Request, c *call) error {
+func (s *Server) handleDeleteWebhook(r *http.Request, c *call) (answer, error) {
 	id, err := pathID(r)
 	if err != nil {
-		return err
+		return answer{}, err
 	}
 	if err := s.cfg.Webhooks.DeleteWebhook(r.Context(), c.project.ID, id); err != nil {
-		return err
+		return answer{}, err
 	}
-	w.WriteHeader(http.StatusNoContent)
-	return nil
+	return noContent(), nil
 }
 
-func (s *Server) handleListDeliveries(w http.ResponseWriter, r *http.Request, c *call) error {
+func (s *Server) handleListDeliveries(r *http.Request, c *call) (answer, error) {
 	id, err := pathID(r)
 	if err != nil {
-		return err
+		return answer{}, err
 	}
 	limit, offset, err := pageParams(r)
 	if err != nil {
-		return err
+		return answer{}, err
 	}
 	list, total, err := s.cfg.Webhooks.FindDeliveries(r.Context(), c.project.ID, id, limit, offset)
 	if err != nil {
-		return err
+		return answer{}, err
 	}
 	out := make([]deliveryJSON, len(list))
 	for i, d := range list {
 		out[i] = newDeliveryJSON(d)
 	}
-	writeJSON(w, http.StatusOK, s.newPage(r, total, limit, offset, out))
-	return nil
+	return ok(s.newPage(r, total, limit, offset, out)), nil
 }
