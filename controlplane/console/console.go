@@ -54,7 +54,8 @@ type Config struct {
 	SecureCookies bool
 	Logger        *slog.Logger
 	// Logins gates password checks (failures per address and per email, concurrent
-	// hashes); nil means a limiter with loginlimit.Defaults().
+	// hashes); nil means a limiter with loginlimit.Defaults(), counting failures in this
+	// process alone (serve gives it the store every replica shares).
 	Logins *loginlimit.Limiter
 	// ClientIP is the address a login comes from, for Logins; nil means the connection's
 	// peer (right unless a proxy is in front: then clientip with --trusted-proxies).

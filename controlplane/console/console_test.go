@@ -62,6 +62,23 @@ func newSite(t *testing.T) *site {
 	if err != nil {
 		t.Fatal(err)
 	}
+	s := &site{t: t, db: db, project: res.ProjectID, adminKey: res.PersonalAPIKey, password: res.Password}
+	s.srv = s.serve()
+	return s
+}
+
+// replica is another control-plane replica on the site's database: its own API, console and
+// login limiter, as a second serve process would have.
+func (s *site) replica() *site {
+	r := *s
+	r.srv = s.serve()
+	return &r
+}
+
+// serve starts the API and the console on the site's database, wired as serve wires them.
+func (s *site) serve() *httptest.Server {
+	s.t.Helper()
+	db := s.db
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	stores := postgres.NewServices(db, bcrypt.MinCost)
 	stores.Webhooks = webhook.Checked(stores.Webhooks, &webhook.Policy{}) // as serve wires it
@@ -71,14 +88,16 @@ func newSite(t *testing.T) *site {
 	waiter, usage := rollout.New(sessions), postgres.NewEvaluationStore(db)
 	api := httpapi.New(httpapi.Config{Services: services, Evaluator: evaluator, Ready: db.Ping, Logger: log,
 		EdgeSessions: sessions, Rollout: waiter, Usage: usage})
+	logins := loginlimit.Defaults()
+	logins.Store, logins.Logger = postgres.NewLoginFailureStore(db), log
 	web, err := console.New(console.Config{Services: services, Evaluator: evaluator, Logger: log, EdgeSessions: sessions, Rollout: waiter,
-		Usage: usage})
+		Usage: usage, Logins: loginlimit.New(logins, nil)})
 	if err != nil {
-		t.Fatal(err)
+		s.t.Fatal(err)
 	}
 	srv := httptest.NewServer(api.WithConsole(web))
-	t.Cleanup(srv.Close)
-	return &site{t: t, db: db, srv: srv, project: res.ProjectID, adminKey: res.PersonalAPIKey, password: res.Password}
+	s.t.Cleanup(srv.Close)
+	return srv
 }
 
 // browser is a cookie-keeping client that does not follow redirects.
@@ -255,6 +274,57 @@ func TestLoginRateLimit(t *testing.T) {
 	}
 	if got := try("fresh@example.com", "x").StatusCode; got != http.StatusTooManyRequests {
 		t.Errorf("a new email past the address's limit: %d, want 429", got)
+	}
+}
+
+// TestLoginLimitsAcrossReplicas: two replicas on one database count failures together, so a
+// load balancer spreading a guesser's tries over them gives it no more than one replica
+// would: PerEmail failures of one email, half on each, block it on both (even with the right
+// password), and PerAddress failures of one address, half on each, block the address.
+func TestLoginLimitsAcrossReplicas(t *testing.T) {
+	t.Parallel()
+	a := newSite(t)
+	// The admin's password hashed at bcrypt's lowest cost, as every other one here: the test
+	// counts failures, and twenty hashes of cost 12 take a minute under the race detector.
+	if _, err := postgres.NewUserService(a.db, bcrypt.MinCost).SetPassword(context.Background(), "admin@example.com", a.password); err != nil {
+		t.Fatal(err)
+	}
+	replicas := []*browser{a.browser(), a.replica().browser()}
+	token := make([]string, len(replicas))
+	for i, b := range replicas {
+		token[i] = csrf(t, b.get("/login"))
+	}
+	try := func(i int, email, password string) *http.Response {
+		t.Helper()
+		b := replicas[i%2]
+		resp, err := b.client.PostForm(b.s.srv.URL+"/login", url.Values{"email": {email}, "password": {password}, "csrf_token": {token[i%2]}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp
+	}
+	perEmail, perAddress := loginlimit.Defaults().PerEmail, loginlimit.Defaults().PerAddress
+	for i := range perEmail {
+		if got := try(i, "admin@example.com", "wrong").StatusCode; got != http.StatusUnauthorized {
+			t.Fatalf("failure %d of the email (replica %d): %d, want 401", i+1, i%2, got)
+		}
+	}
+	for i := range 2 {
+		if resp := try(i, "admin@example.com", a.password); resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Retry-After") == "" {
+			t.Errorf("replica %d, past the email's limit spread over both: %d, Retry-After %q; want 429 with Retry-After",
+				i, resp.StatusCode, resp.Header.Get("Retry-After"))
+		}
+	}
+	for i := perEmail; i < perAddress; i++ {
+		if got := try(i, fmt.Sprintf("other%d@example.com", i), "x").StatusCode; got != http.StatusUnauthorized {
+			t.Fatalf("failure %d of the address (replica %d): %d, want 401", i+1, i%2, got)
+		}
+	}
+	for i := range 2 {
+		if got := try(i, "fresh@example.com", "x").StatusCode; got != http.StatusTooManyRequests {
+			t.Errorf("replica %d, a new email past the address's limit spread over both: %d, want 429", i, got)
+		}
 	}
 }
 

@@ -2,8 +2,11 @@ package loginlimit
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"log/slog"
 	"net/netip"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -168,18 +171,24 @@ func TestHashSlots(t *testing.T) {
 // refusals reads flagedge_controlplane_login_refusals_total by reason.
 func refusals(t *testing.T, reg *prometheus.Registry) map[string]float64 {
 	t.Helper()
+	return counters(t, reg, "flagedge_controlplane_login_refusals_total", "reason")
+}
+
+// counters reads the counter name of reg by its one label.
+func counters(t *testing.T, reg *prometheus.Registry, name, label string) map[string]float64 {
+	t.Helper()
 	mfs, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
 	out := map[string]float64{}
 	for _, mf := range mfs {
-		if mf.GetName() != "flagedge_controlplane_login_refusals_total" {
+		if mf.GetName() != name {
 			continue
 		}
 		for _, m := range mf.GetMetric() {
 			for _, lp := range m.GetLabel() {
-				if lp.GetName() == "reason" {
+				if lp.GetName() == label {
 					out[lp.GetValue()] = m.GetCounter().GetValue()
 				}
 			}
@@ -215,4 +224,157 @@ func TestWaitersSeeNewFailures(t *testing.T) {
 	if n != 3 {
 		t.Errorf("%d logins from one address were checked, want its limit of 3", n)
 	}
+}
+
+// memStore is a Store in memory, shared by the limiters of a test as PostgreSQL is by
+// replicas; err makes every statement fail.
+type memStore struct {
+	mu     sync.Mutex
+	counts map[Key]map[time.Time]int
+	err    error
+}
+
+func (s *memStore) Failures(_ context.Context, since time.Time, keys ...Key) ([]Count, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.err != nil {
+		return nil, s.err
+	}
+	var out []Count
+	for _, k := range keys {
+		for w, n := range s.counts[k] {
+			if !w.Before(since) {
+				out = append(out, Count{Key: k, Window: w, Failures: n})
+			}
+		}
+	}
+	return out, nil
+}
+
+func (s *memStore) Fail(_ context.Context, window, _ time.Time, keys ...Key) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.err != nil {
+		return s.err
+	}
+	if s.counts == nil {
+		s.counts = map[Key]map[time.Time]int{}
+	}
+	for _, k := range keys {
+		if s.counts[k] == nil {
+			s.counts[k] = map[time.Time]int{}
+		}
+		s.counts[k][window]++
+	}
+	return nil
+}
+
+func (s *memStore) Forget(_ context.Context, k Key) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.err != nil {
+		return s.err
+	}
+	delete(s.counts, k)
+	return nil
+}
+
+func (s *memStore) fails(err error) {
+	s.mu.Lock()
+	s.err = err
+	s.mu.Unlock()
+}
+
+// TestSharedCounts: limiters on one store (replicas) count failures together: an email's
+// and an address's limits are reached by failures spread over both, and a success on one
+// forgets the email's failures on both.
+func TestSharedCounts(t *testing.T) {
+	store := &memStore{}
+	cfg := Config{PerAddress: 4, PerEmail: 2, Window: time.Minute, Entries: 100, Store: store}
+	a, c, _ := newLimiter(t, cfg)
+	b, _, _ := newLimiter(t, cfg)
+	fail(t, a, addrA, "victim@example.com")
+	fail(t, b, addrB, "Victim@example.com")
+	refusedFor(t, a, addrC, "victim@example.com", ReasonEmail)
+	r := refusedFor(t, b, addrC, "victim@example.com", ReasonEmail)
+	if r.RetryAfter > 2*time.Minute {
+		t.Errorf("Retry-After %v, want at most two windows", r.RetryAfter)
+	}
+
+	fail(t, a, addrC, "me@example.com")
+	att, ref := b.Begin(context.Background(), addrB, "me@example.com")
+	if ref != nil {
+		t.Fatal(ref)
+	}
+	att.Succeeded()
+	fail(t, a, addrB, "me@example.com") // me's count starts again on both: one failure, under 2
+	for _, l := range []*Limiter{a, b} {
+		if att, ref := l.Begin(context.Background(), addrA, "me@example.com"); ref != nil {
+			t.Errorf("after a success on another replica the email has one failure, yet refused: %+v", ref)
+		} else {
+			att.Done()
+		}
+	}
+
+	// addrB has failed twice, once on each; two more on b reach its limit on a.
+	fail(t, b, addrB, "x@example.com")
+	fail(t, b, addrB, "y@example.com")
+	refusedFor(t, a, addrB, "z@example.com", ReasonAddress)
+	// Two windows on, every failure is forgotten (the store's clock is the limiter's).
+	c.add(2 * time.Minute)
+	fail(t, a, addrB, "victim@example.com")
+}
+
+// TestStoreFails: while the store fails, a limiter counts and refuses by its own failures
+// alone, counts the failed statements by op, and logs once when the outage starts and once
+// when the store answers again.
+func TestStoreFails(t *testing.T) {
+	store := &memStore{}
+	var logs syncBuffer
+	l, _, reg := newLimiter(t, Config{PerAddress: 100, PerEmail: 2, Window: time.Minute, Entries: 100, Store: store,
+		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	store.fails(errors.New("connection refused"))
+	fail(t, l, addrA, "victim@example.com")
+	fail(t, l, addrB, "victim@example.com")
+	refusedFor(t, l, addrC, "victim@example.com", ReasonEmail)
+	a, r := l.Begin(context.Background(), addrA, "me@example.com")
+	if r != nil {
+		t.Fatal(r)
+	}
+	a.Succeeded()
+	got := storeErrors(t, reg)
+	// Each of the three admitted logins checked before and after taking its hash, the
+	// refused one once.
+	if got[opCheck] != 7 || got[opFail] != 2 || got[opForget] != 1 {
+		t.Errorf("store errors counted %v, want 7 checks, 2 failures, 1 forget", got)
+	}
+	store.fails(nil)
+	fail(t, l, addrA, "other@example.com")
+	out := logs.String()
+	if strings.Count(out, "level=WARN") != 1 || !strings.Contains(out, "connection refused") || strings.Count(out, "level=INFO") != 1 {
+		t.Errorf("want one warning naming the error and one notice of the recovery, logged:\n%s", out)
+	}
+}
+
+// storeErrors reads flagedge_controlplane_login_limit_store_errors_total by op.
+func storeErrors(t *testing.T, reg *prometheus.Registry) map[string]float64 {
+	t.Helper()
+	return counters(t, reg, "flagedge_controlplane_login_limit_store_errors_total", "op")
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
 }

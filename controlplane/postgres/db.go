@@ -5,9 +5,10 @@
 // and the database's identity; person and group look-ups and hash-key overrides; event
 // ingestion (persons, distinct ids, groups) with its dead letters; the read API over events,
 // persons and groups; scheduled changes and the queue the scheduler claims them from
-// (schedules.go); and the LISTEN loop that tells the sync service of changes. Every
-// write that changes what edges serve bumps the project's snapshot version and sends a
-// NOTIFY in the same transaction.
+// (schedules.go); the failed console logins every replica counts (loginfailures.go); and
+// the LISTEN loop that tells the sync service of changes. Every write that changes what
+// edges serve bumps the project's snapshot version and sends a NOTIFY in the same
+// transaction.
 package postgres
 
 import (

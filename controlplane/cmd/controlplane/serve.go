@@ -189,10 +189,12 @@ func (c *serveConfig) validate() error {
 	return nil
 }
 
-// logins is the login limiter's configuration from the flags.
-func (c *serveConfig) logins() loginlimit.Config {
+// logins is the login limiter's configuration from the flags, counting failures in store
+// with every other replica.
+func (c *serveConfig) logins(store loginlimit.Store, logger *slog.Logger) loginlimit.Config {
 	l := loginlimit.Defaults()
 	l.PerAddress, l.PerEmail, l.Window, l.MaxHashes = int(c.LoginPerAddress), int(c.LoginPerEmail), c.LoginWindow, int(c.LoginMaxHashes)
+	l.Store, l.Logger = store, logger
 	return l
 }
 
@@ -454,7 +456,7 @@ func newHTTPHandler(db *postgres.DB, cfg *serveConfig, ready func(context.Contex
 	web, err := console.New(console.Config{Services: services, Evaluator: evaluator, PublicURL: cfg.PublicURL, Logger: logger,
 		EdgeSessions: sessions, Rollout: waiter, Usage: usage,
 		SecureCookies: strings.HasPrefix(cfg.PublicURL, "https://") || cfg.TLSCert != "",
-		Logins:        loginlimit.New(cfg.logins(), reg), ClientIP: clientIP})
+		Logins:        loginlimit.New(cfg.logins(postgres.NewLoginFailureStore(db), logger), reg), ClientIP: clientIP})
 	if err != nil {
 		return nil, err
 	}

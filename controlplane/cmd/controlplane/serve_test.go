@@ -25,10 +25,17 @@ type served struct {
 	dbURL string
 }
 
-// startServe runs serve with extra flags until the test ends, and waits until it is ready.
+// startServe runs serve on a fresh database with extra flags until the test ends, and waits
+// until it is ready.
 func startServe(t *testing.T, extra ...string) *served {
 	t.Helper()
-	dbURL := pgtest.NewDatabase(t)
+	return startServeOn(t, pgtest.NewDatabase(t), extra...)
+}
+
+// startServeOn runs serve on the database at dbURL: a second call on the same one is another
+// replica.
+func startServeOn(t *testing.T, dbURL string, extra ...string) *served {
+	t.Helper()
 	addr := freeAddr(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -106,6 +113,23 @@ func (s *served) metric(prefix string) float64 {
 		}
 	}
 	return -1
+}
+
+// TestLoginLimitsAcrossProcesses: two serve processes on one database count an email's
+// failures together: one failure on each reaches a limit of two on both.
+func TestLoginLimitsAcrossProcesses(t *testing.T) {
+	a := startServe(t, "--login-failures-per-email", "2")
+	b := startServeOn(t, a.dbURL, "--login-failures-per-email", "2")
+	for i, s := range []*served{a, b} {
+		if code, _ := s.login("", "nobody@example.com", "guess"); code != http.StatusUnauthorized {
+			t.Fatalf("failure on replica %d: %d, want 401", i, code)
+		}
+	}
+	for i, s := range []*served{a, b} {
+		if code, retry := s.login("", "nobody@example.com", "guess"); code != http.StatusTooManyRequests || retry == "" {
+			t.Errorf("replica %d past the limit: %d, Retry-After %q; want 429 with a Retry-After", i, code, retry)
+		}
+	}
 }
 
 // TestLoginLimitsBehindProxy: behind a trusted proxy each client address has its own count of
