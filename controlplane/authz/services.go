@@ -9,7 +9,6 @@ import (
 // Compile-time checks that every wrapper implements the service it guards.
 var (
 	_ controlplane.ProjectService            = projects{}
-	_ controlplane.FlagService               = flags{}
 	_ controlplane.ActivityService           = activity{}
 	_ controlplane.EventReader               = events{}
 	_ controlplane.AnnotationService         = annotations{}
@@ -68,39 +67,6 @@ func (w projects) UpdateProject(ctx context.Context, id int64, upd controlplane.
 		return nil, err
 	}
 	return w.g.s.Projects.UpdateProject(ctx, id, upd)
-}
-
-type flags struct{ g *guard }
-
-func (w flags) FindFlagByID(ctx context.Context, projectID, id int64) (*controlplane.Flag, error) {
-	if err := w.g.in(ctx, projectID); err != nil {
-		return nil, err
-	}
-	return w.g.s.Flags.FindFlagByID(ctx, projectID, id)
-}
-
-func (w flags) FindFlags(ctx context.Context, f controlplane.FlagFilter) ([]*controlplane.Flag, int, error) {
-	if err := w.g.in(ctx, f.ProjectID); err != nil {
-		return nil, 0, err
-	}
-	return w.g.s.Flags.FindFlags(ctx, f)
-}
-
-func (w flags) CreateFlag(ctx context.Context, actor *controlplane.User, projectID int64, upd controlplane.FlagUpdate) (*controlplane.Flag, error) {
-	if err := w.g.actorIn(ctx, actor, projectID); err != nil {
-		return nil, err
-	}
-	return w.g.s.Flags.CreateFlag(ctx, actor, projectID, upd)
-}
-
-func (w flags) UpdateFlag(ctx context.Context, actor *controlplane.User, projectID, id int64, upd controlplane.FlagUpdate) (*controlplane.Flag, error) {
-	if err := w.g.sameUser(ctx, actor); err != nil {
-		return nil, err
-	}
-	if _, err := w.g.editable(ctx, projectID, id); err != nil {
-		return nil, err
-	}
-	return w.g.s.Flags.UpdateFlag(ctx, actor, projectID, id, upd)
 }
 
 type activity struct{ g *guard }

@@ -286,19 +286,19 @@ func (s *Server) handleDashboard(r *http.Request, c *call) (answer, error) {
 	if err != nil {
 		return answer{}, err
 	}
-	return s.answerFlag(r, c, flag, http.StatusOK)
+	return s.answerWrittenFlag(r, c, flag, http.StatusOK)
 }
 
 // handleEnrichUsageDashboard turns on enriched analytics for the flag (idempotent).
 func (s *Server) handleEnrichUsageDashboard(r *http.Request, c *call) (answer, error) {
-	flag, err := s.flagFromPath(r, c)
+	id, err := flagIDFromPath(r)
 	if err != nil {
 		return answer{}, err
 	}
 	on := true
-	flag, err = s.cfg.Flags.UpdateFlag(r.Context(), &c.key.User, c.project.ID, flag.ID, controlplane.FlagUpdate{HasEnrichedAnalytics: &on})
+	flag, err := s.cfg.Flags.UpdateFlag(r.Context(), c.project.ID, id, controlplane.FlagUpdate{HasEnrichedAnalytics: &on})
 	if err != nil {
 		return answer{}, err
 	}
-	return s.answerFlag(r, c, flag, http.StatusOK)
+	return s.answerWrittenFlag(r, c, flag, http.StatusOK)
 }

@@ -199,5 +199,5 @@ func (s *FlagService) EnsureUsageDashboard(ctx context.Context, actor *controlpl
 		projectID, "Feature flag: "+f.Key+" usage", actor.ID).Scan(&dashboardID); err != nil {
 		return nil, opError("create usage dashboard", err)
 	}
-	return s.UpdateFlag(ctx, actor, projectID, flagID, controlplane.FlagUpdate{UsageDashboard: &dashboardID})
+	return s.UpdateFlag(ctx, projectID, flagID, controlplane.FlagUpdate{UsageDashboard: &dashboardID})
 }

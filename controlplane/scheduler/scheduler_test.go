@@ -63,7 +63,7 @@ func newEnv(t *testing.T) *env {
 
 func (e *env) flag(t *testing.T, key string, active bool) *controlplane.Flag {
 	t.Helper()
-	f, err := e.svc.Flags.CreateFlag(e.adminCtx, e.admin, e.projectID, controlplane.FlagUpdate{Key: &key, Active: &active})
+	f, err := e.svc.Flags.CreateFlag(e.adminCtx, e.projectID, controlplane.FlagUpdate{Key: &key, Active: &active})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -212,7 +212,7 @@ func TestPermanentFailures(t *testing.T) {
 	gone := e.flag(t, "gone", false)
 	goneChange := e.schedule(t, e.adminCtx, e.admin, gone.ID, `{"operation":"update_status","value":true}`, now)
 	deleted := true
-	if _, err := e.svc.Flags.UpdateFlag(e.adminCtx, e.admin, e.projectID, gone.ID, controlplane.FlagUpdate{Deleted: &deleted}); err != nil {
+	if _, err := e.svc.Flags.UpdateFlag(e.adminCtx, e.projectID, gone.ID, controlplane.FlagUpdate{Deleted: &deleted}); err != nil {
 		t.Fatal(err)
 	}
 
@@ -290,7 +290,7 @@ func TestTransientFailureIsRetried(t *testing.T) {
 	for attempt := 1; attempt <= controlplane.MaxScheduledFailures; attempt++ {
 		got, err := e.store.RunDue(context.Background(), func(ctx context.Context, _ *controlplane.ScheduledChange) error {
 			active := true
-			if _, err := e.svc.Flags.UpdateFlag(controlplane.NewContextWithUser(ctx, e.admin), e.admin, e.projectID, f.ID,
+			if _, err := e.svc.Flags.UpdateFlag(controlplane.NewContextWithUser(ctx, e.admin), e.projectID, f.ID,
 				controlplane.FlagUpdate{Active: &active}); err != nil {
 				t.Fatal(err)
 			}
