@@ -34,7 +34,6 @@ func Wrap(s controlplane.Services) controlplane.Services {
 	out.Activity = activity{g}
 	out.Events = events{g}
 	out.Annotations = annotations{g}
-	out.Roles = roles{g}
 	out.Cohorts = cohorts{g}
 	out.Features = features{g}
 	out.Dashboards = dashboards{g}
@@ -74,15 +73,6 @@ func (g *guard) org(ctx context.Context, orgID int64) (*controlplane.User, error
 	return u, err
 }
 
-// orgAdmin checks that orgID is the organisation of the user ctx acts as, who administers it.
-func (g *guard) orgAdmin(ctx context.Context, orgID int64) error {
-	u, err := g.org(ctx, orgID)
-	if err == nil && !u.IsAdmin() {
-		err = controlplane.ErrPermissionDenied
-	}
-	return err
-}
-
 // project returns the project, when it is in the organisation of the user ctx acts as. A
 // project the user does not reach is a 403 whether it exists or not, so that ids of other
 // organisations' projects cannot be probed.
@@ -107,7 +97,7 @@ func (g *guard) editable(ctx context.Context, projectID, flagID int64) (*control
 	if _, err := g.s.Flags.FindFlagByID(ctx, projectID, flagID); err != nil {
 		return nil, err
 	}
-	ok, err := g.s.Roles.EditableFlags(ctx, u, []int64{flagID})
+	ok, err := g.s.Roles.EditableFlags(ctx, []int64{flagID})
 	if err != nil {
 		return nil, err
 	}

@@ -52,7 +52,7 @@ func TestActingAsAUser(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	role, err := s.Roles.CreateRole(as(ctx, admin), admin, controlplane.RoleUpdate{Name: &key})
+	role, err := s.Roles.CreateRole(as(ctx, admin), controlplane.RoleUpdate{Name: &key})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -78,7 +78,7 @@ func TestActingAsAUser(t *testing.T) {
 			return err
 		}(), controlplane.Forbidden},
 		{"a role write by a member", func() error {
-			_, err := s.Roles.CreateRole(as(ctx, viewer), viewer, controlplane.RoleUpdate{Name: &key})
+			_, err := s.Roles.CreateRole(as(ctx, viewer), controlplane.RoleUpdate{Name: &key})
 			return err
 		}(), controlplane.Forbidden},
 		{"granting role access without edit access", func() error {

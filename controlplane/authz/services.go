@@ -12,7 +12,6 @@ var (
 	_ controlplane.ActivityService           = activity{}
 	_ controlplane.EventReader               = events{}
 	_ controlplane.AnnotationService         = annotations{}
-	_ controlplane.RoleService               = roles{}
 	_ controlplane.CohortService             = cohorts{}
 	_ controlplane.EarlyAccessFeatureService = features{}
 	_ controlplane.DashboardService          = dashboards{}
@@ -153,105 +152,6 @@ func (w annotations) UpdateAnnotation(ctx context.Context, actor *controlplane.U
 		return nil, err
 	}
 	return w.g.s.Annotations.UpdateAnnotation(ctx, actor, project, id, upd)
-}
-
-type roles struct{ g *guard }
-
-func (w roles) FindRoles(ctx context.Context, orgID int64, limit, offset int) ([]*controlplane.Role, int, error) {
-	if _, err := w.g.org(ctx, orgID); err != nil {
-		return nil, 0, err
-	}
-	return w.g.s.Roles.FindRoles(ctx, orgID, limit, offset)
-}
-
-func (w roles) FindRoleByID(ctx context.Context, orgID int64, id string) (*controlplane.Role, error) {
-	if _, err := w.g.org(ctx, orgID); err != nil {
-		return nil, err
-	}
-	return w.g.s.Roles.FindRoleByID(ctx, orgID, id)
-}
-
-func (w roles) CreateRole(ctx context.Context, actor *controlplane.User, upd controlplane.RoleUpdate) (*controlplane.Role, error) {
-	if err := w.g.sameUser(ctx, actor); err != nil {
-		return nil, err
-	}
-	if err := w.g.orgAdmin(ctx, actor.OrganizationID); err != nil {
-		return nil, err
-	}
-	return w.g.s.Roles.CreateRole(ctx, actor, upd)
-}
-
-func (w roles) UpdateRole(ctx context.Context, orgID int64, id string, upd controlplane.RoleUpdate) (*controlplane.Role, error) {
-	if err := w.g.orgAdmin(ctx, orgID); err != nil {
-		return nil, err
-	}
-	return w.g.s.Roles.UpdateRole(ctx, orgID, id, upd)
-}
-
-func (w roles) DeleteRole(ctx context.Context, orgID int64, id string) error {
-	if err := w.g.orgAdmin(ctx, orgID); err != nil {
-		return err
-	}
-	return w.g.s.Roles.DeleteRole(ctx, orgID, id)
-}
-
-func (w roles) FindMemberships(ctx context.Context, orgID int64, roleID string, limit, offset int) ([]*controlplane.RoleMembership, int, error) {
-	if _, err := w.g.org(ctx, orgID); err != nil {
-		return nil, 0, err
-	}
-	return w.g.s.Roles.FindMemberships(ctx, orgID, roleID, limit, offset)
-}
-
-func (w roles) AddMember(ctx context.Context, orgID int64, roleID, userUUID string) (*controlplane.RoleMembership, error) {
-	if err := w.g.orgAdmin(ctx, orgID); err != nil {
-		return nil, err
-	}
-	return w.g.s.Roles.AddMember(ctx, orgID, roleID, userUUID)
-}
-
-func (w roles) RemoveMember(ctx context.Context, orgID int64, roleID, membershipID string) error {
-	if err := w.g.orgAdmin(ctx, orgID); err != nil {
-		return err
-	}
-	return w.g.s.Roles.RemoveMember(ctx, orgID, roleID, membershipID)
-}
-
-func (w roles) FindRoleAccess(ctx context.Context, projectID, flagID int64, limit, offset int) ([]*controlplane.RoleAccess, int, error) {
-	if err := w.g.in(ctx, projectID); err != nil {
-		return nil, 0, err
-	}
-	return w.g.s.Roles.FindRoleAccess(ctx, projectID, flagID, limit, offset)
-}
-
-func (w roles) FindRoleAccessByID(ctx context.Context, projectID, flagID, id int64) (*controlplane.RoleAccess, error) {
-	if err := w.g.in(ctx, projectID); err != nil {
-		return nil, err
-	}
-	return w.g.s.Roles.FindRoleAccessByID(ctx, projectID, flagID, id)
-}
-
-func (w roles) CreateRoleAccess(ctx context.Context, projectID, flagID int64, roleID string) (*controlplane.RoleAccess, error) {
-	if _, err := w.g.editable(ctx, projectID, flagID); err != nil {
-		return nil, err
-	}
-	return w.g.s.Roles.CreateRoleAccess(ctx, projectID, flagID, roleID)
-}
-
-func (w roles) DeleteRoleAccess(ctx context.Context, projectID, flagID, id int64) error {
-	if _, err := w.g.editable(ctx, projectID, flagID); err != nil {
-		return err
-	}
-	return w.g.s.Roles.DeleteRoleAccess(ctx, projectID, flagID, id)
-}
-
-// EditableFlags answers for the user ctx acts as, whichever user is named: a user learns
-// only what they may do themselves.
-func (w roles) EditableFlags(ctx context.Context, _ *controlplane.User, flagIDs []int64) (map[int64]bool, error) {
-	u, err := w.g.user(ctx)
-	if err != nil {
-		return nil, err
-	}
-	return w.g.s.Roles.EditableFlags(ctx, u, flagIDs)
 }
 
 type cohorts struct{ g *guard }

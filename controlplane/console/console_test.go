@@ -496,7 +496,7 @@ func TestConsoleRoleAccess(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	role, err := roles.CreateRole(ctx, adminUser, controlplaneRole("Checkout team"))
+	role, err := roles.CreateRole(controlplane.NewContextWithUser(ctx, adminUser), controlplaneRole("Checkout team"))
 	if err != nil {
 		t.Fatal(err)
 	}

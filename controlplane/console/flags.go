@@ -276,7 +276,7 @@ func (q *request) flagViews(list ...*controlplane.Flag) ([]flagView, error) {
 	for i, f := range list {
 		ids[i] = f.ID
 	}
-	editable, err := q.c.cfg.Roles.EditableFlags(q.ctx, q.user(), ids)
+	editable, err := q.c.cfg.Roles.EditableFlags(q.ctx, ids)
 	if err != nil {
 		return nil, err
 	}
@@ -542,22 +542,22 @@ func (c *Console) handleDeleteFlag(deleted bool) sessionHandler {
 }
 
 func (c *Console) handleAddRoleAccess(q *request) error {
-	f, err := q.loadFlag()
+	pid, id, err := q.flagIDs()
 	if err != nil {
 		return err
 	}
-	_, err = q.c.cfg.Roles.CreateRoleAccess(q.ctx, f.ProjectID, f.ID, q.r.PostFormValue("role_id"))
+	_, err = q.c.cfg.Roles.CreateRoleAccess(q.ctx, pid, id, q.r.PostFormValue("role_id"))
 	if e := invalid(err); e != nil {
-		return q.redirect(q.projectPath("/feature_flags/%d#access", f.ID), "error", e.Detail)
+		return q.redirect(q.projectPath("/feature_flags/%d#access", id), "error", e.Detail)
 	}
 	if err != nil {
 		return err
 	}
-	return q.redirect(q.projectPath("/feature_flags/%d#access", f.ID), "success", "Role access granted.")
+	return q.redirect(q.projectPath("/feature_flags/%d#access", id), "success", "Role access granted.")
 }
 
 func (c *Console) handleRemoveRoleAccess(q *request) error {
-	f, err := q.loadFlag()
+	pid, id, err := q.flagIDs()
 	if err != nil {
 		return err
 	}
@@ -565,10 +565,10 @@ func (c *Console) handleRemoveRoleAccess(q *request) error {
 	if err != nil {
 		return err
 	}
-	if err := q.c.cfg.Roles.DeleteRoleAccess(q.ctx, f.ProjectID, f.ID, aid); err != nil {
+	if err := q.c.cfg.Roles.DeleteRoleAccess(q.ctx, pid, id, aid); err != nil {
 		return err
 	}
-	return q.redirect(q.projectPath("/feature_flags/%d#access", f.ID), "success", "Role access removed.")
+	return q.redirect(q.projectPath("/feature_flags/%d#access", id), "success", "Role access removed.")
 }
 
 // activityPage is a flag's activity log.

@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"golang.org/x/crypto/bcrypt"
 
+	"github.com/flagedge/flagedge/controlplane"
 	"github.com/flagedge/flagedge/controlplane/postgres"
 	"github.com/flagedge/flagedge/internal/pgtest"
 )
@@ -116,12 +117,13 @@ func TestFlagStatements(t *testing.T) {
 			}
 			// Role access makes the flag one only its creator, admins and the role may change.
 			roles := postgres.NewRoleService(s.db)
-			role, err := roles.CreateRole(ctx, admin, controlplaneRole("Owners of "+id))
+			asAdmin := controlplane.NewContextWithUser(ctx, admin)
+			role, err := roles.CreateRole(asAdmin, controlplaneRole("Owners of "+id))
 			if err != nil {
 				t.Fatal(err)
 			}
 			flagID, _ := strconv.ParseInt(id, 10, 64)
-			if _, err := roles.CreateRoleAccess(ctx, s.project, flagID, role.ID); err != nil {
+			if _, err := roles.CreateRoleAccess(asAdmin, s.project, flagID, role.ID); err != nil {
 				t.Fatal(err)
 			}
 			rollout := `{"filters": {"groups": [{"properties": [{"key": "email", "type": "person", "operator": "icontains",

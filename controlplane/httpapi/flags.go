@@ -164,12 +164,12 @@ func (s *Server) editableFlags(r *http.Request, c *call, list []*controlplane.Fl
 	for i, f := range list {
 		ids[i] = f.ID
 	}
-	return s.cfg.Roles.EditableFlags(r.Context(), &c.key.User, ids)
+	return s.cfg.Roles.EditableFlags(r.Context(), ids)
 }
 
 // flagJSON renders a flag with can_edit for the caller.
 func (s *Server) flagJSON(r *http.Request, c *call, f *controlplane.Flag) (flagJSON, error) {
-	editable, err := s.cfg.Roles.EditableFlags(r.Context(), &c.key.User, []int64{f.ID})
+	editable, err := s.cfg.Roles.EditableFlags(r.Context(), []int64{f.ID})
 	if err != nil {
 		return flagJSON{}, err
 	}

@@ -379,6 +379,40 @@ func lockFlag(ctx context.Context, tx pgx.Tx, u *controlplane.User, projectID, i
 	return &l, nil
 }
 
+// lockEditableFlag locks a flag of the project against changes when u may change it
+// (CanEditFlag, decided on the locked row), for the writes that need edit access to a flag
+// without changing the flag itself: its role access, its scheduled changes, the cohorts and
+// dashboards made from it. ErrNotFound when the project has no such flag, ErrPermissionDenied
+// when u may not change it or does not reach the project.
+func lockEditableFlag(ctx context.Context, tx pgx.Tx, u *controlplane.User, projectID, id int64) error {
+	var orgID int64
+	var creatorID *int64
+	var access controlplane.FlagRoleAccess
+	err := tx.QueryRow(ctx, `SELECT p.organization_id, f.created_by, `+flagRoleAccessColumns+`
+		FROM feature_flags f JOIN projects p ON p.id = f.project_id
+		WHERE f.project_id = $1 AND f.id = $2 FOR NO KEY UPDATE OF f`, projectID, id, u.ID, controlplane.AccessLevelEdit).
+		Scan(&orgID, &creatorID, &access.Restricted, &access.Editor)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return missingInProject(ctx, tx, u, projectID)
+	}
+	if err != nil {
+		return err
+	}
+	if !controlplane.CanEditFlag(u, orgID, createdBy(creatorID), access) {
+		return controlplane.ErrPermissionDenied
+	}
+	return nil
+}
+
+// createdBy is a flag known only by its creator's id (nil when the creator is gone), as much
+// of it as CanEditFlag needs.
+func createdBy(creatorID *int64) *controlplane.Flag {
+	if creatorID == nil {
+		return &controlplane.Flag{}
+	}
+	return &controlplane.Flag{CreatedBy: &controlplane.User{ID: *creatorID}}
+}
+
 // flagRoleAccessColumns are the facts of controlplane.FlagRoleAccess about the flag f and the
 // user $3: whether the flag has role access entries, and whether the user is a member of a
 // role with the edit level ($4) among them.

@@ -223,7 +223,7 @@ func TestPermanentFailures(t *testing.T) {
 	locked := e.flag(t, "locked", false)
 	lockedChange := e.schedule(t, e.mCtx, e.member, locked.ID, `{"operation":"update_status","value":true}`, now)
 	name := "editors"
-	role, err := e.svc.Roles.CreateRole(e.adminCtx, e.admin, controlplane.RoleUpdate{Name: &name})
+	role, err := e.svc.Roles.CreateRole(e.adminCtx, controlplane.RoleUpdate{Name: &name})
 	if err != nil {
 		t.Fatal(err)
 	}
