@@ -39,7 +39,6 @@ func Wrap(s controlplane.Services) controlplane.Services {
 	out.Dashboards = dashboards{g}
 	out.Users = users{g}
 	out.Keys = keys{g}
-	out.Schedules = schedules{g}
 	out.Webhooks = webhooks{g}
 	return out
 }

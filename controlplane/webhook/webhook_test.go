@@ -567,7 +567,7 @@ func TestScheduledChangeEvents(t *testing.T) {
 	ok, gone := f.flag("scheduled-ok"), f.flag("scheduled-gone")
 	now := time.Now()
 	for _, fl := range []*controlplane.Flag{ok, gone} {
-		if _, err := store.CreateScheduledChange(ctx, f.admin, f.project.ID, controlplane.NewScheduledChange{RecordID: fmt.Sprint(fl.ID),
+		if _, err := store.CreateScheduledChange(controlplane.NewContextWithUser(ctx, f.admin), f.project.ID, controlplane.NewScheduledChange{RecordID: fmt.Sprint(fl.ID),
 			ModelName: "FeatureFlag", Payload: json.RawMessage(`{"operation": "update_status", "value": false}`), ScheduledAt: &now}); err != nil {
 			t.Fatal(err)
 		}
