@@ -34,9 +34,7 @@ func Wrap(s controlplane.Services) controlplane.Services {
 	out.Activity = activity{g}
 	out.Events = events{g}
 	out.Annotations = annotations{g}
-	out.Cohorts = cohorts{g}
 	out.Features = features{g}
-	out.Dashboards = dashboards{g}
 	out.Users = users{g}
 	out.Keys = keys{g}
 	out.Webhooks = webhooks{g}
@@ -85,25 +83,6 @@ func (g *guard) project(ctx context.Context, id int64) (*controlplane.User, *con
 		return nil, nil, controlplane.ErrPermissionDenied
 	}
 	return u, p, err
-}
-
-// editable checks that the user ctx acts as may change the flag of the project.
-func (g *guard) editable(ctx context.Context, projectID, flagID int64) (*controlplane.User, error) {
-	u, _, err := g.project(ctx, projectID)
-	if err != nil {
-		return nil, err
-	}
-	if _, err := g.s.Flags.FindFlagByID(ctx, projectID, flagID); err != nil {
-		return nil, err
-	}
-	ok, err := g.s.Roles.EditableFlags(ctx, []int64{flagID})
-	if err != nil {
-		return nil, err
-	}
-	if !ok[flagID] {
-		return nil, controlplane.ErrPermissionDenied
-	}
-	return u, nil
 }
 
 // sameUser checks that the actor a service is given is the user ctx acts as: a call cannot

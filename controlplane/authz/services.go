@@ -12,9 +12,7 @@ var (
 	_ controlplane.ActivityService           = activity{}
 	_ controlplane.EventReader               = events{}
 	_ controlplane.AnnotationService         = annotations{}
-	_ controlplane.CohortService             = cohorts{}
 	_ controlplane.EarlyAccessFeatureService = features{}
-	_ controlplane.DashboardService          = dashboards{}
 	_ controlplane.UserService               = users{}
 	_ controlplane.KeyService                = keys{}
 )
@@ -154,53 +152,6 @@ func (w annotations) UpdateAnnotation(ctx context.Context, actor *controlplane.U
 	return w.g.s.Annotations.UpdateAnnotation(ctx, actor, project, id, upd)
 }
 
-type cohorts struct{ g *guard }
-
-func (w cohorts) FindCohorts(ctx context.Context, projectID int64, limit, offset int) ([]*controlplane.Cohort, int, error) {
-	if err := w.g.in(ctx, projectID); err != nil {
-		return nil, 0, err
-	}
-	return w.g.s.Cohorts.FindCohorts(ctx, projectID, limit, offset)
-}
-
-func (w cohorts) FindCohortByID(ctx context.Context, projectID, id int64) (*controlplane.Cohort, error) {
-	if err := w.g.in(ctx, projectID); err != nil {
-		return nil, err
-	}
-	return w.g.s.Cohorts.FindCohortByID(ctx, projectID, id)
-}
-
-func (w cohorts) CreateCohort(ctx context.Context, actor *controlplane.User, projectID int64, upd controlplane.CohortUpdate) (*controlplane.Cohort, error) {
-	if err := w.g.actorIn(ctx, actor, projectID); err != nil {
-		return nil, err
-	}
-	return w.g.s.Cohorts.CreateCohort(ctx, actor, projectID, upd)
-}
-
-func (w cohorts) UpdateCohort(ctx context.Context, actor *controlplane.User, projectID, id int64, upd controlplane.CohortUpdate) (*controlplane.Cohort, error) {
-	if err := w.g.actorIn(ctx, actor, projectID); err != nil {
-		return nil, err
-	}
-	return w.g.s.Cohorts.UpdateCohort(ctx, actor, projectID, id, upd)
-}
-
-func (w cohorts) CreateStaticCohort(ctx context.Context, actor *controlplane.User, projectID, flagID int64, name string, persons func(yield func([]int64) error) error) (*controlplane.Cohort, error) {
-	if err := w.g.sameUser(ctx, actor); err != nil {
-		return nil, err
-	}
-	if _, err := w.g.editable(ctx, projectID, flagID); err != nil {
-		return nil, err
-	}
-	return w.g.s.Cohorts.CreateStaticCohort(ctx, actor, projectID, flagID, name, persons)
-}
-
-func (w cohorts) SetCount(ctx context.Context, projectID, id int64, count int) error {
-	if err := w.g.in(ctx, projectID); err != nil {
-		return err
-	}
-	return w.g.s.Cohorts.SetCount(ctx, projectID, id, count)
-}
-
 type features struct{ g *guard }
 
 func (w features) FindEarlyAccessFeatures(ctx context.Context, projectID int64, limit, offset int) ([]*controlplane.EarlyAccessFeature, int, error) {
@@ -236,18 +187,6 @@ func (w features) DeleteEarlyAccessFeature(ctx context.Context, actor *controlpl
 		return err
 	}
 	return w.g.s.Features.DeleteEarlyAccessFeature(ctx, actor, projectID, id)
-}
-
-type dashboards struct{ g *guard }
-
-func (w dashboards) EnsureUsageDashboard(ctx context.Context, actor *controlplane.User, projectID, flagID int64) (*controlplane.Flag, error) {
-	if err := w.g.sameUser(ctx, actor); err != nil {
-		return nil, err
-	}
-	if _, err := w.g.editable(ctx, projectID, flagID); err != nil {
-		return nil, err
-	}
-	return w.g.s.Dashboards.EnsureUsageDashboard(ctx, actor, projectID, flagID)
 }
 
 // users guards the organisation's membership; the log-in calls (passwords) pass through:

@@ -122,6 +122,15 @@ func reachProject(ctx context.Context, q querier, u *controlplane.User, projectI
 	return err
 }
 
+// refusedInput is err, the refusal of what the user sent for the project, unless the project
+// is out of the user's reach: that is refused first, whatever was sent.
+func refusedInput(ctx context.Context, q querier, u *controlplane.User, projectID int64, err error) error {
+	if reach := reachProject(ctx, q, u, projectID); reach != nil {
+		return reach
+	}
+	return err
+}
+
 // missingInProject is the error of an object that a read scoped by u's organisation did not
 // find in the project: ErrPermissionDenied when the project is out of u's reach, else
 // ErrNotFound.
@@ -324,31 +333,50 @@ func (s *FlagService) UpdateFlag(ctx context.Context, projectID, id int64, upd c
 	}
 	var updated *controlplane.Flag
 	err = s.db.inTx(ctx, func(tx pgx.Tx) error {
-		before, err := lockFlag(ctx, tx, u, projectID, id)
-		if errors.Is(err, controlplane.ErrNotFound) {
-			return missingInProject(ctx, tx, u, projectID)
-		}
+		before, err := lockFlagForChange(ctx, tx, u, projectID, id)
 		if err != nil {
 			return err
 		}
-		if !controlplane.CanEditFlag(u, before.orgID, before.Flag, before.access) {
-			return controlplane.ErrPermissionDenied
-		}
-		var changed bool
-		if updated, changed, err = changeFlag(ctx, tx, s.db.Now(), u, before, upd); err != nil {
-			return err
-		}
-		if !changed { // what the flag is now is in the project's current version
-			updated.SnapshotVersion = before.snapshotVersion
-			return nil
-		}
-		updated.SnapshotVersion, err = bumpSnapshotVersion(ctx, tx, projectID)
+		updated, err = saveFlagChange(ctx, tx, s.db.Now(), u, before, upd)
 		return err
 	})
 	if err != nil {
 		return nil, opError("update flag", err)
 	}
 	return updated, nil
+}
+
+// lockFlagForChange locks a flag of the project that u may change (lockFlag, then CanEditFlag on
+// the locked row): ErrNotFound when the project has no such flag, ErrPermissionDenied when u
+// may not change it or does not reach the project.
+func lockFlagForChange(ctx context.Context, tx pgx.Tx, u *controlplane.User, projectID, id int64) (*lockedFlag, error) {
+	f, err := lockFlag(ctx, tx, u, projectID, id)
+	if errors.Is(err, controlplane.ErrNotFound) {
+		return nil, missingInProject(ctx, tx, u, projectID)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if !controlplane.CanEditFlag(u, f.orgID, f.Flag, f.access) {
+		return nil, controlplane.ErrPermissionDenied
+	}
+	return f, nil
+}
+
+// saveFlagChange applies upd to the locked flag (changeFlag) and bumps the project's snapshot
+// when anything changed; the flag returned names the snapshot version that holds it.
+func saveFlagChange(ctx context.Context, tx pgx.Tx, now time.Time, u *controlplane.User, before *lockedFlag,
+	upd controlplane.FlagUpdate) (*controlplane.Flag, error) {
+	updated, changed, err := changeFlag(ctx, tx, now, u, before, upd)
+	if err != nil {
+		return nil, err
+	}
+	if !changed { // what the flag is now is in the project's current version
+		updated.SnapshotVersion = before.snapshotVersion
+		return updated, nil
+	}
+	updated.SnapshotVersion, err = bumpSnapshotVersion(ctx, tx, before.ProjectID)
+	return updated, err
 }
 
 // lockedFlag is a flag locked for a change, with what deciding and making the change needs.

@@ -123,11 +123,7 @@ func (s *ScheduleStore) CreateScheduledChange(ctx context.Context, projectID int
 		return nil, err
 	}
 	if err := n.Validate(); err != nil {
-		// A project out of reach is refused before the change is looked at.
-		if reach := reachProject(ctx, s.db.conn(ctx), u, projectID); reach != nil {
-			return nil, reach
-		}
-		return nil, err
+		return nil, refusedInput(ctx, s.db.conn(ctx), u, projectID, err)
 	}
 	flagID := n.FlagID() // Validate checked it; stored canonical ("007" is "7")
 	var created *controlplane.ScheduledChange
