@@ -31,7 +31,6 @@ func Wrap(s controlplane.Services) controlplane.Services {
 	g := &guard{s: s}
 	out := s // the services that establish the user pass through: Auth, Sessions
 	out.Projects = projects{g}
-	out.Activity = activity{g}
 	out.Events = events{g}
 	out.Annotations = annotations{g}
 	out.Features = features{g}

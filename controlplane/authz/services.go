@@ -9,7 +9,6 @@ import (
 // Compile-time checks that every wrapper implements the service it guards.
 var (
 	_ controlplane.ProjectService            = projects{}
-	_ controlplane.ActivityService           = activity{}
 	_ controlplane.EventReader               = events{}
 	_ controlplane.AnnotationService         = annotations{}
 	_ controlplane.EarlyAccessFeatureService = features{}
@@ -64,15 +63,6 @@ func (w projects) UpdateProject(ctx context.Context, id int64, upd controlplane.
 		return nil, err
 	}
 	return w.g.s.Projects.UpdateProject(ctx, id, upd)
-}
-
-type activity struct{ g *guard }
-
-func (w activity) FindActivity(ctx context.Context, f controlplane.ActivityFilter) ([]*controlplane.Activity, int, error) {
-	if err := w.g.in(ctx, f.ProjectID); err != nil {
-		return nil, 0, err
-	}
-	return w.g.s.Activity.FindActivity(ctx, f)
 }
 
 type events struct{ g *guard }
