@@ -17,6 +17,9 @@
 // business (controlplane/httpapi): the key narrows what its user may do, never widens it.
 // Calls without a user in the context are refused as not authenticated, except the ones
 // that establish who the user is (passwords, sessions, key look-up), which pass through.
+//
+// The services that decide themselves, in their stores' transactions (flags, roles, scheduled
+// changes, cohorts, dashboards, the activity log: controlplane/access.go), pass through too.
 package authz
 
 import (

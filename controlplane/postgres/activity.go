@@ -2,7 +2,6 @@ package postgres
 
 import (
 	"context"
-	"errors"
 
 	"github.com/jackc/pgx/v5"
 
@@ -28,12 +27,7 @@ func (s *ActivityService) FindActivity(ctx context.Context, f controlplane.Activ
 		return nil, 0, err
 	}
 	where := ` WHERE a.project_id = $1 AND a.scope = $2 AND ($3 = '' OR a.item_id = $3)`
-	var total int
-	err = s.db.Pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM activity_log a`+where+`)
-		FROM projects p WHERE p.id = $1 AND p.organization_id = $4`, f.ProjectID, f.Scope, f.ItemID, u.OrganizationID).Scan(&total)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, 0, controlplane.ErrPermissionDenied
-	}
+	total, err := countInProject(ctx, s.db.Pool, u, f.ProjectID, `SELECT count(*) FROM activity_log a`+where, f.ProjectID, f.Scope, f.ItemID)
 	if err != nil {
 		return nil, 0, opError("count activity", err)
 	}

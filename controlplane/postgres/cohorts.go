@@ -40,12 +40,7 @@ func (s *CohortService) FindCohorts(ctx context.Context, projectID int64, limit,
 	if err != nil {
 		return nil, 0, err
 	}
-	var total int
-	err = s.db.Pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM cohorts c WHERE c.project_id = p.id AND NOT c.deleted)
-		FROM projects p WHERE p.id = $1 AND p.organization_id = $2`, projectID, u.OrganizationID).Scan(&total)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, 0, controlplane.ErrPermissionDenied
-	}
+	total, err := countInProject(ctx, s.db.Pool, u, projectID, `SELECT count(*) FROM cohorts c WHERE c.project_id = p.id AND NOT c.deleted`)
 	if err != nil {
 		return nil, 0, opError("count cohorts", err)
 	}
@@ -78,15 +73,7 @@ func (s *CohortService) FindCohortByID(ctx context.Context, projectID, id int64)
 // findCohort reads a cohort of the project scoped by u's organisation, locked for a change
 // when forUpdate.
 func findCohort(ctx context.Context, q querier, u *controlplane.User, projectID, id int64, forUpdate bool) (*controlplane.Cohort, error) {
-	sql := cohortSelect + ` JOIN projects p ON p.id = c.project_id WHERE c.project_id = $1 AND c.id = $2 AND p.organization_id = $3`
-	if forUpdate {
-		sql += ` FOR UPDATE OF c`
-	}
-	c, err := scanCohort(q.QueryRow(ctx, sql, projectID, id, u.OrganizationID))
-	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, missingInProject(ctx, q, u, projectID)
-	}
-	return c, err
+	return findInProject(ctx, q, u, cohortSelect, "c", projectID, id, forUpdate, scanCohort)
 }
 
 // CreateCohort creates a cohort and re-streams the project's snapshot; the insert takes the

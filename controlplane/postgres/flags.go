@@ -99,12 +99,8 @@ func (s *FlagService) FindFlagByID(ctx context.Context, projectID, id int64) (*c
 	if err != nil {
 		return nil, err
 	}
-	q := s.db.conn(ctx)
-	f, err := scanFlag(q.QueryRow(ctx, flagSelect+` JOIN projects p ON p.id = f.project_id
-		WHERE f.project_id = $1 AND f.id = $2 AND p.organization_id = $3`, projectID, id, u.OrganizationID))
-	if errors.Is(err, pgx.ErrNoRows) {
-		err = missingInProject(ctx, q, u, projectID)
-	}
+	f, err := findInProject(ctx, s.db.conn(ctx), u, flagSelect, "f", projectID, id, false,
+		func(r pgx.Row) (*controlplane.Flag, error) { return scanFlag(r) })
 	if err != nil {
 		return nil, opError("find flag", err)
 	}
@@ -129,6 +125,37 @@ func refusedInput(ctx context.Context, q querier, u *controlplane.User, projectI
 		return reach
 	}
 	return err
+}
+
+// countInProject runs count, a SELECT count(…) with args, from the project's row of u's
+// organisation, whose absence is the project out of reach: ErrPermissionDenied, whether it
+// exists or not. The project id and organisation are the two parameters after args.
+func countInProject(ctx context.Context, q querier, u *controlplane.User, projectID int64, count string, args ...any) (int, error) {
+	var total int
+	err := q.QueryRow(ctx, fmt.Sprintf(`SELECT (%s) FROM projects p WHERE p.id = $%d AND p.organization_id = $%d`,
+		count, len(args)+1, len(args)+2), append(slices.Clone(args), projectID, u.OrganizationID)...).Scan(&total)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, controlplane.ErrPermissionDenied
+	}
+	return total, err
+}
+
+// findInProject reads the row id of the project with sel, a SELECT of the table aliased
+// alias, scoped by u's organisation and locked FOR UPDATE when forUpdate: when it finds
+// nothing, ErrPermissionDenied for a project out of u's reach (existing or not), else
+// ErrNotFound.
+func findInProject[T any](ctx context.Context, q querier, u *controlplane.User, sel, alias string, projectID, id int64,
+	forUpdate bool, scan func(pgx.Row) (T, error)) (T, error) {
+	sql := sel + ` JOIN projects p ON p.id = ` + alias + `.project_id
+		WHERE ` + alias + `.project_id = $1 AND ` + alias + `.id = $2 AND p.organization_id = $3`
+	if forUpdate {
+		sql += ` FOR UPDATE OF ` + alias
+	}
+	v, err := scan(q.QueryRow(ctx, sql, projectID, id, u.OrganizationID))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return v, missingInProject(ctx, q, u, projectID)
+	}
+	return v, err
 }
 
 // missingInProject is the error of an object that a read scoped by u's organisation did not
@@ -167,13 +194,7 @@ func (s *FlagService) FindFlags(ctx context.Context, filter controlplane.FlagFil
 		return nil, 0, err
 	}
 	c := flagConditions(filter, s.db.Now().Add(-controlplane.StaleAfter))
-	var total int
-	err = s.db.Pool.QueryRow(ctx, fmt.Sprintf(`SELECT (SELECT count(*) FROM feature_flags f%s)
-		FROM projects p WHERE p.id = $%d AND p.organization_id = $%d`, c.where(), len(c.args)+1, len(c.args)+2),
-		append(slices.Clone(c.args), filter.ProjectID, u.OrganizationID)...).Scan(&total)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, 0, controlplane.ErrPermissionDenied
-	}
+	total, err := countInProject(ctx, s.db.Pool, u, filter.ProjectID, `SELECT count(*) FROM feature_flags f`+c.where(), c.args...)
 	if err != nil {
 		return nil, 0, opError("count flags", err)
 	}

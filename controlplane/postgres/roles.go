@@ -252,12 +252,7 @@ func (s *RoleService) FindRoleAccess(ctx context.Context, projectID, flagID int6
 	if err != nil {
 		return nil, 0, err
 	}
-	var total int
-	err = s.db.Pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM feature_flag_role_access a WHERE `+flagOfProject+`)
-		FROM projects p WHERE p.id = $2 AND p.organization_id = $3`, flagID, projectID, u.OrganizationID).Scan(&total)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, 0, controlplane.ErrPermissionDenied
-	}
+	total, err := countInProject(ctx, s.db.Pool, u, projectID, `SELECT count(*) FROM feature_flag_role_access a WHERE `+flagOfProject, flagID, projectID)
 	if err != nil {
 		return nil, 0, opError("count role access", err)
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"strconv"
 	"time"
 
@@ -64,13 +63,7 @@ func (s *ScheduleStore) FindScheduledChanges(ctx context.Context, f controlplane
 	if f.RecordID != nil {
 		c.add("s.record_id = ?", *f.RecordID)
 	}
-	var total int
-	err = s.db.Pool.QueryRow(ctx, fmt.Sprintf(`SELECT (SELECT count(*) FROM scheduled_changes s%s)
-		FROM projects p WHERE p.id = $%d AND p.organization_id = $%d`, c.where(), len(c.args)+1, len(c.args)+2),
-		append(slices.Clone(c.args), f.ProjectID, u.OrganizationID)...).Scan(&total)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, 0, controlplane.ErrPermissionDenied
-	}
+	total, err := countInProject(ctx, s.db.Pool, u, f.ProjectID, `SELECT count(*) FROM scheduled_changes s`+c.where(), c.args...)
 	if err != nil {
 		return nil, 0, opError("count scheduled changes", err)
 	}
@@ -104,15 +97,7 @@ func (s *ScheduleStore) FindScheduledChangeByID(ctx context.Context, projectID, 
 // change when forUpdate: a change being applied holds its row, so the caller waits for that
 // transaction and then reads the change executed.
 func findScheduledChange(ctx context.Context, q querier, u *controlplane.User, projectID, id int64, forUpdate bool) (*controlplane.ScheduledChange, error) {
-	sql := scheduledSelect + ` JOIN projects p ON p.id = s.project_id WHERE s.project_id = $1 AND s.id = $2 AND p.organization_id = $3`
-	if forUpdate {
-		sql += ` FOR UPDATE OF s`
-	}
-	c, err := scanScheduled(q.QueryRow(ctx, sql, projectID, id, u.OrganizationID))
-	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, missingInProject(ctx, q, u, projectID)
-	}
-	return c, err
+	return findInProject(ctx, q, u, scheduledSelect, "s", projectID, id, forUpdate, scanScheduled)
 }
 
 // CreateScheduledChange validates and stores the change and wakes the schedulers, when the
