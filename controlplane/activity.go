@@ -54,6 +54,9 @@ type ActivityFilter struct {
 
 // ActivityService reads the activity log.
 type ActivityService interface {
+	// FindActivity returns a page of a project's activity, to any member of the project's
+	// organisation, as the context says (NewContextWithUser): ErrNotAuthenticated without a
+	// user, ErrPermissionDenied for a project out of reach, whether it exists or not.
 	FindActivity(ctx context.Context, filter ActivityFilter) ([]*Activity, int, error)
 }
 

@@ -90,15 +90,22 @@ func validateGroup(g *flags.PropertyGroup) error {
 }
 
 // CohortService manages cohorts. Changes re-stream the project's snapshot.
+//
+// The user is the one the context acts as (NewContextWithUser): every call fails with
+// ErrNotAuthenticated without one, and with ErrPermissionDenied for a project that is not of
+// the user's organisation, whether it exists or not. Any member of the organisation may
+// read, create and change its projects' cohorts.
 type CohortService interface {
 	FindCohorts(ctx context.Context, projectID int64, limit, offset int) ([]*Cohort, int, error)
 	FindCohortByID(ctx context.Context, projectID, id int64) (*Cohort, error)
-	CreateCohort(ctx context.Context, actor *User, projectID int64, upd CohortUpdate) (*Cohort, error)
-	UpdateCohort(ctx context.Context, actor *User, projectID, id int64, upd CohortUpdate) (*Cohort, error)
+	// CreateCohort creates a cohort in the project, created by the user.
+	CreateCohort(ctx context.Context, projectID int64, upd CohortUpdate) (*Cohort, error)
+	UpdateCohort(ctx context.Context, projectID, id int64, upd CohortUpdate) (*Cohort, error)
 	// CreateStaticCohort creates a static cohort holding the persons ids yields, batch by
 	// batch: those for whom flag flagID of the project is enabled (changing what the flag's
-	// cohorts hold takes the right to edit the flag).
-	CreateStaticCohort(ctx context.Context, actor *User, projectID, flagID int64, name string, persons func(yield func([]int64) error) error) (*Cohort, error)
+	// cohorts hold takes the right to change the flag, CanEditFlag; ErrNotFound when the
+	// project has no such flag).
+	CreateStaticCohort(ctx context.Context, projectID, flagID int64, name string, persons func(yield func([]int64) error) error) (*Cohort, error)
 	// SetCount stores a property cohort's size.
 	SetCount(ctx context.Context, projectID, id int64, count int) error
 }
@@ -130,6 +137,9 @@ type PersonScanner interface {
 // DashboardService creates dashboards.
 type DashboardService interface {
 	// EnsureUsageDashboard creates the flag's usage dashboard unless it has one, and returns
-	// the flag as it then is.
-	EnsureUsageDashboard(ctx context.Context, actor *User, projectID, flagID int64) (*Flag, error)
+	// the flag as it then is. Only a user who may change the flag may (CanEditFlag), as the
+	// context says (NewContextWithUser): ErrNotAuthenticated without a user,
+	// ErrPermissionDenied for a flag the user may not change or a project out of reach,
+	// ErrNotFound when the project has no such flag.
+	EnsureUsageDashboard(ctx context.Context, projectID, flagID int64) (*Flag, error)
 }

@@ -240,16 +240,25 @@ type FlagFilter struct {
 var FlagOrderFields = []string{"id", "key", "name", "active", "created_at", "updated_at", "version", "created_by"}
 
 // FlagService manages feature flags. Every change records activity and bumps the project's
-// snapshot version.
+// snapshot version. The user is the one the context acts as (NewContextWithUser): every call
+// fails with ErrNotAuthenticated without one, and with ErrPermissionDenied for a project that
+// is not of the user's organisation, whether it exists or not, so that other organisations'
+// ids cannot be probed.
 type FlagService interface {
-	// FindFlagByID returns a flag of the project, deleted or not.
+	// FindFlagByID returns a flag of the project, deleted or not, to any member of the
+	// project's organisation; ErrNotFound when the project has no such flag.
 	FindFlagByID(ctx context.Context, projectID, id int64) (*Flag, error)
 	// FindFlags returns a page of the project's non-deleted flags that pass the filter, in its
-	// order (newest first by default), and how many pass.
+	// order (newest first by default), and how many pass, to any member of the project's
+	// organisation.
 	FindFlags(ctx context.Context, filter FlagFilter) ([]*Flag, int, error)
-	CreateFlag(ctx context.Context, actor *User, projectID int64, upd FlagUpdate) (*Flag, error)
-	// UpdateFlag applies upd and returns the flag as it now is.
-	UpdateFlag(ctx context.Context, actor *User, projectID, id int64, upd FlagUpdate) (*Flag, error)
+	// CreateFlag creates a flag in the project, created by the user, who may then change it
+	// (CanEditFlag); any member of the project's organisation may.
+	CreateFlag(ctx context.Context, projectID int64, upd FlagUpdate) (*Flag, error)
+	// UpdateFlag applies upd and returns the flag as it now is. Only a user who may change
+	// the flag (CanEditFlag, decided on the row the update locks) may: ErrPermissionDenied
+	// otherwise, ErrNotFound when the project has no such flag.
+	UpdateFlag(ctx context.Context, projectID, id int64, upd FlagUpdate) (*Flag, error)
 }
 
 // FlagChanges lists the fields that differ between two versions of a flag, for the activity

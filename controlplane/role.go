@@ -70,25 +70,41 @@ type RoleAccess struct {
 	UpdatedAt     time.Time
 }
 
-// RoleService manages roles, memberships and flag role access.
+// RoleService manages roles, memberships and flag role access. The user is the one the
+// context acts as (NewContextWithUser): every call fails with ErrNotAuthenticated without
+// one, and with ErrPermissionDenied for an organisation other than the user's, or a project
+// that is not of the user's organisation, whether it exists or not.
 type RoleService interface {
+	// FindRoles, FindRoleByID and FindMemberships read the organisation's roles and their
+	// members, for any member of the organisation.
 	FindRoles(ctx context.Context, orgID int64, limit, offset int) ([]*Role, int, error)
 	FindRoleByID(ctx context.Context, orgID int64, id string) (*Role, error)
-	CreateRole(ctx context.Context, actor *User, upd RoleUpdate) (*Role, error)
+	// CreateRole creates a role in the user's organisation; only an admin of it may
+	// (CanAdminOrg), as for UpdateRole and DeleteRole.
+	CreateRole(ctx context.Context, upd RoleUpdate) (*Role, error)
 	UpdateRole(ctx context.Context, orgID int64, id string, upd RoleUpdate) (*Role, error)
 	DeleteRole(ctx context.Context, orgID int64, id string) error
 
 	FindMemberships(ctx context.Context, orgID int64, roleID string, limit, offset int) ([]*RoleMembership, int, error)
+	// AddMember and RemoveMember change a role's members; only an admin of the organisation
+	// may.
 	AddMember(ctx context.Context, orgID int64, roleID, userUUID string) (*RoleMembership, error)
 	RemoveMember(ctx context.Context, orgID int64, roleID, membershipID string) error
 
+	// FindRoleAccess and FindRoleAccessByID read the role access of a flag of the project, for
+	// any member of the project's organisation.
 	FindRoleAccess(ctx context.Context, projectID, flagID int64, limit, offset int) ([]*RoleAccess, int, error)
 	FindRoleAccessByID(ctx context.Context, projectID, flagID, id int64) (*RoleAccess, error)
+	// CreateRoleAccess and DeleteRoleAccess grant and withdraw a role's access to a flag of
+	// the project; only a user who may change the flag may (CanEditFlag): ErrNotFound when
+	// the project has no such flag.
 	CreateRoleAccess(ctx context.Context, projectID, flagID int64, roleID string) (*RoleAccess, error)
 	DeleteRoleAccess(ctx context.Context, projectID, flagID, id int64) error
 
-	// EditableFlags reports, for each flag id, whether the user may change the flag: a flag
-	// without role access records is editable by everyone; one with records only by members
-	// of those roles with edit level, organisation admins and the flag's creator.
-	EditableFlags(ctx context.Context, user *User, flagIDs []int64) (map[int64]bool, error)
+	// EditableFlags reports, for each flag id, whether the user may change the flag
+	// (CanEditFlag): a flag without role access records is editable by every member of its
+	// organisation; one with records only by members of those roles with edit level,
+	// organisation admins and the flag's creator. A user learns only what they may do
+	// themselves, and nothing of flags of other organisations.
+	EditableFlags(ctx context.Context, flagIDs []int64) (map[int64]bool, error)
 }

@@ -296,18 +296,25 @@ type ScheduledChangeFilter struct {
 }
 
 // ScheduledChangeService manages scheduled changes for users. Creating or deleting one wakes
-// the scheduler of every replica.
+// the scheduler of every replica. The user is the one the context acts as
+// (NewContextWithUser): every call fails with ErrNotAuthenticated without one, and with
+// ErrPermissionDenied for a project that is not of the user's organisation, whether it
+// exists or not.
 type ScheduledChangeService interface {
+	// FindScheduledChanges and FindScheduledChangeByID read the project's changes, for any
+	// member of its organisation.
 	FindScheduledChanges(ctx context.Context, filter ScheduledChangeFilter) ([]*ScheduledChange, int, error)
 	FindScheduledChangeByID(ctx context.Context, projectID, id int64) (*ScheduledChange, error)
-	// CreateScheduledChange stores a change of a flag of the project, scheduled by actor; a
-	// record that is not a flag of the project is an Invalid error.
-	CreateScheduledChange(ctx context.Context, actor *User, projectID int64, n NewScheduledChange) (*ScheduledChange, error)
+	// CreateScheduledChange stores a change of a flag of the project, scheduled by the user,
+	// who must be allowed to change the flag (CanEditFlag); a record that is not a flag of
+	// the project is an Invalid error (ErrFlagNotFound).
+	CreateScheduledChange(ctx context.Context, projectID int64, n NewScheduledChange) (*ScheduledChange, error)
 	// UpdateScheduledChange changes the payload or time of a pending change
-	// (ErrScheduledChangeDone once it has run).
+	// (ErrScheduledChangeDone once it has run), for a user who may change its flag.
 	UpdateScheduledChange(ctx context.Context, projectID, id int64, upd ScheduledChangeUpdate) (*ScheduledChange, error)
 	// DeleteScheduledChange deletes the change: a pending one is cancelled and never runs; an
-	// executed one leaves the flag as it is and only its record goes (as PostHog does).
+	// executed one leaves the flag as it is and only its record goes (as PostHog does). Only
+	// a user who may change its flag may, unless the flag is gone.
 	DeleteScheduledChange(ctx context.Context, projectID, id int64) error
 }
 

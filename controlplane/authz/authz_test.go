@@ -48,11 +48,11 @@ func TestActingAsAUser(t *testing.T) {
 	key := "scheduled"
 	hookURL, hookSecret := "https://93.184.215.14/hook", "0123456789abcdef"
 	hook := controlplane.WebhookUpdate{URL: &hookURL, Events: []string{controlplane.EventFlagUpdated}, Secret: &hookSecret}
-	flag, err := s.Flags.CreateFlag(as(ctx, creator), creator, boot.ProjectID, controlplane.FlagUpdate{Key: &key})
+	flag, err := s.Flags.CreateFlag(as(ctx, creator), boot.ProjectID, controlplane.FlagUpdate{Key: &key})
 	if err != nil {
 		t.Fatal(err)
 	}
-	role, err := s.Roles.CreateRole(as(ctx, admin), admin, controlplane.RoleUpdate{Name: &key})
+	role, err := s.Roles.CreateRole(as(ctx, admin), controlplane.RoleUpdate{Name: &key})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -66,15 +66,11 @@ func TestActingAsAUser(t *testing.T) {
 		want controlplane.Kind
 	}{
 		{"no user", func() error {
-			_, err := s.Flags.UpdateFlag(ctx, creator, boot.ProjectID, flag.ID, name("x"))
+			_, err := s.Flags.UpdateFlag(ctx, boot.ProjectID, flag.ID, name("x"))
 			return err
 		}(), controlplane.NotAuthenticated},
 		{"a user without edit access to the flag", func() error {
-			_, err := s.Flags.UpdateFlag(as(ctx, viewer), viewer, boot.ProjectID, flag.ID, name("x"))
-			return err
-		}(), controlplane.Forbidden},
-		{"acting as one user in the name of another", func() error {
-			_, err := s.Flags.UpdateFlag(as(ctx, viewer), creator, boot.ProjectID, flag.ID, name("x"))
+			_, err := s.Flags.UpdateFlag(as(ctx, viewer), boot.ProjectID, flag.ID, name("x"))
 			return err
 		}(), controlplane.Forbidden},
 		{"a project of another organisation", func() error {
@@ -82,7 +78,7 @@ func TestActingAsAUser(t *testing.T) {
 			return err
 		}(), controlplane.Forbidden},
 		{"a role write by a member", func() error {
-			_, err := s.Roles.CreateRole(as(ctx, viewer), viewer, controlplane.RoleUpdate{Name: &key})
+			_, err := s.Roles.CreateRole(as(ctx, viewer), controlplane.RoleUpdate{Name: &key})
 			return err
 		}(), controlplane.Forbidden},
 		{"granting role access without edit access", func() error {
@@ -110,7 +106,7 @@ func TestActingAsAUser(t *testing.T) {
 		t.Errorf("an admin may create a webhook: %v", err)
 	}
 	for _, u := range []*controlplane.User{creator, admin} {
-		if _, err := s.Flags.UpdateFlag(as(ctx, u), u, boot.ProjectID, flag.ID, name("by "+u.Email)); err != nil {
+		if _, err := s.Flags.UpdateFlag(as(ctx, u), boot.ProjectID, flag.ID, name("by "+u.Email)); err != nil {
 			t.Errorf("%s may edit the flag: %v", u.Email, err)
 		}
 	}

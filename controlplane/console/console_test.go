@@ -52,11 +52,17 @@ type site struct {
 
 func newSite(t *testing.T) *site {
 	t.Helper()
-	ctx := context.Background()
-	db, err := postgres.Open(ctx, pgtest.NewDatabase(t))
+	db, err := postgres.Open(context.Background(), pgtest.NewDatabase(t))
 	if err != nil {
 		t.Fatal(err)
 	}
+	return newSiteOn(t, db)
+}
+
+// newSiteOn is newSite on the database db.
+func newSiteOn(t *testing.T, db *postgres.DB) *site {
+	t.Helper()
+	ctx := context.Background()
 	t.Cleanup(db.Close)
 	res, err := postgres.Bootstrap(ctx, db, "admin@example.com", "")
 	if err != nil {
@@ -560,7 +566,7 @@ func TestConsoleRoleAccess(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	role, err := roles.CreateRole(ctx, adminUser, controlplaneRole("Checkout team"))
+	role, err := roles.CreateRole(controlplane.NewContextWithUser(ctx, adminUser), controlplaneRole("Checkout team"))
 	if err != nil {
 		t.Fatal(err)
 	}

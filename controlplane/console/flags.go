@@ -231,24 +231,35 @@ func (c *Console) handleCreateFlag(q *request) error {
 	if err != nil {
 		return c.showFormError(q, p, data, err)
 	}
-	created, err := q.c.cfg.Flags.CreateFlag(q.ctx, q.user(), p.Project.ID, upd)
+	created, err := q.c.cfg.Flags.CreateFlag(q.ctx, p.Project.ID, upd)
 	if err != nil {
 		return c.showFormError(q, p, data, err)
 	}
 	return q.redirect(livePath(q.projectPath("/feature_flags/%d", created.ID), created.SnapshotVersion), "success", "Feature flag "+created.Key+" created.")
 }
 
-// loadFlag reads the path's flag, with whether the user may change it.
+// flagIDs are the path's project and flag ids.
+func (q *request) flagIDs() (projectID, id int64, err error) {
+	if projectID, err = pathID(q.r, "pid"); err != nil {
+		return 0, 0, err
+	}
+	id, err = pathID(q.r, "id")
+	return projectID, id, err
+}
+
+// findFlag reads the path's flag.
+func (q *request) findFlag() (*controlplane.Flag, error) {
+	pid, id, err := q.flagIDs()
+	if err != nil {
+		return nil, err
+	}
+	return q.c.cfg.Flags.FindFlagByID(q.ctx, pid, id)
+}
+
+// loadFlag reads the path's flag, with whether the user may change it and its usage, to
+// show it.
 func (q *request) loadFlag() (*flagView, error) {
-	pid, err := pathID(q.r, "pid")
-	if err != nil {
-		return nil, err
-	}
-	id, err := pathID(q.r, "id")
-	if err != nil {
-		return nil, err
-	}
-	f, err := q.c.cfg.Flags.FindFlagByID(q.ctx, pid, id)
+	f, err := q.findFlag()
 	if err != nil {
 		return nil, err
 	}
@@ -265,7 +276,7 @@ func (q *request) flagViews(list ...*controlplane.Flag) ([]flagView, error) {
 	for i, f := range list {
 		ids[i] = f.ID
 	}
-	editable, err := q.c.cfg.Roles.EditableFlags(q.ctx, q.user(), ids)
+	editable, err := q.c.cfg.Roles.EditableFlags(q.ctx, ids)
 	if err != nil {
 		return nil, err
 	}
@@ -439,12 +450,12 @@ func parseProperties(s string) (map[string]any, error) {
 	return m, nil
 }
 
+// handleSaveFlag saves the form. The flag is read once, for the stored filters the form
+// leaves as they are, and then locked by the update, which decides whether the user may
+// change it; what only showing the form again needs (the page, the flag's usage and panels)
+// is read only then.
 func (c *Console) handleSaveFlag(q *request) error {
-	f, err := q.loadFlag()
-	if err != nil {
-		return err
-	}
-	p, err := q.page(f.Key, "flags")
+	f, err := q.findFlag()
 	if err != nil {
 		return err
 	}
@@ -453,38 +464,48 @@ func (c *Console) handleSaveFlag(q *request) error {
 		return err
 	}
 	data := newFlagPage()
-	data.Flag, data.CanEdit = f, f.CanEdit
 	flagFromForm(q, data, stored.rest)
-	if applyFormAction(data.Form, q.r.PostFormValue("action")) {
-		c.flagPanels(q, f, data)
-		p.Data = data
-		c.render(q.w, http.StatusOK, "flag", p)
-		return nil
-	}
-	upd, err := flagUpdate(data)
-	saved := f.Flag
-	if err == nil {
-		saved, err = q.c.cfg.Flags.UpdateFlag(q.ctx, q.user(), f.ProjectID, f.ID, upd)
-	}
-	if err != nil {
+	var saveErr error
+	if !applyFormAction(data.Form, q.r.PostFormValue("action")) {
+		upd, err := flagUpdate(data)
+		if err == nil {
+			var saved *controlplane.Flag
+			if saved, err = q.c.cfg.Flags.UpdateFlag(q.ctx, f.ProjectID, f.ID, upd); err == nil {
+				return q.redirect(livePath(q.projectPath("/feature_flags/%d", f.ID), saved.SnapshotVersion), "success", "Feature flag "+data.Key+" saved.")
+			}
+		}
 		if controlplane.ErrorKind(err) == controlplane.Forbidden {
 			return err
 		}
-		c.flagPanels(q, f, data)
-		return c.showFormError(q, p, data, err)
+		saveErr = err
 	}
-	return q.redirect(livePath(q.projectPath("/feature_flags/%d", f.ID), saved.SnapshotVersion), "success", "Feature flag "+data.Key+" saved.")
+	views, err := q.flagViews(f)
+	if err != nil {
+		return err
+	}
+	p, err := q.page(f.Key, "flags")
+	if err != nil {
+		return err
+	}
+	data.Flag, data.CanEdit = &views[0], views[0].CanEdit
+	c.flagPanels(q, data.Flag, data)
+	if saveErr != nil {
+		return c.showFormError(q, p, data, saveErr)
+	}
+	p.Data = data
+	c.render(q.w, http.StatusOK, "flag", p)
+	return nil
 }
 
 // handleToggleFlag switches a flag on or off from the list.
 func (c *Console) handleToggleFlag(q *request) error {
-	f, err := q.loadFlag()
+	pid, id, err := q.flagIDs()
 	if err != nil {
 		return err
 	}
 	vals := q.r.PostForm["active"]
 	on := len(vals) > 0 && vals[len(vals)-1] == "true"
-	saved, err := q.c.cfg.Flags.UpdateFlag(q.ctx, q.user(), f.ProjectID, f.ID, controlplane.FlagUpdate{Active: &on})
+	saved, err := q.c.cfg.Flags.UpdateFlag(q.ctx, pid, id, controlplane.FlagUpdate{Active: &on})
 	if err != nil {
 		return err
 	}
@@ -496,46 +517,47 @@ func (c *Console) handleToggleFlag(q *request) error {
 	if next := q.r.PostFormValue("next"); strings.HasPrefix(next, "/project/") {
 		back = next
 	}
-	return q.redirect(livePath(back, saved.SnapshotVersion), "success", "Feature flag "+f.Key+" is now "+state+".")
+	return q.redirect(livePath(back, saved.SnapshotVersion), "success", "Feature flag "+saved.Key+" is now "+state+".")
 }
 
 // handleDeleteFlag soft-deletes or restores a flag.
 func (c *Console) handleDeleteFlag(deleted bool) sessionHandler {
 	return func(q *request) error {
-		f, err := q.loadFlag()
+		pid, id, err := q.flagIDs()
 		if err != nil {
 			return err
 		}
-		if _, err := q.c.cfg.Flags.UpdateFlag(q.ctx, q.user(), f.ProjectID, f.ID, controlplane.FlagUpdate{Deleted: &deleted}); err != nil {
+		saved, err := q.c.cfg.Flags.UpdateFlag(q.ctx, pid, id, controlplane.FlagUpdate{Deleted: &deleted})
+		if err != nil {
 			if e := invalid(err); e != nil {
-				return q.redirect(q.projectPath("/feature_flags/%d", f.ID), "error", e.Detail)
+				return q.redirect(q.projectPath("/feature_flags/%d", id), "error", e.Detail)
 			}
 			return err
 		}
 		if deleted {
-			return q.redirect(q.projectPath("/feature_flags/%d", f.ID), "success", "Feature flag "+f.Key+" deleted. You can restore it from this page.")
+			return q.redirect(q.projectPath("/feature_flags/%d", id), "success", "Feature flag "+saved.Key+" deleted. You can restore it from this page.")
 		}
-		return q.redirect(q.projectPath("/feature_flags/%d", f.ID), "success", "Feature flag "+f.Key+" restored.")
+		return q.redirect(q.projectPath("/feature_flags/%d", id), "success", "Feature flag "+saved.Key+" restored.")
 	}
 }
 
 func (c *Console) handleAddRoleAccess(q *request) error {
-	f, err := q.loadFlag()
+	pid, id, err := q.flagIDs()
 	if err != nil {
 		return err
 	}
-	_, err = q.c.cfg.Roles.CreateRoleAccess(q.ctx, f.ProjectID, f.ID, q.r.PostFormValue("role_id"))
+	_, err = q.c.cfg.Roles.CreateRoleAccess(q.ctx, pid, id, q.r.PostFormValue("role_id"))
 	if e := invalid(err); e != nil {
-		return q.redirect(q.projectPath("/feature_flags/%d#access", f.ID), "error", e.Detail)
+		return q.redirect(q.projectPath("/feature_flags/%d#access", id), "error", e.Detail)
 	}
 	if err != nil {
 		return err
 	}
-	return q.redirect(q.projectPath("/feature_flags/%d#access", f.ID), "success", "Role access granted.")
+	return q.redirect(q.projectPath("/feature_flags/%d#access", id), "success", "Role access granted.")
 }
 
 func (c *Console) handleRemoveRoleAccess(q *request) error {
-	f, err := q.loadFlag()
+	pid, id, err := q.flagIDs()
 	if err != nil {
 		return err
 	}
@@ -543,10 +565,10 @@ func (c *Console) handleRemoveRoleAccess(q *request) error {
 	if err != nil {
 		return err
 	}
-	if err := q.c.cfg.Roles.DeleteRoleAccess(q.ctx, f.ProjectID, f.ID, aid); err != nil {
+	if err := q.c.cfg.Roles.DeleteRoleAccess(q.ctx, pid, id, aid); err != nil {
 		return err
 	}
-	return q.redirect(q.projectPath("/feature_flags/%d#access", f.ID), "success", "Role access removed.")
+	return q.redirect(q.projectPath("/feature_flags/%d#access", id), "success", "Role access removed.")
 }
 
 // activityPage is a flag's activity log.

@@ -115,7 +115,7 @@ func schedulePayload(operation, rollout string) (json.RawMessage, error) {
 }
 
 func (c *Console) handleScheduleChange(q *request) error {
-	f, err := q.loadFlag()
+	f, err := q.findFlag()
 	if err != nil {
 		return err
 	}
@@ -126,7 +126,7 @@ func (c *Console) handleScheduleChange(q *request) error {
 		payload, err = schedulePayload(q.r.PostFormValue("operation"), q.r.PostFormValue("rollout_percentage"))
 	}
 	if err == nil {
-		_, err = q.c.cfg.Schedules.CreateScheduledChange(q.ctx, q.user(), f.ProjectID, controlplane.NewScheduledChange{
+		_, err = q.c.cfg.Schedules.CreateScheduledChange(q.ctx, f.ProjectID, controlplane.NewScheduledChange{
 			RecordID: strconv.FormatInt(f.ID, 10), ModelName: controlplane.ModelFeatureFlag, Payload: payload, ScheduledAt: &at})
 	}
 	if e := invalid(err); e != nil {
@@ -139,7 +139,7 @@ func (c *Console) handleScheduleChange(q *request) error {
 }
 
 func (c *Console) handleCancelScheduledChange(q *request) error {
-	f, err := q.loadFlag()
+	f, err := q.findFlag()
 	if err != nil {
 		return err
 	}

@@ -48,7 +48,7 @@ func TestConsoleWebhooks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := postgres.NewServices(s.db, 4).Flags.CreateFlag(context.Background(), &admin.User, s.project, controlplane.FlagUpdate{Key: &key}); err != nil {
+	if _, err := postgres.NewServices(s.db, 4).Flags.CreateFlag(controlplane.NewContextWithUser(context.Background(), &admin.User), s.project, controlplane.FlagUpdate{Key: &key}); err != nil {
 		t.Fatal(err)
 	}
 	hookPath := fmt.Sprintf("%s/%d", base, hooks[0].ID)

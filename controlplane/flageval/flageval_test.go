@@ -55,7 +55,7 @@ func TestCompileOncePerVersion(t *testing.T) {
 		t.Fatalf("a second compile of the same version built anew (%p, %p) %v", first, again, err)
 	}
 	k := "checkout"
-	if _, err := postgres.NewFlagService(db).CreateFlag(ctx, &key.User, boot.ProjectID, controlplane.FlagUpdate{Key: &k}); err != nil {
+	if _, err := postgres.NewFlagService(db).CreateFlag(controlplane.NewContextWithUser(ctx, &key.User), boot.ProjectID, controlplane.FlagUpdate{Key: &k}); err != nil {
 		t.Fatal(err)
 	}
 	changed, err := e.Compile(ctx, boot.ProjectID)

@@ -65,7 +65,11 @@ func TestAnnotationLifecycle(t *testing.T) {
 		t.Errorf("get a deleted annotation: %s", got.raw)
 	}
 	// Every change is in the activity log.
-	list, _, err := postgres.NewActivityService(e.db).FindActivity(context.Background(), controlplane.ActivityFilter{
+	admin, err := postgres.NewAuthService(e.db).AuthenticatePersonalKey(context.Background(), e.key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	list, _, err := postgres.NewActivityService(e.db).FindActivity(controlplane.NewContextWithUser(context.Background(), &admin.User), controlplane.ActivityFilter{
 		ProjectID: e.project, Scope: "Annotation", ItemID: fmt.Sprint(id), Limit: 10})
 	if err != nil {
 		t.Fatal(err)

@@ -72,7 +72,7 @@ func (s *Server) handleCreateCohort(r *http.Request, c *call) (answer, error) {
 	if err != nil {
 		return answer{}, err
 	}
-	co, err := s.cfg.Cohorts.CreateCohort(r.Context(), &c.key.User, c.project.ID, upd)
+	co, err := s.cfg.Cohorts.CreateCohort(r.Context(), c.project.ID, upd)
 	if err != nil {
 		return answer{}, err
 	}
@@ -103,7 +103,7 @@ func (s *Server) handlePatchCohort(r *http.Request, c *call) (answer, error) {
 	if err != nil {
 		return answer{}, err
 	}
-	co, err := s.cfg.Cohorts.UpdateCohort(r.Context(), &c.key.User, c.project.ID, id, upd)
+	co, err := s.cfg.Cohorts.UpdateCohort(r.Context(), c.project.ID, id, upd)
 	if err != nil {
 		return answer{}, err
 	}

@@ -251,7 +251,7 @@ func (s *Server) handleStaticCohortForFlag(r *http.Request, c *call) (answer, er
 	if variant != nil {
 		name = fmt.Sprintf("Users with feature flag %s variant %s at %s", flag.Key, *variant, time.Now().UTC().Format("2006-01-02 15:04:05"))
 	}
-	cohort, err := s.cfg.Cohorts.CreateStaticCohort(r.Context(), &c.key.User, c.project.ID, flag.ID, name, func(yield func([]int64) error) error {
+	cohort, err := s.cfg.Cohorts.CreateStaticCohort(r.Context(), c.project.ID, flag.ID, name, func(yield func([]int64) error) error {
 		var ids []int64
 		err := s.cfg.Evaluator.EachPersonResult(r.Context(), c.project.ID, p.Snapshot, func(person *controlplane.StoredPersonRow, results []flags.Result) error {
 			res := &results[index]
@@ -278,27 +278,27 @@ func (s *Server) handleStaticCohortForFlag(r *http.Request, c *call) (answer, er
 
 // handleDashboard gives the flag its usage dashboard (once) and answers the flag.
 func (s *Server) handleDashboard(r *http.Request, c *call) (answer, error) {
-	flag, err := s.flagFromPath(r, c)
+	id, err := flagIDFromPath(r)
 	if err != nil {
 		return answer{}, err
 	}
-	flag, err = s.cfg.Dashboards.EnsureUsageDashboard(r.Context(), &c.key.User, c.project.ID, flag.ID)
+	flag, err := s.cfg.Dashboards.EnsureUsageDashboard(r.Context(), c.project.ID, id)
 	if err != nil {
 		return answer{}, err
 	}
-	return s.answerFlag(r, c, flag, http.StatusOK)
+	return s.answerWrittenFlag(r, c, flag, http.StatusOK)
 }
 
 // handleEnrichUsageDashboard turns on enriched analytics for the flag (idempotent).
 func (s *Server) handleEnrichUsageDashboard(r *http.Request, c *call) (answer, error) {
-	flag, err := s.flagFromPath(r, c)
+	id, err := flagIDFromPath(r)
 	if err != nil {
 		return answer{}, err
 	}
 	on := true
-	flag, err = s.cfg.Flags.UpdateFlag(r.Context(), &c.key.User, c.project.ID, flag.ID, controlplane.FlagUpdate{HasEnrichedAnalytics: &on})
+	flag, err := s.cfg.Flags.UpdateFlag(r.Context(), c.project.ID, id, controlplane.FlagUpdate{HasEnrichedAnalytics: &on})
 	if err != nil {
 		return answer{}, err
 	}
-	return s.answerFlag(r, c, flag, http.StatusOK)
+	return s.answerWrittenFlag(r, c, flag, http.StatusOK)
 }

@@ -100,11 +100,11 @@ func (s *Server) handleCreateFlag(r *http.Request, c *call) (answer, error) {
 	if err != nil {
 		return answer{}, err
 	}
-	f, err := s.cfg.Flags.CreateFlag(r.Context(), &c.key.User, c.project.ID, upd)
+	f, err := s.cfg.Flags.CreateFlag(r.Context(), c.project.ID, upd)
 	if err != nil {
 		return answer{}, err
 	}
-	return s.answerFlag(r, c, f, http.StatusCreated)
+	return s.answerWrittenFlag(r, c, f, http.StatusCreated)
 }
 
 func (s *Server) handleGetFlag(r *http.Request, c *call) (answer, error) {
@@ -112,30 +112,48 @@ func (s *Server) handleGetFlag(r *http.Request, c *call) (answer, error) {
 	if err != nil {
 		return answer{}, err
 	}
-	return s.answerFlag(r, c, f, http.StatusOK)
+	out, err := s.flagJSON(r, c, f)
+	if err != nil {
+		return answer{}, err
+	}
+	return s.answerFlag(r, c, f, out, http.StatusOK)
 }
 
+// handlePatchFlag changes the flag; the update reads (and locks) it. A body that cannot be
+// read is a 400 only for a flag that exists, as in PostHog, which finds the flag first.
 func (s *Server) handlePatchFlag(r *http.Request, c *call) (answer, error) {
-	f, err := s.flagFromPath(r, c)
+	id, err := flagIDFromPath(r)
 	if err != nil {
 		return answer{}, err
 	}
 	upd, err := decodeFlagUpdate(r)
 	if err != nil {
+		if _, missing := s.cfg.Flags.FindFlagByID(r.Context(), c.project.ID, id); missing != nil {
+			return answer{}, missing
+		}
 		return answer{}, err
 	}
-	f, err = s.cfg.Flags.UpdateFlag(r.Context(), &c.key.User, c.project.ID, f.ID, upd)
+	f, err := s.cfg.Flags.UpdateFlag(r.Context(), c.project.ID, id, upd)
 	if err != nil {
 		return answer{}, err
 	}
-	return s.answerFlag(r, c, f, http.StatusOK)
+	return s.answerWrittenFlag(r, c, f, http.StatusOK)
+}
+
+// flagIDFromPath is the path's flag id; anything but a positive id addresses no flag.
+func flagIDFromPath(r *http.Request) (int64, error) {
+	id, err := strconv.ParseInt(r.PathValue("id"), 10, 64)
+	if err != nil || id <= 0 {
+		return 0, controlplane.ErrNotFound
+	}
+	return id, nil
 }
 
 // flagFromPath loads the flag named by the path's id within the call's project.
 func (s *Server) flagFromPath(r *http.Request, c *call) (*controlplane.Flag, error) {
-	id, err := strconv.ParseInt(r.PathValue("id"), 10, 64)
-	if err != nil || id <= 0 {
-		return nil, controlplane.ErrNotFound
+	id, err := flagIDFromPath(r)
+	if err != nil {
+		return nil, err
 	}
 	return s.cfg.Flags.FindFlagByID(r.Context(), c.project.ID, id)
 }
@@ -146,12 +164,12 @@ func (s *Server) editableFlags(r *http.Request, c *call, list []*controlplane.Fl
 	for i, f := range list {
 		ids[i] = f.ID
 	}
-	return s.cfg.Roles.EditableFlags(r.Context(), &c.key.User, ids)
+	return s.cfg.Roles.EditableFlags(r.Context(), ids)
 }
 
 // flagJSON renders a flag with can_edit for the caller.
 func (s *Server) flagJSON(r *http.Request, c *call, f *controlplane.Flag) (flagJSON, error) {
-	editable, err := s.cfg.Roles.EditableFlags(r.Context(), &c.key.User, []int64{f.ID})
+	editable, err := s.cfg.Roles.EditableFlags(r.Context(), []int64{f.ID})
 	if err != nil {
 		return flagJSON{}, err
 	}
@@ -163,13 +181,16 @@ func (s *Server) flagJSON(r *http.Request, c *call, f *controlplane.Flag) (flagJ
 // in the same header of the answers they compute from it.
 const SnapshotVersionHeader = "X-Flagedge-Snapshot-Version"
 
-// answerFlag answers the flag with its usage and, when it has one, its snapshot version in
-// SnapshotVersionHeader.
-func (s *Server) answerFlag(r *http.Request, c *call, f *controlplane.Flag, status int) (answer, error) {
-	out, err := s.flagJSON(r, c, f)
-	if err != nil {
-		return answer{}, err
-	}
+// answerWrittenFlag answers a flag the caller has just created or changed: the flag service
+// writes only for a user who may change the flag (CanEditFlag, a creator always may), so it
+// is editable without asking again.
+func (s *Server) answerWrittenFlag(r *http.Request, c *call, f *controlplane.Flag, status int) (answer, error) {
+	return s.answerFlag(r, c, f, newFlagJSON(f, true), status)
+}
+
+// answerFlag answers the flag, rendered as out, with its usage and, when it has one, its
+// snapshot version in SnapshotVersionHeader.
+func (s *Server) answerFlag(r *http.Request, c *call, f *controlplane.Flag, out flagJSON, status int) (answer, error) {
 	usage := []flagJSON{out}
 	if err := s.addUsage(r, c.project.ID, []*controlplane.Flag{f}, usage); err != nil {
 		return answer{}, err

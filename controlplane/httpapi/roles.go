@@ -104,7 +104,7 @@ func (s *Server) handleCreateRole(r *http.Request, key *controlplane.APIKey) (an
 	if err != nil {
 		return answer{}, err
 	}
-	role, err := s.cfg.Roles.CreateRole(r.Context(), &key.User, upd)
+	role, err := s.cfg.Roles.CreateRole(r.Context(), upd)
 	if err != nil {
 		return answer{}, err
 	}
@@ -276,7 +276,7 @@ func (s *Server) handleGetRoleAccess(r *http.Request, c *call) (answer, error) {
 }
 
 func (s *Server) handleDeleteRoleAccess(r *http.Request, c *call) (answer, error) {
-	flag, err := s.flagFromPath(r, c)
+	flagID, err := flagIDFromPath(r)
 	if err != nil {
 		return answer{}, err
 	}
@@ -284,7 +284,7 @@ func (s *Server) handleDeleteRoleAccess(r *http.Request, c *call) (answer, error
 	if err != nil {
 		return answer{}, err
 	}
-	if err := s.cfg.Roles.DeleteRoleAccess(r.Context(), c.project.ID, flag.ID, id); err != nil {
+	if err := s.cfg.Roles.DeleteRoleAccess(r.Context(), c.project.ID, flagID, id); err != nil {
 		return answer{}, err
 	}
 	return noContent(), nil

@@ -70,7 +70,7 @@ func (s *Server) handleCreateScheduledChange(r *http.Request, c *call) (answer, 
 	if err != nil {
 		return answer{}, err
 	}
-	sc, err := s.cfg.Schedules.CreateScheduledChange(r.Context(), &c.key.User, c.project.ID, n)
+	sc, err := s.cfg.Schedules.CreateScheduledChange(r.Context(), c.project.ID, n)
 	if err != nil {
 		return answer{}, err
 	}

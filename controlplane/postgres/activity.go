@@ -18,11 +18,17 @@ var _ controlplane.ActivityService = (*ActivityService)(nil)
 // NewActivityService returns an ActivityService on db.
 func NewActivityService(db *DB) *ActivityService { return &ActivityService{db: db} }
 
-// FindActivity returns a page of a project's activity, newest first, and the total.
+// FindActivity returns a page of a project's activity, newest first, and the total, when the
+// project is of the user's organisation: the count is read from the project's row of the
+// organisation, whose absence is the project out of reach.
 func (s *ActivityService) FindActivity(ctx context.Context, f controlplane.ActivityFilter) ([]*controlplane.Activity, int, error) {
+	u, err := controlplane.CurrentUser(ctx)
+	if err != nil {
+		return nil, 0, err
+	}
 	where := ` WHERE a.project_id = $1 AND a.scope = $2 AND ($3 = '' OR a.item_id = $3)`
-	var total int
-	if err := s.db.Pool.QueryRow(ctx, `SELECT count(*) FROM activity_log a`+where, f.ProjectID, f.Scope, f.ItemID).Scan(&total); err != nil {
+	total, err := countInProject(ctx, s.db.Pool, u, f.ProjectID, `SELECT count(*) FROM activity_log a`+where, f.ProjectID, f.Scope, f.ItemID)
+	if err != nil {
 		return nil, 0, opError("count activity", err)
 	}
 	rows, err := s.db.Pool.Query(ctx, `SELECT a.id::text, a.project_id, a.activity, a.scope, a.item_id, a.detail, a.created_at,

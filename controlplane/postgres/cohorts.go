@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"encoding/json"
+	"errors"
 
 	"github.com/jackc/pgx/v5"
 
@@ -31,10 +32,16 @@ func scanCohort(row pgx.Row) (*controlplane.Cohort, error) {
 	return &c, err
 }
 
-// FindCohorts returns a page of the project's non-deleted cohorts, newest first.
+// FindCohorts returns a page of the project's non-deleted cohorts, newest first, when the
+// project is of the user's organisation: the count is read from the project's row of the
+// organisation, whose absence is the project out of reach.
 func (s *CohortService) FindCohorts(ctx context.Context, projectID int64, limit, offset int) ([]*controlplane.Cohort, int, error) {
-	var total int
-	if err := s.db.Pool.QueryRow(ctx, `SELECT count(*) FROM cohorts WHERE project_id = $1 AND NOT deleted`, projectID).Scan(&total); err != nil {
+	u, err := controlplane.CurrentUser(ctx)
+	if err != nil {
+		return nil, 0, err
+	}
+	total, err := countInProject(ctx, s.db.Pool, u, projectID, `SELECT count(*) FROM cohorts c WHERE c.project_id = p.id AND NOT c.deleted`)
+	if err != nil {
 		return nil, 0, opError("count cohorts", err)
 	}
 	rows, err := s.db.Pool.Query(ctx, cohortSelect+` WHERE c.project_id = $1 AND NOT c.deleted ORDER BY c.id DESC LIMIT $2 OFFSET $3`,
@@ -49,29 +56,50 @@ func (s *CohortService) FindCohorts(ctx context.Context, projectID int64, limit,
 	return list, total, nil
 }
 
-// FindCohortByID returns a cohort of the project, deleted or not.
+// FindCohortByID returns a cohort of the project, deleted or not, when the project is of the
+// user's organisation.
 func (s *CohortService) FindCohortByID(ctx context.Context, projectID, id int64) (*controlplane.Cohort, error) {
-	c, err := scanCohort(s.db.Pool.QueryRow(ctx, cohortSelect+` WHERE c.project_id = $1 AND c.id = $2`, projectID, id))
+	u, err := controlplane.CurrentUser(ctx)
 	if err != nil {
-		return nil, opError("find cohort", notFoundIfNoRows(err))
+		return nil, err
+	}
+	c, err := findCohort(ctx, s.db.Pool, u, projectID, id, false)
+	if err != nil {
+		return nil, opError("find cohort", err)
 	}
 	return c, nil
 }
 
-// CreateCohort creates a cohort and re-streams the project's snapshot.
-func (s *CohortService) CreateCohort(ctx context.Context, actor *controlplane.User, projectID int64, upd controlplane.CohortUpdate) (*controlplane.Cohort, error) {
-	if err := upd.Validate(); err != nil {
+// findCohort reads a cohort of the project scoped by u's organisation, locked for a change
+// when forUpdate.
+func findCohort(ctx context.Context, q querier, u *controlplane.User, projectID, id int64, forUpdate bool) (*controlplane.Cohort, error) {
+	return findInProject(ctx, q, u, cohortSelect, "c", projectID, id, forUpdate, scanCohort)
+}
+
+// CreateCohort creates a cohort and re-streams the project's snapshot; the insert takes the
+// project's row of the user's organisation, whose absence is the project out of reach.
+func (s *CohortService) CreateCohort(ctx context.Context, projectID int64, upd controlplane.CohortUpdate) (*controlplane.Cohort, error) {
+	u, err := controlplane.CurrentUser(ctx)
+	if err != nil {
 		return nil, err
 	}
+	if err := upd.Validate(); err != nil {
+		return nil, refusedInput(ctx, s.db.Pool, u, projectID, err)
+	}
 	if upd.Name == nil || *upd.Name == "" {
-		return nil, controlplane.FieldError("name", "required", "This field is required.")
+		return nil, refusedInput(ctx, s.db.Pool, u, projectID, controlplane.FieldError("name", "required", "This field is required."))
 	}
 	c := &controlplane.Cohort{Filters: json.RawMessage(`{"properties": {"type": "AND", "values": []}}`)}
 	upd.Apply(c)
 	var id int64
-	err := s.db.inTx(ctx, func(tx pgx.Tx) error {
-		if err := tx.QueryRow(ctx, `INSERT INTO cohorts (project_id, name, description, filters, is_static, deleted, created_by)
-			VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING id`, projectID, c.Name, c.Description, c.Filters, c.IsStatic, c.Deleted, actor.ID).Scan(&id); err != nil {
+	err = s.db.inTx(ctx, func(tx pgx.Tx) error {
+		err := tx.QueryRow(ctx, `INSERT INTO cohorts (project_id, name, description, filters, is_static, deleted, created_by)
+			SELECT p.id, $2, $3, $4, $5, $6, $7 FROM projects p WHERE p.id = $1 AND p.organization_id = $8 RETURNING id`,
+			projectID, c.Name, c.Description, c.Filters, c.IsStatic, c.Deleted, u.ID, u.OrganizationID).Scan(&id)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return controlplane.ErrPermissionDenied
+		}
+		if err != nil {
 			return err
 		}
 		return bumpSnapshot(ctx, tx, projectID)
@@ -82,18 +110,23 @@ func (s *CohortService) CreateCohort(ctx context.Context, actor *controlplane.Us
 	return s.FindCohortByID(ctx, projectID, id)
 }
 
-// UpdateCohort changes a cohort and re-streams the project's snapshot.
-func (s *CohortService) UpdateCohort(ctx context.Context, actor *controlplane.User, projectID, id int64, upd controlplane.CohortUpdate) (*controlplane.Cohort, error) {
-	if err := upd.Validate(); err != nil {
+// UpdateCohort changes a cohort and re-streams the project's snapshot, when the project is of
+// the user's organisation.
+func (s *CohortService) UpdateCohort(ctx context.Context, projectID, id int64, upd controlplane.CohortUpdate) (*controlplane.Cohort, error) {
+	u, err := controlplane.CurrentUser(ctx)
+	if err != nil {
 		return nil, err
 	}
-	if upd.Name != nil && *upd.Name == "" {
-		return nil, controlplane.FieldError("name", "blank", "This field may not be blank.")
+	if err := upd.Validate(); err != nil {
+		return nil, refusedInput(ctx, s.db.Pool, u, projectID, err)
 	}
-	err := s.db.inTx(ctx, func(tx pgx.Tx) error {
-		c, err := scanCohort(tx.QueryRow(ctx, cohortSelect+` WHERE c.project_id = $1 AND c.id = $2 FOR UPDATE OF c`, projectID, id))
+	if upd.Name != nil && *upd.Name == "" {
+		return nil, refusedInput(ctx, s.db.Pool, u, projectID, controlplane.FieldError("name", "blank", "This field may not be blank."))
+	}
+	err = s.db.inTx(ctx, func(tx pgx.Tx) error {
+		c, err := findCohort(ctx, tx, u, projectID, id, true)
 		if err != nil {
-			return notFoundIfNoRows(err)
+			return err
 		}
 		upd.Apply(c)
 		if _, err := tx.Exec(ctx, `UPDATE cohorts SET name = $3, description = $4, filters = $5, is_static = $6, deleted = $7,
@@ -109,19 +142,20 @@ func (s *CohortService) UpdateCohort(ctx context.Context, actor *controlplane.Us
 	return s.FindCohortByID(ctx, projectID, id)
 }
 
-// CreateStaticCohort creates a static cohort and fills it batch by batch in one transaction.
-func (s *CohortService) CreateStaticCohort(ctx context.Context, actor *controlplane.User, projectID, flagID int64, name string, persons func(yield func([]int64) error) error) (*controlplane.Cohort, error) {
+// CreateStaticCohort creates a static cohort and fills it batch by batch in one transaction,
+// when the user may change the flag (CanEditFlag, decided on the flag's row locked there).
+func (s *CohortService) CreateStaticCohort(ctx context.Context, projectID, flagID int64, name string, persons func(yield func([]int64) error) error) (*controlplane.Cohort, error) {
+	u, err := controlplane.CurrentUser(ctx)
+	if err != nil {
+		return nil, err
+	}
 	var id int64
-	err := s.db.inTx(ctx, func(tx pgx.Tx) error {
-		var found bool
-		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM feature_flags WHERE id = $1 AND project_id = $2)`, flagID, projectID).Scan(&found); err != nil {
+	err = s.db.inTx(ctx, func(tx pgx.Tx) error {
+		if err := lockEditableFlag(ctx, tx, u, projectID, flagID); err != nil {
 			return err
 		}
-		if !found {
-			return controlplane.ErrNotFound
-		}
 		if err := tx.QueryRow(ctx, `INSERT INTO cohorts (project_id, name, is_static, filters, created_by)
-			VALUES ($1, $2, true, '{}', $3) RETURNING id`, projectID, name, actor.ID).Scan(&id); err != nil {
+			VALUES ($1, $2, true, '{}', $3) RETURNING id`, projectID, name, u.ID).Scan(&id); err != nil {
 			return err
 		}
 		if err := persons(func(ids []int64) error {
@@ -138,9 +172,19 @@ func (s *CohortService) CreateStaticCohort(ctx context.Context, actor *controlpl
 	return s.FindCohortByID(ctx, projectID, id)
 }
 
-// SetCount stores a property cohort's size.
+// SetCount stores a property cohort's size, when the project is of the user's organisation
+// (a cohort it does not have is left alone).
 func (s *CohortService) SetCount(ctx context.Context, projectID, id int64, count int) error {
-	if _, err := s.db.Pool.Exec(ctx, `UPDATE cohorts SET count = $3 WHERE project_id = $1 AND id = $2`, projectID, id, count); err != nil {
+	u, err := controlplane.CurrentUser(ctx)
+	if err != nil {
+		return err
+	}
+	tag, err := s.db.Pool.Exec(ctx, `UPDATE cohorts c SET count = $3 FROM projects p
+		WHERE p.id = c.project_id AND c.project_id = $1 AND c.id = $2 AND p.organization_id = $4`, projectID, id, count, u.OrganizationID)
+	if err == nil && tag.RowsAffected() == 0 {
+		err = reachProject(ctx, s.db.Pool, u, projectID)
+	}
+	if err != nil {
 		return opError("set cohort count", err)
 	}
 	return nil
@@ -188,16 +232,34 @@ func (s *PersonStore) ScanGroups(ctx context.Context, projectID int64, typeIndex
 	return out, nil
 }
 
-// EnsureUsageDashboard creates the flag's usage dashboard unless it has one.
-func (s *FlagService) EnsureUsageDashboard(ctx context.Context, actor *controlplane.User, projectID, flagID int64) (*controlplane.Flag, error) {
-	f, err := s.FindFlagByID(ctx, projectID, flagID)
-	if err != nil || f.UsageDashboard != nil {
-		return f, err
+// EnsureUsageDashboard creates the flag's usage dashboard unless it has one, when the user
+// may change the flag: in one transaction with the flag's update, on the flag's row as
+// UpdateFlag locks and checks it.
+func (s *FlagService) EnsureUsageDashboard(ctx context.Context, projectID, flagID int64) (*controlplane.Flag, error) {
+	u, err := controlplane.CurrentUser(ctx)
+	if err != nil {
+		return nil, err
 	}
-	var dashboardID int64
-	if err := s.db.Pool.QueryRow(ctx, `INSERT INTO dashboards (project_id, name, created_by) VALUES ($1, $2, $3) RETURNING id`,
-		projectID, "Feature flag: "+f.Key+" usage", actor.ID).Scan(&dashboardID); err != nil {
-		return nil, opError("create usage dashboard", err)
+	var out *controlplane.Flag
+	err = s.db.inTx(ctx, func(tx pgx.Tx) error {
+		before, err := lockFlagForChange(ctx, tx, u, projectID, flagID)
+		if err != nil {
+			return err
+		}
+		if before.UsageDashboard != nil {
+			out = before.Flag
+			return nil
+		}
+		var dashboardID int64
+		if err := tx.QueryRow(ctx, `INSERT INTO dashboards (project_id, name, created_by) VALUES ($1, $2, $3) RETURNING id`,
+			projectID, "Feature flag: "+before.Key+" usage", u.ID).Scan(&dashboardID); err != nil {
+			return err
+		}
+		out, err = saveFlagChange(ctx, tx, s.db.Now(), u, before, controlplane.FlagUpdate{UsageDashboard: &dashboardID})
+		return err
+	})
+	if err != nil {
+		return nil, opError("ensure usage dashboard", err)
 	}
-	return s.UpdateFlag(ctx, actor, projectID, flagID, controlplane.FlagUpdate{UsageDashboard: &dashboardID})
+	return out, nil
 }

@@ -96,7 +96,7 @@ func TestConcurrentCreatesOfOneKey(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			k := "same-key"
-			_, errs[i] = flags.CreateFlag(context.Background(), &key.User, res.ProjectID, controlplane.FlagUpdate{Key: &k})
+			_, errs[i] = flags.CreateFlag(controlplane.NewContextWithUser(context.Background(), &key.User), res.ProjectID, controlplane.FlagUpdate{Key: &k})
 		}()
 	}
 	wg.Wait()
@@ -139,7 +139,7 @@ func TestFlagChangesNotifyAndBumpSnapshot(t *testing.T) {
 	before := version()
 	key := mustKey(t, db, res.PersonalAPIKey)
 	k := "notify-me"
-	f, err := postgres.NewFlagService(db).CreateFlag(ctx, &key.User, res.ProjectID, controlplane.FlagUpdate{Key: &k})
+	f, err := postgres.NewFlagService(db).CreateFlag(controlplane.NewContextWithUser(ctx, &key.User), res.ProjectID, controlplane.FlagUpdate{Key: &k})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -156,7 +156,7 @@ func TestFlagChangesNotifyAndBumpSnapshot(t *testing.T) {
 		t.Errorf("notification %q, want %q", n.Payload, want)
 	}
 	off := false
-	if _, err := postgres.NewFlagService(db).UpdateFlag(ctx, &key.User, res.ProjectID, f.ID, controlplane.FlagUpdate{Active: &off}); err != nil {
+	if _, err := postgres.NewFlagService(db).UpdateFlag(controlplane.NewContextWithUser(ctx, &key.User), res.ProjectID, f.ID, controlplane.FlagUpdate{Active: &off}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := conn.WaitForNotification(ctx); err != nil {

@@ -39,8 +39,22 @@ func isInvalidUUID(err error) bool {
 	return errors.As(err, &pgErr) && pgErr.Code == "22P02"
 }
 
-// FindRoles returns a page of the organisation's roles, oldest first, and the total.
+// orgUser returns the user ctx acts as, when may allows them the organisation:
+// ErrNotAuthenticated without a user, ErrPermissionDenied when may refuses.
+func orgUser(ctx context.Context, orgID int64, may func(*controlplane.User, int64) bool) (*controlplane.User, error) {
+	u, err := controlplane.CurrentUser(ctx)
+	if err == nil && !may(u, orgID) {
+		err = controlplane.ErrPermissionDenied
+	}
+	return u, err
+}
+
+// FindRoles returns a page of the organisation's roles, oldest first, and the total, to a
+// member of it.
 func (s *RoleService) FindRoles(ctx context.Context, orgID int64, limit, offset int) ([]*controlplane.Role, int, error) {
+	if _, err := orgUser(ctx, orgID, controlplane.CanReadOrg); err != nil {
+		return nil, 0, err
+	}
 	var total int
 	if err := s.db.Pool.QueryRow(ctx, `SELECT count(*) FROM roles WHERE organization_id = $1`, orgID).Scan(&total); err != nil {
 		return nil, 0, opError("count roles", err)
@@ -56,8 +70,11 @@ func (s *RoleService) FindRoles(ctx context.Context, orgID int64, limit, offset 
 	return list, total, nil
 }
 
-// FindRoleByID returns a role of the organisation.
+// FindRoleByID returns a role of the organisation, to a member of it.
 func (s *RoleService) FindRoleByID(ctx context.Context, orgID int64, id string) (*controlplane.Role, error) {
+	if _, err := orgUser(ctx, orgID, controlplane.CanReadOrg); err != nil {
+		return nil, err
+	}
 	r, err := scanRole(s.db.Pool.QueryRow(ctx, roleSelect+` WHERE r.organization_id = $1 AND r.id::text = $2`, orgID, id))
 	if err != nil {
 		return nil, opError("find role", notFoundIfNoRows(err))
@@ -65,8 +82,15 @@ func (s *RoleService) FindRoleByID(ctx context.Context, orgID int64, id string) 
 	return r, nil
 }
 
-// CreateRole creates a role in the actor's organisation.
-func (s *RoleService) CreateRole(ctx context.Context, actor *controlplane.User, upd controlplane.RoleUpdate) (*controlplane.Role, error) {
+// CreateRole creates a role in the organisation of the user, who administers it.
+func (s *RoleService) CreateRole(ctx context.Context, upd controlplane.RoleUpdate) (*controlplane.Role, error) {
+	actor, err := controlplane.CurrentUser(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if !controlplane.CanAdminOrg(actor, actor.OrganizationID) {
+		return nil, controlplane.ErrPermissionDenied
+	}
 	if err := upd.Validate(true); err != nil {
 		return nil, err
 	}
@@ -75,7 +99,7 @@ func (s *RoleService) CreateRole(ctx context.Context, actor *controlplane.User, 
 		level = *upd.FeatureFlagsAccessLevel
 	}
 	var id string
-	err := s.db.Pool.QueryRow(ctx, `INSERT INTO roles (organization_id, name, feature_flags_access_level, created_by)
+	err = s.db.Pool.QueryRow(ctx, `INSERT INTO roles (organization_id, name, feature_flags_access_level, created_by)
 		VALUES ($1, $2, $3, $4) RETURNING id::text`, actor.OrganizationID, *upd.Name, level, actor.ID).Scan(&id)
 	if isUniqueViolation(err, "roles_organization_id_name_key") {
 		return nil, controlplane.FieldError("name", "unique", "There is already a role with this name.")
@@ -86,8 +110,11 @@ func (s *RoleService) CreateRole(ctx context.Context, actor *controlplane.User, 
 	return s.FindRoleByID(ctx, actor.OrganizationID, id)
 }
 
-// UpdateRole renames a role or changes its access level.
+// UpdateRole renames a role or changes its access level, for an admin of the organisation.
 func (s *RoleService) UpdateRole(ctx context.Context, orgID int64, id string, upd controlplane.RoleUpdate) (*controlplane.Role, error) {
+	if _, err := orgUser(ctx, orgID, controlplane.CanAdminOrg); err != nil {
+		return nil, err
+	}
 	if err := upd.Validate(false); err != nil {
 		return nil, err
 	}
@@ -106,8 +133,12 @@ func (s *RoleService) UpdateRole(ctx context.Context, orgID int64, id string, up
 	return s.FindRoleByID(ctx, orgID, id)
 }
 
-// DeleteRole deletes a role with its memberships and flag access.
+// DeleteRole deletes a role with its memberships and flag access, for an admin of the
+// organisation.
 func (s *RoleService) DeleteRole(ctx context.Context, orgID int64, id string) error {
+	if _, err := orgUser(ctx, orgID, controlplane.CanAdminOrg); err != nil {
+		return err
+	}
 	tag, err := s.db.Pool.Exec(ctx, `DELETE FROM roles WHERE organization_id = $1 AND id::text = $2`, orgID, id)
 	if err != nil {
 		return opError("delete role", err)
@@ -127,7 +158,7 @@ func scanMembership(row pgx.Row) (*controlplane.RoleMembership, error) {
 	return &m, err
 }
 
-// FindMemberships returns a page of a role's members.
+// FindMemberships returns a page of a role's members, to a member of the organisation.
 func (s *RoleService) FindMemberships(ctx context.Context, orgID int64, roleID string, limit, offset int) ([]*controlplane.RoleMembership, int, error) {
 	if _, err := s.FindRoleByID(ctx, orgID, roleID); err != nil {
 		return nil, 0, err
@@ -148,8 +179,11 @@ func (s *RoleService) FindMemberships(ctx context.Context, orgID int64, roleID s
 	return list, total, nil
 }
 
-// AddMember adds a user of the organisation to a role.
+// AddMember adds a user of the organisation to a role, for an admin of the organisation.
 func (s *RoleService) AddMember(ctx context.Context, orgID int64, roleID, userUUID string) (*controlplane.RoleMembership, error) {
+	if _, err := orgUser(ctx, orgID, controlplane.CanAdminOrg); err != nil {
+		return nil, err
+	}
 	if _, err := s.FindRoleByID(ctx, orgID, roleID); err != nil {
 		return nil, err
 	}
@@ -172,8 +206,11 @@ func (s *RoleService) AddMember(ctx context.Context, orgID int64, roleID, userUU
 	return m, nil
 }
 
-// RemoveMember removes a membership of a role.
+// RemoveMember removes a membership of a role, for an admin of the organisation.
 func (s *RoleService) RemoveMember(ctx context.Context, orgID int64, roleID, membershipID string) error {
+	if _, err := orgUser(ctx, orgID, controlplane.CanAdminOrg); err != nil {
+		return err
+	}
 	tag, err := s.db.Pool.Exec(ctx, `DELETE FROM role_memberships m USING roles r
 		WHERE r.id = m.role_id AND r.organization_id = $1 AND m.role_id::text = $2 AND m.id::text = $3`, orgID, roleID, membershipID)
 	if err != nil {
@@ -207,10 +244,16 @@ func scanRoleAccess(row pgx.Row) (*controlplane.RoleAccess, error) {
 // project $2.
 const flagOfProject = `a.feature_flag_id = $1 AND EXISTS (SELECT 1 FROM feature_flags f WHERE f.id = $1 AND f.project_id = $2)`
 
-// FindRoleAccess returns a page of the role access records of a flag of the project.
+// FindRoleAccess returns a page of the role access records of a flag of the project, to a
+// member of the project's organisation: the count is read from the project's row of the
+// organisation, whose absence is the project out of reach.
 func (s *RoleService) FindRoleAccess(ctx context.Context, projectID, flagID int64, limit, offset int) ([]*controlplane.RoleAccess, int, error) {
-	var total int
-	if err := s.db.Pool.QueryRow(ctx, `SELECT count(*) FROM feature_flag_role_access a WHERE `+flagOfProject, flagID, projectID).Scan(&total); err != nil {
+	u, err := controlplane.CurrentUser(ctx)
+	if err != nil {
+		return nil, 0, err
+	}
+	total, err := countInProject(ctx, s.db.Pool, u, projectID, `SELECT count(*) FROM feature_flag_role_access a WHERE `+flagOfProject, flagID, projectID)
+	if err != nil {
 		return nil, 0, opError("count role access", err)
 	}
 	rows, err := s.db.Pool.Query(ctx, roleAccessSelect+` WHERE `+flagOfProject+` ORDER BY a.id DESC LIMIT $3 OFFSET $4`, flagID, projectID, limit, offset)
@@ -224,74 +267,119 @@ func (s *RoleService) FindRoleAccess(ctx context.Context, projectID, flagID int6
 	return list, total, nil
 }
 
-// FindRoleAccessByID returns one role access record of a flag of the project.
+// FindRoleAccessByID returns one role access record of a flag of the project, to a member of
+// the project's organisation.
 func (s *RoleService) FindRoleAccessByID(ctx context.Context, projectID, flagID, id int64) (*controlplane.RoleAccess, error) {
-	a, err := scanRoleAccess(s.db.Pool.QueryRow(ctx, roleAccessSelect+` WHERE `+flagOfProject+` AND a.id = $3`, flagID, projectID, id))
+	u, err := controlplane.CurrentUser(ctx)
 	if err != nil {
-		return nil, opError("find role access", notFoundIfNoRows(err))
+		return nil, err
+	}
+	a, err := findRoleAccess(ctx, s.db.Pool, u, projectID, flagID, id)
+	if err != nil {
+		return nil, opError("find role access", err)
 	}
 	return a, nil
 }
 
-// CreateRoleAccess grants a role of the project's organisation access to a flag of the
-// project, once.
-func (s *RoleService) CreateRoleAccess(ctx context.Context, projectID, flagID int64, roleID string) (*controlplane.RoleAccess, error) {
-	var id int64
-	err := s.db.Pool.QueryRow(ctx, `INSERT INTO feature_flag_role_access (feature_flag_id, role_id)
-		SELECT f.id, r.id FROM feature_flags f JOIN projects p ON p.id = f.project_id
-		JOIN roles r ON r.organization_id = p.organization_id
-		WHERE f.id = $1 AND f.project_id = $2 AND r.id::text = $3 RETURNING id`, flagID, projectID, roleID).Scan(&id)
-	switch {
-	case errors.Is(err, pgx.ErrNoRows) || isInvalidUUID(err):
-		return nil, controlplane.FieldError("role_id", "invalid_input", "No role of this organisation has this id.")
-	case isUniqueViolation(err, "feature_flag_role_access_feature_flag_id_role_id_key"):
-		return nil, controlplane.FieldError("role_id", "unique", "This role already has access to this feature flag.")
-	case err != nil:
-		return nil, opError("create role access", err)
+// findRoleAccess reads a role access record of a flag of the project, scoped by u's
+// organisation.
+func findRoleAccess(ctx context.Context, q querier, u *controlplane.User, projectID, flagID, id int64) (*controlplane.RoleAccess, error) {
+	a, err := scanRoleAccess(q.QueryRow(ctx, roleAccessSelect+` JOIN projects p ON p.id = $2
+		WHERE `+flagOfProject+` AND a.id = $3 AND p.organization_id = $4`, flagID, projectID, id, u.OrganizationID))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, missingInProject(ctx, q, u, projectID)
 	}
-	return s.FindRoleAccessByID(ctx, projectID, flagID, id)
+	return a, err
 }
 
-// DeleteRoleAccess removes a role access record of a flag of the project.
+// CreateRoleAccess grants a role of the project's organisation access to a flag of the
+// project, once, when the user may change the flag.
+func (s *RoleService) CreateRoleAccess(ctx context.Context, projectID, flagID int64, roleID string) (*controlplane.RoleAccess, error) {
+	u, err := controlplane.CurrentUser(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var created *controlplane.RoleAccess
+	err = s.db.inTx(ctx, func(tx pgx.Tx) error {
+		if err := lockEditableFlag(ctx, tx, u, projectID, flagID); err != nil {
+			return err
+		}
+		var id int64
+		err := tx.QueryRow(ctx, `INSERT INTO feature_flag_role_access (feature_flag_id, role_id)
+			SELECT f.id, r.id FROM feature_flags f JOIN projects p ON p.id = f.project_id
+			JOIN roles r ON r.organization_id = p.organization_id
+			WHERE f.id = $1 AND f.project_id = $2 AND r.id::text = $3 RETURNING id`, flagID, projectID, roleID).Scan(&id)
+		switch {
+		case errors.Is(err, pgx.ErrNoRows) || isInvalidUUID(err):
+			return controlplane.FieldError("role_id", "invalid_input", "No role of this organisation has this id.")
+		case isUniqueViolation(err, "feature_flag_role_access_feature_flag_id_role_id_key"):
+			return controlplane.FieldError("role_id", "unique", "This role already has access to this feature flag.")
+		case err != nil:
+			return err
+		}
+		created, err = findRoleAccess(ctx, tx, u, projectID, flagID, id)
+		return err
+	})
+	if err != nil {
+		return nil, opError("create role access", err)
+	}
+	return created, nil
+}
+
+// DeleteRoleAccess removes a role access record of a flag of the project, when the user may
+// change the flag.
 func (s *RoleService) DeleteRoleAccess(ctx context.Context, projectID, flagID, id int64) error {
-	tag, err := s.db.Pool.Exec(ctx, `DELETE FROM feature_flag_role_access a WHERE `+flagOfProject+` AND a.id = $3`, flagID, projectID, id)
+	u, err := controlplane.CurrentUser(ctx)
+	if err != nil {
+		return err
+	}
+	err = s.db.inTx(ctx, func(tx pgx.Tx) error {
+		if err := lockEditableFlag(ctx, tx, u, projectID, flagID); err != nil {
+			return err
+		}
+		tag, err := tx.Exec(ctx, `DELETE FROM feature_flag_role_access a WHERE `+flagOfProject+` AND a.id = $3`, flagID, projectID, id)
+		if err == nil && tag.RowsAffected() == 0 {
+			err = controlplane.ErrNotFound
+		}
+		return err
+	})
 	if err != nil {
 		return opError("delete role access", err)
-	}
-	if tag.RowsAffected() == 0 {
-		return controlplane.ErrNotFound
 	}
 	return nil
 }
 
-// EditableFlags reports which flags the user may change.
-func (s *RoleService) EditableFlags(ctx context.Context, user *controlplane.User, flagIDs []int64) (map[int64]bool, error) {
+// EditableFlags reports which of the flags of the user's organisation the user may change
+// (CanEditFlag), from their role access facts read with them. An admin may change every
+// flag of the organisation: that is answered without a query, true for any id, which tells
+// nothing about flags of other organisations.
+func (s *RoleService) EditableFlags(ctx context.Context, flagIDs []int64) (map[int64]bool, error) {
+	u, err := controlplane.CurrentUser(ctx)
+	if err != nil {
+		return nil, err
+	}
 	out := make(map[int64]bool, len(flagIDs))
-	if user.IsAdmin() {
+	if u.IsAdmin() {
 		for _, id := range flagIDs {
 			out[id] = true
 		}
 		return out, nil
 	}
-	rows, err := s.db.conn(ctx).Query(ctx, `
-		SELECT f.id,
-			NOT EXISTS (SELECT 1 FROM feature_flag_role_access a WHERE a.feature_flag_id = f.id)
-			OR f.created_by = $2
-			OR EXISTS (SELECT 1 FROM feature_flag_role_access a JOIN roles r ON r.id = a.role_id
-				JOIN role_memberships m ON m.role_id = r.id
-				WHERE a.feature_flag_id = f.id AND r.feature_flags_access_level = $3 AND m.user_id = $2)
-		FROM feature_flags f WHERE f.id = ANY($1)`, flagIDs, user.ID, controlplane.AccessLevelEdit)
+	rows, err := s.db.conn(ctx).Query(ctx, `SELECT f.id, f.created_by, `+flagRoleAccessColumns+`
+		FROM feature_flags f JOIN projects p ON p.id = f.project_id
+		WHERE f.id = ANY($1) AND p.organization_id = $2`, flagIDs, u.OrganizationID, u.ID, controlplane.AccessLevelEdit)
 	if err != nil {
 		return nil, opError("editable flags", err)
 	}
 	defer rows.Close()
 	for rows.Next() {
 		var id int64
-		var ok bool
-		if err := rows.Scan(&id, &ok); err != nil {
+		var creatorID *int64
+		var access controlplane.FlagRoleAccess
+		if err := rows.Scan(&id, &creatorID, &access.Restricted, &access.Editor); err != nil {
 			return nil, opError("editable flags", err)
 		}
-		out[id] = ok
+		out[id] = controlplane.CanEditFlag(u, u.OrganizationID, createdBy(creatorID), access)
 	}
 	return out, rows.Err()
 }

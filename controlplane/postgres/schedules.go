@@ -48,8 +48,13 @@ func scanScheduled(row pgx.Row) (*controlplane.ScheduledChange, error) {
 }
 
 // FindScheduledChanges returns a page of the project's changes, latest scheduled_at first,
-// and how many pass the filter.
+// and how many pass the filter, when the project is of the user's organisation: the count is
+// read from the project's row of the organisation, whose absence is the project out of reach.
 func (s *ScheduleStore) FindScheduledChanges(ctx context.Context, f controlplane.ScheduledChangeFilter) ([]*controlplane.ScheduledChange, int, error) {
+	u, err := controlplane.CurrentUser(ctx)
+	if err != nil {
+		return nil, 0, err
+	}
 	var c conditions
 	c.add("s.project_id = ?", f.ProjectID)
 	if f.ModelName != nil {
@@ -58,8 +63,8 @@ func (s *ScheduleStore) FindScheduledChanges(ctx context.Context, f controlplane
 	if f.RecordID != nil {
 		c.add("s.record_id = ?", *f.RecordID)
 	}
-	var total int
-	if err := s.db.Pool.QueryRow(ctx, `SELECT count(*) FROM scheduled_changes s`+c.where(), c.args...).Scan(&total); err != nil {
+	total, err := countInProject(ctx, s.db.Pool, u, f.ProjectID, `SELECT count(*) FROM scheduled_changes s`+c.where(), c.args...)
+	if err != nil {
 		return nil, 0, opError("count scheduled changes", err)
 	}
 	page, args := c.page(f.Limit, f.Offset)
@@ -74,42 +79,60 @@ func (s *ScheduleStore) FindScheduledChanges(ctx context.Context, f controlplane
 	return list, total, nil
 }
 
-// FindScheduledChangeByID returns one change of the project.
+// FindScheduledChangeByID returns one change of the project, when the project is of the
+// user's organisation.
 func (s *ScheduleStore) FindScheduledChangeByID(ctx context.Context, projectID, id int64) (*controlplane.ScheduledChange, error) {
-	c, err := scanScheduled(s.db.Pool.QueryRow(ctx, scheduledSelect+` WHERE s.project_id = $1 AND s.id = $2`, projectID, id))
+	u, err := controlplane.CurrentUser(ctx)
 	if err != nil {
-		return nil, opError("find scheduled change", notFoundIfNoRows(err))
+		return nil, err
+	}
+	c, err := findScheduledChange(ctx, s.db.Pool, u, projectID, id, false)
+	if err != nil {
+		return nil, opError("find scheduled change", err)
 	}
 	return c, nil
 }
 
-// CreateScheduledChange validates and stores the change and wakes the schedulers.
-func (s *ScheduleStore) CreateScheduledChange(ctx context.Context, actor *controlplane.User, projectID int64,
-	n controlplane.NewScheduledChange) (*controlplane.ScheduledChange, error) {
-	if err := n.Validate(); err != nil {
+// findScheduledChange reads a change of the project scoped by u's organisation, locked for a
+// change when forUpdate: a change being applied holds its row, so the caller waits for that
+// transaction and then reads the change executed.
+func findScheduledChange(ctx context.Context, q querier, u *controlplane.User, projectID, id int64, forUpdate bool) (*controlplane.ScheduledChange, error) {
+	return findInProject(ctx, q, u, scheduledSelect, "s", projectID, id, forUpdate, scanScheduled)
+}
+
+// CreateScheduledChange validates and stores the change and wakes the schedulers, when the
+// user may change the flag (CanEditFlag, decided on the flag's row locked in the transaction).
+func (s *ScheduleStore) CreateScheduledChange(ctx context.Context, projectID int64, n controlplane.NewScheduledChange) (*controlplane.ScheduledChange, error) {
+	u, err := controlplane.CurrentUser(ctx)
+	if err != nil {
 		return nil, err
+	}
+	if err := n.Validate(); err != nil {
+		return nil, refusedInput(ctx, s.db.conn(ctx), u, projectID, err)
 	}
 	flagID := n.FlagID() // Validate checked it; stored canonical ("007" is "7")
 	var created *controlplane.ScheduledChange
-	err := s.db.inTx(ctx, func(tx pgx.Tx) error {
-		var exists bool
-		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM feature_flags WHERE project_id = $1 AND id = $2 AND NOT deleted)`,
-			projectID, flagID).Scan(&exists); err != nil {
-			return err
-		}
-		if !exists {
+	err = s.db.inTx(ctx, func(tx pgx.Tx) error {
+		err := lockEditableFlag(ctx, tx, u, projectID, flagID)
+		if errors.Is(err, controlplane.ErrNotFound) {
 			return controlplane.ErrFlagNotFound
 		}
+		if err != nil {
+			return err
+		}
 		var id int64
-		if err := tx.QueryRow(ctx, `INSERT INTO scheduled_changes (project_id, record_id, model_name, payload, scheduled_at, created_by)
-			VALUES ($1, $2, $3, $4, $5, $6) RETURNING id`,
-			projectID, strconv.FormatInt(flagID, 10), n.ModelName, n.Payload, *n.ScheduledAt, actor.ID).Scan(&id); err != nil {
+		err = tx.QueryRow(ctx, `INSERT INTO scheduled_changes (project_id, record_id, model_name, payload, scheduled_at, created_by)
+			SELECT f.project_id, f.id::text, $3, $4, $5, $6 FROM feature_flags f WHERE f.project_id = $1 AND f.id = $2 AND NOT f.deleted
+			RETURNING id`, projectID, flagID, n.ModelName, n.Payload, *n.ScheduledAt, u.ID).Scan(&id)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return controlplane.ErrFlagNotFound
+		}
+		if err != nil {
 			return err
 		}
 		if err := notifySchedulers(ctx, tx, id); err != nil {
 			return err
 		}
-		var err error
 		created, err = scanScheduled(tx.QueryRow(ctx, scheduledSelect+` WHERE s.id = $1`, id))
 		return err
 	})
@@ -119,25 +142,33 @@ func (s *ScheduleStore) CreateScheduledChange(ctx context.Context, actor *contro
 	return created, nil
 }
 
-// UpdateScheduledChange changes a pending change and wakes the schedulers. A change being
-// applied holds its row: the update waits for that transaction and then finds it executed.
+// UpdateScheduledChange changes a pending change and wakes the schedulers, when the user may
+// change its flag. A change being applied holds its row: the update waits for that
+// transaction and then finds it executed.
 func (s *ScheduleStore) UpdateScheduledChange(ctx context.Context, projectID, id int64, upd controlplane.ScheduledChangeUpdate) (*controlplane.ScheduledChange, error) {
-	if err := upd.Validate(); err != nil {
+	u, err := controlplane.CurrentUser(ctx)
+	if err != nil {
 		return nil, err
 	}
 	var updated *controlplane.ScheduledChange
-	err := s.db.inTx(ctx, func(tx pgx.Tx) error {
-		tag, err := tx.Exec(ctx, `UPDATE scheduled_changes SET payload = COALESCE($3, payload), scheduled_at = COALESCE($4, scheduled_at),
-			next_attempt_at = NULL, failure_count = 0, failure_reason = NULL, updated_at = clock_timestamp()
-			WHERE project_id = $1 AND id = $2 AND executed_at IS NULL`, projectID, id, upd.Payload, upd.ScheduledAt)
+	err = s.db.inTx(ctx, func(tx pgx.Tx) error {
+		c, err := findScheduledChange(ctx, tx, u, projectID, id, true)
 		if err != nil {
 			return err
 		}
-		if tag.RowsAffected() == 0 {
-			if _, err := scanScheduled(tx.QueryRow(ctx, scheduledSelect+` WHERE s.project_id = $1 AND s.id = $2`, projectID, id)); err != nil {
-				return notFoundIfNoRows(err)
-			}
+		if err := lockEditableFlag(ctx, tx, u, projectID, c.FlagID()); err != nil {
+			return err
+		}
+		if err := upd.Validate(); err != nil {
+			return err
+		}
+		if !c.Pending() {
 			return controlplane.ErrScheduledChangeDone
+		}
+		if _, err := tx.Exec(ctx, `UPDATE scheduled_changes SET payload = COALESCE($3, payload), scheduled_at = COALESCE($4, scheduled_at),
+			next_attempt_at = NULL, failure_count = 0, failure_reason = NULL, updated_at = clock_timestamp()
+			WHERE project_id = $1 AND id = $2`, projectID, id, upd.Payload, upd.ScheduledAt); err != nil {
+			return err
 		}
 		if err := notifySchedulers(ctx, tx, id); err != nil {
 			return err
@@ -151,16 +182,24 @@ func (s *ScheduleStore) UpdateScheduledChange(ctx context.Context, projectID, id
 	return updated, nil
 }
 
-// DeleteScheduledChange deletes the change and wakes the schedulers. A change being applied
-// holds its row: the delete waits for that transaction and then deletes the executed record.
+// DeleteScheduledChange deletes the change and wakes the schedulers, when the user may change
+// its flag or the flag is gone. A change being applied holds its row: the delete waits for
+// that transaction and then deletes the executed record.
 func (s *ScheduleStore) DeleteScheduledChange(ctx context.Context, projectID, id int64) error {
-	err := s.db.inTx(ctx, func(tx pgx.Tx) error {
-		tag, err := tx.Exec(ctx, `DELETE FROM scheduled_changes WHERE project_id = $1 AND id = $2`, projectID, id)
+	u, err := controlplane.CurrentUser(ctx)
+	if err != nil {
+		return err
+	}
+	err = s.db.inTx(ctx, func(tx pgx.Tx) error {
+		c, err := findScheduledChange(ctx, tx, u, projectID, id, true)
 		if err != nil {
 			return err
 		}
-		if tag.RowsAffected() == 0 {
-			return controlplane.ErrNotFound
+		if err := lockEditableFlag(ctx, tx, u, projectID, c.FlagID()); err != nil && !errors.Is(err, controlplane.ErrNotFound) {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `DELETE FROM scheduled_changes WHERE project_id = $1 AND id = $2`, projectID, id); err != nil {
+			return err
 		}
 		return notifySchedulers(ctx, tx, id)
 	})

@@ -6,8 +6,8 @@
 // A Scheduler sleeps until the earliest pending change is due. Creating or cancelling a
 // change on any replica notifies every replica (Wake), which then reads what is due next; a
 // replica that was down runs what fell due meanwhile as soon as it starts. A change is
-// applied through the guarded services as the user who scheduled it, so it is subject to
-// that user's access at the time it runs, and the activity log records it as that user's,
+// applied through the flag service as the user who scheduled it, so it is subject to that
+// user's access at the time it runs, and the activity log records it as that user's,
 // triggered by the scheduled change.
 package scheduler
 
@@ -37,7 +37,7 @@ const heldElsewhere = 20 * time.Millisecond
 // Scheduler runs due changes. The zero value is not usable; call New.
 type Scheduler struct {
 	queue controlplane.ScheduledChangeQueue
-	flags controlplane.FlagService // guarded (authz.Wrap): the creator's access applies
+	flags controlplane.FlagService // decides what the change's creator may do, as for any user
 	log   *slog.Logger
 	wake  chan struct{}
 
@@ -45,8 +45,8 @@ type Scheduler struct {
 	lateness prometheus.Histogram
 }
 
-// New returns a Scheduler taking due changes from queue and applying them through flags,
-// which must be the guarded service (authz.Wrap). Its metrics are registered on reg.
+// New returns a Scheduler taking due changes from queue and applying them through flags. Its
+// metrics are registered on reg.
 func New(queue controlplane.ScheduledChangeQueue, flags controlplane.FlagService, log *slog.Logger, reg prometheus.Registerer) *Scheduler {
 	s := &Scheduler{queue: queue, flags: flags, log: log, wake: make(chan struct{}, 1),
 		runs: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "flagedge_controlplane_scheduled_changes_total",
@@ -135,8 +135,8 @@ func (s *Scheduler) record(c *controlplane.ScheduledChange, err error) {
 var errCreatorGone = &controlplane.Error{Kind: controlplane.Forbidden, Code: "permission_denied",
 	Detail: "The user who scheduled this change is no longer a member of the organisation."}
 
-// apply makes the change as its creator, through the guarded flag service: a creator who
-// lost access to the flag gets a permission error, which fails the change.
+// apply makes the change as its creator, through the flag service: a creator who lost access
+// to the flag gets a permission error, which fails the change.
 func (s *Scheduler) apply(ctx context.Context, c *controlplane.ScheduledChange) error {
 	if c.CreatedBy == nil {
 		return errCreatorGone
@@ -163,6 +163,6 @@ func (s *Scheduler) apply(ctx context.Context, c *controlplane.ScheduledChange) 
 	if err != nil {
 		return fmt.Errorf("scheduled change %d: %w", c.ID, err)
 	}
-	_, err = s.flags.UpdateFlag(ctx, c.CreatedBy, c.ProjectID, flag.ID, upd)
+	_, err = s.flags.UpdateFlag(ctx, c.ProjectID, flag.ID, upd)
 	return err
 }

@@ -63,16 +63,16 @@ func newEnv(t *testing.T) *env {
 
 func (e *env) flag(t *testing.T, key string, active bool) *controlplane.Flag {
 	t.Helper()
-	f, err := e.svc.Flags.CreateFlag(e.adminCtx, e.admin, e.projectID, controlplane.FlagUpdate{Key: &key, Active: &active})
+	f, err := e.svc.Flags.CreateFlag(e.adminCtx, e.projectID, controlplane.FlagUpdate{Key: &key, Active: &active})
 	if err != nil {
 		t.Fatal(err)
 	}
 	return f
 }
 
-func (e *env) schedule(t *testing.T, ctx context.Context, actor *controlplane.User, flagID int64, payload string, at time.Time) *controlplane.ScheduledChange {
+func (e *env) schedule(t *testing.T, ctx context.Context, flagID int64, payload string, at time.Time) *controlplane.ScheduledChange {
 	t.Helper()
-	c, err := e.svc.Schedules.CreateScheduledChange(ctx, actor, e.projectID, controlplane.NewScheduledChange{
+	c, err := e.svc.Schedules.CreateScheduledChange(ctx, e.projectID, controlplane.NewScheduledChange{
 		RecordID: strconv.FormatInt(flagID, 10), ModelName: "FeatureFlag", Payload: json.RawMessage(payload), ScheduledAt: &at})
 	if err != nil {
 		t.Fatal(err)
@@ -122,7 +122,7 @@ func TestTwoSchedulersRunEachChangeOnce(t *testing.T) {
 	for i := range n {
 		f := e.flag(t, "f"+strconv.Itoa(i), false)
 		flags = append(flags, f)
-		changes = append(changes, e.schedule(t, e.mCtx, e.member, f.ID, `{"operation":"update_status","value":true}`, due))
+		changes = append(changes, e.schedule(t, e.mCtx, f.ID, `{"operation":"update_status","value":true}`, due))
 	}
 	a.Wake()
 	b.Wake()
@@ -165,19 +165,19 @@ func TestOperations(t *testing.T) {
 	f := e.flag(t, "ops", true)
 	s := schedulertest.Start(t, e.db)
 	now := time.Now()
-	cond := e.schedule(t, e.adminCtx, e.admin, f.ID,
+	cond := e.schedule(t, e.adminCtx, f.ID,
 		`{"operation":"add_release_condition","value":{"groups":[{"properties":[{"key":"email","value":"@x.com","operator":"icontains","type":"person"}],"rollout_percentage":30}]}}`, now)
 	s.Wake() // as the NOTIFY of a creation does
 	if c := e.waitDone(t, cond.ID, 5*time.Second); c.Failed() {
 		t.Fatal(c.FailureReason)
 	}
-	variants := e.schedule(t, e.adminCtx, e.admin, f.ID,
+	variants := e.schedule(t, e.adminCtx, f.ID,
 		`{"operation":"update_variants","value":{"variants":[{"key":"a","rollout_percentage":60},{"key":"b","rollout_percentage":40}],"payloads":{"a":"{\"x\":1}"}}}`, now)
 	s.Wake()
 	if c := e.waitDone(t, variants.ID, 5*time.Second); c.Failed() {
 		t.Fatal(c.FailureReason)
 	}
-	off := e.schedule(t, e.adminCtx, e.admin, f.ID, `{"operation":"update_status","value":false}`, now)
+	off := e.schedule(t, e.adminCtx, f.ID, `{"operation":"update_status","value":false}`, now)
 	s.Wake()
 	e.waitDone(t, off.ID, 5*time.Second)
 	got, err := e.svc.Flags.FindFlagByID(e.adminCtx, e.projectID, f.ID)
@@ -210,20 +210,20 @@ func TestPermanentFailures(t *testing.T) {
 	e := newEnv(t)
 	now := time.Now().Add(time.Hour) // due only when the scheduler starts
 	gone := e.flag(t, "gone", false)
-	goneChange := e.schedule(t, e.adminCtx, e.admin, gone.ID, `{"operation":"update_status","value":true}`, now)
+	goneChange := e.schedule(t, e.adminCtx, gone.ID, `{"operation":"update_status","value":true}`, now)
 	deleted := true
-	if _, err := e.svc.Flags.UpdateFlag(e.adminCtx, e.admin, e.projectID, gone.ID, controlplane.FlagUpdate{Deleted: &deleted}); err != nil {
+	if _, err := e.svc.Flags.UpdateFlag(e.adminCtx, e.projectID, gone.ID, controlplane.FlagUpdate{Deleted: &deleted}); err != nil {
 		t.Fatal(err)
 	}
 
 	misfit := e.flag(t, "misfit", true)
-	misfitChange := e.schedule(t, e.adminCtx, e.admin, misfit.ID,
+	misfitChange := e.schedule(t, e.adminCtx, misfit.ID,
 		`{"operation":"add_release_condition","value":{"groups":[{"properties":[],"rollout_percentage":30,"variant":"nope"}]}}`, now)
 
 	locked := e.flag(t, "locked", false)
-	lockedChange := e.schedule(t, e.mCtx, e.member, locked.ID, `{"operation":"update_status","value":true}`, now)
+	lockedChange := e.schedule(t, e.mCtx, locked.ID, `{"operation":"update_status","value":true}`, now)
 	name := "editors"
-	role, err := e.svc.Roles.CreateRole(e.adminCtx, e.admin, controlplane.RoleUpdate{Name: &name})
+	role, err := e.svc.Roles.CreateRole(e.adminCtx, controlplane.RoleUpdate{Name: &name})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -236,7 +236,7 @@ func TestPermanentFailures(t *testing.T) {
 		t.Fatal(err)
 	}
 	left := e.flag(t, "left", false)
-	leftChange := e.schedule(t, controlplane.NewContextWithUser(context.Background(), leaver), leaver, left.ID,
+	leftChange := e.schedule(t, controlplane.NewContextWithUser(context.Background(), leaver), left.ID,
 		`{"operation":"update_status","value":true}`, now)
 	if err := e.svc.Users.RemoveMember(e.adminCtx, e.admin, leaver.UUID); err != nil {
 		t.Fatal(err)
@@ -285,12 +285,12 @@ func TestTransientFailureIsRetried(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	f := e.flag(t, "flaky", false)
-	c := e.schedule(t, e.adminCtx, e.admin, f.ID, `{"operation":"update_status","value":true}`, time.Now().Add(-time.Second))
+	c := e.schedule(t, e.adminCtx, f.ID, `{"operation":"update_status","value":true}`, time.Now().Add(-time.Second))
 	boom := errors.New("connection reset")
 	for attempt := 1; attempt <= controlplane.MaxScheduledFailures; attempt++ {
 		got, err := e.store.RunDue(context.Background(), func(ctx context.Context, _ *controlplane.ScheduledChange) error {
 			active := true
-			if _, err := e.svc.Flags.UpdateFlag(controlplane.NewContextWithUser(ctx, e.admin), e.admin, e.projectID, f.ID,
+			if _, err := e.svc.Flags.UpdateFlag(controlplane.NewContextWithUser(ctx, e.admin), e.projectID, f.ID,
 				controlplane.FlagUpdate{Active: &active}); err != nil {
 				t.Fatal(err)
 			}
@@ -324,7 +324,7 @@ func TestCancelledChangeNeverRuns(t *testing.T) {
 	e := newEnv(t)
 	f := e.flag(t, "cancel", false)
 	s := schedulertest.Start(t, e.db)
-	c := e.schedule(t, e.adminCtx, e.admin, f.ID, `{"operation":"update_status","value":true}`, time.Now().Add(300*time.Millisecond))
+	c := e.schedule(t, e.adminCtx, f.ID, `{"operation":"update_status","value":true}`, time.Now().Add(300*time.Millisecond))
 	s.Wake()
 	if err := e.svc.Schedules.DeleteScheduledChange(e.mCtx, e.projectID, c.ID); err != nil {
 		t.Fatal(err)
@@ -363,7 +363,7 @@ func TestSchedulerNeedsOneConnection(t *testing.T) {
 	}
 	t.Cleanup(one.Close)
 	f := e.flag(t, "single", false)
-	c := e.schedule(t, e.mCtx, e.member, f.ID, `{"operation":"update_status","value":true}`, time.Now())
+	c := e.schedule(t, e.mCtx, f.ID, `{"operation":"update_status","value":true}`, time.Now())
 	schedulertest.Start(t, one)
 	if got := e.waitDone(t, c.ID, 5*time.Second); got.Failed() {
 		t.Fatal(got.FailureReason)

@@ -402,7 +402,7 @@ func TestDeflatedSnapshots(t *testing.T) {
 	for i := range 10 {
 		key := fmt.Sprintf("flag-%d", i)
 		filters := json.RawMessage(`{"groups": [{"properties": [{"key": "email", "type": "person", "value": ["a@example.com", "b@example.com"], "operator": "exact"}], "rollout_percentage": 50}]}`)
-		if _, err := postgres.NewFlagService(e.db).CreateFlag(ctx, actor, e.project, controlplane.FlagUpdate{Key: &key, Filters: filters}); err != nil {
+		if _, err := postgres.NewFlagService(e.db).CreateFlag(controlplane.NewContextWithUser(ctx, actor), e.project, controlplane.FlagUpdate{Key: &key, Filters: filters}); err != nil {
 			t.Fatal(err)
 		}
 	}

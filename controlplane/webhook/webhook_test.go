@@ -165,7 +165,7 @@ func (f *fixture) hook(url string, events ...string) *controlplane.Webhook {
 }
 
 func (f *fixture) flag(key string) *controlplane.Flag {
-	fl, err := f.s.Flags.CreateFlag(context.Background(), f.admin, f.project.ID, controlplane.FlagUpdate{Key: &key})
+	fl, err := f.s.Flags.CreateFlag(controlplane.NewContextWithUser(context.Background(), f.admin), f.project.ID, controlplane.FlagUpdate{Key: &key})
 	if err != nil {
 		f.t.Fatal(err)
 	}
@@ -295,10 +295,10 @@ func TestDeliveryIsSignedAndCarriesTheFlagAsTheAPIShowsIt(t *testing.T) {
 
 	// An update, a deletion: one delivery each, in the log with the first.
 	name, deleted := "Checkout", true
-	if _, err := f.s.Flags.UpdateFlag(context.Background(), f.admin, f.project.ID, fl.ID, controlplane.FlagUpdate{Name: &name}); err != nil {
+	if _, err := f.s.Flags.UpdateFlag(controlplane.NewContextWithUser(context.Background(), f.admin), f.project.ID, fl.ID, controlplane.FlagUpdate{Name: &name}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := f.s.Flags.UpdateFlag(context.Background(), f.admin, f.project.ID, fl.ID, controlplane.FlagUpdate{Deleted: &deleted}); err != nil {
+	if _, err := f.s.Flags.UpdateFlag(controlplane.NewContextWithUser(context.Background(), f.admin), f.project.ID, fl.ID, controlplane.FlagUpdate{Deleted: &deleted}); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, "three deliveries", func() bool { return len(rc.received()) == 3 })
@@ -567,13 +567,13 @@ func TestScheduledChangeEvents(t *testing.T) {
 	ok, gone := f.flag("scheduled-ok"), f.flag("scheduled-gone")
 	now := time.Now()
 	for _, fl := range []*controlplane.Flag{ok, gone} {
-		if _, err := store.CreateScheduledChange(ctx, f.admin, f.project.ID, controlplane.NewScheduledChange{RecordID: fmt.Sprint(fl.ID),
+		if _, err := store.CreateScheduledChange(controlplane.NewContextWithUser(ctx, f.admin), f.project.ID, controlplane.NewScheduledChange{RecordID: fmt.Sprint(fl.ID),
 			ModelName: "FeatureFlag", Payload: json.RawMessage(`{"operation": "update_status", "value": false}`), ScheduledAt: &now}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	deleted := true
-	if _, err := f.s.Flags.UpdateFlag(ctx, f.admin, f.project.ID, gone.ID, controlplane.FlagUpdate{Deleted: &deleted}); err != nil {
+	if _, err := f.s.Flags.UpdateFlag(controlplane.NewContextWithUser(ctx, f.admin), f.project.ID, gone.ID, controlplane.FlagUpdate{Deleted: &deleted}); err != nil {
 		t.Fatal(err)
 	}
 	s.Wake()

@@ -1,0 +1,153 @@
+package console_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"golang.org/x/crypto/bcrypt"
+
+	"github.com/flagedge/flagedge/controlplane"
+	"github.com/flagedge/flagedge/controlplane/postgres"
+	"github.com/flagedge/flagedge/internal/pgtest"
+)
+
+// statementCounter is a pgx tracer that records the SQL statements the pool runs, BEGIN and
+// COMMIT included, as PostgreSQL's log_statement = 'all' would log them.
+type statementCounter struct {
+	mu         sync.Mutex
+	statements []string
+}
+
+func (c *statementCounter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, data pgx.TraceQueryStartData) context.Context {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.statements = append(c.statements, strings.Join(strings.Fields(data.SQL), " "))
+	return ctx
+}
+
+func (c *statementCounter) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+// during returns the statements run while fn runs.
+func (c *statementCounter) during(fn func()) []string {
+	c.mu.Lock()
+	c.statements = nil
+	c.mu.Unlock()
+	fn()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.statements
+}
+
+// TestFlagStatements bounds the SQL statements of the flag requests people make most, on a
+// flag with two conditions, made by its creator: the organisation's admin, and a member for
+// whom the flag's role access is read with the flag. Each reads and changes the flag with
+// the API (personal key) and the console (session).
+func TestFlagStatements(t *testing.T) {
+	t.Parallel()
+	counter := &statementCounter{}
+	cfg, err := pgxpool.ParseConfig(pgtest.NewDatabase(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.ConnConfig.Tracer = counter
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := newSiteOn(t, &postgres.DB{Pool: pool, Now: time.Now})
+	ctx := context.Background()
+	if _, err := postgres.CreateUser(ctx, s.db, "admin@example.com", "member@example.com", "", false); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := postgres.NewUserService(s.db, bcrypt.MinCost).SetPassword(ctx, "member@example.com", "member password"); err != nil {
+		t.Fatal(err)
+	}
+	admin, err := postgres.NewUserService(s.db, bcrypt.MinCost).CheckPassword(ctx, "admin@example.com", s.password)
+	if err != nil {
+		t.Fatal(err)
+	}
+	memberKey, err := postgres.NewAuthService(s.db).CreatePersonalKey(ctx, "member@example.com", "test", []string{"*"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		user, password, key string
+		// getAPI is one more for a member: whether they may change the flag is asked apart.
+		getAPI, getPage int
+	}{
+		{"admin@example.com", s.password, s.adminKey, 4, 23},
+		{"member@example.com", "member password", memberKey.Secret, 5, 24},
+	} {
+		t.Run(tc.user, func(t *testing.T) {
+			b := s.browser()
+			tok := b.login(tc.user, tc.password)
+			flags := fmt.Sprintf("/project/%d/feature_flags", s.project)
+			form := func(rollout string) url.Values {
+				return url.Values{"csrf_token": {tok}, "key": {"checkout-" + strings.Split(tc.user, "@")[0]}, "active": {"on"},
+					"cond_count": {"2"}, "c0_props": {"1"}, "c0_p0_type": {"person"}, "c0_p0_key": {"email"}, "c0_p0_op": {"icontains"},
+					"c0_p0_value": {"@example.com"}, "c0_rollout": {rollout}, "c1_props": {"0"}, "c1_rollout": {"10"}, "var_count": {"0"},
+					"action": {"save"}}
+			}
+			p := b.post(flags+"/new", form("50"))
+			if p.status != http.StatusSeeOther {
+				t.Fatalf("create: %d %.500s", p.status, p.body)
+			}
+			flagPath, _, _ := strings.Cut(p.location, "?")
+			id := flagPath[strings.LastIndex(flagPath, "/")+1:]
+			apiPath := fmt.Sprintf("/api/projects/%d/feature_flags/%s", s.project, id)
+			api := func(method, key, body string) int {
+				req, _ := http.NewRequest(method, s.srv.URL+apiPath, strings.NewReader(body))
+				req.Header.Set("Authorization", "Bearer "+key)
+				req.Header.Set("Content-Type", "application/json")
+				resp, err := http.DefaultClient.Do(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				resp.Body.Close()
+				return resp.StatusCode
+			}
+			// Role access makes the flag one only its creator, admins and the role may change.
+			roles := postgres.NewRoleService(s.db)
+			asAdmin := controlplane.NewContextWithUser(ctx, admin)
+			role, err := roles.CreateRole(asAdmin, controlplaneRole("Owners of "+id))
+			if err != nil {
+				t.Fatal(err)
+			}
+			flagID, _ := strconv.ParseInt(id, 10, 64)
+			if _, err := roles.CreateRoleAccess(asAdmin, s.project, flagID, role.ID); err != nil {
+				t.Fatal(err)
+			}
+			rollout := `{"filters": {"groups": [{"properties": [{"key": "email", "type": "person", "operator": "icontains",
+				"value": "@example.com"}], "rollout_percentage": 60}, {"properties": [], "rollout_percentage": 10}]}}`
+			for _, step := range []struct {
+				name string
+				max  int
+				do   func() int
+			}{
+				{"API GET flag", tc.getAPI, func() int { return api("GET", tc.key, "") }},
+				{"API PATCH rollout", 9, func() int { return api("PATCH", tc.key, rollout) }},
+				{"console flag page", tc.getPage, func() int { return b.get(flagPath).status }},
+				{"console flag save", 10, func() int { return b.post(flagPath, form("70")).status }},
+			} {
+				var status int
+				statements := counter.during(func() { status = step.do() })
+				t.Logf("%s: %d statements:\n\t%s", step.name, len(statements), strings.Join(statements, "\n\t"))
+				if status != http.StatusOK && status != http.StatusSeeOther {
+					t.Errorf("%s: status %d", step.name, status)
+				}
+				if len(statements) > step.max {
+					t.Errorf("%s: %d statements, want at most %d", step.name, len(statements), step.max)
+				}
+			}
+		})
+	}
+}
