@@ -214,15 +214,23 @@ func (k *APIKey) Covers(s string) bool {
 	return k.HasScope(Scope(s))
 }
 
-// KeyService manages a user's personal API keys. Every change that alters which keys reach
-// a project bumps that project's snapshot, so edges learn of revocations like of flag changes.
+// KeyService manages the personal API keys of the user the context acts as (CurrentUser):
+// keys are their owner's alone (CanManageKey), admins included, and another user's key is not
+// found, so that key ids cannot be probed. Every method is NotAuthenticated without a user.
+// Every change that alters which keys reach a project bumps that project's snapshot, so edges
+// learn of revocations like of flag changes. What a calling key may grant (KeyUpdate.Validate
+// with the caller) is the API's check, where the key is.
 type KeyService interface {
-	FindKeys(ctx context.Context, userID int64) ([]*PersonalKey, error)
-	FindKeyByID(ctx context.Context, userID, id int64) (*PersonalKey, error)
+	// FindKeys returns the user's keys, newest first.
+	FindKeys(ctx context.Context) ([]*PersonalKey, error)
+	// FindKeyByID returns one of the user's keys.
+	FindKeyByID(ctx context.Context, id int64) (*PersonalKey, error)
 	// CreateKey issues a key for the user and returns it with its secret, shown once.
-	CreateKey(ctx context.Context, user *User, upd KeyUpdate) (*PersonalKey, string, error)
-	UpdateKey(ctx context.Context, user *User, id int64, upd KeyUpdate) (*PersonalKey, error)
-	DeleteKey(ctx context.Context, userID, id int64) error
+	CreateKey(ctx context.Context, upd KeyUpdate) (*PersonalKey, string, error)
+	// UpdateKey changes one of the user's keys.
+	UpdateKey(ctx context.Context, id int64, upd KeyUpdate) (*PersonalKey, error)
+	// DeleteKey revokes one of the user's keys.
+	DeleteKey(ctx context.Context, id int64) error
 }
 
 // Scopes of the user, key and member endpoints.

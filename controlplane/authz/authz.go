@@ -10,7 +10,6 @@
 //   - only organisation admins change roles, role memberships and members;
 //   - a flag with role access is changed (and its role access granted or withdrawn) only by
 //     an admin, its creator, or a member of a role with edit access (RoleService.EditableFlags);
-//   - a user manages only their own personal API keys;
 //   - only organisation admins read and change a project's webhooks.
 //
 // What a personal API key adds (its scopes, the projects it is limited to) is the API's
@@ -29,7 +28,7 @@ import (
 // stores (controlplane/postgres), which check nothing themselves.
 func Wrap(s controlplane.Services) controlplane.Services {
 	g := &guard{s: s}
-	out := s // the services that establish the user pass through: Auth, Sessions
+	out := s // pass through: the services that establish the user (Auth, Sessions) and those whose stores check (Keys)
 	out.Projects = projects{g}
 	out.Flags = flags{g}
 	out.Activity = activity{g}
@@ -40,7 +39,6 @@ func Wrap(s controlplane.Services) controlplane.Services {
 	out.Features = features{g}
 	out.Dashboards = dashboards{g}
 	out.Users = users{g}
-	out.Keys = keys{g}
 	out.Schedules = schedules{g}
 	out.Webhooks = webhooks{g}
 	return out

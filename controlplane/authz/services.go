@@ -18,7 +18,6 @@ var (
 	_ controlplane.EarlyAccessFeatureService = features{}
 	_ controlplane.DashboardService          = dashboards{}
 	_ controlplane.UserService               = users{}
-	_ controlplane.KeyService                = keys{}
 )
 
 // actorIn checks that actor is the user ctx acts as and that it reaches the project.
@@ -444,52 +443,6 @@ func (w users) SetPasswordWithToken(ctx context.Context, token, password string)
 
 func (w users) CheckPassword(ctx context.Context, email, password string) (*controlplane.User, error) {
 	return w.g.s.Users.CheckPassword(ctx, email, password)
-}
-
-// keys lets a user manage only their own personal API keys.
-type keys struct{ g *guard }
-
-func (w keys) self(ctx context.Context, userID int64) error {
-	u, err := w.g.user(ctx)
-	if err == nil && u.ID != userID {
-		err = controlplane.ErrPermissionDenied
-	}
-	return err
-}
-
-func (w keys) FindKeys(ctx context.Context, userID int64) ([]*controlplane.PersonalKey, error) {
-	if err := w.self(ctx, userID); err != nil {
-		return nil, err
-	}
-	return w.g.s.Keys.FindKeys(ctx, userID)
-}
-
-func (w keys) FindKeyByID(ctx context.Context, userID, id int64) (*controlplane.PersonalKey, error) {
-	if err := w.self(ctx, userID); err != nil {
-		return nil, err
-	}
-	return w.g.s.Keys.FindKeyByID(ctx, userID, id)
-}
-
-func (w keys) CreateKey(ctx context.Context, user *controlplane.User, upd controlplane.KeyUpdate) (*controlplane.PersonalKey, string, error) {
-	if err := w.g.sameUser(ctx, user); err != nil {
-		return nil, "", err
-	}
-	return w.g.s.Keys.CreateKey(ctx, user, upd)
-}
-
-func (w keys) UpdateKey(ctx context.Context, user *controlplane.User, id int64, upd controlplane.KeyUpdate) (*controlplane.PersonalKey, error) {
-	if err := w.g.sameUser(ctx, user); err != nil {
-		return nil, err
-	}
-	return w.g.s.Keys.UpdateKey(ctx, user, id, upd)
-}
-
-func (w keys) DeleteKey(ctx context.Context, userID, id int64) error {
-	if err := w.self(ctx, userID); err != nil {
-		return err
-	}
-	return w.g.s.Keys.DeleteKey(ctx, userID, id)
 }
 
 // webhooks guards a project's webhooks: only an admin of the project's organisation reads or
