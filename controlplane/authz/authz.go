@@ -7,7 +7,7 @@
 //   - a user reaches only their own organisation: its projects and everything in them, its
 //     roles, members and annotations; another organisation's project is a 403, whether it
 //     exists or not;
-//   - only organisation admins change roles, role memberships and members;
+//   - only organisation admins change roles and role memberships;
 //   - a flag with role access is changed (and its role access granted or withdrawn) only by
 //     an admin, its creator, or a member of a role with edit access (RoleService.EditableFlags);
 //   - only organisation admins read and change a project's webhooks.
@@ -28,7 +28,7 @@ import (
 // stores (controlplane/postgres), which check nothing themselves.
 func Wrap(s controlplane.Services) controlplane.Services {
 	g := &guard{s: s}
-	out := s // pass through: the services that establish the user (Auth, Sessions) and those whose stores check (Keys)
+	out := s // pass through: the services that establish the user (Auth, Sessions) and those whose stores check (Users, Keys)
 	out.Projects = projects{g}
 	out.Flags = flags{g}
 	out.Activity = activity{g}
@@ -38,7 +38,6 @@ func Wrap(s controlplane.Services) controlplane.Services {
 	out.Cohorts = cohorts{g}
 	out.Features = features{g}
 	out.Dashboards = dashboards{g}
-	out.Users = users{g}
 	out.Schedules = schedules{g}
 	out.Webhooks = webhooks{g}
 	return out
@@ -53,15 +52,6 @@ func (g *guard) user(ctx context.Context) (*controlplane.User, error) {
 		return u, nil
 	}
 	return nil, controlplane.ErrNotAuthenticated
-}
-
-// admin is the user ctx acts as, when an admin of its organisation.
-func (g *guard) admin(ctx context.Context) (*controlplane.User, error) {
-	u, err := g.user(ctx)
-	if err == nil && !u.IsAdmin() {
-		err = controlplane.ErrPermissionDenied
-	}
-	return u, err
 }
 
 // org checks that orgID is the organisation of the user ctx acts as.

@@ -17,7 +17,6 @@ var (
 	_ controlplane.CohortService             = cohorts{}
 	_ controlplane.EarlyAccessFeatureService = features{}
 	_ controlplane.DashboardService          = dashboards{}
-	_ controlplane.UserService               = users{}
 )
 
 // actorIn checks that actor is the user ctx acts as and that it reaches the project.
@@ -381,68 +380,6 @@ func (w dashboards) EnsureUsageDashboard(ctx context.Context, actor *controlplan
 		return nil, err
 	}
 	return w.g.s.Dashboards.EnsureUsageDashboard(ctx, actor, projectID, flagID)
-}
-
-// users guards the organisation's membership; the log-in calls (passwords) pass through:
-// they establish who the user is.
-type users struct{ g *guard }
-
-func (w users) FindUserByID(ctx context.Context, id int64) (*controlplane.User, error) {
-	u, err := w.g.user(ctx)
-	if err != nil {
-		return nil, err
-	}
-	found, err := w.g.s.Users.FindUserByID(ctx, id)
-	if err == nil && found.OrganizationID != u.OrganizationID {
-		return nil, controlplane.ErrNotFound
-	}
-	return found, err
-}
-
-func (w users) FindOrganization(ctx context.Context, id int64) (*controlplane.Organization, error) {
-	if _, err := w.g.org(ctx, id); err != nil {
-		return nil, err
-	}
-	return w.g.s.Users.FindOrganization(ctx, id)
-}
-
-func (w users) FindMembers(ctx context.Context, orgID int64, limit, offset int) ([]*controlplane.Member, int, error) {
-	if _, err := w.g.org(ctx, orgID); err != nil {
-		return nil, 0, err
-	}
-	return w.g.s.Users.FindMembers(ctx, orgID, limit, offset)
-}
-
-func (w users) InviteMember(ctx context.Context, actor *controlplane.User, req controlplane.InviteRequest) (*controlplane.Invite, error) {
-	if err := w.g.sameUser(ctx, actor); err != nil {
-		return nil, err
-	}
-	if _, err := w.g.admin(ctx); err != nil {
-		return nil, err
-	}
-	return w.g.s.Users.InviteMember(ctx, actor, req)
-}
-
-func (w users) RemoveMember(ctx context.Context, actor *controlplane.User, userUUID string) error {
-	if err := w.g.sameUser(ctx, actor); err != nil {
-		return err
-	}
-	if _, err := w.g.admin(ctx); err != nil {
-		return err
-	}
-	return w.g.s.Users.RemoveMember(ctx, actor, userUUID)
-}
-
-func (w users) SetPassword(ctx context.Context, email, password string) (*controlplane.User, error) {
-	return w.g.s.Users.SetPassword(ctx, email, password)
-}
-
-func (w users) SetPasswordWithToken(ctx context.Context, token, password string) (*controlplane.User, error) {
-	return w.g.s.Users.SetPasswordWithToken(ctx, token, password)
-}
-
-func (w users) CheckPassword(ctx context.Context, email, password string) (*controlplane.User, error) {
-	return w.g.s.Users.CheckPassword(ctx, email, password)
 }
 
 // webhooks guards a project's webhooks: only an admin of the project's organisation reads or

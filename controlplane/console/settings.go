@@ -123,7 +123,7 @@ func (c *Console) handleInvite(q *request) error {
 	if q.r.PostFormValue("admin") == "on" {
 		req.OrgRole = controlplane.OrgRoleAdmin
 	}
-	inv, err := q.c.cfg.Users.InviteMember(q.ctx, q.user(), req)
+	inv, err := q.c.cfg.Users.InviteMember(q.ctx, req)
 	if err != nil {
 		e := userError(err)
 		if e == nil {
@@ -137,7 +137,7 @@ func (c *Console) handleInvite(q *request) error {
 }
 
 func (c *Console) handleRemoveMember(q *request) error {
-	if err := q.c.cfg.Users.RemoveMember(q.ctx, q.user(), q.r.PathValue("uuid")); err != nil {
+	if err := q.c.cfg.Users.RemoveOrganizationMember(q.ctx, q.r.PathValue("uuid")); err != nil {
 		e := userError(err)
 		if e == nil {
 			return err

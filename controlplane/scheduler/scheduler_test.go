@@ -238,7 +238,7 @@ func TestPermanentFailures(t *testing.T) {
 	left := e.flag(t, "left", false)
 	leftChange := e.schedule(t, controlplane.NewContextWithUser(context.Background(), leaver), leaver, left.ID,
 		`{"operation":"update_status","value":true}`, now)
-	if err := e.svc.Users.RemoveMember(e.adminCtx, e.admin, leaver.UUID); err != nil {
+	if err := e.svc.Users.RemoveOrganizationMember(e.adminCtx, leaver.UUID); err != nil {
 		t.Fatal(err)
 	}
 
