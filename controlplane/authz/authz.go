@@ -10,7 +10,6 @@
 //   - only organisation admins change roles and role memberships;
 //   - a flag with role access is changed (and its role access granted or withdrawn) only by
 //     an admin, its creator, or a member of a role with edit access (RoleService.EditableFlags);
-//   - only organisation admins read and change a project's webhooks.
 //
 // What a personal API key adds (its scopes, the projects it is limited to) is the API's
 // business (controlplane/httpapi): the key narrows what its user may do, never widens it.
@@ -28,18 +27,13 @@ import (
 // stores (controlplane/postgres), which check nothing themselves.
 func Wrap(s controlplane.Services) controlplane.Services {
 	g := &guard{s: s}
-	out := s // pass through: the services that establish the user (Auth, Sessions) and those whose stores check (Users, Keys)
-	out.Projects = projects{g}
+	out := s // pass through: the services that establish the user (Auth, Sessions) and those whose stores check (Projects, Analytics, Annotations, EarlyAccess, Users, Keys, Webhooks)
 	out.Flags = flags{g}
 	out.Activity = activity{g}
-	out.Events = events{g}
-	out.Annotations = annotations{g}
 	out.Roles = roles{g}
 	out.Cohorts = cohorts{g}
-	out.Features = features{g}
 	out.Dashboards = dashboards{g}
 	out.Schedules = schedules{g}
-	out.Webhooks = webhooks{g}
 	return out
 }
 

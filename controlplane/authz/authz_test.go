@@ -90,7 +90,7 @@ func TestActingAsAUser(t *testing.T) {
 			return err
 		}(), controlplane.Forbidden},
 		{"a webhook created by a member", func() error {
-			_, err := s.Webhooks.CreateWebhook(as(ctx, viewer), viewer, boot.ProjectID, hook)
+			_, err := s.Webhooks.CreateWebhook(as(ctx, viewer), boot.ProjectID, hook)
 			return err
 		}(), controlplane.Forbidden},
 		{"webhooks listed by a member", func() error {
@@ -98,7 +98,7 @@ func TestActingAsAUser(t *testing.T) {
 			return err
 		}(), controlplane.Forbidden},
 		{"a webhook on a project of another organisation", func() error {
-			_, err := s.Webhooks.CreateWebhook(as(ctx, admin), admin, other.ProjectID, hook)
+			_, err := s.Webhooks.CreateWebhook(as(ctx, admin), other.ProjectID, hook)
 			return err
 		}(), controlplane.Forbidden},
 	} {
@@ -106,7 +106,7 @@ func TestActingAsAUser(t *testing.T) {
 			t.Errorf("%s: got %v, want kind %d", tc.name, tc.err, tc.want)
 		}
 	}
-	if _, err := s.Webhooks.CreateWebhook(as(ctx, admin), admin, boot.ProjectID, hook); err != nil {
+	if _, err := s.Webhooks.CreateWebhook(as(ctx, admin), boot.ProjectID, hook); err != nil {
 		t.Errorf("an admin may create a webhook: %v", err)
 	}
 	for _, u := range []*controlplane.User{creator, admin} {

@@ -8,15 +8,11 @@ import (
 
 // Compile-time checks that every wrapper implements the service it guards.
 var (
-	_ controlplane.ProjectService            = projects{}
-	_ controlplane.FlagService               = flags{}
-	_ controlplane.ActivityService           = activity{}
-	_ controlplane.EventReader               = events{}
-	_ controlplane.AnnotationService         = annotations{}
-	_ controlplane.RoleService               = roles{}
-	_ controlplane.CohortService             = cohorts{}
-	_ controlplane.EarlyAccessFeatureService = features{}
-	_ controlplane.DashboardService          = dashboards{}
+	_ controlplane.FlagService      = flags{}
+	_ controlplane.ActivityService  = activity{}
+	_ controlplane.RoleService      = roles{}
+	_ controlplane.CohortService    = cohorts{}
+	_ controlplane.DashboardService = dashboards{}
 )
 
 // actorIn checks that actor is the user ctx acts as and that it reaches the project.
@@ -32,40 +28,6 @@ func (g *guard) actorIn(ctx context.Context, actor *controlplane.User, projectID
 func (g *guard) in(ctx context.Context, projectID int64) error {
 	_, _, err := g.project(ctx, projectID)
 	return err
-}
-
-type projects struct{ g *guard }
-
-func (w projects) FindProjectByID(ctx context.Context, id int64) (*controlplane.Project, error) {
-	_, p, err := w.g.project(ctx, id)
-	return p, err
-}
-
-// FindProjectByToken passes through: the public token admits whoever holds it (the SDK
-// definitions), and what a user may then see of the project is the caller's check.
-func (w projects) FindProjectByToken(ctx context.Context, token string) (*controlplane.Project, error) {
-	return w.g.s.Projects.FindProjectByToken(ctx, token)
-}
-
-func (w projects) FindProjects(ctx context.Context, f controlplane.ProjectFilter) ([]*controlplane.Project, int, error) {
-	if _, err := w.g.org(ctx, f.OrganizationID); err != nil {
-		return nil, 0, err
-	}
-	return w.g.s.Projects.FindProjects(ctx, f)
-}
-
-func (w projects) CreateProject(ctx context.Context, orgID int64, name string) (*controlplane.Project, error) {
-	if _, err := w.g.org(ctx, orgID); err != nil {
-		return nil, err
-	}
-	return w.g.s.Projects.CreateProject(ctx, orgID, name)
-}
-
-func (w projects) UpdateProject(ctx context.Context, id int64, upd controlplane.ProjectUpdate) (*controlplane.Project, error) {
-	if err := w.g.in(ctx, id); err != nil {
-		return nil, err
-	}
-	return w.g.s.Projects.UpdateProject(ctx, id, upd)
 }
 
 type flags struct{ g *guard }
@@ -108,83 +70,6 @@ func (w activity) FindActivity(ctx context.Context, f controlplane.ActivityFilte
 		return nil, 0, err
 	}
 	return w.g.s.Activity.FindActivity(ctx, f)
-}
-
-type events struct{ g *guard }
-
-func (w events) FindEvents(ctx context.Context, f controlplane.EventFilter) ([]*controlplane.Event, int, error) {
-	if err := w.g.in(ctx, f.ProjectID); err != nil {
-		return nil, 0, err
-	}
-	return w.g.s.Events.FindEvents(ctx, f)
-}
-
-func (w events) FindEventByUUID(ctx context.Context, projectID int64, uuid string) (*controlplane.Event, error) {
-	if err := w.g.in(ctx, projectID); err != nil {
-		return nil, err
-	}
-	return w.g.s.Events.FindEventByUUID(ctx, projectID, uuid)
-}
-
-func (w events) FindPersons(ctx context.Context, f controlplane.PersonFilter) ([]*controlplane.Person, int, error) {
-	if err := w.g.in(ctx, f.ProjectID); err != nil {
-		return nil, 0, err
-	}
-	return w.g.s.Events.FindPersons(ctx, f)
-}
-
-func (w events) FindPersonByID(ctx context.Context, projectID, id int64) (*controlplane.Person, error) {
-	if err := w.g.in(ctx, projectID); err != nil {
-		return nil, err
-	}
-	return w.g.s.Events.FindPersonByID(ctx, projectID, id)
-}
-
-func (w events) FindGroups(ctx context.Context, f controlplane.GroupFilter) ([]*controlplane.Group, int, error) {
-	if err := w.g.in(ctx, f.ProjectID); err != nil {
-		return nil, 0, err
-	}
-	return w.g.s.Events.FindGroups(ctx, f)
-}
-
-type annotations struct{ g *guard }
-
-// inProjectOf checks that the project and organisation named belong together and to the
-// user ctx acts as (organisation-wide annotations are seen from every project).
-func (w annotations) inProjectOf(ctx context.Context, projectID, orgID int64) error {
-	_, p, err := w.g.project(ctx, projectID)
-	if err == nil && p.OrganizationID != orgID {
-		err = controlplane.ErrPermissionDenied
-	}
-	return err
-}
-
-func (w annotations) FindAnnotations(ctx context.Context, f controlplane.AnnotationFilter) ([]*controlplane.Annotation, int, error) {
-	if err := w.inProjectOf(ctx, f.ProjectID, f.OrganizationID); err != nil {
-		return nil, 0, err
-	}
-	return w.g.s.Annotations.FindAnnotations(ctx, f)
-}
-
-func (w annotations) FindAnnotationByID(ctx context.Context, projectID, orgID, id int64) (*controlplane.Annotation, error) {
-	if err := w.inProjectOf(ctx, projectID, orgID); err != nil {
-		return nil, err
-	}
-	return w.g.s.Annotations.FindAnnotationByID(ctx, projectID, orgID, id)
-}
-
-func (w annotations) CreateAnnotation(ctx context.Context, actor *controlplane.User, project *controlplane.Project, upd controlplane.AnnotationUpdate) (*controlplane.Annotation, error) {
-	if err := w.g.actorIn(ctx, actor, project.ID); err != nil {
-		return nil, err
-	}
-	return w.g.s.Annotations.CreateAnnotation(ctx, actor, project, upd)
-}
-
-func (w annotations) UpdateAnnotation(ctx context.Context, actor *controlplane.User, project *controlplane.Project, id int64, upd controlplane.AnnotationUpdate) (*controlplane.Annotation, error) {
-	if err := w.g.actorIn(ctx, actor, project.ID); err != nil {
-		return nil, err
-	}
-	return w.g.s.Annotations.UpdateAnnotation(ctx, actor, project, id, upd)
 }
 
 type roles struct{ g *guard }
@@ -333,43 +218,6 @@ func (w cohorts) SetCount(ctx context.Context, projectID, id int64, count int) e
 	return w.g.s.Cohorts.SetCount(ctx, projectID, id, count)
 }
 
-type features struct{ g *guard }
-
-func (w features) FindEarlyAccessFeatures(ctx context.Context, projectID int64, limit, offset int) ([]*controlplane.EarlyAccessFeature, int, error) {
-	if err := w.g.in(ctx, projectID); err != nil {
-		return nil, 0, err
-	}
-	return w.g.s.Features.FindEarlyAccessFeatures(ctx, projectID, limit, offset)
-}
-
-func (w features) FindEarlyAccessFeatureByID(ctx context.Context, projectID int64, id string) (*controlplane.EarlyAccessFeature, error) {
-	if err := w.g.in(ctx, projectID); err != nil {
-		return nil, err
-	}
-	return w.g.s.Features.FindEarlyAccessFeatureByID(ctx, projectID, id)
-}
-
-func (w features) CreateEarlyAccessFeature(ctx context.Context, actor *controlplane.User, projectID int64, upd controlplane.EarlyAccessFeatureUpdate) (*controlplane.EarlyAccessFeature, error) {
-	if err := w.g.actorIn(ctx, actor, projectID); err != nil {
-		return nil, err
-	}
-	return w.g.s.Features.CreateEarlyAccessFeature(ctx, actor, projectID, upd)
-}
-
-func (w features) UpdateEarlyAccessFeature(ctx context.Context, actor *controlplane.User, projectID int64, id string, upd controlplane.EarlyAccessFeatureUpdate) (*controlplane.EarlyAccessFeature, error) {
-	if err := w.g.actorIn(ctx, actor, projectID); err != nil {
-		return nil, err
-	}
-	return w.g.s.Features.UpdateEarlyAccessFeature(ctx, actor, projectID, id, upd)
-}
-
-func (w features) DeleteEarlyAccessFeature(ctx context.Context, actor *controlplane.User, projectID int64, id string) error {
-	if err := w.g.actorIn(ctx, actor, projectID); err != nil {
-		return err
-	}
-	return w.g.s.Features.DeleteEarlyAccessFeature(ctx, actor, projectID, id)
-}
-
 type dashboards struct{ g *guard }
 
 func (w dashboards) EnsureUsageDashboard(ctx context.Context, actor *controlplane.User, projectID, flagID int64) (*controlplane.Flag, error) {
@@ -380,66 +228,6 @@ func (w dashboards) EnsureUsageDashboard(ctx context.Context, actor *controlplan
 		return nil, err
 	}
 	return w.g.s.Dashboards.EnsureUsageDashboard(ctx, actor, projectID, flagID)
-}
-
-// webhooks guards a project's webhooks: only an admin of the project's organisation reads or
-// changes them, since a hook sends the project's changes (and who made them) to any address.
-type webhooks struct{ g *guard }
-
-var _ controlplane.WebhookService = webhooks{}
-
-// admin checks that the user ctx acts as reaches the project and administers its organisation.
-func (w webhooks) admin(ctx context.Context, projectID int64) error {
-	u, _, err := w.g.project(ctx, projectID)
-	if err == nil && !u.IsAdmin() {
-		err = controlplane.ErrPermissionDenied
-	}
-	return err
-}
-
-func (w webhooks) FindWebhooks(ctx context.Context, projectID int64, limit, offset int) ([]*controlplane.Webhook, int, error) {
-	if err := w.admin(ctx, projectID); err != nil {
-		return nil, 0, err
-	}
-	return w.g.s.Webhooks.FindWebhooks(ctx, projectID, limit, offset)
-}
-
-func (w webhooks) FindWebhookByID(ctx context.Context, projectID, id int64) (*controlplane.Webhook, error) {
-	if err := w.admin(ctx, projectID); err != nil {
-		return nil, err
-	}
-	return w.g.s.Webhooks.FindWebhookByID(ctx, projectID, id)
-}
-
-func (w webhooks) CreateWebhook(ctx context.Context, actor *controlplane.User, projectID int64, upd controlplane.WebhookUpdate) (*controlplane.Webhook, error) {
-	if err := w.g.sameUser(ctx, actor); err != nil {
-		return nil, err
-	}
-	if err := w.admin(ctx, projectID); err != nil {
-		return nil, err
-	}
-	return w.g.s.Webhooks.CreateWebhook(ctx, actor, projectID, upd)
-}
-
-func (w webhooks) UpdateWebhook(ctx context.Context, projectID, id int64, upd controlplane.WebhookUpdate) (*controlplane.Webhook, error) {
-	if err := w.admin(ctx, projectID); err != nil {
-		return nil, err
-	}
-	return w.g.s.Webhooks.UpdateWebhook(ctx, projectID, id, upd)
-}
-
-func (w webhooks) DeleteWebhook(ctx context.Context, projectID, id int64) error {
-	if err := w.admin(ctx, projectID); err != nil {
-		return err
-	}
-	return w.g.s.Webhooks.DeleteWebhook(ctx, projectID, id)
-}
-
-func (w webhooks) FindDeliveries(ctx context.Context, projectID, webhookID int64, limit, offset int) ([]*controlplane.WebhookDelivery, int, error) {
-	if err := w.admin(ctx, projectID); err != nil {
-		return nil, 0, err
-	}
-	return w.g.s.Webhooks.FindDeliveries(ctx, projectID, webhookID, limit, offset)
 }
 
 // schedules lets a user see the scheduled changes of the projects they reach, and schedule

@@ -3,9 +3,11 @@ package postgres
 import "github.com/flagedge/flagedge/controlplane"
 
 // NewServices returns every service that acts for a user, on db: what the control plane
-// serves and the tests build alike. bcryptCost is the password hashing cost (0: the
-// default; tests pass bcrypt.MinCost). The services check no permissions: wrap them with
-// authz.Wrap before a user's call reaches them.
+// serves and the tests build alike. bcryptCost is the password hashing cost
+// (DefaultBcryptCost; tests pass bcrypt.MinCost). Projects, Analytics, Annotations,
+// EarlyAccess, Users, Keys and Webhooks check who may do what themselves, from the user in
+// the context; the others check no permissions yet: wrap them with authz.Wrap before a
+// user's call reaches them.
 func NewServices(db *DB, bcryptCost int) controlplane.Services {
 	flags := NewFlagService(db)
 	return controlplane.Services{
@@ -13,11 +15,11 @@ func NewServices(db *DB, bcryptCost int) controlplane.Services {
 		Projects:    NewProjectService(db),
 		Flags:       flags,
 		Activity:    NewActivityService(db),
-		Events:      NewEventReader(db),
+		Analytics:   NewEventReader(db),
 		Annotations: NewAnnotationService(db),
 		Roles:       NewRoleService(db),
 		Cohorts:     NewCohortService(db),
-		Features:    NewEarlyAccessFeatureService(db),
+		EarlyAccess: NewEarlyAccessFeatureService(db),
 		Dashboards:  flags,
 		Users:       NewUserService(db, bcryptCost),
 		Keys:        NewKeyService(db),

@@ -270,7 +270,7 @@ func assemble(cfg *serveConfig, db *postgres.DB, logger *slog.Logger) (*controlP
 	cp.rollout = rollout.New(cp.sessions)
 	release, _ := version.Get()
 	policy := &webhook.Policy{AllowPrivate: cfg.Webhooks.AllowPrivate}
-	cp.hooks = webhook.New(postgres.NewWebhookService(db), httpapi.WebhookObjects{}, policy, webhook.Config{
+	cp.hooks = webhook.New(postgres.NewSystemWebhookOutbox(db), httpapi.WebhookObjects{}, policy, webhook.Config{
 		Concurrency: int(cfg.Webhooks.Concurrency), PerHook: int(cfg.Webhooks.PerHook), Timeout: cfg.Webhooks.Timeout,
 		RetryBase: cfg.Webhooks.RetryBase, RetryMax: cfg.Webhooks.RetryMax,
 		UserAgent: "flagedge-webhooks/" + release,
