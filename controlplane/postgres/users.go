@@ -34,11 +34,9 @@ const DefaultBcryptCost = 12
 // pass it on by hand, since no mail is sent.
 const PasswordTokenTTL = 7 * 24 * time.Hour
 
-// NewUserService returns a UserService on db hashing with cost (DefaultBcryptCost when 0).
+// NewUserService returns a UserService on db hashing new passwords with the bcrypt cost:
+// DefaultBcryptCost in production, bcrypt.MinCost in tests that need no slow hashes.
 func NewUserService(db *DB, cost int) *UserService {
-	if cost == 0 {
-		cost = DefaultBcryptCost
-	}
 	dummy, err := bcrypt.GenerateFromPassword([]byte("not a password of anyone"), cost)
 	if err != nil {
 		panic("bcrypt: " + err.Error()) // only for a cost out of range: a programming error

@@ -294,7 +294,7 @@ func assemble(cfg *serveConfig, db *postgres.DB, logger *slog.Logger) (*controlP
 	cp.sync = syncserver.NewServer(postgres.NewSnapshotStore(db), postgres.NewPersonStore(db), cp.ingest, logger, cp.reg,
 		syncserver.WithMembership(cp.members), syncserver.WithSessions(cp.sessions, cp.replicaID),
 		syncserver.WithEvaluations(postgres.NewEvaluationStore(db)))
-	cp.scheduler = scheduler.New(postgres.NewScheduleStore(db), authz.Wrap(postgres.NewServices(db, 0)).Flags, logger, cp.reg)
+	cp.scheduler = scheduler.New(postgres.NewScheduleStore(db), authz.Wrap(postgres.NewServices(db, postgres.DefaultBcryptCost)).Flags, logger, cp.reg)
 	cp.edges = syncserver.NewEdgeAuth(postgres.NewEdgeService(db), logger, cp.reg)
 	cp.grpc = newGRPCServer(cp.sync, cp.edges, grpcTLS, cp.reg)
 	return cp, nil
@@ -426,7 +426,7 @@ func (cp *controlPlane) run(ctx context.Context) error {
 // on top of it.
 func newHTTPHandler(db *postgres.DB, cfg *serveConfig, ready func(context.Context) error, logger *slog.Logger, reg *prometheus.Registry,
 	sessions controlplane.EdgeSessionStore, waiter *rollout.Watcher, policy *webhook.Policy) (http.Handler, error) {
-	stores := postgres.NewServices(db, 0)
+	stores := postgres.NewServices(db, postgres.DefaultBcryptCost)
 	stores.Webhooks = webhook.Checked(stores.Webhooks, policy)
 	services, personStore := authz.Wrap(stores), postgres.NewPersonStore(db)
 	evaluator := &flageval.Evaluator{Snapshots: postgres.NewSnapshotStore(db), Persons: personStore, Scanner: personStore}
