@@ -270,6 +270,8 @@ func assemble(cfg *serveConfig, db *postgres.DB, logger *slog.Logger) (*controlP
 	cp.rollout = rollout.New(cp.sessions)
 	release, _ := version.Get()
 	policy := &webhook.Policy{AllowPrivate: cfg.Webhooks.AllowPrivate}
+	// The dispatcher is a system actor: it acts for no user and alone holds the unchecked
+	// outbox of every project's deliveries, which users' writes enqueued.
 	cp.hooks = webhook.New(postgres.NewSystemWebhookOutbox(db), httpapi.WebhookObjects{}, policy, webhook.Config{
 		Concurrency: int(cfg.Webhooks.Concurrency), PerHook: int(cfg.Webhooks.PerHook), Timeout: cfg.Webhooks.Timeout,
 		RetryBase: cfg.Webhooks.RetryBase, RetryMax: cfg.Webhooks.RetryMax,
