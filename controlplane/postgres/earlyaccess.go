@@ -29,13 +29,8 @@ func NewEarlyAccessFeatureService(db *DB) *EarlyAccessFeatureService {
 const featureSelect = `SELECT e.id::text, e.project_id, e.name, e.description, e.stage, e.documentation_url, e.created_at,
 	e.feature_flag_id FROM early_access_features e`
 
-type featureQuerier interface {
-	querier
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-}
-
 // scanFeatures reads features and then their flags.
-func scanFeatures(ctx context.Context, q featureQuerier, sql string, args ...any) ([]*controlplane.EarlyAccessFeature, error) {
+func scanFeatures(ctx context.Context, q dbConn, sql string, args ...any) ([]*controlplane.EarlyAccessFeature, error) {
 	rows, err := q.Query(ctx, sql, args...)
 	if err != nil {
 		return nil, err
