@@ -66,7 +66,6 @@ func (u *AnnotationUpdate) Validate() error {
 // organisation's organisation-scoped ones.
 type AnnotationFilter struct {
 	ProjectID       int64
-	OrganizationID  int64
 	Search          string
 	Scope           string
 	DashboardItemID *int64
@@ -75,13 +74,18 @@ type AnnotationFilter struct {
 	Limit, Offset   int
 }
 
-// AnnotationService manages annotations; changes are recorded in the activity log.
+// AnnotationService manages annotations; changes are recorded in the activity log as the
+// user the context acts as (CurrentUser), NotAuthenticated without one. Every call is made
+// through a project, which the user must reach (CanReadOrg): PermissionDenied otherwise,
+// whether it exists or not; from it are seen its own annotations and its organisation's
+// organisation-scoped ones.
 type AnnotationService interface {
 	FindAnnotations(ctx context.Context, f AnnotationFilter) ([]*Annotation, int, error)
 	// FindAnnotationByID returns an annotation visible from the project, deleted or not.
-	FindAnnotationByID(ctx context.Context, projectID, orgID, id int64) (*Annotation, error)
-	CreateAnnotation(ctx context.Context, actor *User, project *Project, upd AnnotationUpdate) (*Annotation, error)
-	UpdateAnnotation(ctx context.Context, actor *User, project *Project, id int64, upd AnnotationUpdate) (*Annotation, error)
+	FindAnnotationByID(ctx context.Context, projectID, id int64) (*Annotation, error)
+	CreateAnnotation(ctx context.Context, projectID int64, upd AnnotationUpdate) (*Annotation, error)
+	// UpdateAnnotation changes an annotation visible from the project.
+	UpdateAnnotation(ctx context.Context, projectID, id int64, upd AnnotationUpdate) (*Annotation, error)
 }
 
 // Apply writes the update onto a.

@@ -4,9 +4,8 @@ import "context"
 
 type userKey struct{}
 
-// NewContextWithUser returns ctx acting as user: the services behind the authorising layer
-// (controlplane/authz) decide what the call may do from this user alone, whoever made the
-// call — an API request with a personal key, a console session, or a background job acting
+// NewContextWithUser returns ctx acting as user: the services decide what the call may do
+// from this user alone (CurrentUser, access.go), whoever made the call — an API request with a personal key, a console session, or a background job acting
 // on behalf of the user who scheduled it.
 func NewContextWithUser(ctx context.Context, user *User) context.Context {
 	return context.WithValue(ctx, userKey{}, user)

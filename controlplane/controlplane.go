@@ -198,29 +198,37 @@ type ProjectFilter struct {
 	Limit, Offset  int
 }
 
-// ProjectService manages projects.
+// ProjectService manages projects. Its calls act as the user of the context (CurrentUser),
+// NotAuthenticated without one, who reaches the projects of their organisation (CanReadOrg):
+// a project the user does not reach is PermissionDenied whether it exists or not, so that
+// ids of other organisations' projects cannot be probed.
 type ProjectService interface {
 	FindProjectByID(ctx context.Context, id int64) (*Project, error)
-	// FindProjectByToken returns the project with the public token (phc_…).
+	// FindProjectByToken returns the project with the public token (phc_…). It needs no
+	// user: the token admits whoever holds it (the SDK definitions), and what a user may then
+	// see of the project is the caller's check.
 	FindProjectByToken(ctx context.Context, token string) (*Project, error)
+	// FindProjects returns a page of the organisation's projects, to its members.
 	FindProjects(ctx context.Context, filter ProjectFilter) ([]*Project, int, error)
+	// CreateProject creates a project in the organisation, for its members.
 	CreateProject(ctx context.Context, orgID int64, name string) (*Project, error)
 	UpdateProject(ctx context.Context, id int64, upd ProjectUpdate) (*Project, error)
 }
 
 // Services are the control plane's services that act for a user, as one value: the stores
-// build them (postgres.NewServices), the authorising layer guards them (authz.Wrap), and the
-// management API and the console call them.
+// build them (postgres.NewServices) and check, in their transactions, that the user of the
+// context may do what is asked (access.go); the management API, the console and the scheduler
+// call them.
 type Services struct {
 	Auth        AuthService
 	Projects    ProjectService
 	Flags       FlagService
 	Activity    ActivityService
-	Events      EventReader
+	Analytics   EventReader // events, persons and groups
 	Annotations AnnotationService
 	Roles       RoleService
 	Cohorts     CohortService
-	Features    EarlyAccessFeatureService
+	EarlyAccess EarlyAccessFeatureService
 	Dashboards  DashboardService
 	Users       UserService
 	Keys        KeyService

@@ -155,7 +155,10 @@ func WithEnrollment(filters json.RawMessage, flagKey string, enrol bool) (json.R
 }
 
 // EarlyAccessFeatureService manages early access features. Creating, changing the stage of
-// or deleting a feature changes its flag's super condition in the same transaction.
+// or deleting a feature changes its flag's super condition in the same transaction, as the
+// user the context acts as (CurrentUser), NotAuthenticated without one. Every call names a
+// project the user must reach (CanReadOrg): PermissionDenied otherwise, whether it exists or
+// not.
 type EarlyAccessFeatureService interface {
 	// FindEarlyAccessFeatures returns a page of the project's features, newest first, and
 	// the total.
@@ -163,9 +166,9 @@ type EarlyAccessFeatureService interface {
 	FindEarlyAccessFeatureByID(ctx context.Context, projectID int64, id string) (*EarlyAccessFeature, error)
 	// CreateEarlyAccessFeature links the flag FeatureFlagID names (a person flag without
 	// variants and without another feature) or creates one keyed from the name.
-	CreateEarlyAccessFeature(ctx context.Context, actor *User, projectID int64, upd EarlyAccessFeatureUpdate) (*EarlyAccessFeature, error)
-	UpdateEarlyAccessFeature(ctx context.Context, actor *User, projectID int64, id string, upd EarlyAccessFeatureUpdate) (*EarlyAccessFeature, error)
+	CreateEarlyAccessFeature(ctx context.Context, projectID int64, upd EarlyAccessFeatureUpdate) (*EarlyAccessFeature, error)
+	UpdateEarlyAccessFeature(ctx context.Context, projectID int64, id string, upd EarlyAccessFeatureUpdate) (*EarlyAccessFeature, error)
 	// DeleteEarlyAccessFeature deletes the feature and removes the super condition from its
 	// flag (the flag stays).
-	DeleteEarlyAccessFeature(ctx context.Context, actor *User, projectID int64, id string) error
+	DeleteEarlyAccessFeature(ctx context.Context, projectID int64, id string) error
 }

@@ -102,7 +102,9 @@ type GroupFilter struct {
 	Limit, Offset int
 }
 
-// EventReader reads what ingestion stored: events, persons and groups.
+// EventReader reads what ingestion stored: events, persons and groups. Every call acts as
+// the user of the context (CurrentUser), NotAuthenticated without one, and names a project
+// the user must reach (CanReadOrg): PermissionDenied otherwise, whether it exists or not.
 type EventReader interface {
 	FindEvents(ctx context.Context, f EventFilter) ([]*Event, int, error)
 	FindEventByUUID(ctx context.Context, projectID int64, uuid string) (*Event, error)

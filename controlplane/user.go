@@ -95,20 +95,28 @@ func (r *InviteRequest) Validate() error {
 	return nil
 }
 
-// UserService manages the users of organisations: membership, passwords and logins.
+// UserService manages the users of organisations: membership, passwords and logins. The
+// membership calls act as the user of the context (CurrentUser) and are NotAuthenticated
+// without one; the password calls establish who the user is and need none.
 type UserService interface {
-	// FindUserByID returns an active user.
+	// FindUserByID returns an active user of the organisation of the user ctx acts as; a
+	// user of another organisation is not found.
 	FindUserByID(ctx context.Context, id int64) (*User, error)
-	// FindOrganization returns the organisation with the id.
+	// FindOrganization returns the organisation with the id, when it is the organisation of
+	// the user ctx acts as (CanReadOrg), else PermissionDenied.
 	FindOrganization(ctx context.Context, id int64) (*Organization, error)
-	// FindMembers returns a page of the organisation's active users, oldest first, and the total.
+	// FindMembers returns a page of the organisation's active users, oldest first, and the
+	// total, to its members (CanReadOrg), else PermissionDenied.
 	FindMembers(ctx context.Context, orgID int64, limit, offset int) ([]*Member, int, error)
-	// InviteMember creates a user in the actor's organisation (or brings back a removed one)
-	// and issues a one-time set-password token.
-	InviteMember(ctx context.Context, actor *User, req InviteRequest) (*Invite, error)
-	// RemoveMember removes a user from the actor's organisation: their keys stop working at
-	// once (at the edges too), their sessions end and they can no longer log in.
-	RemoveMember(ctx context.Context, actor *User, userUUID string) error
+	// InviteMember creates a user in the organisation of the user ctx acts as (or brings back
+	// a removed one) and issues a one-time set-password token. Only an admin of the
+	// organisation may (CanAdminOrg), else PermissionDenied.
+	InviteMember(ctx context.Context, req InviteRequest) (*Invite, error)
+	// RemoveOrganizationMember removes a user from the organisation of the user ctx acts as:
+	// their keys stop working at once (at the edges too), their sessions end, their role
+	// memberships go and they can no longer log in. Only an admin of the organisation may
+	// (CanAdminOrg), else PermissionDenied.
+	RemoveOrganizationMember(ctx context.Context, userUUID string) error
 	// SetPassword sets the password of the user with the email.
 	SetPassword(ctx context.Context, email, password string) (*User, error)
 	// SetPasswordWithToken uses a one-time token to set its user's password.
@@ -214,15 +222,23 @@ func (k *APIKey) Covers(s string) bool {
 	return k.HasScope(Scope(s))
 }
 
-// KeyService manages a user's personal API keys. Every change that alters which keys reach
-// a project bumps that project's snapshot, so edges learn of revocations like of flag changes.
+// KeyService manages the personal API keys of the user the context acts as (CurrentUser):
+// keys are their owner's alone (CanManageKey), admins included, and another user's key is not
+// found, so that key ids cannot be probed. Every method is NotAuthenticated without a user.
+// Every change that alters which keys reach a project bumps that project's snapshot, so edges
+// learn of revocations like of flag changes. What a calling key may grant (KeyUpdate.Validate
+// with the caller) is the API's check, where the key is.
 type KeyService interface {
-	FindKeys(ctx context.Context, userID int64) ([]*PersonalKey, error)
-	FindKeyByID(ctx context.Context, userID, id int64) (*PersonalKey, error)
+	// FindKeys returns the user's keys, newest first.
+	FindKeys(ctx context.Context) ([]*PersonalKey, error)
+	// FindKeyByID returns one of the user's keys.
+	FindKeyByID(ctx context.Context, id int64) (*PersonalKey, error)
 	// CreateKey issues a key for the user and returns it with its secret, shown once.
-	CreateKey(ctx context.Context, user *User, upd KeyUpdate) (*PersonalKey, string, error)
-	UpdateKey(ctx context.Context, user *User, id int64, upd KeyUpdate) (*PersonalKey, error)
-	DeleteKey(ctx context.Context, userID, id int64) error
+	CreateKey(ctx context.Context, upd KeyUpdate) (*PersonalKey, string, error)
+	// UpdateKey changes one of the user's keys.
+	UpdateKey(ctx context.Context, id int64, upd KeyUpdate) (*PersonalKey, error)
+	// DeleteKey revokes one of the user's keys.
+	DeleteKey(ctx context.Context, id int64) error
 }
 
 // Scopes of the user, key and member endpoints.

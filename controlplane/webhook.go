@@ -192,11 +192,16 @@ type WebhookDelivery struct {
 	DeliveredAt    *time.Time
 }
 
-// WebhookService manages a project's webhooks and reads their delivery logs.
+// WebhookService manages a project's webhooks and reads their delivery logs. Only an admin
+// of the project's organisation (CanAdminOrg) reads or changes them, since a hook sends the
+// project's changes (and who made them) to any address: every call acts as the user of the
+// context (CurrentUser), NotAuthenticated without one, PermissionDenied for anyone else,
+// whether the project exists or not.
 type WebhookService interface {
 	FindWebhooks(ctx context.Context, projectID int64, limit, offset int) ([]*Webhook, int, error)
 	FindWebhookByID(ctx context.Context, projectID, id int64) (*Webhook, error)
-	CreateWebhook(ctx context.Context, actor *User, projectID int64, upd WebhookUpdate) (*Webhook, error)
+	// CreateWebhook creates a hook of the project, made by the user ctx acts as.
+	CreateWebhook(ctx context.Context, projectID int64, upd WebhookUpdate) (*Webhook, error)
 	UpdateWebhook(ctx context.Context, projectID, id int64, upd WebhookUpdate) (*Webhook, error)
 	DeleteWebhook(ctx context.Context, projectID, id int64) error
 	// FindDeliveries returns a page of the hook's deliveries, newest first, and the total.
@@ -233,10 +238,13 @@ type DeliveryResult struct {
 	NextAttemptAt  time.Time
 }
 
-// WebhookOutbox is the durable queue of deliveries that the dispatchers of every replica
-// share: a claimed delivery is leased to one dispatcher until it reports the outcome or
-// the lease runs out.
-type WebhookOutbox interface {
+// SystemWebhookOutbox is the durable queue of deliveries that the dispatchers of every
+// replica share: a claimed delivery is leased to one dispatcher until it reports the outcome
+// or the lease runs out. It is system-level, unchecked access: it acts for no user and hands
+// out the deliveries of every project with their hooks' URLs and secrets. Only the webhook
+// dispatcher (controlplane/webhook.Dispatcher), a system actor, holds it; users reach hooks
+// and their delivery logs through WebhookService.
+type SystemWebhookOutbox interface {
 	// Claim leases up to n due deliveries for lease, taking hooks in turn and leaving each
 	// hook with at most perHook deliveries under lease, those of every dispatcher counted: a
 	// slow or dead receiver then holds at most perHook of the dispatchers' slots, and the

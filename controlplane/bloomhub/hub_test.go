@@ -300,7 +300,7 @@ func TestNewProjectGetsAFilter(t *testing.T) {
 	m := follow(ctx, r.hub)
 	waitFor(t, "first build", func() bool { return r.resyncs.Load() > 0 })
 	orgID := r.orgID()
-	p, err := postgres.NewProjectService(r.db).CreateProject(ctx, orgID, "later")
+	p, err := postgres.NewProjectService(r.db).CreateProject(controlplane.NewContextWithUser(ctx, &controlplane.User{OrganizationID: orgID}), orgID, "later")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,6 +1,6 @@
 // Package console serves the control plane's web console: server-rendered pages for logging
 // in, feature flags, annotations, keys, members, events and persons. It calls the same
-// guarded services as the management API (controlplane/authz), as the logged-in user, so it
+// services as the management API, as the logged-in user, so it
 // is subject to exactly the same checks (organisation membership, admin-only writes, flag
 // role access) and shows the services' validation errors.
 package console
@@ -35,8 +35,8 @@ var staticFiles embed.FS
 
 // Config holds what the console needs.
 type Config struct {
-	// Services are the services guarded by the permission checks (authz.Wrap), called as
-	// the logged-in user; Users also checks passwords, Sessions keeps the sessions.
+	// Services are the services, which check who may do what themselves, called as the
+	// logged-in user; Users also checks passwords, Sessions keeps the sessions.
 	controlplane.Services
 	// Evaluator answers the flag page's test and blast radius panels.
 	Evaluator *flageval.Evaluator

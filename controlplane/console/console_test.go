@@ -20,7 +20,6 @@ import (
 	"golang.org/x/crypto/bcrypt"
 
 	"github.com/flagedge/flagedge/controlplane"
-	"github.com/flagedge/flagedge/controlplane/authz"
 	"github.com/flagedge/flagedge/controlplane/console"
 	"github.com/flagedge/flagedge/controlplane/flageval"
 	"github.com/flagedge/flagedge/controlplane/httpapi"
@@ -88,7 +87,7 @@ func (s *site) serve() *httptest.Server {
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	stores := postgres.NewServices(db, bcrypt.MinCost)
 	stores.Webhooks = webhook.Checked(stores.Webhooks, &webhook.Policy{}) // as serve wires it
-	services, persons := authz.Wrap(stores), postgres.NewPersonStore(db)
+	services, persons := stores, postgres.NewPersonStore(db)
 	sessions := postgres.NewEdgeSessionStore(db)
 	evaluator := &flageval.Evaluator{Snapshots: postgres.NewSnapshotStore(db), Persons: persons, Scanner: persons}
 	waiter, usage := rollout.New(sessions), postgres.NewEvaluationStore(db)

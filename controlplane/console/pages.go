@@ -54,7 +54,7 @@ func (c *Console) handleAnnotations(q *request) error {
 	}
 	search := strings.TrimSpace(q.r.URL.Query().Get("search"))
 	list, total, err := q.c.cfg.Annotations.FindAnnotations(q.ctx, controlplane.AnnotationFilter{
-		ProjectID: p.Project.ID, OrganizationID: p.Project.OrganizationID, Search: search, Limit: 200})
+		ProjectID: p.Project.ID, Search: search, Limit: 200})
 	if err != nil {
 		return err
 	}
@@ -124,7 +124,7 @@ func (c *Console) handleCreateAnnotation(q *request) error {
 	data := &annotationPage{}
 	upd, err := annotationUpdate(q, data)
 	if err == nil {
-		_, err = q.c.cfg.Annotations.CreateAnnotation(q.ctx, q.user(), p.Project, upd)
+		_, err = q.c.cfg.Annotations.CreateAnnotation(q.ctx, p.Project.ID, upd)
 	}
 	if err != nil {
 		return c.annotationError(q, p, data, err)
@@ -143,7 +143,7 @@ func (q *request) loadAnnotation() (*controlplane.Annotation, *controlplane.Proj
 	if err != nil {
 		return nil, nil, err
 	}
-	a, err := q.c.cfg.Annotations.FindAnnotationByID(q.ctx, project.ID, project.OrganizationID, id)
+	a, err := q.c.cfg.Annotations.FindAnnotationByID(q.ctx, project.ID, id)
 	return a, project, err
 }
 
@@ -177,7 +177,7 @@ func (c *Console) handleSaveAnnotation(q *request) error {
 	data := &annotationPage{Annotation: a}
 	upd, err := annotationUpdate(q, data)
 	if err == nil {
-		_, err = q.c.cfg.Annotations.UpdateAnnotation(q.ctx, q.user(), project, a.ID, upd)
+		_, err = q.c.cfg.Annotations.UpdateAnnotation(q.ctx, project.ID, a.ID, upd)
 	}
 	if err != nil {
 		return c.annotationError(q, p, data, err)
@@ -191,7 +191,7 @@ func (c *Console) handleDeleteAnnotation(q *request) error {
 		return err
 	}
 	deleted := true
-	if _, err := q.c.cfg.Annotations.UpdateAnnotation(q.ctx, q.user(), project, a.ID, controlplane.AnnotationUpdate{Deleted: &deleted}); err != nil {
+	if _, err := q.c.cfg.Annotations.UpdateAnnotation(q.ctx, project.ID, a.ID, controlplane.AnnotationUpdate{Deleted: &deleted}); err != nil {
 		return err
 	}
 	return q.redirect(q.projectPath("/annotations"), "success", "Annotation deleted.")
@@ -211,7 +211,7 @@ func (c *Console) handleEvents(q *request) error {
 		return err
 	}
 	data := &eventsPage{Event: q.r.URL.Query().Get("event"), DistinctID: q.r.URL.Query().Get("distinct_id")}
-	list, total, err := q.c.cfg.Events.FindEvents(q.ctx, controlplane.EventFilter{ProjectID: p.Project.ID, Event: data.Event,
+	list, total, err := q.c.cfg.Analytics.FindEvents(q.ctx, controlplane.EventFilter{ProjectID: p.Project.ID, Event: data.Event,
 		DistinctID: data.DistinctID, Limit: 100})
 	if err != nil {
 		return err
@@ -235,7 +235,7 @@ func (c *Console) handlePersons(q *request) error {
 		return err
 	}
 	data := &personsPage{Search: strings.TrimSpace(q.r.URL.Query().Get("search"))}
-	list, total, err := q.c.cfg.Events.FindPersons(q.ctx, controlplane.PersonFilter{ProjectID: p.Project.ID, Search: data.Search, Limit: 100})
+	list, total, err := q.c.cfg.Analytics.FindPersons(q.ctx, controlplane.PersonFilter{ProjectID: p.Project.ID, Search: data.Search, Limit: 100})
 	if err != nil {
 		return err
 	}
@@ -263,13 +263,13 @@ func (c *Console) handlePerson(q *request) error {
 	if err != nil {
 		return err
 	}
-	person, err := q.c.cfg.Events.FindPersonByID(q.ctx, p.Project.ID, id)
+	person, err := q.c.cfg.Analytics.FindPersonByID(q.ctx, p.Project.ID, id)
 	if err != nil {
 		return err
 	}
 	data := &personPage{Person: newPersonView(person)}
 	for _, did := range person.DistinctIDs {
-		list, _, err := q.c.cfg.Events.FindEvents(q.ctx, controlplane.EventFilter{ProjectID: p.Project.ID, DistinctID: did, Limit: 20})
+		list, _, err := q.c.cfg.Analytics.FindEvents(q.ctx, controlplane.EventFilter{ProjectID: p.Project.ID, DistinctID: did, Limit: 20})
 		if err != nil {
 			return err
 		}

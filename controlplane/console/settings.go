@@ -24,7 +24,7 @@ func (c *Console) keysPage(q *request, status int, data *keysPage) error {
 	if err != nil {
 		return err
 	}
-	if data.Keys, err = q.c.cfg.Keys.FindKeys(q.ctx, q.user().ID); err != nil {
+	if data.Keys, err = q.c.cfg.Keys.FindKeys(q.ctx); err != nil {
 		return err
 	}
 	data.Objects = controlplane.ScopeObjects
@@ -59,7 +59,7 @@ func (c *Console) handleCreateKey(q *request) error {
 			upd.ScopedTeams = &[]int64{id}
 		}
 	}
-	created, secret, err := q.c.cfg.Keys.CreateKey(q.ctx, q.user(), upd)
+	created, secret, err := q.c.cfg.Keys.CreateKey(q.ctx, upd)
 	if err != nil {
 		e := invalid(err)
 		if e == nil {
@@ -77,7 +77,7 @@ func (c *Console) handleDeleteKey(q *request) error {
 	if err != nil {
 		return err
 	}
-	if err := q.c.cfg.Keys.DeleteKey(q.ctx, q.user().ID, id); err != nil {
+	if err := q.c.cfg.Keys.DeleteKey(q.ctx, id); err != nil {
 		return err
 	}
 	return q.redirect("/settings/keys", "success", "Key revoked. Edges stop accepting it within a second.")
@@ -123,7 +123,7 @@ func (c *Console) handleInvite(q *request) error {
 	if q.r.PostFormValue("admin") == "on" {
 		req.OrgRole = controlplane.OrgRoleAdmin
 	}
-	inv, err := q.c.cfg.Users.InviteMember(q.ctx, q.user(), req)
+	inv, err := q.c.cfg.Users.InviteMember(q.ctx, req)
 	if err != nil {
 		e := userError(err)
 		if e == nil {
@@ -137,7 +137,7 @@ func (c *Console) handleInvite(q *request) error {
 }
 
 func (c *Console) handleRemoveMember(q *request) error {
-	if err := q.c.cfg.Users.RemoveMember(q.ctx, q.user(), q.r.PathValue("uuid")); err != nil {
+	if err := q.c.cfg.Users.RemoveOrganizationMember(q.ctx, q.r.PathValue("uuid")); err != nil {
 		e := userError(err)
 		if e == nil {
 			return err

@@ -51,7 +51,7 @@ func (c *Console) handleCreateWebhook(q *request) error {
 		data.Events[k] = true
 	}
 	secret := q.r.PostFormValue("secret")
-	_, err = q.c.cfg.Webhooks.CreateWebhook(q.ctx, q.user(), project.ID, controlplane.WebhookUpdate{URL: &data.URL, Events: events, Secret: &secret})
+	_, err = q.c.cfg.Webhooks.CreateWebhook(q.ctx, project.ID, controlplane.WebhookUpdate{URL: &data.URL, Events: events, Secret: &secret})
 	if err != nil {
 		e := invalid(err)
 		if e == nil {

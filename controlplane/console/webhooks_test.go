@@ -38,16 +38,16 @@ func TestConsoleWebhooks(t *testing.T) {
 	if !strings.Contains(list.body, "https://93.184.215.14/hook") || strings.Contains(list.body, "console-secret") {
 		t.Fatalf("list: %.2000s", list.body)
 	}
-	hooks, _, err := postgres.NewWebhookService(s.db).FindWebhooks(context.Background(), s.project, 10, 0)
+	admin, err := postgres.NewServices(s.db, 4).Auth.AuthenticatePersonalKey(context.Background(), s.adminKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hooks, _, err := postgres.NewWebhookService(s.db).FindWebhooks(controlplane.NewContextWithUser(context.Background(), &admin.User), s.project, 10, 0)
 	if err != nil || len(hooks) != 1 {
 		t.Fatalf("hooks %v %v", hooks, err)
 	}
 	// A flag creation enqueues a delivery (no dispatcher runs here): the log shows it pending.
 	key := "console-hooked"
-	admin, err := postgres.NewServices(s.db, 4).Auth.AuthenticatePersonalKey(context.Background(), s.adminKey)
-	if err != nil {
-		t.Fatal(err)
-	}
 	if _, err := postgres.NewServices(s.db, 4).Flags.CreateFlag(controlplane.NewContextWithUser(context.Background(), &admin.User), s.project, controlplane.FlagUpdate{Key: &key}); err != nil {
 		t.Fatal(err)
 	}

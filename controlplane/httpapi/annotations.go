@@ -42,7 +42,7 @@ func (s *Server) handleListAnnotations(r *http.Request, c *call) (answer, error)
 		return answer{}, err
 	}
 	q := r.URL.Query()
-	f := controlplane.AnnotationFilter{ProjectID: c.project.ID, OrganizationID: c.project.OrganizationID,
+	f := controlplane.AnnotationFilter{ProjectID: c.project.ID,
 		Search: q.Get("search"), Scope: q.Get("scope"), Limit: limit, Offset: offset}
 	if raw := q.Get("dashboardItemId"); raw != "" {
 		id, err := strconv.ParseInt(raw, 10, 64)
@@ -78,7 +78,7 @@ func (s *Server) handleCreateAnnotation(r *http.Request, c *call) (answer, error
 	if err != nil {
 		return answer{}, err
 	}
-	a, err := s.cfg.Annotations.CreateAnnotation(r.Context(), &c.key.User, c.project, upd)
+	a, err := s.cfg.Annotations.CreateAnnotation(r.Context(), c.project.ID, upd)
 	if err != nil {
 		return answer{}, err
 	}
@@ -99,7 +99,7 @@ func (s *Server) handleGetAnnotation(r *http.Request, c *call) (answer, error) {
 	if err != nil {
 		return answer{}, err
 	}
-	a, err := s.cfg.Annotations.FindAnnotationByID(r.Context(), c.project.ID, c.project.OrganizationID, id)
+	a, err := s.cfg.Annotations.FindAnnotationByID(r.Context(), c.project.ID, id)
 	if err != nil {
 		return answer{}, err
 	}
@@ -115,7 +115,7 @@ func (s *Server) handlePatchAnnotation(r *http.Request, c *call) (answer, error)
 	if err != nil {
 		return answer{}, err
 	}
-	a, err := s.cfg.Annotations.UpdateAnnotation(r.Context(), &c.key.User, c.project, id, upd)
+	a, err := s.cfg.Annotations.UpdateAnnotation(r.Context(), c.project.ID, id, upd)
 	if err != nil {
 		return answer{}, err
 	}

@@ -90,7 +90,7 @@ func (s *Server) resolveProject(ctx context.Context, key *controlplane.APIKey, r
 		return nil, controlplane.ErrNotFound
 	}
 	p, err := s.cfg.Projects.FindProjectByID(ctx, id)
-	if controlplane.ErrorKind(err) == controlplane.NotFound || (err == nil && !key.Reaches(p)) {
+	if err == nil && !key.Reaches(p) {
 		return nil, controlplane.ErrPermissionDenied
 	}
 	return p, err

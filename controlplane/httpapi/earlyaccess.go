@@ -65,7 +65,7 @@ func (s *Server) handleListFeatures(r *http.Request, c *call) (answer, error) {
 	if err != nil {
 		return answer{}, err
 	}
-	list, total, err := s.cfg.Features.FindEarlyAccessFeatures(r.Context(), c.project.ID, limit, offset)
+	list, total, err := s.cfg.EarlyAccess.FindEarlyAccessFeatures(r.Context(), c.project.ID, limit, offset)
 	if err != nil {
 		return answer{}, err
 	}
@@ -81,7 +81,7 @@ func (s *Server) handleCreateFeature(r *http.Request, c *call) (answer, error) {
 	if err != nil {
 		return answer{}, err
 	}
-	f, err := s.cfg.Features.CreateEarlyAccessFeature(r.Context(), &c.key.User, c.project.ID, upd)
+	f, err := s.cfg.EarlyAccess.CreateEarlyAccessFeature(r.Context(), c.project.ID, upd)
 	if err != nil {
 		return answer{}, err
 	}
@@ -89,7 +89,7 @@ func (s *Server) handleCreateFeature(r *http.Request, c *call) (answer, error) {
 }
 
 func (s *Server) handleGetFeature(r *http.Request, c *call) (answer, error) {
-	f, err := s.cfg.Features.FindEarlyAccessFeatureByID(r.Context(), c.project.ID, r.PathValue("id"))
+	f, err := s.cfg.EarlyAccess.FindEarlyAccessFeatureByID(r.Context(), c.project.ID, r.PathValue("id"))
 	if err != nil {
 		return answer{}, err
 	}
@@ -101,7 +101,7 @@ func (s *Server) handlePatchFeature(r *http.Request, c *call) (answer, error) {
 	if err != nil {
 		return answer{}, err
 	}
-	f, err := s.cfg.Features.UpdateEarlyAccessFeature(r.Context(), &c.key.User, c.project.ID, r.PathValue("id"), upd)
+	f, err := s.cfg.EarlyAccess.UpdateEarlyAccessFeature(r.Context(), c.project.ID, r.PathValue("id"), upd)
 	if err != nil {
 		return answer{}, err
 	}
@@ -109,7 +109,7 @@ func (s *Server) handlePatchFeature(r *http.Request, c *call) (answer, error) {
 }
 
 func (s *Server) handleDeleteFeature(r *http.Request, c *call) (answer, error) {
-	if err := s.cfg.Features.DeleteEarlyAccessFeature(r.Context(), &c.key.User, c.project.ID, r.PathValue("id")); err != nil {
+	if err := s.cfg.EarlyAccess.DeleteEarlyAccessFeature(r.Context(), c.project.ID, r.PathValue("id")); err != nil {
 		return answer{}, err
 	}
 	return noContent(), nil

@@ -68,7 +68,7 @@ func (s *Server) handleListEvents(r *http.Request, c *call) (answer, error) {
 	if f.Before, err = timeParam(r, "before"); err != nil {
 		return answer{}, err
 	}
-	list, total, err := s.cfg.Events.FindEvents(r.Context(), f)
+	list, total, err := s.cfg.Analytics.FindEvents(r.Context(), f)
 	if err != nil {
 		return answer{}, err
 	}
@@ -80,7 +80,7 @@ func (s *Server) handleListEvents(r *http.Request, c *call) (answer, error) {
 }
 
 func (s *Server) handleGetEvent(r *http.Request, c *call) (answer, error) {
-	e, err := s.cfg.Events.FindEventByUUID(r.Context(), c.project.ID, r.PathValue("id"))
+	e, err := s.cfg.Analytics.FindEventByUUID(r.Context(), c.project.ID, r.PathValue("id"))
 	if err != nil {
 		return answer{}, err
 	}
@@ -92,7 +92,7 @@ func (s *Server) handleListPersons(r *http.Request, c *call) (answer, error) {
 	if err != nil {
 		return answer{}, err
 	}
-	list, total, err := s.cfg.Events.FindPersons(r.Context(), controlplane.PersonFilter{ProjectID: c.project.ID,
+	list, total, err := s.cfg.Analytics.FindPersons(r.Context(), controlplane.PersonFilter{ProjectID: c.project.ID,
 		DistinctID: r.URL.Query().Get("distinct_id"), Search: r.URL.Query().Get("search"), Limit: limit, Offset: offset})
 	if err != nil {
 		return answer{}, err
@@ -109,7 +109,7 @@ func (s *Server) handleGetPerson(r *http.Request, c *call) (answer, error) {
 	if err != nil {
 		return answer{}, controlplane.ErrNotFound
 	}
-	p, err := s.cfg.Events.FindPersonByID(r.Context(), c.project.ID, id)
+	p, err := s.cfg.Analytics.FindPersonByID(r.Context(), c.project.ID, id)
 	if err != nil {
 		return answer{}, err
 	}
@@ -129,7 +129,7 @@ func (s *Server) handleListGroups(r *http.Request, c *call) (answer, error) {
 		}
 		f.TypeIndex = &i
 	}
-	list, total, err := s.cfg.Events.FindGroups(r.Context(), f)
+	list, total, err := s.cfg.Analytics.FindGroups(r.Context(), f)
 	if err != nil {
 		return answer{}, err
 	}

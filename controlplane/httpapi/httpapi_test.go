@@ -17,7 +17,6 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"golang.org/x/crypto/bcrypt"
 
-	"github.com/flagedge/flagedge/controlplane/authz"
 	"github.com/flagedge/flagedge/controlplane/flageval"
 	"github.com/flagedge/flagedge/controlplane/httpapi"
 	"github.com/flagedge/flagedge/controlplane/postgres"
@@ -63,7 +62,7 @@ func newEnv(t *testing.T) *env {
 	stores := postgres.NewServices(db, bcrypt.MinCost)
 	stores.Webhooks = webhook.Checked(stores.Webhooks, &webhook.Policy{}) // as serve wires it, without --webhook-allow-private
 	api := httpapi.New(httpapi.Config{
-		Services:  authz.Wrap(stores),
+		Services:  stores,
 		Evaluator: &flageval.Evaluator{Snapshots: postgres.NewSnapshotStore(db), Persons: persons, Scanner: persons},
 		Ready:     db.Ping, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 		EdgeSessions: sessions, Rollout: rollout.New(sessions), Usage: postgres.NewEvaluationStore(db),

@@ -31,7 +31,7 @@ func newKeyJSON(k *controlplane.PersonalKey) keyJSON {
 
 // handleListKeys answers the caller's keys, newest first, as a plain list (as PostHog does).
 func (s *Server) handleListKeys(r *http.Request, key *controlplane.APIKey) (answer, error) {
-	list, err := s.cfg.Keys.FindKeys(r.Context(), key.User.ID)
+	list, err := s.cfg.Keys.FindKeys(r.Context())
 	if err != nil {
 		return answer{}, err
 	}
@@ -69,7 +69,7 @@ func (s *Server) handleCreateKey(r *http.Request, key *controlplane.APIKey) (ans
 	if err := upd.Validate(true, key); err != nil {
 		return answer{}, err
 	}
-	k, secret, err := s.cfg.Keys.CreateKey(r.Context(), &key.User, upd)
+	k, secret, err := s.cfg.Keys.CreateKey(r.Context(), upd)
 	if err != nil {
 		return answer{}, err
 	}
@@ -85,13 +85,13 @@ func (s *Server) keyFromPath(r *http.Request, key *controlplane.APIKey) (*contro
 		if key.ID == 0 {
 			return nil, controlplane.ErrNotFound // a console session is no key
 		}
-		return s.cfg.Keys.FindKeyByID(r.Context(), key.User.ID, key.ID)
+		return s.cfg.Keys.FindKeyByID(r.Context(), key.ID)
 	}
 	id, err := strconv.ParseInt(raw, 10, 64)
 	if err != nil || id <= 0 {
 		return nil, controlplane.ErrNotFound
 	}
-	return s.cfg.Keys.FindKeyByID(r.Context(), key.User.ID, id)
+	return s.cfg.Keys.FindKeyByID(r.Context(), id)
 }
 
 func (s *Server) handleGetKey(r *http.Request, key *controlplane.APIKey) (answer, error) {
@@ -114,7 +114,7 @@ func (s *Server) handlePatchKey(r *http.Request, key *controlplane.APIKey) (answ
 	if err := upd.Validate(false, key); err != nil {
 		return answer{}, err
 	}
-	k, err = s.cfg.Keys.UpdateKey(r.Context(), &key.User, k.ID, upd)
+	k, err = s.cfg.Keys.UpdateKey(r.Context(), k.ID, upd)
 	if err != nil {
 		return answer{}, err
 	}
@@ -127,7 +127,7 @@ func (s *Server) handleDeleteKey(r *http.Request, key *controlplane.APIKey) (ans
 	if err != nil {
 		return answer{}, err
 	}
-	if err := s.cfg.Keys.DeleteKey(r.Context(), key.User.ID, k.ID); err != nil {
+	if err := s.cfg.Keys.DeleteKey(r.Context(), k.ID); err != nil {
 		return answer{}, err
 	}
 	return noContent(), nil

@@ -297,7 +297,11 @@ func TestRouteAuthorisationMatrix(t *testing.T) {
 			Properties: json.RawMessage(`{}`), Timestamp: now, ReceivedAt: now}}}}); err != nil {
 		t.Fatal(err)
 	}
-	persons, _, err := postgres.NewEventReader(e.db).FindPersons(ctx, controlplane.PersonFilter{ProjectID: e.project, Limit: 1})
+	admin, err := postgres.NewAuthService(e.db).AuthenticatePersonalKey(ctx, e.key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	persons, _, err := postgres.NewEventReader(e.db).FindPersons(controlplane.NewContextWithUser(ctx, &admin.User), controlplane.PersonFilter{ProjectID: e.project, Limit: 1})
 	if err != nil || len(persons) != 1 {
 		t.Fatalf("person: %v %v", persons, err)
 	}

@@ -43,7 +43,7 @@ func (s *Server) handleListMembers(r *http.Request, key *controlplane.APIKey) (a
 
 // handleRemoveMember removes a user from the organisation (admins only, by withOrg).
 func (s *Server) handleRemoveMember(r *http.Request, key *controlplane.APIKey) (answer, error) {
-	if err := s.cfg.Users.RemoveMember(r.Context(), &key.User, r.PathValue("user")); err != nil {
+	if err := s.cfg.Users.RemoveOrganizationMember(r.Context(), r.PathValue("user")); err != nil {
 		return answer{}, err
 	}
 	return noContent(), nil
@@ -101,7 +101,7 @@ func (s *Server) handleInvite(r *http.Request, key *controlplane.APIKey) (answer
 			return answer{}, controlplane.FieldError("level", "invalid_choice", "Use 1 (member) or 8 (admin).")
 		}
 	}
-	inv, err := s.cfg.Users.InviteMember(r.Context(), &key.User, req)
+	inv, err := s.cfg.Users.InviteMember(r.Context(), req)
 	if err != nil {
 		return answer{}, err
 	}

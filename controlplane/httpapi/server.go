@@ -25,7 +25,7 @@ import (
 
 // Config holds the services and settings the API needs.
 type Config struct {
-	// Services are the services guarded by the permission checks (authz.Wrap): the API
+	// Services are the services, which check who may do what themselves: the API
 	// authenticates the personal key, checks its scopes and the projects it is limited to,
 	// and calls them as the key's user.
 	controlplane.Services

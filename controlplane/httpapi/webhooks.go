@@ -113,7 +113,7 @@ func (s *Server) handleCreateWebhook(r *http.Request, c *call) (answer, error) {
 	if err != nil {
 		return answer{}, err
 	}
-	h, err := s.cfg.Webhooks.CreateWebhook(r.Context(), &c.key.User, c.project.ID, upd)
+	h, err := s.cfg.Webhooks.CreateWebhook(r.Context(), c.project.ID, upd)
 	if err != nil {
 		return answer{}, err
 	}

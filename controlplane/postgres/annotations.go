@@ -2,6 +2,8 @@ package postgres
 
 import (
 	"context"
+	"errors"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -32,14 +34,19 @@ func scanAnnotation(row pgx.CollectableRow) (*controlplane.Annotation, error) {
 	return &a, err
 }
 
-// visible restricts to a project's annotations and its organisation's organisation-scoped ones.
-const visible = `(a.project_id = ? OR (a.scope = 'organization' AND a.organization_id = ?))`
+// visible restricts to the annotations visible from the project whose id is the one
+// parameter: its own and its organisation's organisation-scoped ones.
+const visible = `(a.project_id = ? OR (a.scope = 'organization' AND a.organization_id = (SELECT organization_id FROM projects WHERE id = ?)))`
 
 // FindAnnotations returns a page of annotations, latest date marker first, and the total.
 func (s *AnnotationService) FindAnnotations(ctx context.Context, f controlplane.AnnotationFilter) ([]*controlplane.Annotation, int, error) {
+	u, err := controlplane.CurrentUser(ctx)
+	if err != nil {
+		return nil, 0, err
+	}
 	var c conditions
+	c.add(visible, f.ProjectID) // $1, as countInProject needs
 	c.add("a.deleted = ?", f.Deleted)
-	c.addPair(visible, f.ProjectID, f.OrganizationID)
 	if f.Search != "" {
 		c.add("a.content ILIKE ?", containsPattern(f.Search))
 	}
@@ -55,8 +62,8 @@ func (s *AnnotationService) FindAnnotations(ctx context.Context, f controlplane.
 	if f.Before != nil {
 		c.add("a.date_marker < ?", *f.Before)
 	}
-	var total int
-	if err := s.db.Pool.QueryRow(ctx, `SELECT count(*) FROM annotations a`+c.where(), c.args...).Scan(&total); err != nil {
+	total, err := countInReach(ctx, s.db.Pool, u, controlplane.CanReadOrg, `SELECT count(*) FROM annotations a`+c.where(), c.args...)
+	if err != nil {
 		return nil, 0, opError("count annotations", err)
 	}
 	limit, args := c.page(f.Limit, f.Offset)
@@ -72,52 +79,65 @@ func (s *AnnotationService) FindAnnotations(ctx context.Context, f controlplane.
 }
 
 // FindAnnotationByID returns an annotation visible from the project.
-func (s *AnnotationService) FindAnnotationByID(ctx context.Context, projectID, orgID, id int64) (*controlplane.Annotation, error) {
-	return findAnnotation(ctx, s.db.Pool, projectID, orgID, id, false)
+func (s *AnnotationService) FindAnnotationByID(ctx context.Context, projectID, id int64) (*controlplane.Annotation, error) {
+	u, err := controlplane.CurrentUser(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return findAnnotation(ctx, s.db.Pool, u, projectID, id, false)
 }
 
-func findAnnotation(ctx context.Context, q interface {
-	Query(context.Context, string, ...any) (pgx.Rows, error)
-}, projectID, orgID, id int64, forUpdate bool) (*controlplane.Annotation, error) {
-	sql := annotationSelect + ` WHERE a.id = $1 AND (a.project_id = $2 OR (a.scope = 'organization' AND a.organization_id = $3))`
+// findAnnotation reads an annotation visible from the project, when u reaches the project.
+func findAnnotation(ctx context.Context, q dbConn, u *controlplane.User, projectID, id int64, forUpdate bool) (*controlplane.Annotation, error) {
+	sql := annotationSelect + ` WHERE a.id = $2 AND ` + strings.ReplaceAll(visible, "?", "$1") + ` AND ` + inReach("$1::bigint", 3)
 	if forUpdate {
 		sql += ` FOR UPDATE OF a`
 	}
-	rows, err := q.Query(ctx, sql, id, projectID, orgID)
+	rows, err := q.Query(ctx, sql, projectID, id, reachableOrg(u, controlplane.CanReadOrg))
 	if err != nil {
 		return nil, opError("find annotation", err)
 	}
 	a, err := pgx.CollectExactlyOneRow(rows, scanAnnotation)
+	if errors.Is(err, pgx.ErrNoRows) {
+		err = notFoundIn(ctx, q, u, controlplane.CanReadOrg, projectID)
+	}
 	if err != nil {
-		return nil, opError("find annotation", notFoundIfNoRows(err))
+		return nil, opError("find annotation", err)
 	}
 	return a, nil
 }
 
-// CreateAnnotation validates and stores an annotation.
-func (s *AnnotationService) CreateAnnotation(ctx context.Context, actor *controlplane.User, project *controlplane.Project, upd controlplane.AnnotationUpdate) (*controlplane.Annotation, error) {
+// CreateAnnotation validates and stores an annotation of the project, by the user ctx acts as.
+func (s *AnnotationService) CreateAnnotation(ctx context.Context, projectID int64, upd controlplane.AnnotationUpdate) (*controlplane.Annotation, error) {
+	actor, err := controlplane.CurrentUser(ctx)
+	if err != nil {
+		return nil, err
+	}
 	if err := upd.Validate(); err != nil {
 		return nil, err
 	}
 	a := &controlplane.Annotation{CreationType: "USR", Scope: "dashboard_item"}
 	upd.Apply(a)
 	var created *controlplane.Annotation
-	err := s.db.inTx(ctx, func(tx pgx.Tx) error {
+	err = s.db.inTx(ctx, func(tx pgx.Tx) error {
+		orgID, err := projectOrg(ctx, tx, actor, controlplane.CanReadOrg, projectID)
+		if err != nil {
+			return err
+		}
 		var id int64
 		if err := tx.QueryRow(ctx, `INSERT INTO annotations (project_id, organization_id, content, date_marker, creation_type,
 			dashboard_item, dashboard_id, scope, deleted, created_by) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) RETURNING id`,
-			project.ID, project.OrganizationID, a.Content, a.DateMarker, a.CreationType, a.DashboardItem, a.DashboardID, a.Scope,
+			projectID, orgID, a.Content, a.DateMarker, a.CreationType, a.DashboardItem, a.DashboardID, a.Scope,
 			a.Deleted, actor.ID).Scan(&id); err != nil {
 			return err
 		}
-		var err error
-		if created, err = findAnnotation(ctx, tx, project.ID, project.OrganizationID, id, false); err != nil {
+		if created, err = findAnnotation(ctx, tx, actor, projectID, id, false); err != nil {
 			return err
 		}
-		if err := recordActivity(ctx, tx, project.ID, actor, controlplane.ActivityCreated, "Annotation", id, annotationName(created), nil); err != nil {
+		if err := recordActivity(ctx, tx, projectID, actor, controlplane.ActivityCreated, "Annotation", id, annotationName(created), nil); err != nil {
 			return err
 		}
-		return enqueueAnnotationEvent(ctx, tx, project.ID, actor, controlplane.ActivityCreated, created)
+		return enqueueAnnotationEvent(ctx, tx, projectID, actor, controlplane.ActivityCreated, created)
 	})
 	if err != nil {
 		return nil, opError("create annotation", err)
@@ -125,14 +145,18 @@ func (s *AnnotationService) CreateAnnotation(ctx context.Context, actor *control
 	return created, nil
 }
 
-// UpdateAnnotation applies a partial update and records what changed.
-func (s *AnnotationService) UpdateAnnotation(ctx context.Context, actor *controlplane.User, project *controlplane.Project, id int64, upd controlplane.AnnotationUpdate) (*controlplane.Annotation, error) {
+// UpdateAnnotation applies a partial update, by the user ctx acts as, and records what changed.
+func (s *AnnotationService) UpdateAnnotation(ctx context.Context, projectID, id int64, upd controlplane.AnnotationUpdate) (*controlplane.Annotation, error) {
+	actor, err := controlplane.CurrentUser(ctx)
+	if err != nil {
+		return nil, err
+	}
 	if err := upd.Validate(); err != nil {
 		return nil, err
 	}
 	var updated *controlplane.Annotation
-	err := s.db.inTx(ctx, func(tx pgx.Tx) error {
-		before, err := findAnnotation(ctx, tx, project.ID, project.OrganizationID, id, true)
+	err = s.db.inTx(ctx, func(tx pgx.Tx) error {
+		before, err := findAnnotation(ctx, tx, actor, projectID, id, true)
 		if err != nil {
 			return err
 		}
@@ -155,10 +179,10 @@ func (s *AnnotationService) UpdateAnnotation(ctx context.Context, actor *control
 		if err := recordActivity(ctx, tx, before.ProjectID, actor, activity, "Annotation", id, annotationName(&after), changes); err != nil {
 			return err
 		}
-		if updated, err = findAnnotation(ctx, tx, project.ID, project.OrganizationID, id, false); err != nil {
+		if updated, err = findAnnotation(ctx, tx, actor, projectID, id, false); err != nil {
 			return err
 		}
-		return enqueueAnnotationEvent(ctx, tx, project.ID, actor, activity, updated)
+		return enqueueAnnotationEvent(ctx, tx, projectID, actor, activity, updated)
 	})
 	if err != nil {
 		return nil, opError("update annotation", err)

@@ -80,7 +80,7 @@ func Bootstrap(ctx context.Context, db *DB, email, projectName string) (*Bootstr
 	res.PersonalAPIKey = key.Secret
 	if createdUser {
 		res.Password = NewPassword()
-		if _, err := NewUserService(db, 0).SetPassword(ctx, email, res.Password); err != nil {
+		if _, err := NewUserService(db, DefaultBcryptCost).SetPassword(ctx, email, res.Password); err != nil {
 			return nil, fmt.Errorf("bootstrap: %w", err)
 		}
 	}

@@ -29,13 +29,8 @@ func NewEarlyAccessFeatureService(db *DB) *EarlyAccessFeatureService {
 const featureSelect = `SELECT e.id::text, e.project_id, e.name, e.description, e.stage, e.documentation_url, e.created_at,
 	e.feature_flag_id FROM early_access_features e`
 
-type featureQuerier interface {
-	querier
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-}
-
 // scanFeatures reads features and then their flags.
-func scanFeatures(ctx context.Context, q featureQuerier, sql string, args ...any) ([]*controlplane.EarlyAccessFeature, error) {
+func scanFeatures(ctx context.Context, q dbConn, sql string, args ...any) ([]*controlplane.EarlyAccessFeature, error) {
 	rows, err := q.Query(ctx, sql, args...)
 	if err != nil {
 		return nil, err
@@ -79,28 +74,33 @@ func validUUID(id string) bool {
 	return true
 }
 
-func findFeature(ctx context.Context, q featureQuerier, projectID int64, id string, forUpdate bool) (*controlplane.EarlyAccessFeature, error) {
+// findFeature reads a feature of the project, when u reaches the project.
+func findFeature(ctx context.Context, q dbConn, u *controlplane.User, projectID int64, id string, forUpdate bool) (*controlplane.EarlyAccessFeature, error) {
 	if !validUUID(id) {
-		return nil, controlplane.ErrNotFound
+		return nil, notFoundIn(ctx, q, u, controlplane.CanReadOrg, projectID)
 	}
-	sql := featureSelect + ` WHERE e.project_id = $1 AND e.id = $2`
+	sql := featureSelect + ` WHERE e.project_id = $1 AND e.id = $2 AND ` + inReach("e.project_id", 3)
 	if forUpdate {
 		sql += ` FOR UPDATE`
 	}
-	list, err := scanFeatures(ctx, q, sql, projectID, id)
+	list, err := scanFeatures(ctx, q, sql, projectID, id, reachableOrg(u, controlplane.CanReadOrg))
 	if err != nil {
 		return nil, err
 	}
 	if len(list) == 0 {
-		return nil, controlplane.ErrNotFound
+		return nil, notFoundIn(ctx, q, u, controlplane.CanReadOrg, projectID)
 	}
 	return list[0], nil
 }
 
 // FindEarlyAccessFeatures returns a page of the project's features, newest first.
 func (s *EarlyAccessFeatureService) FindEarlyAccessFeatures(ctx context.Context, projectID int64, limit, offset int) ([]*controlplane.EarlyAccessFeature, int, error) {
-	var total int
-	if err := s.db.Pool.QueryRow(ctx, `SELECT count(*) FROM early_access_features WHERE project_id = $1`, projectID).Scan(&total); err != nil {
+	u, err := controlplane.CurrentUser(ctx)
+	if err != nil {
+		return nil, 0, err
+	}
+	total, err := countInReach(ctx, s.db.Pool, u, controlplane.CanReadOrg, `SELECT count(*) FROM early_access_features WHERE project_id = $1`, projectID)
+	if err != nil {
 		return nil, 0, opError("count early access features", err)
 	}
 	list, err := scanFeatures(ctx, s.db.Pool, featureSelect+` WHERE e.project_id = $1 ORDER BY e.created_at DESC, e.id DESC LIMIT $2 OFFSET $3`,
@@ -113,7 +113,11 @@ func (s *EarlyAccessFeatureService) FindEarlyAccessFeatures(ctx context.Context,
 
 // FindEarlyAccessFeatureByID returns one feature of the project.
 func (s *EarlyAccessFeatureService) FindEarlyAccessFeatureByID(ctx context.Context, projectID int64, id string) (*controlplane.EarlyAccessFeature, error) {
-	f, err := findFeature(ctx, s.db.Pool, projectID, id, false)
+	u, err := controlplane.CurrentUser(ctx)
+	if err != nil {
+		return nil, err
+	}
+	f, err := findFeature(ctx, s.db.Pool, u, projectID, id, false)
 	if err != nil {
 		return nil, opError("find early access feature", err)
 	}
@@ -126,14 +130,21 @@ var featureFlagFilters = json.RawMessage(`{"groups": [{"properties": [], "rollou
 
 // CreateEarlyAccessFeature inserts a feature with its flag: the one FeatureFlagID names,
 // checked and given the enrolment super condition in a release stage, or a new one keyed
-// from the name.
-func (s *EarlyAccessFeatureService) CreateEarlyAccessFeature(ctx context.Context, actor *controlplane.User, projectID int64,
+// from the name, by the user ctx acts as.
+func (s *EarlyAccessFeatureService) CreateEarlyAccessFeature(ctx context.Context, projectID int64,
 	upd controlplane.EarlyAccessFeatureUpdate) (*controlplane.EarlyAccessFeature, error) {
+	actor, err := controlplane.CurrentUser(ctx)
+	if err != nil {
+		return nil, err
+	}
 	if err := upd.Validate(true); err != nil {
 		return nil, err
 	}
 	var created *controlplane.EarlyAccessFeature
-	err := s.db.inTx(ctx, func(tx pgx.Tx) error {
+	err = s.db.inTx(ctx, func(tx pgx.Tx) error {
+		if _, err := projectOrg(ctx, tx, actor, controlplane.CanReadOrg, projectID); err != nil {
+			return err
+		}
 		now := s.db.Now()
 		release := controlplane.ReleaseStage(*upd.Stage)
 		var flag *controlplane.Flag
@@ -171,7 +182,7 @@ func (s *EarlyAccessFeatureService) CreateEarlyAccessFeature(ctx context.Context
 		if err != nil {
 			return err
 		}
-		if created, err = findFeature(ctx, tx, projectID, id, false); err != nil {
+		if created, err = findFeature(ctx, tx, actor, projectID, id, false); err != nil {
 			return err
 		}
 		return bumpSnapshot(ctx, tx, projectID)
@@ -226,15 +237,19 @@ func setEnrollment(ctx context.Context, tx pgx.Tx, now time.Time, actor *control
 
 // UpdateEarlyAccessFeature changes a feature. Moving it into a release stage from another
 // stage gives its flag the enrolment super condition; moving it out of the release stages
-// takes the condition away, as PostHog does.
-func (s *EarlyAccessFeatureService) UpdateEarlyAccessFeature(ctx context.Context, actor *controlplane.User, projectID int64, id string,
+// takes the condition away, as PostHog does. The flag is changed as the user ctx acts as.
+func (s *EarlyAccessFeatureService) UpdateEarlyAccessFeature(ctx context.Context, projectID int64, id string,
 	upd controlplane.EarlyAccessFeatureUpdate) (*controlplane.EarlyAccessFeature, error) {
+	actor, err := controlplane.CurrentUser(ctx)
+	if err != nil {
+		return nil, err
+	}
 	if err := upd.Validate(false); err != nil {
 		return nil, err
 	}
 	var updated *controlplane.EarlyAccessFeature
-	err := s.db.inTx(ctx, func(tx pgx.Tx) error {
-		before, err := findFeature(ctx, tx, projectID, id, true)
+	err = s.db.inTx(ctx, func(tx pgx.Tx) error {
+		before, err := findFeature(ctx, tx, actor, projectID, id, true)
 		if err != nil {
 			return err
 		}
@@ -252,7 +267,7 @@ func (s *EarlyAccessFeatureService) UpdateEarlyAccessFeature(ctx context.Context
 			projectID, id, upd.Name, upd.Description, upd.Stage, upd.DocumentationURL); err != nil {
 			return err
 		}
-		if updated, err = findFeature(ctx, tx, projectID, id, false); err != nil {
+		if updated, err = findFeature(ctx, tx, actor, projectID, id, false); err != nil {
 			return err
 		}
 		return bumpSnapshot(ctx, tx, projectID)
@@ -264,10 +279,14 @@ func (s *EarlyAccessFeatureService) UpdateEarlyAccessFeature(ctx context.Context
 }
 
 // DeleteEarlyAccessFeature deletes a feature and takes the enrolment super condition off its
-// flag; the flag itself stays.
-func (s *EarlyAccessFeatureService) DeleteEarlyAccessFeature(ctx context.Context, actor *controlplane.User, projectID int64, id string) error {
-	err := s.db.inTx(ctx, func(tx pgx.Tx) error {
-		f, err := findFeature(ctx, tx, projectID, id, true)
+// flag, as the user ctx acts as; the flag itself stays.
+func (s *EarlyAccessFeatureService) DeleteEarlyAccessFeature(ctx context.Context, projectID int64, id string) error {
+	actor, err := controlplane.CurrentUser(ctx)
+	if err != nil {
+		return err
+	}
+	err = s.db.inTx(ctx, func(tx pgx.Tx) error {
+		f, err := findFeature(ctx, tx, actor, projectID, id, true)
 		if err != nil {
 			return err
 		}

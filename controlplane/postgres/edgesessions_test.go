@@ -94,7 +94,7 @@ func TestCountLaggards(t *testing.T) {
 	if err := db.Pool.QueryRow(ctx, `SELECT organization_id FROM projects WHERE id = $1`, p).Scan(&org); err != nil {
 		t.Fatal(err)
 	}
-	other, err := postgres.NewProjectService(db).CreateProject(ctx, org, "other")
+	other, err := postgres.NewProjectService(db).CreateProject(controlplane.NewContextWithUser(ctx, &controlplane.User{OrganizationID: org}), org, "other")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 
@@ -56,8 +57,12 @@ func (c *conditions) page(limit, offset int) (string, []any) {
 
 // FindEvents returns a page of a project's events, newest first, and the total.
 func (r *EventReader) FindEvents(ctx context.Context, f controlplane.EventFilter) ([]*controlplane.Event, int, error) {
+	u, err := controlplane.CurrentUser(ctx)
+	if err != nil {
+		return nil, 0, err
+	}
 	var c conditions
-	c.add("project_id = ?", f.ProjectID)
+	c.add("project_id = ?", f.ProjectID) // $1, as countInProject needs
 	if f.Event != "" {
 		c.add("event = ?", f.Event)
 	}
@@ -70,8 +75,8 @@ func (r *EventReader) FindEvents(ctx context.Context, f controlplane.EventFilter
 	if f.Before != nil {
 		c.add("timestamp < ?", *f.Before)
 	}
-	var total int
-	if err := r.db.Pool.QueryRow(ctx, `SELECT count(*) FROM events`+c.where(), c.args...).Scan(&total); err != nil {
+	total, err := countInReach(ctx, r.db.Pool, u, controlplane.CanReadOrg, `SELECT count(*) FROM events`+c.where(), c.args...)
+	if err != nil {
 		return nil, 0, opError("count events", err)
 	}
 	limit, args := c.page(f.Limit, f.Offset)
@@ -93,16 +98,24 @@ func scanEvent(row pgx.CollectableRow) (*controlplane.Event, error) {
 	return &e, err
 }
 
-// FindEventByUUID returns one event.
+// FindEventByUUID returns one event of the project.
 func (r *EventReader) FindEventByUUID(ctx context.Context, projectID int64, id string) (*controlplane.Event, error) {
+	u, err := controlplane.CurrentUser(ctx)
+	if err != nil {
+		return nil, err
+	}
 	rows, err := r.db.Pool.Query(ctx, `SELECT uuid::text, project_id, event, distinct_id, properties, timestamp, created_at
-		FROM events WHERE project_id = $1 AND uuid::text = $2`, projectID, strings.ToLower(id))
+		FROM events WHERE project_id = $1 AND uuid::text = $2 AND `+inReach("project_id", 3),
+		projectID, strings.ToLower(id), reachableOrg(u, controlplane.CanReadOrg))
 	if err != nil {
 		return nil, opError("find event", err)
 	}
 	e, err := pgx.CollectExactlyOneRow(rows, scanEvent)
+	if errors.Is(err, pgx.ErrNoRows) {
+		err = notFoundIn(ctx, r.db.Pool, u, controlplane.CanReadOrg, projectID)
+	}
 	if err != nil {
-		return nil, opError("find event", notFoundIfNoRows(err))
+		return nil, opError("find event", err)
 	}
 	return e, nil
 }
@@ -118,8 +131,12 @@ func scanPerson(row pgx.CollectableRow) (*controlplane.Person, error) {
 
 // FindPersons returns a page of a project's persons, newest first, and the total.
 func (r *EventReader) FindPersons(ctx context.Context, f controlplane.PersonFilter) ([]*controlplane.Person, int, error) {
+	u, err := controlplane.CurrentUser(ctx)
+	if err != nil {
+		return nil, 0, err
+	}
 	var c conditions
-	c.add("p.project_id = ?", f.ProjectID)
+	c.add("p.project_id = ?", f.ProjectID) // $1, as countInProject needs
 	if f.DistinctID != "" {
 		c.add("EXISTS (SELECT 1 FROM person_distinct_ids d WHERE d.person_id = p.id AND d.distinct_id = ?)", f.DistinctID)
 	}
@@ -127,8 +144,8 @@ func (r *EventReader) FindPersons(ctx context.Context, f controlplane.PersonFilt
 		c.add(`(p.properties::text ILIKE ? OR EXISTS (SELECT 1 FROM person_distinct_ids d
 			WHERE d.person_id = p.id AND d.distinct_id ILIKE ?))`, containsPattern(f.Search))
 	}
-	var total int
-	if err := r.db.Pool.QueryRow(ctx, `SELECT count(*) FROM persons p`+c.where(), c.args...).Scan(&total); err != nil {
+	total, err := countInReach(ctx, r.db.Pool, u, controlplane.CanReadOrg, `SELECT count(*) FROM persons p`+c.where(), c.args...)
+	if err != nil {
 		return nil, 0, opError("count persons", err)
 	}
 	limit, args := c.page(f.Limit, f.Offset)
@@ -145,29 +162,41 @@ func (r *EventReader) FindPersons(ctx context.Context, f controlplane.PersonFilt
 
 // FindPersonByID returns one person of the project.
 func (r *EventReader) FindPersonByID(ctx context.Context, projectID, id int64) (*controlplane.Person, error) {
-	rows, err := r.db.Pool.Query(ctx, personSelect+` WHERE p.project_id = $1 AND p.id = $2`, projectID, id)
+	u, err := controlplane.CurrentUser(ctx)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := r.db.Pool.Query(ctx, personSelect+` WHERE p.project_id = $1 AND p.id = $2 AND `+inReach("p.project_id", 3),
+		projectID, id, reachableOrg(u, controlplane.CanReadOrg))
 	if err != nil {
 		return nil, opError("find person", err)
 	}
 	p, err := pgx.CollectExactlyOneRow(rows, scanPerson)
+	if errors.Is(err, pgx.ErrNoRows) {
+		err = notFoundIn(ctx, r.db.Pool, u, controlplane.CanReadOrg, projectID)
+	}
 	if err != nil {
-		return nil, opError("find person", notFoundIfNoRows(err))
+		return nil, opError("find person", err)
 	}
 	return p, nil
 }
 
 // FindGroups returns a page of a project's groups, newest first, and the total.
 func (r *EventReader) FindGroups(ctx context.Context, f controlplane.GroupFilter) ([]*controlplane.Group, int, error) {
+	u, err := controlplane.CurrentUser(ctx)
+	if err != nil {
+		return nil, 0, err
+	}
 	var c conditions
-	c.add("project_id = ?", f.ProjectID)
+	c.add("project_id = ?", f.ProjectID) // $1, as countInProject needs
 	if f.TypeIndex != nil {
 		c.add("group_type_index = ?", *f.TypeIndex)
 	}
 	if f.Search != "" {
 		c.add("(group_key ILIKE ? OR properties::text ILIKE ?)", containsPattern(f.Search))
 	}
-	var total int
-	if err := r.db.Pool.QueryRow(ctx, `SELECT count(*) FROM groups`+c.where(), c.args...).Scan(&total); err != nil {
+	total, err := countInReach(ctx, r.db.Pool, u, controlplane.CanReadOrg, `SELECT count(*) FROM groups`+c.where(), c.args...)
+	if err != nil {
 		return nil, 0, opError("count groups", err)
 	}
 	limit, args := c.page(f.Limit, f.Offset)

@@ -37,9 +37,13 @@ func scanKey(row pgx.Row) (*controlplane.PersonalKey, error) {
 	return &k, err
 }
 
-// FindKeys returns the user's keys, newest first.
-func (s *KeyService) FindKeys(ctx context.Context, userID int64) ([]*controlplane.PersonalKey, error) {
-	rows, err := s.db.Pool.Query(ctx, `SELECT `+keyColumns+` FROM personal_api_keys k WHERE k.user_id = $1 ORDER BY k.id DESC`, userID)
+// FindKeys returns the keys of the user ctx acts as, newest first.
+func (s *KeyService) FindKeys(ctx context.Context) ([]*controlplane.PersonalKey, error) {
+	u, err := controlplane.CurrentUser(ctx)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := s.db.Pool.Query(ctx, `SELECT `+keyColumns+` FROM personal_api_keys k WHERE k.user_id = $1 ORDER BY k.id DESC`, u.ID)
 	if err != nil {
 		return nil, opError("find keys", err)
 	}
@@ -50,11 +54,28 @@ func (s *KeyService) FindKeys(ctx context.Context, userID int64) ([]*controlplan
 	return list, nil
 }
 
-// FindKeyByID returns one of the user's keys.
-func (s *KeyService) FindKeyByID(ctx context.Context, userID, id int64) (*controlplane.PersonalKey, error) {
-	k, err := scanKey(s.db.Pool.QueryRow(ctx, `SELECT `+keyColumns+` FROM personal_api_keys k WHERE k.user_id = $1 AND k.id = $2`, userID, id))
+// FindKeyByID returns one of the keys of the user ctx acts as.
+func (s *KeyService) FindKeyByID(ctx context.Context, id int64) (*controlplane.PersonalKey, error) {
+	u, err := controlplane.CurrentUser(ctx)
 	if err != nil {
-		return nil, opError("find key", notFoundIfNoRows(err))
+		return nil, err
+	}
+	k, err := ownKey(ctx, s.db.Pool, u, `SELECT `+keyColumns+` FROM personal_api_keys k WHERE k.id = $1`, id)
+	if err != nil {
+		return nil, opError("find key", err)
+	}
+	return k, nil
+}
+
+// ownKey reads the key sql selects (by id, $1) and checks that u may manage it: another
+// user's key is ErrNotFound, as a missing one, so that key ids cannot be probed.
+func ownKey(ctx context.Context, q dbConn, u *controlplane.User, sql string, id int64) (*controlplane.PersonalKey, error) {
+	k, err := scanKey(q.QueryRow(ctx, sql, id))
+	if err != nil {
+		return nil, notFoundIfNoRows(err)
+	}
+	if !controlplane.CanManageKey(u, k.UserID) {
+		return nil, controlplane.ErrNotFound
 	}
 	return k, nil
 }
@@ -84,9 +105,13 @@ func checkScoping(ctx context.Context, tx pgx.Tx, user *controlplane.User, teams
 	return nil
 }
 
-// CreateKey issues a key for the user; the snapshots of the projects it reaches are bumped
+// CreateKey issues a key for the user ctx acts as; the snapshots of the projects it reaches are bumped
 // so that edges accept it for flag definitions.
-func (s *KeyService) CreateKey(ctx context.Context, user *controlplane.User, upd controlplane.KeyUpdate) (*controlplane.PersonalKey, string, error) {
+func (s *KeyService) CreateKey(ctx context.Context, upd controlplane.KeyUpdate) (*controlplane.PersonalKey, string, error) {
+	user, err := controlplane.CurrentUser(ctx)
+	if err != nil {
+		return nil, "", err
+	}
 	if err := upd.Validate(true, nil); err != nil {
 		return nil, "", err
 	}
@@ -100,7 +125,7 @@ func (s *KeyService) CreateKey(ctx context.Context, user *controlplane.User, upd
 		orgs = *upd.ScopedOrganizations
 	}
 	var key *controlplane.PersonalKey
-	err := s.db.inTx(ctx, func(tx pgx.Tx) error {
+	err = s.db.inTx(ctx, func(tx pgx.Tx) error {
 		// Lock the user's row so that concurrent creations agree on the count.
 		var n int
 		if err := tx.QueryRow(ctx, `SELECT (SELECT count(*) FROM personal_api_keys WHERE user_id = u.id) FROM users u
@@ -129,17 +154,21 @@ func (s *KeyService) CreateKey(ctx context.Context, user *controlplane.User, upd
 	return key, secret, nil
 }
 
-// UpdateKey changes a key's label, scopes or scoping; the projects it reached before or
+// UpdateKey changes the label, scopes or scoping of a key of the user ctx acts as; the projects it reached before or
 // reaches now are bumped.
-func (s *KeyService) UpdateKey(ctx context.Context, user *controlplane.User, id int64, upd controlplane.KeyUpdate) (*controlplane.PersonalKey, error) {
+func (s *KeyService) UpdateKey(ctx context.Context, id int64, upd controlplane.KeyUpdate) (*controlplane.PersonalKey, error) {
+	user, err := controlplane.CurrentUser(ctx)
+	if err != nil {
+		return nil, err
+	}
 	if err := upd.Validate(false, nil); err != nil {
 		return nil, err
 	}
 	var key *controlplane.PersonalKey
-	err := s.db.inTx(ctx, func(tx pgx.Tx) error {
-		before, err := scanKey(tx.QueryRow(ctx, `SELECT `+keyColumns+` FROM personal_api_keys k WHERE k.user_id = $1 AND k.id = $2 FOR UPDATE`, user.ID, id))
+	err = s.db.inTx(ctx, func(tx pgx.Tx) error {
+		before, err := ownKey(ctx, tx, user, `SELECT `+keyColumns+` FROM personal_api_keys k WHERE k.id = $1 FOR UPDATE`, id)
 		if err != nil {
-			return notFoundIfNoRows(err)
+			return err
 		}
 		after := *before
 		if upd.Label != nil {
@@ -181,18 +210,18 @@ func (s *KeyService) UpdateKey(ctx context.Context, user *controlplane.User, id 
 	return key, nil
 }
 
-// DeleteKey deletes one of the user's keys; the projects it reached are bumped, so every
-// edge stops accepting it with the next snapshot.
-func (s *KeyService) DeleteKey(ctx context.Context, userID, id int64) error {
-	err := s.db.inTx(ctx, func(tx pgx.Tx) error {
-		var exists bool
-		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM personal_api_keys WHERE user_id = $1 AND id = $2)`, userID, id).Scan(&exists); err != nil {
+// DeleteKey deletes one of the keys of the user ctx acts as; the projects it reached are
+// bumped, so every edge stops accepting it with the next snapshot.
+func (s *KeyService) DeleteKey(ctx context.Context, id int64) error {
+	u, err := controlplane.CurrentUser(ctx)
+	if err != nil {
+		return err
+	}
+	err = s.db.inTx(ctx, func(tx pgx.Tx) error {
+		if _, err := ownKey(ctx, tx, u, `SELECT `+keyColumns+` FROM personal_api_keys k WHERE k.id = $1 FOR UPDATE`, id); err != nil {
 			return err
 		}
-		if !exists {
-			return controlplane.ErrNotFound
-		}
-		return deleteKeys(ctx, tx, `k.user_id = $1 AND k.id = $2`, userID, id)
+		return deleteKeys(ctx, tx, `k.id = $1`, id)
 	})
 	if err != nil {
 		return opError("delete key", err)

@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -37,16 +38,24 @@ func scanProject(row pgx.Row) (*controlplane.Project, error) {
 	return &p, nil
 }
 
-// FindProjectByID returns the project with the given id.
+// FindProjectByID returns the project with the given id, when the user ctx acts as reaches
+// it; a project the user does not reach is ErrPermissionDenied, whether it exists or not.
 func (s *ProjectService) FindProjectByID(ctx context.Context, id int64) (*controlplane.Project, error) {
-	p, err := scanProject(s.db.conn(ctx).QueryRow(ctx, `SELECT `+projectColumns+` FROM projects p WHERE p.id = $1`, id))
+	u, err := controlplane.CurrentUser(ctx)
 	if err != nil {
-		return nil, opError("find project", notFoundIfNoRows(err))
+		return nil, err
+	}
+	p, err := scanProject(s.db.conn(ctx).QueryRow(ctx, `SELECT `+projectColumns+` FROM projects p WHERE p.id = $1`, id))
+	if errors.Is(err, pgx.ErrNoRows) || (err == nil && !controlplane.CanReadOrg(u, p.OrganizationID)) {
+		return nil, controlplane.ErrPermissionDenied
+	}
+	if err != nil {
+		return nil, opError("find project", err)
 	}
 	return p, nil
 }
 
-// FindProjectByToken returns the project with the public token.
+// FindProjectByToken returns the project with the public token, to whoever holds it.
 func (s *ProjectService) FindProjectByToken(ctx context.Context, token string) (*controlplane.Project, error) {
 	p, err := scanProject(s.db.Pool.QueryRow(ctx, `SELECT `+projectColumns+` FROM projects p WHERE p.api_token = $1`, token))
 	if err != nil {
@@ -55,8 +64,12 @@ func (s *ProjectService) FindProjectByToken(ctx context.Context, token string) (
 	return p, nil
 }
 
-// FindProjects returns a page of an organisation's projects, oldest first, and the total.
+// FindProjects returns a page of an organisation's projects, oldest first, and the total, to
+// the organisation's members.
 func (s *ProjectService) FindProjects(ctx context.Context, f controlplane.ProjectFilter) ([]*controlplane.Project, int, error) {
+	if _, err := actingMemberOf(ctx, f.OrganizationID); err != nil {
+		return nil, 0, err
+	}
 	var total int
 	if err := s.db.Pool.QueryRow(ctx, `SELECT count(*) FROM projects p
 		WHERE p.organization_id = $1 AND ($2::bigint[] IS NULL OR p.id = ANY($2))`, f.OrganizationID, f.IDs).Scan(&total); err != nil {
@@ -75,8 +88,11 @@ func (s *ProjectService) FindProjects(ctx context.Context, f controlplane.Projec
 	return projects, total, nil
 }
 
-// CreateProject creates a project with fresh tokens in the organisation.
+// CreateProject creates a project with fresh tokens in the organisation, for a member of it.
 func (s *ProjectService) CreateProject(ctx context.Context, orgID int64, name string) (*controlplane.Project, error) {
+	if _, err := actingMemberOf(ctx, orgID); err != nil {
+		return nil, err
+	}
 	if name == "" {
 		return nil, controlplane.FieldError("name", "required", "This field is required.")
 	}
@@ -96,8 +112,13 @@ func (s *ProjectService) CreateProject(ctx context.Context, orgID int64, name st
 }
 
 // UpdateProject changes a project's name, time zone or client configuration, and bumps its
-// snapshot (edges serve all three).
+// snapshot (edges serve all three). The update is scoped to the organisation of the user ctx
+// acts as: a project the user does not reach is ErrPermissionDenied, whether it exists or not.
 func (s *ProjectService) UpdateProject(ctx context.Context, id int64, upd controlplane.ProjectUpdate) (*controlplane.Project, error) {
+	u, err := controlplane.CurrentUser(ctx)
+	if err != nil {
+		return nil, err
+	}
 	if upd.Name != nil && *upd.Name == "" {
 		return nil, controlplane.FieldError("name", "blank", "This field may not be blank.")
 	}
@@ -106,7 +127,7 @@ func (s *ProjectService) UpdateProject(ctx context.Context, id int64, upd contro
 			return nil, controlplane.FieldError("timezone", "invalid_choice", fmt.Sprintf("%q is not a valid time zone.", *upd.Timezone))
 		}
 	}
-	err := s.db.inTx(ctx, func(tx pgx.Tx) error {
+	err = s.db.inTx(ctx, func(tx pgx.Tx) error {
 		tag, err := tx.Exec(ctx, `UPDATE projects SET name = COALESCE($2, name), timezone = COALESCE($3, timezone),
 			autocapture_opt_out = COALESCE($4, autocapture_opt_out),
 			session_recording_opt_in = COALESCE($5, session_recording_opt_in),
@@ -114,14 +135,14 @@ func (s *ProjectService) UpdateProject(ctx context.Context, id int64, upd contro
 			capture_console_log_opt_in = COALESCE($7, capture_console_log_opt_in),
 			capture_performance_opt_in = COALESCE($8, capture_performance_opt_in),
 			autocapture_exceptions_opt_in = COALESCE($9, autocapture_exceptions_opt_in)
-			WHERE id = $1`,
+			WHERE id = $1 AND organization_id = $10`,
 			id, upd.Name, upd.Timezone, upd.AutocaptureOptOut, upd.SessionRecordingOptIn, upd.HeatmapsOptIn,
-			upd.CaptureConsoleLogOptIn, upd.CapturePerformanceOptIn, upd.AutocaptureExceptionsOptIn)
+			upd.CaptureConsoleLogOptIn, upd.CapturePerformanceOptIn, upd.AutocaptureExceptionsOptIn, u.OrganizationID)
 		if err != nil {
 			return err
 		}
 		if tag.RowsAffected() == 0 {
-			return controlplane.ErrNotFound
+			return controlplane.ErrPermissionDenied
 		}
 		return bumpSnapshot(ctx, tx, id)
 	})

@@ -3,9 +3,11 @@ package postgres
 import "github.com/flagedge/flagedge/controlplane"
 
 // NewServices returns every service that acts for a user, on db: what the control plane
-// serves and the tests build alike. bcryptCost is the password hashing cost (0: the
-// default; tests pass bcrypt.MinCost). The services check no permissions: wrap them with
-// authz.Wrap before a user's call reaches them.
+// serves and the tests build alike. bcryptCost is the password hashing cost
+// (DefaultBcryptCost; tests pass bcrypt.MinCost). Each decides who may do what itself, from
+// the user in the context (controlplane.CurrentUser), inside the transaction that reads or
+// writes (controlplane/access.go); the ones that establish who the user is (Auth, Sessions,
+// the password calls of Users) need none.
 func NewServices(db *DB, bcryptCost int) controlplane.Services {
 	flags := NewFlagService(db)
 	return controlplane.Services{
@@ -13,11 +15,11 @@ func NewServices(db *DB, bcryptCost int) controlplane.Services {
 		Projects:    NewProjectService(db),
 		Flags:       flags,
 		Activity:    NewActivityService(db),
-		Events:      NewEventReader(db),
+		Analytics:   NewEventReader(db),
 		Annotations: NewAnnotationService(db),
 		Roles:       NewRoleService(db),
 		Cohorts:     NewCohortService(db),
-		Features:    NewEarlyAccessFeatureService(db),
+		EarlyAccess: NewEarlyAccessFeatureService(db),
 		Dashboards:  flags,
 		Users:       NewUserService(db, bcryptCost),
 		Keys:        NewKeyService(db),

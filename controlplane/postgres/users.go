@@ -34,11 +34,9 @@ const DefaultBcryptCost = 12
 // pass it on by hand, since no mail is sent.
 const PasswordTokenTTL = 7 * 24 * time.Hour
 
-// NewUserService returns a UserService on db hashing with cost (DefaultBcryptCost when 0).
+// NewUserService returns a UserService on db hashing new passwords with the bcrypt cost:
+// DefaultBcryptCost in production, bcrypt.MinCost in tests that need no slow hashes.
 func NewUserService(db *DB, cost int) *UserService {
-	if cost == 0 {
-		cost = DefaultBcryptCost
-	}
 	dummy, err := bcrypt.GenerateFromPassword([]byte("not a password of anyone"), cost)
 	if err != nil {
 		panic("bcrypt: " + err.Error()) // only for a cost out of range: a programming error
@@ -48,18 +46,47 @@ func NewUserService(db *DB, cost int) *UserService {
 
 const activeUser = ` u.removed_at IS NULL`
 
-// FindUserByID returns an active user.
+// FindUserByID returns an active user of the organisation of the user ctx acts as.
 func (s *UserService) FindUserByID(ctx context.Context, id int64) (*controlplane.User, error) {
+	me, err := controlplane.CurrentUser(ctx)
+	if err != nil {
+		return nil, err
+	}
 	var u controlplane.User
-	err := s.db.Pool.QueryRow(ctx, `SELECT `+userColumns+` FROM users u WHERE u.id = $1 AND`+activeUser, id).Scan(scanUserInto(&u)...)
+	err = s.db.Pool.QueryRow(ctx, `SELECT `+userColumns+` FROM users u WHERE u.id = $1 AND`+activeUser, id).Scan(scanUserInto(&u)...)
 	if err != nil {
 		return nil, opError("find user", notFoundIfNoRows(err))
+	}
+	if !controlplane.CanReadOrg(me, u.OrganizationID) {
+		return nil, controlplane.ErrNotFound // no probing of other organisations' users
 	}
 	return &u, nil
 }
 
-// FindOrganization returns the organisation with the id.
+// actingMemberOf is the user ctx acts as, when a member of the organisation orgID.
+func actingMemberOf(ctx context.Context, orgID int64) (*controlplane.User, error) {
+	u, err := controlplane.CurrentUser(ctx)
+	if err == nil && !controlplane.CanReadOrg(u, orgID) {
+		err = controlplane.ErrPermissionDenied
+	}
+	return u, err
+}
+
+// actingAdmin is the user ctx acts as, when an admin of their organisation: the one whose
+// members they invite and remove.
+func actingAdmin(ctx context.Context) (*controlplane.User, error) {
+	u, err := controlplane.CurrentUser(ctx)
+	if err == nil && !controlplane.CanAdminOrg(u, u.OrganizationID) {
+		err = controlplane.ErrPermissionDenied
+	}
+	return u, err
+}
+
+// FindOrganization returns the organisation with the id, to its members.
 func (s *UserService) FindOrganization(ctx context.Context, id int64) (*controlplane.Organization, error) {
+	if _, err := actingMemberOf(ctx, id); err != nil {
+		return nil, err
+	}
 	var o controlplane.Organization
 	err := s.db.Pool.QueryRow(ctx, `SELECT id, uuid::text, name, created_at FROM organizations WHERE id = $1`, id).
 		Scan(&o.ID, &o.UUID, &o.Name, &o.CreatedAt)
@@ -69,8 +96,11 @@ func (s *UserService) FindOrganization(ctx context.Context, id int64) (*controlp
 	return &o, nil
 }
 
-// FindMembers returns a page of the organisation's active users, oldest first.
+// FindMembers returns a page of the organisation's active users, oldest first, to its members.
 func (s *UserService) FindMembers(ctx context.Context, orgID int64, limit, offset int) ([]*controlplane.Member, int, error) {
+	if _, err := actingMemberOf(ctx, orgID); err != nil {
+		return nil, 0, err
+	}
 	var total int
 	if err := s.db.Pool.QueryRow(ctx, `SELECT count(*) FROM users u WHERE u.organization_id = $1 AND`+activeUser, orgID).Scan(&total); err != nil {
 		return nil, 0, opError("count members", err)
@@ -91,14 +121,18 @@ func (s *UserService) FindMembers(ctx context.Context, orgID int64, limit, offse
 	return list, total, nil
 }
 
-// InviteMember creates the user (or brings back one removed from the same organisation) and
-// issues a set-password token.
-func (s *UserService) InviteMember(ctx context.Context, actor *controlplane.User, req controlplane.InviteRequest) (*controlplane.Invite, error) {
+// InviteMember creates the user in the organisation of the admin ctx acts as (or brings back
+// one removed from that organisation) and issues a set-password token.
+func (s *UserService) InviteMember(ctx context.Context, req controlplane.InviteRequest) (*controlplane.Invite, error) {
+	actor, err := actingAdmin(ctx)
+	if err != nil {
+		return nil, err
+	}
 	if err := req.Validate(); err != nil {
 		return nil, err
 	}
 	inv := &controlplane.Invite{PasswordToken: newToken(""), ExpiresAt: s.db.Now().Add(PasswordTokenTTL), CreatedBy: actor}
-	err := s.db.inTx(ctx, func(tx pgx.Tx) error {
+	err = s.db.inTx(ctx, func(tx pgx.Tx) error {
 		var orgID int64
 		var removed *time.Time
 		err := tx.QueryRow(ctx, `SELECT organization_id, removed_at FROM users WHERE lower(email) = lower($1) FOR UPDATE`, req.Email).Scan(&orgID, &removed)
@@ -129,10 +163,15 @@ func (s *UserService) InviteMember(ctx context.Context, actor *controlplane.User
 	return inv, nil
 }
 
-// RemoveMember marks the user removed, deletes their keys (bumping the snapshots those keys
-// reached), sessions, unused tokens and role memberships.
-func (s *UserService) RemoveMember(ctx context.Context, actor *controlplane.User, userUUID string) error {
-	err := s.db.inTx(ctx, func(tx pgx.Tx) error {
+// RemoveOrganizationMember marks the user removed from the organisation of the admin ctx acts
+// as, deletes their keys (bumping the snapshots those keys reached), sessions, unused tokens
+// and role memberships.
+func (s *UserService) RemoveOrganizationMember(ctx context.Context, userUUID string) error {
+	actor, err := actingAdmin(ctx)
+	if err != nil {
+		return err
+	}
+	err = s.db.inTx(ctx, func(tx pgx.Tx) error {
 		var id int64
 		err := tx.QueryRow(ctx, `UPDATE users u SET removed_at = now(), password_hash = NULL
 			WHERE u.uuid::text = lower($1) AND u.organization_id = $2 AND`+activeUser+` RETURNING u.id`,

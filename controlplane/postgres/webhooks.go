@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
@@ -16,18 +17,28 @@ import (
 // the dispatchers of every replica when it commits.
 const WebhookChannel = "flagedge_webhook"
 
-// WebhookService stores webhooks, their outbox of deliveries and the delivery log.
+// WebhookService stores webhooks and the delivery log, for the admins of their projects'
+// organisations.
 type WebhookService struct {
 	db *DB
 }
 
-var (
-	_ controlplane.WebhookService = (*WebhookService)(nil)
-	_ controlplane.WebhookOutbox  = (*WebhookService)(nil)
-)
+var _ controlplane.WebhookService = (*WebhookService)(nil)
 
 // NewWebhookService returns a WebhookService on db.
 func NewWebhookService(db *DB) *WebhookService { return &WebhookService{db: db} }
+
+// SystemWebhookOutbox is the outbox of deliveries as the dispatchers claim them: unchecked
+// access to every project's deliveries, for the webhook dispatcher alone (see
+// controlplane.SystemWebhookOutbox).
+type SystemWebhookOutbox struct {
+	db *DB
+}
+
+var _ controlplane.SystemWebhookOutbox = (*SystemWebhookOutbox)(nil)
+
+// NewSystemWebhookOutbox returns the outbox on db, for the webhook dispatcher.
+func NewSystemWebhookOutbox(db *DB) *SystemWebhookOutbox { return &SystemWebhookOutbox{db: db} }
 
 var webhookSelect = `SELECT w.id, w.project_id, w.url, w.events, w.secret, w.enabled, w.created_at, w.updated_at,
 	` + userSummaryJSON("u") + ` FROM webhooks w LEFT JOIN users u ON u.id = w.created_by`
@@ -42,8 +53,12 @@ func scanWebhook(row pgx.CollectableRow) (*controlplane.Webhook, error) {
 
 // FindWebhooks returns a page of the project's hooks, oldest first, and the total.
 func (s *WebhookService) FindWebhooks(ctx context.Context, projectID int64, limit, offset int) ([]*controlplane.Webhook, int, error) {
-	var total int
-	if err := s.db.Pool.QueryRow(ctx, `SELECT count(*) FROM webhooks WHERE project_id = $1`, projectID).Scan(&total); err != nil {
+	u, err := controlplane.CurrentUser(ctx)
+	if err != nil {
+		return nil, 0, err
+	}
+	total, err := countInReach(ctx, s.db.Pool, u, controlplane.CanAdminOrg, `SELECT count(*) FROM webhooks WHERE project_id = $1`, projectID)
+	if err != nil {
 		return nil, 0, opError("count webhooks", err)
 	}
 	rows, err := s.db.Pool.Query(ctx, webhookSelect+` WHERE w.project_id = $1 ORDER BY w.id LIMIT $2 OFFSET $3`, projectID, limit, offset)
@@ -59,41 +74,59 @@ func (s *WebhookService) FindWebhooks(ctx context.Context, projectID int64, limi
 
 // FindWebhookByID returns one hook of the project.
 func (s *WebhookService) FindWebhookByID(ctx context.Context, projectID, id int64) (*controlplane.Webhook, error) {
-	return findWebhook(ctx, s.db.Pool, projectID, id, false)
+	u, err := controlplane.CurrentUser(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return findWebhook(ctx, s.db.Pool, u, projectID, id, false)
 }
 
-func findWebhook(ctx context.Context, q dbConn, projectID, id int64, forUpdate bool) (*controlplane.Webhook, error) {
-	sql := webhookSelect + ` WHERE w.project_id = $1 AND w.id = $2`
+// findWebhook reads a hook of the project, when u administers the project's organisation.
+func findWebhook(ctx context.Context, q dbConn, u *controlplane.User, projectID, id int64, forUpdate bool) (*controlplane.Webhook, error) {
+	sql := webhookSelect + ` WHERE w.project_id = $1 AND w.id = $2 AND ` + inReach("w.project_id", 3)
 	if forUpdate {
 		sql += ` FOR UPDATE OF w`
 	}
-	rows, err := q.Query(ctx, sql, projectID, id)
+	rows, err := q.Query(ctx, sql, projectID, id, reachableOrg(u, controlplane.CanAdminOrg))
 	if err != nil {
 		return nil, opError("find webhook", err)
 	}
 	h, err := pgx.CollectExactlyOneRow(rows, scanWebhook)
+	if errors.Is(err, pgx.ErrNoRows) {
+		err = notFoundIn(ctx, q, u, controlplane.CanAdminOrg, projectID)
+	}
 	if err != nil {
-		return nil, opError("find webhook", notFoundIfNoRows(err))
+		return nil, opError("find webhook", err)
 	}
 	return h, nil
 }
 
 // CreateWebhook validates and stores a hook; a project holds at most
-// controlplane.MaxWebhooksPerProject.
-func (s *WebhookService) CreateWebhook(ctx context.Context, actor *controlplane.User, projectID int64, upd controlplane.WebhookUpdate) (*controlplane.Webhook, error) {
+// controlplane.MaxWebhooksPerProject. The user ctx acts as is its creator.
+func (s *WebhookService) CreateWebhook(ctx context.Context, projectID int64, upd controlplane.WebhookUpdate) (*controlplane.Webhook, error) {
+	actor, err := controlplane.CurrentUser(ctx)
+	if err != nil {
+		return nil, err
+	}
 	if err := upd.Validate(true); err != nil {
 		return nil, err
 	}
 	h := &controlplane.Webhook{Enabled: true}
 	upd.Apply(h)
 	var created *controlplane.Webhook
-	err := s.db.inTx(ctx, func(tx pgx.Tx) error {
+	err = s.db.inTx(ctx, func(tx pgx.Tx) error {
 		// The project row serialises concurrent creations, so the limit holds (NO KEY: not
-		// waiting for the key-share locks of rows other writes insert for the project).
+		// waiting for the key-share locks of rows other writes insert for the project); its
+		// organisation says who may add to it.
+		var orgID int64
 		var n int
-		if err := tx.QueryRow(ctx, `SELECT (SELECT count(*) FROM webhooks WHERE project_id = p.id) FROM projects p WHERE p.id = $1 FOR NO KEY UPDATE`,
-			projectID).Scan(&n); err != nil {
-			return notFoundIfNoRows(err)
+		err := tx.QueryRow(ctx, `SELECT p.organization_id, (SELECT count(*) FROM webhooks WHERE project_id = p.id) FROM projects p
+			WHERE p.id = $1 FOR NO KEY UPDATE`, projectID).Scan(&orgID, &n)
+		if errors.Is(err, pgx.ErrNoRows) || (err == nil && !controlplane.CanAdminOrg(actor, orgID)) {
+			return controlplane.ErrPermissionDenied
+		}
+		if err != nil {
+			return err
 		}
 		if n >= controlplane.MaxWebhooksPerProject {
 			return controlplane.FieldError("url", "max_webhooks", fmt.Sprintf("A project has at most %d webhooks.", controlplane.MaxWebhooksPerProject))
@@ -103,8 +136,7 @@ func (s *WebhookService) CreateWebhook(ctx context.Context, actor *controlplane.
 			VALUES ($1, $2, $3, $4, $5, $6) RETURNING id`, projectID, h.URL, h.Events, h.Secret, h.Enabled, actor.ID).Scan(&id); err != nil {
 			return err
 		}
-		var err error
-		created, err = findWebhook(ctx, tx, projectID, id, false)
+		created, err = findWebhook(ctx, tx, actor, projectID, id, false)
 		return err
 	})
 	if err != nil {
@@ -115,12 +147,16 @@ func (s *WebhookService) CreateWebhook(ctx context.Context, actor *controlplane.
 
 // UpdateWebhook applies a partial update.
 func (s *WebhookService) UpdateWebhook(ctx context.Context, projectID, id int64, upd controlplane.WebhookUpdate) (*controlplane.Webhook, error) {
+	u, err := controlplane.CurrentUser(ctx)
+	if err != nil {
+		return nil, err
+	}
 	if err := upd.Validate(false); err != nil {
 		return nil, err
 	}
 	var updated *controlplane.Webhook
-	err := s.db.inTx(ctx, func(tx pgx.Tx) error {
-		h, err := findWebhook(ctx, tx, projectID, id, true)
+	err = s.db.inTx(ctx, func(tx pgx.Tx) error {
+		h, err := findWebhook(ctx, tx, u, projectID, id, true)
 		if err != nil {
 			return err
 		}
@@ -134,7 +170,7 @@ func (s *WebhookService) UpdateWebhook(ctx context.Context, projectID, id int64,
 				return err
 			}
 		}
-		updated, err = findWebhook(ctx, tx, projectID, id, false)
+		updated, err = findWebhook(ctx, tx, u, projectID, id, false)
 		return err
 	})
 	if err != nil {
@@ -145,19 +181,24 @@ func (s *WebhookService) UpdateWebhook(ctx context.Context, projectID, id int64,
 
 // DeleteWebhook deletes a hook with its delivery log and the deliveries not yet made.
 func (s *WebhookService) DeleteWebhook(ctx context.Context, projectID, id int64) error {
-	tag, err := s.db.Pool.Exec(ctx, `DELETE FROM webhooks WHERE project_id = $1 AND id = $2`, projectID, id)
+	u, err := controlplane.CurrentUser(ctx)
+	if err != nil {
+		return err
+	}
+	tag, err := s.db.Pool.Exec(ctx, `DELETE FROM webhooks w WHERE w.project_id = $1 AND w.id = $2 AND `+inReach("w.project_id", 3),
+		projectID, id, reachableOrg(u, controlplane.CanAdminOrg))
+	if err == nil && tag.RowsAffected() == 0 {
+		err = notFoundIn(ctx, s.db.Pool, u, controlplane.CanAdminOrg, projectID)
+	}
 	if err != nil {
 		return opError("delete webhook", err)
-	}
-	if tag.RowsAffected() == 0 {
-		return controlplane.ErrNotFound
 	}
 	return nil
 }
 
 // FindDeliveries returns a page of the hook's delivery log, newest first, and the total.
 func (s *WebhookService) FindDeliveries(ctx context.Context, projectID, webhookID int64, limit, offset int) ([]*controlplane.WebhookDelivery, int, error) {
-	if _, err := s.FindWebhookByID(ctx, projectID, webhookID); err != nil {
+	if _, err := s.FindWebhookByID(ctx, projectID, webhookID); err != nil { // the hook, when the user administers its project's organisation
 		return nil, 0, err
 	}
 	var total int
@@ -252,7 +293,7 @@ func leasedCount(hook string) string {
 // writes, whose foreign keys take KEY SHARE, do not wait), and only then counts their leases
 // in a statement of its own, whose snapshot holds every lease committed by the claims that
 // held those locks before.
-func (s *WebhookService) Claim(ctx context.Context, n, perHook int, lease time.Duration) ([]*controlplane.PendingDelivery, error) {
+func (s *SystemWebhookOutbox) Claim(ctx context.Context, n, perHook int, lease time.Duration) ([]*controlplane.PendingDelivery, error) {
 	var list []*controlplane.PendingDelivery
 	err := s.db.inTx(ctx, func(tx pgx.Tx) error {
 		// Hooks under their cap by this snapshot's count: a hook at its cap, which would
@@ -308,7 +349,7 @@ func (s *WebhookService) Claim(ctx context.Context, n, perHook int, lease time.D
 
 // Finish records an attempt's outcome. A delivery no longer pending (finished by a replica
 // whose lease had run out before this one's) is left as it is.
-func (s *WebhookService) Finish(ctx context.Context, id string, res controlplane.DeliveryResult) error {
+func (s *SystemWebhookOutbox) Finish(ctx context.Context, id string, res controlplane.DeliveryResult) error {
 	_, err := s.db.Pool.Exec(ctx, `UPDATE webhook_deliveries SET status = $2, attempts = attempts + 1, last_status_code = $3,
 		last_error = $4, response_prefix = $5, next_attempt_at = COALESCE($6, next_attempt_at), leased_until = NULL,
 		updated_at = now(), delivered_at = CASE WHEN $2 = 'delivered' THEN now() END
@@ -332,7 +373,7 @@ func nullTime(t time.Time) *time.Time {
 // retry, or the end of a lease, which frees a slot if its replica died); zero when none is
 // pending. A hook at its cap gets a slot back when an attempt ends, and the replica that made
 // it claims again then.
-func (s *WebhookService) NextDue(ctx context.Context, perHook int) (time.Time, error) {
+func (s *SystemWebhookOutbox) NextDue(ctx context.Context, perHook int) (time.Time, error) {
 	var t *time.Time
 	err := s.db.Pool.QueryRow(ctx, `SELECT min(CASE WHEN `+leasedCount("w.id")+` < $1 THEN p.first ELSE p.later END)
 		FROM (SELECT webhook_id, min(next_attempt_at) AS first, min(next_attempt_at) FILTER (WHERE next_attempt_at > now()) AS later
@@ -348,7 +389,7 @@ func (s *WebhookService) NextDue(ctx context.Context, perHook int) (time.Time, e
 }
 
 // Depth counts the deliveries still pending (the outbox's depth).
-func (s *WebhookService) Depth(ctx context.Context) (int, error) {
+func (s *SystemWebhookOutbox) Depth(ctx context.Context) (int, error) {
 	var n int
 	if err := s.db.Pool.QueryRow(ctx, `SELECT count(*) FROM webhook_deliveries WHERE status = 'pending'`).Scan(&n); err != nil {
 		return 0, opError("count pending deliveries", err)

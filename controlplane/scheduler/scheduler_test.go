@@ -14,7 +14,6 @@ import (
 	"golang.org/x/crypto/bcrypt"
 
 	"github.com/flagedge/flagedge/controlplane"
-	"github.com/flagedge/flagedge/controlplane/authz"
 	"github.com/flagedge/flagedge/controlplane/postgres"
 	"github.com/flagedge/flagedge/controlplane/scheduler/schedulertest"
 	"github.com/flagedge/flagedge/internal/pgtest"
@@ -54,7 +53,7 @@ func newEnv(t *testing.T) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := &env{db: db, url: url, svc: authz.Wrap(postgres.NewServices(db, bcrypt.MinCost)), store: postgres.NewScheduleStore(db),
+	e := &env{db: db, url: url, svc: postgres.NewServices(db, bcrypt.MinCost), store: postgres.NewScheduleStore(db),
 		projectID: res.ProjectID, admin: &key.User, member: member}
 	e.adminCtx = controlplane.NewContextWithUser(ctx, e.admin)
 	e.mCtx = controlplane.NewContextWithUser(ctx, e.member)
@@ -238,7 +237,7 @@ func TestPermanentFailures(t *testing.T) {
 	left := e.flag(t, "left", false)
 	leftChange := e.schedule(t, controlplane.NewContextWithUser(context.Background(), leaver), left.ID,
 		`{"operation":"update_status","value":true}`, now)
-	if err := e.svc.Users.RemoveMember(e.adminCtx, e.admin, leaver.UUID); err != nil {
+	if err := e.svc.Users.RemoveOrganizationMember(e.adminCtx, leaver.UUID); err != nil {
 		t.Fatal(err)
 	}
 

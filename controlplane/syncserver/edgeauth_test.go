@@ -130,7 +130,7 @@ func TestScopedEdge(t *testing.T) {
 	if err := e.db.Pool.QueryRow(ctx, `SELECT organization_id FROM projects WHERE id = $1`, e.project).Scan(&orgID); err != nil {
 		t.Fatal(err)
 	}
-	other, err := postgres.NewProjectService(e.db).CreateProject(ctx, orgID, "other")
+	other, err := postgres.NewProjectService(e.db).CreateProject(controlplane.NewContextWithUser(ctx, &controlplane.User{OrganizationID: orgID}), orgID, "other")
 	if err != nil {
 		t.Fatal(err)
 	}

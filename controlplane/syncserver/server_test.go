@@ -391,11 +391,7 @@ func TestDeflatedSnapshots(t *testing.T) {
 	}
 
 	ctx := context.Background()
-	var userID int64
-	if err := e.db.Pool.QueryRow(ctx, `SELECT id FROM users ORDER BY id LIMIT 1`).Scan(&userID); err != nil {
-		t.Fatal(err)
-	}
-	actor, err := postgres.NewUserService(e.db, 4).FindUserByID(ctx, userID)
+	actor, err := postgres.CreateUser(ctx, e.db, "admin@example.com", "flags@example.com", "", false)
 	if err != nil {
 		t.Fatal(err)
 	}

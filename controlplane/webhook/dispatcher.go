@@ -103,7 +103,7 @@ const ResponsePrefixBytes = 256
 // Dispatcher attempts the due deliveries of the outbox. Every replica runs one: a delivery
 // claimed by one is leased to it, so the others skip it.
 type Dispatcher struct {
-	outbox  controlplane.WebhookOutbox
+	outbox  controlplane.SystemWebhookOutbox
 	render  Renderer
 	cfg     Config
 	log     *slog.Logger
@@ -118,10 +118,11 @@ type metrics struct {
 	lag      prometheus.Histogram
 }
 
-// New returns a dispatcher over outbox that dials only what policy allows. reg, when not
+// New returns a dispatcher over outbox, the system's unchecked access to every project's
+// deliveries (it acts for no user), that dials only what policy allows. reg, when not
 // nil, gets its metrics: attempts by outcome, the outbox's depth, and the time from an event
 // to its delivery.
-func New(outbox controlplane.WebhookOutbox, render Renderer, policy *Policy, cfg Config, log *slog.Logger, reg prometheus.Registerer) *Dispatcher {
+func New(outbox controlplane.SystemWebhookOutbox, render Renderer, policy *Policy, cfg Config, log *slog.Logger, reg prometheus.Registerer) *Dispatcher {
 	cfg = cfg.withDefaults()
 	dialer := &net.Dialer{Timeout: cfg.Timeout, Control: policy.Control}
 	transport := &http.Transport{

@@ -132,11 +132,11 @@ type checked struct {
 	p *Policy
 }
 
-func (c checked) CreateWebhook(ctx context.Context, actor *controlplane.User, projectID int64, upd controlplane.WebhookUpdate) (*controlplane.Webhook, error) {
+func (c checked) CreateWebhook(ctx context.Context, projectID int64, upd controlplane.WebhookUpdate) (*controlplane.Webhook, error) {
 	if err := c.check(ctx, upd); err != nil {
 		return nil, err
 	}
-	return c.WebhookService.CreateWebhook(ctx, actor, projectID, upd)
+	return c.WebhookService.CreateWebhook(ctx, projectID, upd)
 }
 
 func (c checked) UpdateWebhook(ctx context.Context, projectID, id int64, upd controlplane.WebhookUpdate) (*controlplane.Webhook, error) {
@@ -146,8 +146,17 @@ func (c checked) UpdateWebhook(ctx context.Context, projectID, id int64, upd con
 	return c.WebhookService.UpdateWebhook(ctx, projectID, id, upd)
 }
 
-// check checks the URL upd sets, if it sets one.
+// check checks the URL upd sets, if it sets one. The check may resolve the URL's host, so
+// it is made only for an admin, whom alone the service lets write hooks (it checks the
+// project's organisation itself): anyone else is refused first, as the service would.
 func (c checked) check(ctx context.Context, upd controlplane.WebhookUpdate) error {
+	u, err := controlplane.CurrentUser(ctx)
+	if err != nil {
+		return err
+	}
+	if !controlplane.CanAdminOrg(u, u.OrganizationID) {
+		return controlplane.ErrPermissionDenied
+	}
 	if upd.URL == nil {
 		return nil
 	}

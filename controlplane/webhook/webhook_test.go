@@ -132,6 +132,7 @@ type fixture struct {
 	db      *postgres.DB
 	s       controlplane.Services
 	hooks   *postgres.WebhookService
+	outbox  *postgres.SystemWebhookOutbox
 	admin   *controlplane.User
 	project *controlplane.Project
 }
@@ -148,16 +149,16 @@ func newFixture(t *testing.T) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := s.Projects.FindProjectByID(ctx, boot.ProjectID)
+	p, err := s.Projects.FindProjectByID(controlplane.NewContextWithUser(ctx, &key.User), boot.ProjectID)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &fixture{t: t, db: db, s: s, hooks: postgres.NewWebhookService(db), admin: &key.User, project: p}
+	return &fixture{t: t, db: db, s: s, hooks: postgres.NewWebhookService(db), outbox: postgres.NewSystemWebhookOutbox(db), admin: &key.User, project: p}
 }
 
 func (f *fixture) hook(url string, events ...string) *controlplane.Webhook {
 	secret := "s3cret-s3cret-s3cret"
-	h, err := f.hooks.CreateWebhook(context.Background(), f.admin, f.project.ID, controlplane.WebhookUpdate{URL: &url, Events: events, Secret: &secret})
+	h, err := f.hooks.CreateWebhook(controlplane.NewContextWithUser(context.Background(), f.admin), f.project.ID, controlplane.WebhookUpdate{URL: &url, Events: events, Secret: &secret})
 	if err != nil {
 		f.t.Fatal(err)
 	}
@@ -182,7 +183,7 @@ func (f *fixture) run(policy *webhook.Policy, cfg webhook.Config, reg prometheus
 		cfg.Timeout = 2 * time.Second
 	}
 	cfg.Poll = 100 * time.Millisecond // no LISTEN in these tests: the timer finds new deliveries
-	d := webhook.New(f.hooks, httpapi.WebhookObjects{}, policy, cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), reg)
+	d := webhook.New(f.outbox, httpapi.WebhookObjects{}, policy, cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), reg)
 	done := make(chan struct{})
 	go func() { d.Run(ctx); close(done) }()
 	f.t.Cleanup(func() { cancel(); <-done })
@@ -190,7 +191,7 @@ func (f *fixture) run(policy *webhook.Policy, cfg webhook.Config, reg prometheus
 }
 
 func (f *fixture) deliveries(h *controlplane.Webhook) []*controlplane.WebhookDelivery {
-	list, _, err := f.hooks.FindDeliveries(context.Background(), f.project.ID, h.ID, 100, 0)
+	list, _, err := f.hooks.FindDeliveries(controlplane.NewContextWithUser(context.Background(), f.admin), f.project.ID, h.ID, 100, 0)
 	if err != nil {
 		f.t.Fatal(err)
 	}
@@ -355,14 +356,14 @@ func TestAnnotationEvents(t *testing.T) {
 	rc := newReceiver(t, nil)
 	f.hook(rc.URL, controlplane.EventAnnotationCreated, controlplane.EventAnnotationUpdated, controlplane.EventAnnotationDeleted)
 	f.run(&webhook.Policy{AllowPrivate: true}, webhook.Config{}, nil)
-	ctx := context.Background()
+	ctx := controlplane.NewContextWithUser(context.Background(), f.admin)
 	content, edited, deleted := "release 1.2", "release 1.2.1", true
-	a, err := f.s.Annotations.CreateAnnotation(ctx, f.admin, f.project, controlplane.AnnotationUpdate{Content: &content})
+	a, err := f.s.Annotations.CreateAnnotation(ctx, f.project.ID, controlplane.AnnotationUpdate{Content: &content})
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, upd := range []controlplane.AnnotationUpdate{{Content: &edited}, {Deleted: &deleted}} {
-		if _, err := f.s.Annotations.UpdateAnnotation(ctx, f.admin, f.project, a.ID, upd); err != nil {
+		if _, err := f.s.Annotations.UpdateAnnotation(ctx, f.project.ID, a.ID, upd); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -499,7 +500,7 @@ func TestPrivateAddressRefusedAtDelivery(t *testing.T) {
 	}
 	// And the checked service refuses it when it is saved.
 	url, secret := rc.URL, "s3cret-s3cret-s3cret"
-	_, err := webhook.Checked(f.hooks, &webhook.Policy{}).CreateWebhook(context.Background(), f.admin, f.project.ID,
+	_, err := webhook.Checked(f.hooks, &webhook.Policy{}).CreateWebhook(controlplane.NewContextWithUser(context.Background(), f.admin), f.project.ID,
 		controlplane.WebhookUpdate{URL: &url, Events: []string{controlplane.EventFlagCreated}, Secret: &secret})
 	if e, ok := err.(*controlplane.Error); !ok || e.Code != "forbidden_address" {
 		t.Errorf("create with a loopback URL: %v", err)
@@ -618,7 +619,7 @@ func TestSlowReceiverDelaysOnlyItsOwnHook(t *testing.T) {
 	})
 	fast := newReceiver(t, nil)
 	f.hook(slow.URL, controlplane.EventFlagCreated)
-	pb, err := f.s.Projects.CreateProject(context.Background(), f.project.OrganizationID, "B")
+	pb, err := f.s.Projects.CreateProject(controlplane.NewContextWithUser(context.Background(), f.admin), f.project.OrganizationID, "B")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -700,7 +701,7 @@ func TestConcurrentClaimsKeepThePerHookCap(t *testing.T) {
 		for range claimers {
 			wg.Go(func() {
 				<-start
-				list, err := f.hooks.Claim(context.Background(), 8, perHook, time.Minute)
+				list, err := f.outbox.Claim(context.Background(), 8, perHook, time.Minute)
 				if err != nil {
 					t.Error(err)
 				}

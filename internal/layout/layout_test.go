@@ -57,7 +57,7 @@ func not(f func(string) bool) func(string) bool { return func(p string) bool { r
 var (
 	cpAdapters = is("controlplane/postgres", "controlplane/httpapi", "controlplane/console", "controlplane/syncserver", "controlplane/logingest",
 		"controlplane/webhook")
-	cpDomain = is("controlplane", "controlplane/authz", "controlplane/flageval", "controlplane/ingest", "controlplane/personview",
+	cpDomain = is("controlplane", "controlplane/flageval", "controlplane/ingest", "controlplane/personview",
 		"controlplane/bloomhub", "controlplane/rollout", "controlplane/loginlimit", "controlplane/scheduler")
 	testHelpers = is("internal/pgtest", "internal/pgcluster", "internal/natstest", "internal/tlstest", "geoip/geoiptest", "shared/flags/flagstest",
 		"controlplane/scheduler/schedulertest")
@@ -197,7 +197,7 @@ func TestRulesCatchViolations(t *testing.T) {
 			Deps: []string{m("shared/flags"), m("edge/jsonenc")}}, "rule 1."},
 		{"shared imports the control plane", pkg{Path: "shared/event", Imports: []string{m("controlplane")}, Deps: []string{m("controlplane")}}, "rule 2."},
 		{"the domain imports the event decoder", pkg{Path: "controlplane", Imports: []string{m("shared/event")}, Deps: []string{m("shared/event")}}, "rule 3."},
-		{"authorisation reaches PostgreSQL", pkg{Path: "controlplane/authz", Imports: []string{m("controlplane/postgres")}, Deps: []string{m("controlplane/postgres")}}, "rule 4."},
+		{"evaluation reaches PostgreSQL", pkg{Path: "controlplane/flageval", Imports: []string{m("controlplane/postgres")}, Deps: []string{m("controlplane/postgres")}}, "rule 4."},
 		{"the console calls the API", pkg{Path: "controlplane/console", Imports: []string{m("controlplane/httpapi")}, Deps: []string{m("controlplane/httpapi")}}, "rule 5."},
 		{"decide imports capture", pkg{Path: "edge/decide", Imports: []string{m("edge/capture")}, Deps: []string{m("edge/capture")}}, "rule 6."},
 		{"the control plane looks up addresses", pkg{Path: "controlplane/flageval", Deps: []string{m("geoip")}}, "rule 7."},

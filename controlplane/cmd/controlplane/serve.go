@@ -27,7 +27,6 @@ import (
 	"google.golang.org/grpc/keepalive"
 
 	"github.com/flagedge/flagedge/controlplane"
-	"github.com/flagedge/flagedge/controlplane/authz"
 	"github.com/flagedge/flagedge/controlplane/bloomhub"
 	"github.com/flagedge/flagedge/controlplane/console"
 	"github.com/flagedge/flagedge/controlplane/flageval"
@@ -272,7 +271,9 @@ func assemble(cfg *serveConfig, db *postgres.DB, logger *slog.Logger) (*controlP
 	cp.rollout = rollout.New(cp.sessions)
 	release, _ := version.Get()
 	policy := &webhook.Policy{AllowPrivate: cfg.Webhooks.AllowPrivate}
-	cp.hooks = webhook.New(postgres.NewWebhookService(db), httpapi.WebhookObjects{}, policy, webhook.Config{
+	// The dispatcher is a system actor: it acts for no user and alone holds the unchecked
+	// outbox of every project's deliveries, which users' writes enqueued.
+	cp.hooks = webhook.New(postgres.NewSystemWebhookOutbox(db), httpapi.WebhookObjects{}, policy, webhook.Config{
 		Concurrency: int(cfg.Webhooks.Concurrency), PerHook: int(cfg.Webhooks.PerHook), Timeout: cfg.Webhooks.Timeout,
 		RetryBase: cfg.Webhooks.RetryBase, RetryMax: cfg.Webhooks.RetryMax,
 		UserAgent: "flagedge-webhooks/" + release,
@@ -428,9 +429,9 @@ func (cp *controlPlane) run(ctx context.Context) error {
 // on top of it.
 func newHTTPHandler(db *postgres.DB, cfg *serveConfig, ready func(context.Context) error, logger *slog.Logger, reg *prometheus.Registry,
 	sessions controlplane.EdgeSessionStore, waiter *rollout.Watcher, policy *webhook.Policy) (http.Handler, error) {
-	stores := postgres.NewServices(db, 0)
+	stores := postgres.NewServices(db, postgres.DefaultBcryptCost)
 	stores.Webhooks = webhook.Checked(stores.Webhooks, policy)
-	services, personStore := authz.Wrap(stores), postgres.NewPersonStore(db)
+	services, personStore := stores, postgres.NewPersonStore(db)
 	evaluator := &flageval.Evaluator{Snapshots: postgres.NewSnapshotStore(db), Persons: personStore, Scanner: personStore}
 	usage := postgres.NewEvaluationStore(db)
 	api := httpapi.New(httpapi.Config{

@@ -35,7 +35,7 @@ func setPassword(ctx context.Context, args []string, stdin *os.File, stdout, std
 		return err
 	}
 	defer db.Close()
-	u, err := postgres.NewUserService(db, 0).SetPassword(ctx, *email, password)
+	u, err := postgres.NewUserService(db, postgres.DefaultBcryptCost).SetPassword(ctx, *email, password)
 	if err != nil {
 		return err
 	}

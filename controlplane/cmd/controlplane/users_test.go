@@ -61,7 +61,7 @@ func TestConsolePasswords(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	users := postgres.NewUserService(db, 0)
+	users := postgres.NewUserService(db, postgres.DefaultBcryptCost)
 	if _, err := users.CheckPassword(ctx, "ops@example.com", first["password"]); err != nil {
 		t.Errorf("the bootstrap password does not log in: %v", err)
 	}

@@ -11,9 +11,7 @@ import (
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"golang.org/x/crypto/bcrypt"
 
-	"github.com/flagedge/flagedge/controlplane/authz"
 	"github.com/flagedge/flagedge/controlplane/postgres"
 	"github.com/flagedge/flagedge/controlplane/scheduler"
 )
@@ -23,7 +21,7 @@ import (
 // read what is due at once.
 func Start(t testing.TB, db *postgres.DB) *scheduler.Scheduler {
 	t.Helper()
-	s := scheduler.New(postgres.NewScheduleStore(db), authz.Wrap(postgres.NewServices(db, bcrypt.MinCost)).Flags,
+	s := scheduler.New(postgres.NewScheduleStore(db), postgres.NewFlagService(db),
 		slog.New(slog.NewTextHandler(io.Discard, nil)), prometheus.NewRegistry())
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup

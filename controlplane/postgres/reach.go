@@ -1,0 +1,70 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/flagedge/flagedge/controlplane"
+)
+
+// The objects of a project (annotations, early access features, events, persons, groups,
+// webhooks) are reached through the project's organisation, checked by a predicate of
+// controlplane/access.go (can: CanReadOrg, or CanAdminOrg for webhooks). A read is scoped to
+// the organisation in its own SQL (inReach), so that reaching the project costs no look-up;
+// only when it finds nothing does notFoundIn tell a project the user does not reach, a 403
+// whether it exists or not (ids of other organisations' projects cannot be probed), from a
+// missing object, a 404. A list reads its project's organisation with its count
+// (countInReach), a write with the project row it writes into (projectOrg).
+
+// accessCheck is one of the predicates of controlplane/access.go on an organisation.
+type accessCheck func(u *controlplane.User, orgID int64) bool
+
+// reachableOrg is the organisation whose projects u may act on under can (their own), or 0,
+// no organisation's, when u may not: the SQL inReach scopes then finds nothing.
+func reachableOrg(u *controlplane.User, can accessCheck) int64 {
+	if can(u, u.OrganizationID) {
+		return u.OrganizationID
+	}
+	return 0
+}
+
+// inReach is the SQL condition that the project id in column col is a project of the
+// organisation parameter $n names (reachableOrg).
+func inReach(col string, n int) string {
+	return fmt.Sprintf("%s IN (SELECT id FROM projects WHERE organization_id = $%d)", col, n)
+}
+
+// projectOrg reads, in q, the organisation of the project and checks can(u, it): a project
+// u does not reach is ErrPermissionDenied, whether it exists or not.
+func projectOrg(ctx context.Context, q dbConn, u *controlplane.User, can accessCheck, projectID int64) (int64, error) {
+	var orgID int64
+	err := q.QueryRow(ctx, `SELECT organization_id FROM projects WHERE id = $1`, projectID).Scan(&orgID)
+	if errors.Is(err, pgx.ErrNoRows) || (err == nil && !can(u, orgID)) {
+		return 0, controlplane.ErrPermissionDenied
+	}
+	return orgID, err
+}
+
+// notFoundIn is the error of a read scoped by inReach that found nothing: ErrNotFound in a
+// project u reaches under can, else ErrPermissionDenied.
+func notFoundIn(ctx context.Context, q dbConn, u *controlplane.User, can accessCheck, projectID int64) error {
+	if _, err := projectOrg(ctx, q, u, can, projectID); err != nil {
+		return err
+	}
+	return controlplane.ErrNotFound
+}
+
+// countInReach counts what countSQL selects, whose parameter $1 is the project's id, in one
+// statement with the project's organisation, and checks can(u, it) as projectOrg does.
+func countInReach(ctx context.Context, q dbConn, u *controlplane.User, can accessCheck, countSQL string, args ...any) (int, error) {
+	var orgID int64
+	var total int
+	err := q.QueryRow(ctx, `SELECT reach.organization_id, (`+countSQL+`) FROM projects reach WHERE reach.id = $1`, args...).Scan(&orgID, &total)
+	if errors.Is(err, pgx.ErrNoRows) || (err == nil && !can(u, orgID)) {
+		return 0, controlplane.ErrPermissionDenied
+	}
+	return total, err
+}
