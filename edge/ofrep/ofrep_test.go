@@ -23,10 +23,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/valyala/fasthttp"
 
+	"github.com/flagedge/flagedge/edge/admit"
 	"github.com/flagedge/flagedge/edge/apierror"
 	"github.com/flagedge/flagedge/edge/decide"
 	"github.com/flagedge/flagedge/edge/httpapi"
 	"github.com/flagedge/flagedge/edge/ofrep"
+	"github.com/flagedge/flagedge/edge/reqbody"
 	"github.com/flagedge/flagedge/edge/state"
 	"github.com/flagedge/flagedge/shared/clientip"
 	"github.com/flagedge/flagedge/shared/syncpb"
@@ -57,7 +59,7 @@ type env struct {
 	api    *httpapi.Server
 	holder *state.Holder
 	hub    *ofrep.Hub
-	reg    *prometheus.Registry // the hub's metrics
+	reg    *prometheus.Registry // the hub's metrics and the refusals
 	base   string
 	client *http.Client
 }
@@ -78,6 +80,7 @@ func newEnv(t *testing.T, streams bool, maxPerAddr int) *env {
 // envOptions are what newEnvWith serves with.
 type envOptions struct {
 	streams *ofrep.StreamConfig // nil: streaming off
+	budget  *reqbody.Budget     // the in-flight budget of /decide (and OFREP); nil: unbounded
 }
 
 // testStreamConfig is the edge's stream configuration with a key and a short heartbeat.
@@ -97,13 +100,13 @@ func newEnvWith(t *testing.T, opts envOptions) *env {
 		t.Fatal(err)
 	}
 	ips, _ := clientip.NewResolver("")
-	dec := decide.NewHandler(holder, nil, nil, ips, nil, nil, log)
+	dec := decide.NewHandler(holder, nil, nil, ips, opts.budget, nil, log)
 	reg := prometheus.NewRegistry()
 	var hub *ofrep.Hub
 	if opts.streams != nil {
 		hub = ofrep.NewHub(*opts.streams, holder, ips, log, reg)
 	}
-	api := httpapi.New(httpapi.Config{State: holder, Decide: dec, Logger: log,
+	api := httpapi.New(httpapi.Config{State: holder, Decide: dec, Logger: log, Refusals: admit.NewRefusals(reg),
 		OFREP: ofrep.New(ofrep.Config{State: holder, Decide: dec, Streams: hub, Logger: log})})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
