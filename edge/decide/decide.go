@@ -29,10 +29,10 @@ import (
 // MaxBodyBytes bounds a decoded /decide body; requests carry one user's properties.
 const MaxBodyBytes = 1 << 20
 
-// Limits returns what one /decide or /flags body may hold (docs/api.md, "Limits"), checked before
-// a body of more than smallBody bytes is parsed; a smaller body cannot cost much whatever it
-// holds, and is not scanned twice. PostHog publishes none of these: they are far above what
-// an SDK sends for one user.
+// Limits returns what one /decide or /flags body, or OFREP evaluation, may hold (docs/api.md,
+// "Limits"), checked by AdmitBody before a body of more than smallBody bytes is parsed; a
+// smaller body cannot cost much whatever it holds, and is not scanned twice. PostHog
+// publishes none of these: they are far above what an SDK sends for one user.
 func Limits() event.Limits {
 	return event.Limits{
 		MaxEvents:      100_000, // a body is one object: nothing counts as events
@@ -165,20 +165,36 @@ func decodeInto(ctx *fasthttp.RequestCtx, s *scratch, lease *reqbody.Lease) (lar
 	if err != nil {
 		return false, reqbody.AsAPIError(err, errBodyTooLarge)
 	}
-	if len(decoded) > smallBody {
-		st, err := event.Scan(decoded, Limits())
-		if err != nil {
-			return false, reqbody.AsAPIError(err, errBodyTooLarge)
-		}
-		if err := lease.Reserve(len(decoded) + costPerValue*st.Values); err != nil {
-			return false, reqbody.AsAPIError(err, errBodyTooLarge)
-		}
+	if err := AdmitBody(decoded, lease); err != nil {
+		return false, reqbody.AsAPIError(err, errBodyTooLarge)
 	}
 	if err := s.parse(decoded); err != nil {
 		return false, apierror.Malformed(err.Error())
 	}
 	return len(decoded) > largeBody, nil
 }
+
+// AdmitBody checks a decoded body of more than smallBody bytes against Limits and reserves in
+// lease what parsing it costs (the parser's copy and costPerValue a value, which also covers
+// OFREP's encoding/json: 100 to 225 bytes a value, measured), so that a body full of tiny
+// values is refused for its bytes alone and the bodies in flight stay within the budget. A
+// smaller body passes unscanned. Its errors are Scan's *event.LimitError and the lease's
+// reqbody.ErrBusy. OFREP's evaluations are admitted by it too: one context is held to the
+// same limits and budget whichever protocol sends it.
+func AdmitBody(decoded []byte, lease *reqbody.Lease) error {
+	if len(decoded) <= smallBody {
+		return nil
+	}
+	st, err := event.Scan(decoded, Limits())
+	if err != nil {
+		return err
+	}
+	return lease.Reserve(len(decoded) + costPerValue*st.Values)
+}
+
+// Budget returns the in-flight budget /decide and /flags reserve from (nil: unbounded). OFREP's
+// evaluations reserve from it too, so that --max-inflight-bytes bounds both.
+func (d *Handler) Budget() *reqbody.Budget { return d.budget }
 
 // project finds the project of the request's token (the body's, else ?token=).
 func (d *Handler) project(ctx *fasthttp.RequestCtx, in *input) (*state.Project, error) {

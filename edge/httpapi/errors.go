@@ -40,12 +40,19 @@ func (s *Server) writeError(ctx *fasthttp.RequestCtx, err error) {
 		ctx.Response.Header.Set("Retry-After", strconv.Itoa(e.RetryAfterSeconds()))
 	}
 	writeJSON(ctx, e.Status, b)
+	s.countRefusal(e.Status, e)
+}
+
+// countRefusal counts an answer of status for err among the refusals, by reason, when it is
+// one: a body over a limit, the in-flight budget spent, the spool full. Routes of another
+// API's shape (OFREP) count theirs here too.
+func (s *Server) countRefusal(status int, err error) {
 	switch {
-	case e.Status == fasthttp.StatusRequestEntityTooLarge:
+	case status == fasthttp.StatusRequestEntityTooLarge:
 		s.cfg.Refusals.Count(admit.Oversize)
-	case e == apierror.Busy:
+	case errors.Is(err, apierror.Busy):
 		s.cfg.Refusals.Count(admit.InflightBudget)
-	case e == apierror.CaptureUnavailable:
+	case errors.Is(err, apierror.CaptureUnavailable):
 		s.cfg.Refusals.Count(admit.SpoolFull)
 	}
 }

@@ -396,6 +396,49 @@ func TestHostileBodiesKeepMemoryBounded(t *testing.T) {
 	}
 }
 
+// TestHostileOFREPBodiesKeepMemoryBounded is the audit's load on OFREP: 64 clients at once,
+// each sending a body of 1 MB of empty objects (333,000 values) to the bulk evaluation, to a
+// real server with the default budget. Each is answered 413 in OFREP's shape, and the
+// process's peak resident memory (VmHWM) grows by less than 200 MB (OFREP parsed them whole
+// with no budget: 57 MB to 936 MB for the edge, in the audit).
+func TestHostileOFREPBodiesKeepMemoryBounded(t *testing.T) {
+	if testing.Short() || raceEnabled {
+		t.Skip("sends 64 MB; measures memory, which the race detector multiplies")
+	}
+	e := newLimitedEnv(t, true, limits{budget: reqbody.NewBudget(256 << 20), ofrep: true})
+	addr := e.serve(testConns, 0)
+	before := resetPeakRSS(t)
+	const clients = 64
+	var wg sync.WaitGroup
+	answers := make(chan string, clients)
+	for range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			body, n := repeated(`{"context":{"targetingKey":"u","p":[`, `{}`, 333_000, `]}}`)
+			resp, err := post(t, addr, "/ofrep/v1/evaluate/flags", n, body, "Authorization: Bearer "+token)
+			if err != nil {
+				answers <- err.Error()
+				return
+			}
+			answers <- strconv.Itoa(resp.StatusCode()) + " " + string(resp.Body())
+		}()
+	}
+	wg.Wait()
+	close(answers)
+	want := `413 {"errorCode":"PARSE_ERROR","errorDetails":"The request is over a limit: more than 100000 values in a request."}`
+	for a := range answers {
+		if a != want {
+			t.Errorf("%.200s, want %s", a, want)
+		}
+	}
+	peak := peakRSS(t)
+	t.Logf("VmHWM %d MB before, %d MB peak: +%d MB", before>>20, peak>>20, (peak-before)>>20)
+	if peak-before > 200<<20 {
+		t.Errorf("peak resident memory grew by %d MB, want under 200 MB", (peak-before)>>20)
+	}
+}
+
 // resetPeakRSS resets the process's VmHWM to its current resident size (Linux) and
 // returns it.
 func resetPeakRSS(t *testing.T) int64 {

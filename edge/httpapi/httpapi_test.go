@@ -27,6 +27,7 @@ import (
 	"github.com/flagedge/flagedge/edge/decide"
 	"github.com/flagedge/flagedge/edge/geocache"
 	"github.com/flagedge/flagedge/edge/httpapi"
+	"github.com/flagedge/flagedge/edge/ofrep"
 	"github.com/flagedge/flagedge/edge/reqbody"
 	"github.com/flagedge/flagedge/edge/spool"
 	"github.com/flagedge/flagedge/edge/state"
@@ -93,6 +94,7 @@ type limits struct {
 	ips      *clientip.Resolver
 	refusals *admit.Refusals
 	registry *prometheus.Registry
+	ofrep    bool // serve the OFREP routes too
 }
 
 func newLimitedEnv(t testing.TB, ready bool, l limits) *env {
@@ -118,7 +120,12 @@ func newLimitedEnv(t testing.TB, ready bool, l limits) *env {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { sp.Close() })
-	api := httpapi.New(httpapi.Config{State: holder, Decide: decide.NewHandler(holder, nil, locator, l.ips, l.budget, l.limiter, log),
+	dec := decide.NewHandler(holder, nil, locator, l.ips, l.budget, l.limiter, log)
+	var of *ofrep.Handler
+	if l.ofrep {
+		of = ofrep.New(ofrep.Config{State: holder, Decide: dec, Logger: log})
+	}
+	api := httpapi.New(httpapi.Config{State: holder, Decide: dec, OFREP: of,
 		Capture: capture.NewHandler(holder, sp, locator, l.ips, l.budget, l.limiter, nil, log, nil), Logger: log,
 		Limiter: l.limiter, IPs: l.ips, Refusals: l.refusals, Registry: l.registry})
 	return &env{t: t, holder: holder, handler: api.Handler(), api: api, spool: sp}

@@ -99,8 +99,12 @@ func New(cfg Config) *Server {
 	s.handle([]string{"GET"}, "surveys", []string{"/api/surveys"}, s.handleSurveys)
 
 	if cfg.OFREP != nil {
-		// OFREP's answers, errors and refusals included, are in OFREP's shapes.
-		ofrepError := func(ctx *fasthttp.RequestCtx, err error) { ofrep.WriteError(ctx, cfg.Logger, err) }
+		// OFREP's answers, errors and refusals included, are in OFREP's shapes; its refusals
+		// are counted with the others.
+		ofrepError := func(ctx *fasthttp.RequestCtx, err error) {
+			ofrep.WriteError(ctx, cfg.Logger, err)
+			s.countRefusal(ctx.Response.StatusCode(), err)
+		}
 		s.handleWith(ofrepError, []string{"POST"}, "ofrep_evaluate", []string{"/ofrep/v1/evaluate/flags/{key}"}, cfg.OFREP.ServeFlag)
 		s.handleWith(ofrepError, []string{"POST"}, "ofrep_bulk", []string{"/ofrep/v1/evaluate/flags"}, cfg.OFREP.ServeBulk)
 		s.handleWith(ofrepError, []string{"GET"}, "ofrep_configuration", []string{"/ofrep/v1/configuration"}, cfg.OFREP.ServeConfiguration)

@@ -32,7 +32,7 @@ func parseRequest(body []byte) (*decide.Context, error) {
 		Context json.RawMessage `json:"context"`
 	}
 	if err := json.Unmarshal(body, &req); err != nil {
-		return nil, &Error{Status: http.StatusBadRequest, Code: codeParse, Details: "The body is not an evaluation request: " + err.Error()}
+		return nil, parseError(err.Error())
 	}
 	var attrs map[string]any
 	if len(req.Context) > 0 && string(req.Context) != "null" {

@@ -21,6 +21,7 @@ import (
 	"github.com/flagedge/flagedge/edge/jsonenc"
 	"github.com/flagedge/flagedge/edge/reqbody"
 	"github.com/flagedge/flagedge/edge/state"
+	"github.com/flagedge/flagedge/shared/event"
 	"github.com/flagedge/flagedge/shared/flags"
 )
 
@@ -67,6 +68,11 @@ type Error struct {
 }
 
 func (e *Error) Error() string { return e.Code + ": " + e.Details }
+
+// parseError is the answer to a body that is not JSON; cause says why.
+func parseError(cause string) *Error {
+	return &Error{Status: http.StatusBadRequest, Code: codeParse, Details: "The body is not an evaluation request: " + cause}
+}
 
 // The OFREP error codes.
 const (
@@ -166,20 +172,19 @@ func runtime(ctx *fasthttp.RequestCtx) flags.Runtime {
 	return flags.RuntimeServer
 }
 
-// evaluate authenticates the request, reads its context and evaluates every flag of the
-// project by /flags's path.
-func (h *Handler) evaluate(ctx *fasthttp.RequestCtx) (*state.Project, []flags.Result, error) {
+// evaluate authenticates the request, reads its context within /flags's bounds, holding what
+// it costs in lease, and evaluates every flag of the project by /flags's path.
+func (h *Handler) evaluate(ctx *fasthttp.RequestCtx, lease *reqbody.Lease) (*state.Project, []flags.Result, error) {
 	p, err := h.project(ctx)
 	if err != nil {
 		return nil, nil, err
 	}
 	// The edge streams request bodies: Read refuses one over the limit before reading it.
-	var unbudgeted reqbody.Lease
-	body, err := reqbody.Read(ctx, MaxBodyBytes, &unbudgeted)
+	body, err := reqbody.Read(ctx, MaxBodyBytes, lease)
 	if err != nil {
-		return nil, nil, reqbody.AsAPIError(err, errTooLarge)
+		return nil, nil, bodyError(err)
 	}
-	c, err := parseRequest(body)
+	c, err := readContext(body, lease)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -188,10 +193,43 @@ func (h *Handler) evaluate(ctx *fasthttp.RequestCtx) (*state.Project, []flags.Re
 	return p, results, nil
 }
 
+// lease starts a request's lease of the in-flight budget /decide reserves from
+// (--max-inflight-bytes): an evaluation holds its body and what parsing it costs there, as
+// a /flags request does.
+func (h *Handler) lease() reqbody.Lease { return h.cfg.Decide.Budget().Lease() }
+
+// readContext admits an evaluation request's body as /flags admits its body — the same
+// limits of what it holds, its parsing's cost reserved in lease (decide.AdmitBody) — then
+// parses it.
+func readContext(body []byte, lease *reqbody.Lease) (*decide.Context, error) {
+	if err := decide.AdmitBody(body, lease); err != nil {
+		return nil, bodyError(err)
+	}
+	return parseRequest(body)
+}
+
+// bodyError is the answer to a body that could not be read or admitted: one over the size
+// limit or over a limit of what it holds is 413 PARSE_ERROR, naming the limit as /flags's
+// 413 does; one the limits' scan finds is not JSON, 400 PARSE_ERROR as the parser's; a spent
+// in-flight budget is /flags's 503 with Retry-After (in OFREP's shape).
+func bodyError(err error) error {
+	var limit *event.LimitError
+	var invalid *event.InvalidPayloadError
+	switch {
+	case errors.As(err, &limit):
+		return &Error{Status: http.StatusRequestEntityTooLarge, Code: codeParse, Details: "The request is over a limit: " + limit.Error() + "."}
+	case errors.As(err, &invalid):
+		return parseError(invalid.Reason)
+	}
+	return reqbody.AsAPIError(err, errTooLarge)
+}
+
 // ServeFlag answers POST /ofrep/v1/evaluate/flags/{key}: one flag for one context.
 func (h *Handler) ServeFlag(ctx *fasthttp.RequestCtx) error {
 	key, _ := ctx.UserValue("key").(string)
-	p, results, err := h.evaluate(ctx)
+	lease := h.lease()
+	defer lease.Release()
+	p, results, err := h.evaluate(ctx, &lease)
 	if err != nil {
 		return err
 	}
@@ -217,7 +255,9 @@ func (h *Handler) ServeFlag(ctx *fasthttp.RequestCtx) error {
 // ?flagConfigEtag= and ?flagConfigLastModified= need no handling: an edge always answers
 // from the snapshot it holds, which is at least as new as any change it announced.
 func (h *Handler) ServeBulk(ctx *fasthttp.RequestCtx) error {
-	p, results, err := h.evaluate(ctx)
+	lease := h.lease()
+	defer lease.Release()
+	p, results, err := h.evaluate(ctx, &lease)
 	if err != nil {
 		return err
 	}

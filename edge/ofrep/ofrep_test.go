@@ -20,12 +20,15 @@ import (
 	"github.com/getkin/kin-openapi/openapi3filter"
 	"github.com/getkin/kin-openapi/routers"
 	"github.com/google/go-cmp/cmp"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/valyala/fasthttp"
 
+	"github.com/flagedge/flagedge/edge/admit"
 	"github.com/flagedge/flagedge/edge/apierror"
 	"github.com/flagedge/flagedge/edge/decide"
 	"github.com/flagedge/flagedge/edge/httpapi"
 	"github.com/flagedge/flagedge/edge/ofrep"
+	"github.com/flagedge/flagedge/edge/reqbody"
 	"github.com/flagedge/flagedge/edge/state"
 	"github.com/flagedge/flagedge/shared/clientip"
 	"github.com/flagedge/flagedge/shared/syncpb"
@@ -56,6 +59,7 @@ type env struct {
 	api    *httpapi.Server
 	holder *state.Holder
 	hub    *ofrep.Hub
+	reg    *prometheus.Registry // the hub's metrics and the refusals
 	base   string
 	client *http.Client
 }
@@ -64,34 +68,60 @@ type env struct {
 // maxPerAddr streams per address.
 func newEnv(t *testing.T, streams bool, maxPerAddr int) *env {
 	t.Helper()
+	var opts envOptions
+	if streams {
+		sc := testStreamConfig()
+		sc.MaxPerAddr = maxPerAddr
+		opts.streams = &sc
+	}
+	return newEnvWith(t, opts)
+}
+
+// envOptions are what newEnvWith serves with.
+type envOptions struct {
+	streams *ofrep.StreamConfig // nil: streaming off
+	budget  *reqbody.Budget     // the in-flight budget of /decide (and OFREP); nil: unbounded
+}
+
+// testStreamConfig is the edge's stream configuration with a key and a short heartbeat.
+func testStreamConfig() ofrep.StreamConfig {
+	sc := ofrep.DefaultStreamConfig()
+	sc.Key, sc.Heartbeat = []byte("0123456789abcdef0123456789abcdef"), 200*time.Millisecond
+	return sc
+}
+
+// newEnvWith serves the edge's HTTP surface with OFREP on a real listener on 127.0.0.1, by
+// the server and listener the edge serves with (httpapi.NewFastHTTPServer, httpapi.Listen).
+func newEnvWith(t *testing.T, opts envOptions) *env {
+	t.Helper()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	holder := state.NewHolder("", log, nil)
 	if err := holder.Apply(&syncpb.WatchResponse{Snapshots: []*syncpb.ProjectSnapshot{snapshot(1)}, InitialSyncDone: true}); err != nil {
 		t.Fatal(err)
 	}
 	ips, _ := clientip.NewResolver("")
-	dec := decide.NewHandler(holder, nil, nil, ips, nil, nil, log)
+	dec := decide.NewHandler(holder, nil, nil, ips, opts.budget, nil, log)
+	reg := prometheus.NewRegistry()
 	var hub *ofrep.Hub
-	if streams {
-		sc := ofrep.DefaultStreamConfig()
-		sc.Key, sc.MaxPerAddr, sc.Heartbeat = []byte("0123456789abcdef0123456789abcdef"), maxPerAddr, 200*time.Millisecond
-		hub = ofrep.NewHub(sc, holder, ips, log, nil)
+	if opts.streams != nil {
+		hub = ofrep.NewHub(*opts.streams, holder, ips, log, reg)
 	}
-	api := httpapi.New(httpapi.Config{State: holder, Decide: dec, Logger: log,
+	api := httpapi.New(httpapi.Config{State: holder, Decide: dec, Logger: log, Refusals: admit.NewRefusals(reg),
 		OFREP: ofrep.New(ofrep.Config{State: holder, Decide: dec, Streams: hub, Logger: log})})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := &fasthttp.Server{Handler: api.Handler(), ErrorHandler: api.ServeError}
-	go srv.Serve(ln) //nolint:errcheck // ends with the listener
+	srv := api.NewFastHTTPServer(httpapi.ConnConfig{HeaderTimeout: 5 * time.Second, BodyTimeout: 30 * time.Second,
+		WriteTimeout: 30 * time.Second, IdleTimeout: 60 * time.Second, MaxHeaderBytes: 8 << 10}, log)
+	go srv.Serve(httpapi.Listen(ln, 0, nil)) //nolint:errcheck // ends with the listener
 	t.Cleanup(func() { srv.Shutdown() })
 	if hub != nil {
 		ctx, cancel := context.WithCancel(context.Background())
 		go hub.Run(ctx)
 		t.Cleanup(cancel)
 	}
-	return &env{t: t, api: api, holder: holder, hub: hub, base: "http://" + ln.Addr().String(), client: &http.Client{Timeout: 5 * time.Second}}
+	return &env{t: t, api: api, holder: holder, hub: hub, reg: reg, base: "http://" + ln.Addr().String(), client: &http.Client{Timeout: 5 * time.Second}}
 }
 
 type answer struct {

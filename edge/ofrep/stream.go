@@ -76,7 +76,7 @@ type Hub struct {
 	byProject map[int64]map[*stream]struct{}
 	notified  map[int64]int64 // per project with streams: the version its streams were told
 	perAddr   map[netip.Addr]int
-	total     int // admitted streams, open or about to be
+	total     int // streams admitted by their connection's run, until it leaves
 	closed    bool
 
 	refused *prometheus.CounterVec
@@ -169,20 +169,28 @@ var errBadCredential = &Error{Status: http.StatusUnauthorized, Code: codeGeneral
 // refetchEvaluation, with the new configuration ETag and the snapshot version as the event
 // id, whenever the project's snapshot changes, and a comment line every heartbeat. A
 // reconnecting client whose Last-Event-ID is not the current version is told at once.
+//
+// A stream over a limit is refused here, by the server's answer; an admitted one is counted
+// only by the handler of the hijacked connection (run), which gives its place back whatever
+// happens to the connection. fasthttp does not call that handler when the connection fails
+// before it is handed over (flushing the answer to a request pipelined ahead fails on a
+// connection reset meanwhile): a stream counted here would then hold its place for good.
 func (h *Hub) Serve(ctx *fasthttp.RequestCtx) error {
 	p := h.verify(string(ctx.QueryArgs().Peek("c")))
 	if p == nil {
 		return errBadCredential
 	}
 	addr := h.ips.ClientIP(ctx.Request.Header.PeekAll("X-Forwarded-For"), ctx.RemoteIP())
-	if err := h.admit(addr); err != nil {
+	if err := h.check(addr); err != nil {
 		return err
 	}
 	head := make([]byte, 0, 512)
 	head = append(head, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\nX-Accel-Buffering: no\r\nConnection: close\r\n"...)
+	var cors [][2]string
 	for _, name := range []string{"Access-Control-Allow-Origin", "Access-Control-Allow-Credentials", "Vary"} {
 		if v := ctx.Response.Header.Peek(name); len(v) > 0 {
 			head = append(append(append(append(head, name...), ": "...), v...), "\r\n"...)
+			cors = append(cors, [2]string{name, string(v)})
 		}
 	}
 	head = append(head, "\r\nretry: "...)
@@ -195,10 +203,18 @@ func (h *Hub) Serve(ctx *fasthttp.RequestCtx) error {
 		head = strconv.AppendInt(head, p.Version, 10)
 		head = append(head, "\n\n"...)
 	}
-	id, version := p.ID, p.Version
+	o := &opening{projectID: p.ID, version: p.Version, addr: addr, head: head, cors: cors}
 	ctx.HijackSetNoResponse(true)
-	ctx.Hijack(func(c net.Conn) { h.run(c, id, version, addr, head) })
+	ctx.Hijack(func(c net.Conn) { h.run(c, o) })
 	return nil
+}
+
+// opening is what the handler of a stream's hijacked connection needs of its request.
+type opening struct {
+	projectID, version int64
+	addr               netip.Addr
+	head               []byte      // the response head and the stream's first lines
+	cors               [][2]string // the CORS headers of the answer, for a refusal
 }
 
 // refetchEvent is the refetchEvaluation event of a project version.
@@ -213,10 +229,30 @@ func refetchEvent(p *state.Project) []byte {
 	return append(b, "}\n\n"...)
 }
 
-// admit counts a new stream from addr against the limits.
+// check returns the refusal of a new stream from addr, counted in the refusal metric, or
+// nil when the limits let it open now. It counts no stream: admit does, once the stream's
+// connection is its own.
+func (h *Hub) check(addr netip.Addr) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.refusalLocked(addr)
+}
+
+// admit counts a new stream from addr against the limits, or returns its refusal; whoever
+// it admits must leave.
 func (h *Hub) admit(addr netip.Addr) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	if err := h.refusalLocked(addr); err != nil {
+		return err
+	}
+	h.total++
+	h.perAddr[addr]++
+	return nil
+}
+
+// refusalLocked is check with h.mu held.
+func (h *Hub) refusalLocked(addr netip.Addr) error {
 	switch {
 	case h.closed:
 		return errNotReady
@@ -227,25 +263,31 @@ func (h *Hub) admit(addr netip.Addr) error {
 		h.refused.WithLabelValues("limit_address").Inc()
 		return &Error{Status: http.StatusTooManyRequests, Code: codeGeneral, Details: "Too many change streams from this address.", RetryAfter: 30}
 	}
-	h.total++
-	h.perAddr[addr]++
 	return nil
 }
 
-// run serves one hijacked connection: it joins the project's streams, writes the response
-// head, then waits for the client to go (reading what it sends, which is nothing), and leaves.
-func (h *Hub) run(c net.Conn, projectID, version int64, addr netip.Addr, head []byte) {
+// run serves one hijacked connection: it takes the stream's place (or answers its refusal,
+// when streams that passed check with it took the last one), joins the project's streams,
+// writes the response head, then waits for the client to go (reading what it sends, which
+// is nothing), and leaves.
+func (h *Hub) run(c net.Conn, o *opening) {
 	raw := c
 	if u, ok := c.(interface{ UnsafeConn() net.Conn }); ok {
 		raw = u.UnsafeConn() // the hijacked wrapper's Close does nothing
 	}
+	defer raw.Close()
+	if err := h.admit(o.addr); err != nil {
+		h.refuse(raw, o.cors, err)
+		return
+	}
 	st := &stream{conn: raw}
 	st.mu.Lock()
-	joined := h.join(st, projectID, version)
-	err := st.writeLocked(head, h.cfg.WriteTimeout)
+	joined := h.join(st, o.projectID, o.version)
+	defer h.leave(st, o.projectID, o.addr, joined)
+	err := st.writeLocked(o.head, h.cfg.WriteTimeout)
 	// A change announced between the request and the join did not reach this stream: the
 	// version read now is at least any the hub announced.
-	if p := h.state.ByID(projectID); err == nil && p != nil && p.Version != version {
+	if p := h.state.ByID(o.projectID); err == nil && p != nil && p.Version != o.version {
 		err = st.writeLocked(refetchEvent(p), h.cfg.WriteTimeout)
 	}
 	st.mu.Unlock()
@@ -259,8 +301,20 @@ func (h *Hub) run(c net.Conn, projectID, version int64, addr netip.Addr, head []
 			read += n
 		}
 	}
-	h.leave(st, projectID, addr, joined)
-	raw.Close()
+}
+
+// refuse answers err on a hijacked connection as WriteError answers it on the server's
+// path, with the request's CORS headers and Connection: close (the caller closes).
+func (h *Hub) refuse(c net.Conn, cors [][2]string, err error) {
+	var rc fasthttp.RequestCtx
+	for _, kv := range cors {
+		rc.Response.Header.Set(kv[0], kv[1])
+	}
+	WriteError(&rc, h.log, err)
+	rc.Response.SetConnectionClose()
+	if c.SetWriteDeadline(time.Now().Add(h.cfg.WriteTimeout)) == nil {
+		rc.Response.WriteTo(c) //nolint:errcheck // the connection is closed next either way
+	}
 }
 
 func (h *Hub) join(st *stream, projectID, version int64) bool {
