@@ -153,6 +153,11 @@ func (s *EarlyAccessFeatureService) CreateEarlyAccessFeature(ctx context.Context
 			if flag, err = linkableFlag(ctx, tx, projectID, *upd.FeatureFlagID); err != nil {
 				return err
 			}
+			// Linking a flag makes the feature's stage decide its enrolment condition: it
+			// takes edit access to the flag, as changing the flag does.
+			if err := lockEditableFlag(ctx, tx, actor, projectID, flag.ID); err != nil {
+				return err
+			}
 			if release {
 				if err := setEnrollment(ctx, tx, now, actor, flag, true); err != nil {
 					return err
@@ -225,7 +230,8 @@ func linkableFlag(ctx context.Context, tx pgx.Tx, projectID, id int64) (*control
 }
 
 // setEnrollment adds (or removes) the enrolment super condition of the flag, through the
-// flag's own update path: validated, versioned and in the activity log.
+// flag's own update path: validated, versioned, in the activity log, and only when actor may
+// change the flag (its role access applies: a feature is no way around it).
 func setEnrollment(ctx context.Context, tx pgx.Tx, now time.Time, actor *controlplane.User, flag *controlplane.Flag, enrol bool) error {
 	filters, err := controlplane.WithEnrollment(flag.Filters, flag.Key, enrol)
 	if err != nil {

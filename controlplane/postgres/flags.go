@@ -469,12 +469,12 @@ const flagRoleAccessColumns = `EXISTS (SELECT 1 FROM feature_flag_role_access a 
 	EXISTS (SELECT 1 FROM feature_flag_role_access a JOIN roles r ON r.id = a.role_id JOIN role_memberships m ON m.role_id = r.id
 		WHERE a.feature_flag_id = f.id AND r.feature_flags_access_level = $4 AND m.user_id = $3)`
 
-// updateFlag validates and applies a partial update of a flag of the project in tx and records
-// the changed fields, whoever asks (the caller has checked); it reports whether anything
-// changed. The caller bumps the snapshot.
+// updateFlag validates and applies a partial update of a flag of the project in tx, when actor
+// may change it (lockFlagForChange), and records the changed fields; it reports whether
+// anything changed. The caller bumps the snapshot.
 func updateFlag(ctx context.Context, tx pgx.Tx, now time.Time, actor *controlplane.User, projectID, id int64,
 	upd controlplane.FlagUpdate) (*controlplane.Flag, bool, error) {
-	before, err := lockFlag(ctx, tx, actor, projectID, id)
+	before, err := lockFlagForChange(ctx, tx, actor, projectID, id)
 	if err != nil {
 		return nil, false, err
 	}
