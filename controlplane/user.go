@@ -99,9 +99,6 @@ func (r *InviteRequest) Validate() error {
 // membership calls act as the user of the context (CurrentUser) and are NotAuthenticated
 // without one; the password calls establish who the user is and need none.
 type UserService interface {
-	// FindUserByID returns an active user of the organisation of the user ctx acts as; a
-	// user of another organisation is not found.
-	FindUserByID(ctx context.Context, id int64) (*User, error)
 	// FindOrganization returns the organisation with the id, when it is the organisation of
 	// the user ctx acts as (CanReadOrg), else PermissionDenied.
 	FindOrganization(ctx context.Context, id int64) (*Organization, error)

@@ -180,7 +180,6 @@ var asMember = map[string]memberRule{
 
 	"Dashboards.EnsureUsageDashboard": flagEdit,
 
-	"Users.FindUserByID":             memberMay,
 	"Users.FindOrganization":         memberMay,
 	"Users.FindMembers":              memberMay,
 	"Users.InviteMember":             adminOnly,

@@ -46,23 +46,6 @@ func NewUserService(db *DB, cost int) *UserService {
 
 const activeUser = ` u.removed_at IS NULL`
 
-// FindUserByID returns an active user of the organisation of the user ctx acts as.
-func (s *UserService) FindUserByID(ctx context.Context, id int64) (*controlplane.User, error) {
-	me, err := controlplane.CurrentUser(ctx)
-	if err != nil {
-		return nil, err
-	}
-	var u controlplane.User
-	err = s.db.Pool.QueryRow(ctx, `SELECT `+userColumns+` FROM users u WHERE u.id = $1 AND`+activeUser, id).Scan(scanUserInto(&u)...)
-	if err != nil {
-		return nil, opError("find user", notFoundIfNoRows(err))
-	}
-	if !controlplane.CanReadOrg(me, u.OrganizationID) {
-		return nil, controlplane.ErrNotFound // no probing of other organisations' users
-	}
-	return &u, nil
-}
-
 // actingMemberOf is the user ctx acts as, when a member of the organisation orgID.
 func actingMemberOf(ctx context.Context, orgID int64) (*controlplane.User, error) {
 	u, err := controlplane.CurrentUser(ctx)
