@@ -15,6 +15,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/crypto/bcrypt"
 
 	"github.com/flagedge/flagedge/controlplane"
 	"github.com/flagedge/flagedge/controlplane/bloomhub"
@@ -114,7 +115,7 @@ func newRig(t *testing.T) *rig {
 		t.Fatal(err)
 	}
 	t.Cleanup(db.Close)
-	boot, err := postgres.Bootstrap(context.Background(), db, "admin@example.com", "")
+	boot, err := postgres.Bootstrap(context.Background(), db, bcrypt.MinCost, "admin@example.com", "")
 	if err != nil {
 		t.Fatal(err)
 	}

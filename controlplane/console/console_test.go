@@ -63,7 +63,7 @@ func newSiteOn(t *testing.T, db *postgres.DB) *site {
 	t.Helper()
 	ctx := context.Background()
 	t.Cleanup(db.Close)
-	res, err := postgres.Bootstrap(ctx, db, "admin@example.com", "")
+	res, err := postgres.Bootstrap(ctx, db, bcrypt.MinCost, "admin@example.com", "")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"golang.org/x/crypto/bcrypt"
 
 	"github.com/flagedge/flagedge/controlplane"
 	"github.com/flagedge/flagedge/controlplane/flageval"
@@ -28,7 +29,7 @@ func newProject(t *testing.T) (*postgres.DB, *postgres.BootstrapResult, *flageva
 		t.Fatal(err)
 	}
 	t.Cleanup(db.Close)
-	boot, err := postgres.Bootstrap(context.Background(), db, "admin@example.com", "")
+	boot, err := postgres.Bootstrap(context.Background(), db, bcrypt.MinCost, "admin@example.com", "")
 	if err != nil {
 		t.Fatal(err)
 	}

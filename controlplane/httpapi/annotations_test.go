@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"golang.org/x/crypto/bcrypt"
 
 	"github.com/flagedge/flagedge/controlplane"
 	"github.com/flagedge/flagedge/controlplane/postgres"
@@ -177,7 +178,7 @@ func TestAnnotationFiltersAndVisibility(t *testing.T) {
 		t.Errorf("organisation annotation by id from another project: %d", r.status)
 	}
 	// Another organisation sees none of them.
-	other, err := postgres.Bootstrap(context.Background(), e.db, "someone@elsewhere.org", "")
+	other, err := postgres.Bootstrap(context.Background(), e.db, bcrypt.MinCost, "someone@elsewhere.org", "")
 	if err != nil {
 		t.Fatal(err)
 	}

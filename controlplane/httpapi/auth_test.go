@@ -7,6 +7,8 @@ import (
 	"net/http"
 	"testing"
 
+	"golang.org/x/crypto/bcrypt"
+
 	"github.com/flagedge/flagedge/controlplane/postgres"
 )
 
@@ -138,7 +140,7 @@ func TestProjectReach(t *testing.T) {
 	wantError(t, e.do("GET", "/api/projects/@current/feature_flags", e.key, nil), 400, "validation_error", "invalid_input", "project_id")
 
 	// Another organisation's key reaches nothing here, and a missing project is no different.
-	other, err := postgres.Bootstrap(ctx, e.db, "someone@elsewhere.org", "")
+	other, err := postgres.Bootstrap(ctx, e.db, bcrypt.MinCost, "someone@elsewhere.org", "")
 	if err != nil {
 		t.Fatal(err)
 	}

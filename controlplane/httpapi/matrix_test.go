@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"golang.org/x/crypto/bcrypt"
 
 	"github.com/flagedge/flagedge/controlplane"
 	"github.com/flagedge/flagedge/controlplane/httpapi"
@@ -308,7 +309,7 @@ func TestRouteAuthorisationMatrix(t *testing.T) {
 	fx.person = persons[0].ID
 
 	// Keys that must not reach this project or organisation.
-	other, err := postgres.Bootstrap(ctx, e.db, "outsider@elsewhere.org", "")
+	other, err := postgres.Bootstrap(ctx, e.db, bcrypt.MinCost, "outsider@elsewhere.org", "")
 	if err != nil {
 		t.Fatal(err)
 	}

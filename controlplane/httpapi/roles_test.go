@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"golang.org/x/crypto/bcrypt"
 
 	"github.com/flagedge/flagedge/controlplane/postgres"
 )
@@ -85,7 +86,7 @@ func TestRoles(t *testing.T) {
 	wantError(t, e.do("GET", rolesPath+"not-a-uuid/", e.key, nil), 404, "invalid_request", "not_found", nil)
 
 	// Another organisation's roles are out of reach.
-	other, err := postgres.Bootstrap(context.Background(), e.db, "someone@elsewhere.org", "")
+	other, err := postgres.Bootstrap(context.Background(), e.db, bcrypt.MinCost, "someone@elsewhere.org", "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -122,7 +123,7 @@ func TestRoleAccess(t *testing.T) {
 	wantError(t, e.do("POST", path, e.key, map[string]any{"role_id": role}), 400, "validation_error", "unique", "role_id")
 	wantError(t, e.do("POST", path, e.key, map[string]any{"role_id": "not-a-uuid"}), 400, "validation_error", "invalid_input", "role_id")
 	wantError(t, e.do("POST", path, e.key, map[string]any{}), 400, "validation_error", "required", "role_id")
-	other, err := postgres.Bootstrap(context.Background(), e.db, "someone@elsewhere.org", "")
+	other, err := postgres.Bootstrap(context.Background(), e.db, bcrypt.MinCost, "someone@elsewhere.org", "")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/crypto/bcrypt"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
@@ -209,7 +210,7 @@ func TestTwoReplicasShareTheLogAndStoreOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	boot, err := postgres.Bootstrap(ctx, db, "ops@example.com", "p")
+	boot, err := postgres.Bootstrap(ctx, db, bcrypt.MinCost, "ops@example.com", "p")
 	if err != nil {
 		t.Fatal(err)
 	}

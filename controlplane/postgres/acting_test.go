@@ -21,7 +21,7 @@ func TestActingAsAUser(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(db.Close)
-	boot, err := postgres.Bootstrap(ctx, db, "admin@example.com", "")
+	boot, err := postgres.Bootstrap(ctx, db, bcrypt.MinCost, "admin@example.com", "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -33,7 +33,7 @@ func TestActingAsAUser(t *testing.T) {
 		return u
 	}
 	creator, viewer, admin := user("creator@example.com", false), user("viewer@example.com", false), user("boss@example.com", true)
-	other, err := postgres.Bootstrap(ctx, db, "someone@elsewhere.example", "")
+	other, err := postgres.Bootstrap(ctx, db, bcrypt.MinCost, "someone@elsewhere.example", "")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -25,8 +25,10 @@ type BootstrapResult struct {
 
 // Bootstrap makes sure an organisation, an admin user with the given email and a project with
 // the given name exist, then issues a new personal key with scope "*" for that user. It is
-// idempotent but for the new key.
-func Bootstrap(ctx context.Context, db *DB, email, projectName string) (*BootstrapResult, error) {
+// idempotent but for the new key. The password of a user it creates is hashed with
+// bcryptCost: DefaultBcryptCost, or bcrypt.MinCost in tests, where a cost-12 hash takes
+// seconds under the race detector.
+func Bootstrap(ctx context.Context, db *DB, bcryptCost int, email, projectName string) (*BootstrapResult, error) {
 	email = strings.TrimSpace(email)
 	if email == "" || !strings.Contains(email, "@") {
 		return nil, controlplane.FieldError("email", "invalid_input", "Enter a valid email address.")
@@ -80,7 +82,7 @@ func Bootstrap(ctx context.Context, db *DB, email, projectName string) (*Bootstr
 	res.PersonalAPIKey = key.Secret
 	if createdUser {
 		res.Password = NewPassword()
-		if _, err := NewUserService(db, DefaultBcryptCost).SetPassword(ctx, email, res.Password); err != nil {
+		if _, err := NewUserService(db, bcryptCost).SetPassword(ctx, email, res.Password); err != nil {
 			return nil, fmt.Errorf("bootstrap: %w", err)
 		}
 	}

@@ -925,7 +925,7 @@ func newFixture(t, owner *testing.T) *fixture {
 			SELECT gen_random_uuid()::text, 'admin', $1, true, o.id, 'admin' FROM o`, email); err != nil {
 			t.Fatal(err)
 		}
-		res, err := postgres.Bootstrap(ctx, db, email, project)
+		res, err := postgres.Bootstrap(ctx, db, bcrypt.MinCost, email, project)
 		if err != nil {
 			t.Fatal(err)
 		}

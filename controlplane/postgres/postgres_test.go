@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"golang.org/x/crypto/bcrypt"
 
 	"github.com/flagedge/flagedge/controlplane"
 	"github.com/flagedge/flagedge/controlplane/postgres"
@@ -27,7 +28,7 @@ func mustOpen(tb testing.TB) (*postgres.DB, *postgres.BootstrapResult, string) {
 		tb.Fatal(err)
 	}
 	tb.Cleanup(db.Close)
-	res, err := postgres.Bootstrap(context.Background(), db, "admin@example.com", "")
+	res, err := postgres.Bootstrap(context.Background(), db, bcrypt.MinCost, "admin@example.com", "")
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -46,7 +47,7 @@ func mustKey(tb testing.TB, db *postgres.DB, secret string) *controlplane.APIKey
 func TestBootstrapIsIdempotent(t *testing.T) {
 	t.Parallel()
 	db, first, _ := mustOpen(t)
-	second, err := postgres.Bootstrap(context.Background(), db, "admin@example.com", "")
+	second, err := postgres.Bootstrap(context.Background(), db, bcrypt.MinCost, "admin@example.com", "")
 	if err != nil {
 		t.Fatal(err)
 	}

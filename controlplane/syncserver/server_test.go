@@ -14,6 +14,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/crypto/bcrypt"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -53,7 +54,7 @@ func newEnv(t *testing.T) *env {
 		t.Fatal(err)
 	}
 	t.Cleanup(db.Close)
-	res, err := postgres.Bootstrap(ctx, db, "admin@example.com", "")
+	res, err := postgres.Bootstrap(ctx, db, bcrypt.MinCost, "admin@example.com", "")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/crypto/bcrypt"
 
 	"github.com/flagedge/flagedge/controlplane"
 	"github.com/flagedge/flagedge/controlplane/httpapi"
@@ -41,7 +42,7 @@ func TestMain(m *testing.M) {
 			return err
 		}
 		defer db.Close()
-		boot, err = postgres.Bootstrap(ctx, db, "admin@example.com", "")
+		boot, err = postgres.Bootstrap(ctx, db, bcrypt.MinCost, "admin@example.com", "")
 		return err
 	}))
 }

@@ -170,7 +170,7 @@ func bootstrap(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return err
 	}
 	defer db.Close()
-	res, err := postgres.Bootstrap(ctx, db, *email, *projectName)
+	res, err := postgres.Bootstrap(ctx, db, postgres.DefaultBcryptCost, *email, *projectName)
 	if err != nil {
 		return err
 	}
