@@ -27,7 +27,7 @@ func (s *ActivityService) FindActivity(ctx context.Context, f controlplane.Activ
 		return nil, 0, err
 	}
 	where := ` WHERE a.project_id = $1 AND a.scope = $2 AND ($3 = '' OR a.item_id = $3)`
-	total, err := countInProject(ctx, s.db.Pool, u, f.ProjectID, `SELECT count(*) FROM activity_log a`+where, f.ProjectID, f.Scope, f.ItemID)
+	total, err := countInReach(ctx, s.db.Pool, u, controlplane.CanReadOrg, f.ProjectID, `SELECT count(*) FROM activity_log a`+where, f.ProjectID, f.Scope, f.ItemID)
 	if err != nil {
 		return nil, 0, opError("count activity", err)
 	}

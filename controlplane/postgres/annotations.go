@@ -45,7 +45,7 @@ func (s *AnnotationService) FindAnnotations(ctx context.Context, f controlplane.
 		return nil, 0, err
 	}
 	var c conditions
-	c.add(visible, f.ProjectID) // $1, as countInProject needs
+	c.add(visible, f.ProjectID)
 	c.add("a.deleted = ?", f.Deleted)
 	if f.Search != "" {
 		c.add("a.content ILIKE ?", containsPattern(f.Search))
@@ -62,7 +62,7 @@ func (s *AnnotationService) FindAnnotations(ctx context.Context, f controlplane.
 	if f.Before != nil {
 		c.add("a.date_marker < ?", *f.Before)
 	}
-	total, err := countInReach(ctx, s.db.Pool, u, controlplane.CanReadOrg, `SELECT count(*) FROM annotations a`+c.where(), c.args...)
+	total, err := countInReach(ctx, s.db.Pool, u, controlplane.CanReadOrg, f.ProjectID, `SELECT count(*) FROM annotations a`+c.where(), c.args...)
 	if err != nil {
 		return nil, 0, opError("count annotations", err)
 	}

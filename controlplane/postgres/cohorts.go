@@ -40,7 +40,7 @@ func (s *CohortService) FindCohorts(ctx context.Context, projectID int64, limit,
 	if err != nil {
 		return nil, 0, err
 	}
-	total, err := countInProject(ctx, s.db.Pool, u, projectID, `SELECT count(*) FROM cohorts c WHERE c.project_id = p.id AND NOT c.deleted`)
+	total, err := countInReach(ctx, s.db.Pool, u, controlplane.CanReadOrg, projectID, `SELECT count(*) FROM cohorts c WHERE c.project_id = $1 AND NOT c.deleted`, projectID)
 	if err != nil {
 		return nil, 0, opError("count cohorts", err)
 	}

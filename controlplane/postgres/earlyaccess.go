@@ -99,7 +99,7 @@ func (s *EarlyAccessFeatureService) FindEarlyAccessFeatures(ctx context.Context,
 	if err != nil {
 		return nil, 0, err
 	}
-	total, err := countInReach(ctx, s.db.Pool, u, controlplane.CanReadOrg, `SELECT count(*) FROM early_access_features WHERE project_id = $1`, projectID)
+	total, err := countInReach(ctx, s.db.Pool, u, controlplane.CanReadOrg, projectID, `SELECT count(*) FROM early_access_features WHERE project_id = $1`, projectID)
 	if err != nil {
 		return nil, 0, opError("count early access features", err)
 	}

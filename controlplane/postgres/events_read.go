@@ -62,7 +62,7 @@ func (r *EventReader) FindEvents(ctx context.Context, f controlplane.EventFilter
 		return nil, 0, err
 	}
 	var c conditions
-	c.add("project_id = ?", f.ProjectID) // $1, as countInProject needs
+	c.add("project_id = ?", f.ProjectID)
 	if f.Event != "" {
 		c.add("event = ?", f.Event)
 	}
@@ -75,7 +75,7 @@ func (r *EventReader) FindEvents(ctx context.Context, f controlplane.EventFilter
 	if f.Before != nil {
 		c.add("timestamp < ?", *f.Before)
 	}
-	total, err := countInReach(ctx, r.db.Pool, u, controlplane.CanReadOrg, `SELECT count(*) FROM events`+c.where(), c.args...)
+	total, err := countInReach(ctx, r.db.Pool, u, controlplane.CanReadOrg, f.ProjectID, `SELECT count(*) FROM events`+c.where(), c.args...)
 	if err != nil {
 		return nil, 0, opError("count events", err)
 	}
@@ -136,7 +136,7 @@ func (r *EventReader) FindPersons(ctx context.Context, f controlplane.PersonFilt
 		return nil, 0, err
 	}
 	var c conditions
-	c.add("p.project_id = ?", f.ProjectID) // $1, as countInProject needs
+	c.add("p.project_id = ?", f.ProjectID)
 	if f.DistinctID != "" {
 		c.add("EXISTS (SELECT 1 FROM person_distinct_ids d WHERE d.person_id = p.id AND d.distinct_id = ?)", f.DistinctID)
 	}
@@ -144,7 +144,7 @@ func (r *EventReader) FindPersons(ctx context.Context, f controlplane.PersonFilt
 		c.add(`(p.properties::text ILIKE ? OR EXISTS (SELECT 1 FROM person_distinct_ids d
 			WHERE d.person_id = p.id AND d.distinct_id ILIKE ?))`, containsPattern(f.Search))
 	}
-	total, err := countInReach(ctx, r.db.Pool, u, controlplane.CanReadOrg, `SELECT count(*) FROM persons p`+c.where(), c.args...)
+	total, err := countInReach(ctx, r.db.Pool, u, controlplane.CanReadOrg, f.ProjectID, `SELECT count(*) FROM persons p`+c.where(), c.args...)
 	if err != nil {
 		return nil, 0, opError("count persons", err)
 	}
@@ -188,14 +188,14 @@ func (r *EventReader) FindGroups(ctx context.Context, f controlplane.GroupFilter
 		return nil, 0, err
 	}
 	var c conditions
-	c.add("project_id = ?", f.ProjectID) // $1, as countInProject needs
+	c.add("project_id = ?", f.ProjectID)
 	if f.TypeIndex != nil {
 		c.add("group_type_index = ?", *f.TypeIndex)
 	}
 	if f.Search != "" {
 		c.add("(group_key ILIKE ? OR properties::text ILIKE ?)", containsPattern(f.Search))
 	}
-	total, err := countInReach(ctx, r.db.Pool, u, controlplane.CanReadOrg, `SELECT count(*) FROM groups`+c.where(), c.args...)
+	total, err := countInReach(ctx, r.db.Pool, u, controlplane.CanReadOrg, f.ProjectID, `SELECT count(*) FROM groups`+c.where(), c.args...)
 	if err != nil {
 		return nil, 0, opError("count groups", err)
 	}

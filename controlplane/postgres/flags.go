@@ -127,19 +127,6 @@ func refusedInput(ctx context.Context, q querier, u *controlplane.User, projectI
 	return err
 }
 
-// countInProject runs count, a SELECT count(…) with args, from the project's row of u's
-// organisation, whose absence is the project out of reach: ErrPermissionDenied, whether it
-// exists or not. The project id and organisation are the two parameters after args.
-func countInProject(ctx context.Context, q querier, u *controlplane.User, projectID int64, count string, args ...any) (int, error) {
-	var total int
-	err := q.QueryRow(ctx, fmt.Sprintf(`SELECT (%s) FROM projects p WHERE p.id = $%d AND p.organization_id = $%d`,
-		count, len(args)+1, len(args)+2), append(slices.Clone(args), projectID, u.OrganizationID)...).Scan(&total)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return 0, controlplane.ErrPermissionDenied
-	}
-	return total, err
-}
-
 // findInProject reads the row id of the project with sel, a SELECT of the table aliased
 // alias, scoped by u's organisation and locked FOR UPDATE when forUpdate: when it finds
 // nothing, ErrPermissionDenied for a project out of u's reach (existing or not), else
@@ -194,7 +181,7 @@ func (s *FlagService) FindFlags(ctx context.Context, filter controlplane.FlagFil
 		return nil, 0, err
 	}
 	c := flagConditions(filter, s.db.Now().Add(-controlplane.StaleAfter))
-	total, err := countInProject(ctx, s.db.Pool, u, filter.ProjectID, `SELECT count(*) FROM feature_flags f`+c.where(), c.args...)
+	total, err := countInReach(ctx, s.db.Pool, u, controlplane.CanReadOrg, filter.ProjectID, `SELECT count(*) FROM feature_flags f`+c.where(), c.args...)
 	if err != nil {
 		return nil, 0, opError("count flags", err)
 	}

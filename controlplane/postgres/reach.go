@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/jackc/pgx/v5"
 
@@ -16,8 +17,8 @@ import (
 // the organisation in its own SQL (inReach), so that reaching the project costs no look-up;
 // only when it finds nothing does notFoundIn tell a project the user does not reach, a 403
 // whether it exists or not (ids of other organisations' projects cannot be probed), from a
-// missing object, a 404. A list reads its project's organisation with its count
-// (countInReach), a write with the project row it writes into (projectOrg).
+// missing object, a 404. A list counts from its project's row of the organisation
+// (countInReach), a write reads the project row it writes into (projectOrg).
 
 // accessCheck is one of the predicates of controlplane/access.go on an organisation.
 type accessCheck func(u *controlplane.User, orgID int64) bool
@@ -57,13 +58,15 @@ func notFoundIn(ctx context.Context, q dbConn, u *controlplane.User, can accessC
 	return controlplane.ErrNotFound
 }
 
-// countInReach counts what countSQL selects, whose parameter $1 is the project's id, in one
-// statement with the project's organisation, and checks can(u, it) as projectOrg does.
-func countInReach(ctx context.Context, q dbConn, u *controlplane.User, can accessCheck, countSQL string, args ...any) (int, error) {
-	var orgID int64
+// countInReach runs countSQL, a SELECT count(…) with args, from the row of the project (aliased
+// reach, its id the parameter after args) when u may act on it under can (reachableOrg): a
+// project u does not reach is ErrPermissionDenied, whether it exists or not, and is not
+// counted.
+func countInReach(ctx context.Context, q dbConn, u *controlplane.User, can accessCheck, projectID int64, countSQL string, args ...any) (int, error) {
 	var total int
-	err := q.QueryRow(ctx, `SELECT reach.organization_id, (`+countSQL+`) FROM projects reach WHERE reach.id = $1`, args...).Scan(&orgID, &total)
-	if errors.Is(err, pgx.ErrNoRows) || (err == nil && !can(u, orgID)) {
+	err := q.QueryRow(ctx, fmt.Sprintf(`SELECT (%s) FROM projects reach WHERE reach.id = $%d AND reach.organization_id = $%d`,
+		countSQL, len(args)+1, len(args)+2), append(slices.Clone(args), projectID, reachableOrg(u, can))...).Scan(&total)
+	if errors.Is(err, pgx.ErrNoRows) {
 		return 0, controlplane.ErrPermissionDenied
 	}
 	return total, err

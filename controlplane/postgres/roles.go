@@ -252,7 +252,7 @@ func (s *RoleService) FindRoleAccess(ctx context.Context, projectID, flagID int6
 	if err != nil {
 		return nil, 0, err
 	}
-	total, err := countInProject(ctx, s.db.Pool, u, projectID, `SELECT count(*) FROM feature_flag_role_access a WHERE `+flagOfProject, flagID, projectID)
+	total, err := countInReach(ctx, s.db.Pool, u, controlplane.CanReadOrg, projectID, `SELECT count(*) FROM feature_flag_role_access a WHERE `+flagOfProject, flagID, projectID)
 	if err != nil {
 		return nil, 0, opError("count role access", err)
 	}

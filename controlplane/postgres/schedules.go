@@ -63,7 +63,7 @@ func (s *ScheduleStore) FindScheduledChanges(ctx context.Context, f controlplane
 	if f.RecordID != nil {
 		c.add("s.record_id = ?", *f.RecordID)
 	}
-	total, err := countInProject(ctx, s.db.Pool, u, f.ProjectID, `SELECT count(*) FROM scheduled_changes s`+c.where(), c.args...)
+	total, err := countInReach(ctx, s.db.Pool, u, controlplane.CanReadOrg, f.ProjectID, `SELECT count(*) FROM scheduled_changes s`+c.where(), c.args...)
 	if err != nil {
 		return nil, 0, opError("count scheduled changes", err)
 	}

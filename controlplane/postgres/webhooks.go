@@ -57,7 +57,7 @@ func (s *WebhookService) FindWebhooks(ctx context.Context, projectID int64, limi
 	if err != nil {
 		return nil, 0, err
 	}
-	total, err := countInReach(ctx, s.db.Pool, u, controlplane.CanAdminOrg, `SELECT count(*) FROM webhooks WHERE project_id = $1`, projectID)
+	total, err := countInReach(ctx, s.db.Pool, u, controlplane.CanAdminOrg, projectID, `SELECT count(*) FROM webhooks WHERE project_id = $1`, projectID)
 	if err != nil {
 		return nil, 0, opError("count webhooks", err)
 	}
