@@ -56,6 +56,10 @@ type Flag struct {
 	// when the flag was only read): edges answering from that version or a later one serve
 	// the write.
 	SnapshotVersion int64
+	// CanEdit is, on a flag read by FlagService.FindFlagByID, whether the user who read it may
+	// change it (CanEditFlag), decided on the row read, so that showing the flag costs no
+	// second look-up; false on flags read otherwise.
+	CanEdit bool
 }
 
 // Simple reports whether the flag is a plain rollout to persons (one condition, no
@@ -246,7 +250,8 @@ var FlagOrderFields = []string{"id", "key", "name", "active", "created_at", "upd
 // ids cannot be probed.
 type FlagService interface {
 	// FindFlagByID returns a flag of the project, deleted or not, to any member of the
-	// project's organisation; ErrNotFound when the project has no such flag.
+	// project's organisation, with whether that member may change it (Flag.CanEdit);
+	// ErrNotFound when the project has no such flag.
 	FindFlagByID(ctx context.Context, projectID, id int64) (*Flag, error)
 	// FindFlags returns a page of the project's non-deleted flags that pass the filter, in its
 	// order (newest first by default), and how many pass, to any member of the project's

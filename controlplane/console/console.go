@@ -131,6 +131,7 @@ func (c *Console) routes() {
 	c.mux.HandleFunc("POST "+p+"/feature_flags/{id}/delete", c.withSession(c.handleDeleteFlag(true)))
 	c.mux.HandleFunc("POST "+p+"/feature_flags/{id}/restore", c.withSession(c.handleDeleteFlag(false)))
 	c.mux.HandleFunc("GET "+p+"/feature_flags/{id}/activity", c.withSession(c.handleFlagActivity))
+	c.mux.HandleFunc("GET "+p+"/feature_flags/{id}/blast", c.withSession(c.handleFlagBlast))
 	c.mux.HandleFunc("POST "+p+"/feature_flags/{id}/schedule", c.withSession(c.handleScheduleChange))
 	c.mux.HandleFunc("POST "+p+"/feature_flags/{id}/schedule/{sid}/delete", c.withSession(c.handleCancelScheduledChange))
 	c.mux.HandleFunc("POST "+p+"/feature_flags/{id}/role_access", c.withSession(c.handleAddRoleAccess))
@@ -412,9 +413,16 @@ func (q *request) page(title, nav string) (*page, error) {
 		return nil, err
 	}
 	p.Projects = projects
-	if q.r.PathValue("pid") != "" {
-		if p.Project, err = q.project(); err != nil {
-			return nil, err
+	if pid := q.r.PathValue("pid"); pid != "" {
+		for _, proj := range p.Projects { // the picker's projects are those the user reaches
+			if strconv.FormatInt(proj.ID, 10) == pid {
+				p.Project = proj
+			}
+		}
+		if p.Project == nil {
+			if p.Project, err = q.project(); err != nil { // tells out of reach from missing
+				return nil, err
+			}
 		}
 	} else if len(p.Projects) > 0 {
 		p.Project = p.Projects[0]

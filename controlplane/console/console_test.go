@@ -459,6 +459,21 @@ func TestConsoleFlags(t *testing.T) {
 	if !strings.Contains(edit.body, "Who would get it") || !strings.Contains(edit.body, "Reason: disabled") {
 		t.Errorf("flag page panels: %.3000s", edit.body)
 	}
+	// The "who would get it" counts load after the page has rendered, over the stored persons.
+	for _, p := range []struct{ id, email string }{{"ada", "ada@example.com"}, {"bob", "bob@elsewhere.org"}} {
+		if _, err := s.db.Pool.Exec(context.Background(), `WITH p AS (INSERT INTO persons (project_id, properties)
+			VALUES ($1, jsonb_build_object('email', $2::text)) RETURNING id)
+			INSERT INTO person_distinct_ids (project_id, distinct_id, person_id) SELECT $1, $3, id FROM p`, s.project, p.email, p.id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !strings.Contains(edit.body, `data-fragment="`+flagPath+`/blast"`) {
+		t.Errorf("flag page without the blast radius placeholder: %.3000s", edit.body)
+	}
+	if blast := b.get(flagPath + "/blast"); blast.status != http.StatusOK || !strings.Contains(blast.body, "Condition set 1") ||
+		!strings.Contains(blast.body, "of 2 stored persons") || strings.Contains(blast.body, "<html") {
+		t.Errorf("blast radius fragment: %d %.3000s", blast.status, blast.body)
+	}
 	// A POST with a forged token changes nothing.
 	if p := b.post(flagPath+"/active", url.Values{"csrf_token": {"forged"}, "active": {"true"}}); p.status != http.StatusForbidden {
 		t.Errorf("forged csrf: %d", p.status)

@@ -1,6 +1,7 @@
 package console
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -100,7 +101,6 @@ type flagPage struct {
 	// Schedules are the flag's scheduled changes; ScheduleAt is the form's default time.
 	Schedules  []scheduleView
 	ScheduleAt string
-	Blast      []blastView
 	TestID     string
 	TestProps  string
 	Test       *testView
@@ -256,15 +256,20 @@ func (q *request) findFlag() (*controlplane.Flag, error) {
 	return q.c.cfg.Flags.FindFlagByID(q.ctx, pid, id)
 }
 
-// loadFlag reads the path's flag, with whether the user may change it and its usage, to
-// show it.
+// loadFlag reads the path's flag to show it (flagView).
 func (q *request) loadFlag() (*flagView, error) {
 	f, err := q.findFlag()
 	if err != nil {
 		return nil, err
 	}
-	views, err := q.flagViews(f)
-	if err != nil {
+	return q.flagView(f)
+}
+
+// flagView is a flag read by FindFlagByID, which tells whether the user may change it, with
+// its usage.
+func (q *request) flagView(f *controlplane.Flag) (*flagView, error) {
+	views := []flagView{{Flag: f, CanEdit: f.CanEdit}}
+	if err := q.addUsage(f.ProjectID, views); err != nil {
 		return nil, err
 	}
 	return &views[0], nil
@@ -313,7 +318,8 @@ func (c *Console) handleFlag(q *request) error {
 	return nil
 }
 
-// flagPanels fills the usage, role access, blast radius and test panels of a saved flag.
+// flagPanels fills the usage, role access, schedules and test panels of a saved flag; the
+// blast radius panel, which scans stored persons, loads after the page (handleFlagBlast).
 func (c *Console) flagPanels(q *request, f *flagView, data *flagPage) {
 	data.Usage = q.usage(f)
 	data.Schedules = flagSchedules(q, f)
@@ -328,42 +334,74 @@ func (c *Console) flagPanels(q *request, f *flagView, data *flagPage) {
 			data.Roles = append(data.Roles, roleView{r})
 		}
 	}
-	if !f.Deleted {
-		var gti *int
-		if data.Form.GroupTypeIndex != "" {
-			i, _ := strconv.Atoi(data.Form.GroupTypeIndex)
-			gti = &i
-		}
-		var raw struct {
-			Groups []json.RawMessage `json:"groups"`
-		}
-		_ = json.Unmarshal(f.Filters, &raw)
-		if len(raw.Groups) > maxBlastConditions {
-			raw.Groups = raw.Groups[:maxBlastConditions]
-		}
-		radii, err := q.blastRadii(f.ProjectID, raw.Groups, gti, f.Key)
-		for i := range raw.Groups {
-			b := blastView{Index: i + 1, GroupAggregate: gti != nil}
-			if err == nil {
-				err := radii.Errs[i]
-				b.Affected, b.All, b.Sampled = radii.Affected[i], radii.Total, !radii.Complete
-				if err != nil {
-					b.Err = q.c.detail(q.r, err)
-				}
-			} else {
-				b.Err = q.c.detail(q.r, err)
-			}
-			if b.All > 0 {
-				b.Percent = strconv.FormatFloat(100*float64(b.Affected)/float64(b.All), 'f', 1, 64)
-			}
-			data.Blast = append(data.Blast, b)
-		}
-	}
 	data.TestID = strings.TrimSpace(q.r.URL.Query().Get("distinct_id"))
 	data.TestProps = q.r.URL.Query().Get("properties")
 	if data.TestID != "" {
 		data.Test = evaluate(q, f, data.TestID, data.TestProps)
 	}
+}
+
+// blastPanel is the fragment handleFlagBlast answers: the reach of each of a flag's
+// conditions.
+type blastPanel struct {
+	Blast []blastView
+}
+
+// handleFlagBlast answers the flag page's "who would get it" panel, the HTML fragment that
+// console.js puts in place of the page's data-fragment placeholder once the page has
+// rendered, so that the page does not wait for the scan of stored persons; without
+// JavaScript the placeholder's link shows it alone. The conditions are the stored flag's.
+func (c *Console) handleFlagBlast(q *request) error {
+	f, err := q.findFlag()
+	if err != nil {
+		return err
+	}
+	if f.Deleted {
+		return controlplane.ErrNotFound // deleted flags have no panel: they are never evaluated
+	}
+	form, err := parseFilterForm(f.Filters)
+	if err != nil {
+		return err
+	}
+	var gti *int
+	if form.GroupTypeIndex != "" {
+		i, _ := strconv.Atoi(form.GroupTypeIndex)
+		gti = &i
+	}
+	var raw struct {
+		Groups []json.RawMessage `json:"groups"`
+	}
+	_ = json.Unmarshal(f.Filters, &raw)
+	if len(raw.Groups) > maxBlastConditions {
+		raw.Groups = raw.Groups[:maxBlastConditions]
+	}
+	var panel blastPanel
+	radii, err := q.blastRadii(f.ProjectID, raw.Groups, gti, f.Key)
+	for i := range raw.Groups {
+		b := blastView{Index: i + 1, GroupAggregate: gti != nil}
+		if err == nil {
+			err := radii.Errs[i]
+			b.Affected, b.All, b.Sampled = radii.Affected[i], radii.Total, !radii.Complete
+			if err != nil {
+				b.Err = q.c.detail(q.r, err)
+			}
+		} else {
+			b.Err = q.c.detail(q.r, err)
+		}
+		if b.All > 0 {
+			b.Percent = strconv.FormatFloat(100*float64(b.Affected)/float64(b.All), 'f', 1, 64)
+		}
+		panel.Blast = append(panel.Blast, b)
+	}
+	var buf bytes.Buffer
+	if err := c.pages["flag"].ExecuteTemplate(&buf, "blast", &panel); err != nil {
+		return err
+	}
+	h := q.w.Header()
+	h.Set("Content-Type", "text/html; charset=utf-8")
+	h.Set("Cache-Control", "no-store")
+	_, _ = q.w.Write(buf.Bytes()) // the client went away; nothing to do
+	return nil
 }
 
 // maxBlastConditions and blastSample bound the "who would get it" panel: ten conditions are
@@ -479,7 +517,7 @@ func (c *Console) handleSaveFlag(q *request) error {
 		}
 		saveErr = err
 	}
-	views, err := q.flagViews(f)
+	view, err := q.flagView(f)
 	if err != nil {
 		return err
 	}
@@ -487,7 +525,7 @@ func (c *Console) handleSaveFlag(q *request) error {
 	if err != nil {
 		return err
 	}
-	data.Flag, data.CanEdit = &views[0], views[0].CanEdit
+	data.Flag, data.CanEdit = view, view.CanEdit
 	c.flagPanels(q, data.Flag, data)
 	if saveErr != nil {
 		return c.showFormError(q, p, data, saveErr)

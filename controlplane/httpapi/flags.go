@@ -112,11 +112,7 @@ func (s *Server) handleGetFlag(r *http.Request, c *call) (answer, error) {
 	if err != nil {
 		return answer{}, err
 	}
-	out, err := s.flagJSON(r, c, f)
-	if err != nil {
-		return answer{}, err
-	}
-	return s.answerFlag(r, c, f, out, http.StatusOK)
+	return s.answerFlag(r, c, f, newFlagJSON(f, f.CanEdit), http.StatusOK)
 }
 
 // handlePatchFlag changes the flag; the update reads (and locks) it. A body that cannot be
@@ -167,7 +163,8 @@ func (s *Server) editableFlags(r *http.Request, c *call, list []*controlplane.Fl
 	return s.cfg.Roles.EditableFlags(r.Context(), ids)
 }
 
-// flagJSON renders a flag with can_edit for the caller.
+// flagJSON renders a flag with can_edit for the caller, asked anew: for a flag whose role
+// access the call has changed since it read the flag (a flag read only carries its CanEdit).
 func (s *Server) flagJSON(r *http.Request, c *call, f *controlplane.Flag) (flagJSON, error) {
 	editable, err := s.cfg.Roles.EditableFlags(r.Context(), []int64{f.ID})
 	if err != nil {

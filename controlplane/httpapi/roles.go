@@ -203,10 +203,7 @@ func (s *Server) handleListRoleAccess(r *http.Request, c *call) (answer, error) 
 	if err != nil {
 		return answer{}, err
 	}
-	fj, err := s.flagJSON(r, c, flag)
-	if err != nil {
-		return answer{}, err
-	}
+	fj := newFlagJSON(flag, flag.CanEdit)
 	out := make([]roleAccessJSON, len(list))
 	for i, a := range list {
 		out[i] = newRoleAccessJSON(a, fj)

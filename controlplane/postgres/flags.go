@@ -92,18 +92,26 @@ func scanFlag(row pgx.Row, extra ...any) (*controlplane.Flag, error) {
 }
 
 // FindFlagByID returns a flag of the project, deleted or not, when the project is of the
-// user's organisation: one statement reads it scoped by the organisation, a second one only
+// user's organisation, with whether the user may change it (CanEditFlag on the role access
+// facts read with it): one statement reads it scoped by the organisation, a second one only
 // tells, when there is no such flag, whether the project is out of reach.
 func (s *FlagService) FindFlagByID(ctx context.Context, projectID, id int64) (*controlplane.Flag, error) {
 	u, err := controlplane.CurrentUser(ctx)
 	if err != nil {
 		return nil, err
 	}
-	f, err := findInProject(ctx, s.db.conn(ctx), u, flagSelect, "f", projectID, id, false,
-		func(r pgx.Row) (*controlplane.Flag, error) { return scanFlag(r) })
+	q := s.db.conn(ctx)
+	var access controlplane.FlagRoleAccess
+	f, err := scanFlag(q.QueryRow(ctx, `SELECT `+flagColumns+`, `+flagRoleAccessColumns+flagFrom("feature_flags")+`
+		JOIN projects p ON p.id = f.project_id WHERE f.project_id = $1 AND f.id = $2 AND p.organization_id = $5`,
+		projectID, id, u.ID, controlplane.AccessLevelEdit, u.OrganizationID), &access.Restricted, &access.Editor)
+	if errors.Is(err, pgx.ErrNoRows) {
+		err = missingInProject(ctx, q, u, projectID)
+	}
 	if err != nil {
 		return nil, opError("find flag", err)
 	}
+	f.CanEdit = controlplane.CanEditFlag(u, u.OrganizationID, f, access)
 	return f, nil
 }
 

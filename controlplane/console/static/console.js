@@ -25,13 +25,16 @@
       setTimeout(function () { btn.textContent = "Copy"; }, 1500);
     });
   });
-  // After a save, the page's data-rollout placeholder is replaced by the line saying on how
-  // many edges the change is live; the server waits for the edges in that request, not while
-  // rendering the page.
-  document.querySelectorAll("[data-rollout]").forEach(function (el) {
-    fetch(el.getAttribute("data-rollout"), { credentials: "same-origin", headers: { "Accept": "text/html" } })
+  // Parts of a page that take a while are loaded once it is shown: after a save, the
+  // data-rollout placeholder becomes the line saying on how many edges the change is live (the
+  // server waits for the edges in that request, not while rendering the page); on a flag's
+  // page, the data-fragment placeholder becomes the "who would get it" counts, which scan the
+  // stored persons.
+  document.querySelectorAll("[data-rollout], [data-fragment]").forEach(function (el) {
+    var src = el.getAttribute("data-rollout") || el.getAttribute("data-fragment");
+    fetch(src, { credentials: "same-origin", headers: { "Accept": "text/html" } })
       .then(function (res) { return res.ok ? res.text() : Promise.reject(res.status); })
       .then(function (html) { el.outerHTML = html; })
-      .catch(function () { /* the placeholder's link to Edges stays */ });
+      .catch(function () { /* the placeholder's link stays */ });
   });
 })();
