@@ -24,6 +24,8 @@ import (
 	"strconv"
 	"strings"
 
+	"golang.org/x/crypto/bcrypt"
+
 	"github.com/flagedge/flagedge/controlplane/postgres"
 	"github.com/flagedge/flagedge/internal/version"
 )
@@ -119,6 +121,23 @@ func newFlagSet(name string, stderr io.Writer) *flag.FlagSet {
 	return fs
 }
 
+// bcryptCostFlag registers --bcrypt-cost, the work factor of the password hashes a command
+// writes; a lower one than the default is for tests, where a cost-12 hash takes seconds under
+// the race detector.
+func bcryptCostFlag(fs *flag.FlagSet) *int {
+	return fs.Int("bcrypt-cost", postgres.DefaultBcryptCost, bcryptCostUsage)
+}
+
+const bcryptCostUsage = "bcrypt work factor of console password hashes, 4 to 31 (each step doubles a hash's time); lower than 12 only for tests"
+
+// checkBcryptCost refuses a work factor bcrypt does not take.
+func checkBcryptCost(cost int) error {
+	if cost < bcrypt.MinCost || cost > bcrypt.MaxCost {
+		return fmt.Errorf("--bcrypt-cost must be %d to %d", bcrypt.MinCost, bcrypt.MaxCost)
+	}
+	return nil
+}
+
 func databaseFlag(fs *flag.FlagSet) *string {
 	url, _ := os.LookupEnv("DATABASE_URL")
 	return fs.String("database-url", url, "PostgreSQL connection URL, e.g. postgres://user@127.0.0.1:5432/flagedge (env DATABASE_URL)")
@@ -156,7 +175,11 @@ func bootstrap(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	dbURL := databaseFlag(fs)
 	email := fs.String("email", "", "email of the admin user (required)")
 	projectName := fs.String("project-name", "Default Project", "name of the project")
+	cost := bcryptCostFlag(fs)
 	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if err := checkBcryptCost(*cost); err != nil {
 		return err
 	}
 	if err := requireDatabase(*dbURL); err != nil {
@@ -170,7 +193,7 @@ func bootstrap(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return err
 	}
 	defer db.Close()
-	res, err := postgres.Bootstrap(ctx, db, postgres.DefaultBcryptCost, *email, *projectName)
+	res, err := postgres.Bootstrap(ctx, db, *cost, *email, *projectName)
 	if err != nil {
 		return err
 	}

@@ -35,7 +35,7 @@ func TestBootstrapAndKeys(t *testing.T) {
 	url := pgtest.NewDatabase(t)
 	var first, second map[string]any
 	for _, dst := range []*map[string]any{&first, &second} {
-		out, err := runCmd(t, "bootstrap", "--database-url", url, "--email", "ops@example.com", "--project-name", "Demo")
+		out, err := runCmd(t, "bootstrap", "--database-url", url, "--email", "ops@example.com", "--project-name", "Demo", "--bcrypt-cost", "4")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -96,7 +96,7 @@ func TestServeLifecycle(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		done <- run(ctx, []string{"serve", "--database-url", url, "--http-addr", addr, "--grpc-addr", grpcAddr, "--log-level", "warn"}, os.Stdout, &bytes.Buffer{})
+		done <- run(ctx, []string{"serve", "--database-url", url, "--http-addr", addr, "--grpc-addr", grpcAddr, "--log-level", "warn", "--bcrypt-cost", "4"}, os.Stdout, &bytes.Buffer{})
 	}()
 	deadline := time.Now().Add(20 * time.Second)
 	for {

@@ -80,6 +80,7 @@ type serveConfig struct {
 	LoginPerEmail   int64
 	LoginWindow     time.Duration
 	LoginMaxHashes  int64
+	BcryptCost      int
 	Webhooks        webhookFlags
 }
 
@@ -135,6 +136,7 @@ func parseServeConfig(args []string, stderr io.Writer) (*serveConfig, error) {
 	fs.Int64(&cfg.LoginPerAddress, "login-failures-per-address", "FLAGEDGE_LOGIN_FAILURES_PER_ADDRESS", int64(l.PerAddress), "failed console logins one client address may have (whatever the emails) within --login-failure-window before its logins get 429")
 	fs.Int64(&cfg.LoginPerEmail, "login-failures-per-email", "FLAGEDGE_LOGIN_FAILURES_PER_EMAIL", int64(l.PerEmail), "failed console logins one email may have (from every address) within --login-failure-window before its logins get 429")
 	fs.Duration(&cfg.LoginWindow, "login-failure-window", "FLAGEDGE_LOGIN_FAILURE_WINDOW", l.Window, "how long a failed login counts (between one and two windows)")
+	fs.Int(&cfg.BcryptCost, "bcrypt-cost", "FLAGEDGE_BCRYPT_COST", postgres.DefaultBcryptCost, bcryptCostUsage)
 	fs.Int64(&cfg.LoginMaxHashes, "login-max-concurrent-hashes", "FLAGEDGE_LOGIN_MAX_CONCURRENT_HASHES", int64(l.MaxHashes), "password hashes (bcrypt, a few hundred ms of a core each) running at once; a login finding them busy waits up to 1s, then gets 429")
 	w := webhook.DefaultConfig()
 	fs.Bool(&cfg.Webhooks.AllowPrivate, "webhook-allow-private", "FLAGEDGE_WEBHOOK_ALLOW_PRIVATE", false, "let webhooks reach private, loopback, link-local and other non-public addresses (refused by default, when a hook is saved and on the address each delivery dials)")
@@ -163,6 +165,9 @@ func (c *serveConfig) validate() error {
 	}
 	if c.LoginPerAddress < 1 || c.LoginPerEmail < 1 || c.LoginWindow < time.Second || c.LoginMaxHashes < 1 || c.LoginMaxHashes > 1024 {
 		return errors.New("--login-failures-per-address, --login-failures-per-email and --login-max-concurrent-hashes must be at least 1 (hashes at most 1024), --login-failure-window at least 1s")
+	}
+	if err := checkBcryptCost(c.BcryptCost); err != nil {
+		return err
 	}
 	if c.HeaderTimeout <= 0 || c.ReadTimeout < c.HeaderTimeout || c.IdleTimeout <= 0 || c.MaxHeaderBytes < 4096 {
 		return errors.New("--read-header-timeout and --idle-timeout must be positive, --read-timeout at least --read-header-timeout, --max-header-bytes at least 4096")
@@ -429,7 +434,7 @@ func (cp *controlPlane) run(ctx context.Context) error {
 // on top of it.
 func newHTTPHandler(db *postgres.DB, cfg *serveConfig, ready func(context.Context) error, logger *slog.Logger, reg *prometheus.Registry,
 	sessions controlplane.EdgeSessionStore, waiter *rollout.Watcher, policy *webhook.Policy) (http.Handler, error) {
-	stores := postgres.NewServices(db, postgres.DefaultBcryptCost)
+	stores := postgres.NewServices(db, cfg.BcryptCost)
 	stores.Webhooks = webhook.Checked(stores.Webhooks, policy)
 	services, personStore := stores, postgres.NewPersonStore(db)
 	evaluator := &flageval.Evaluator{Snapshots: postgres.NewSnapshotStore(db), Persons: personStore, Scanner: personStore}

@@ -41,7 +41,7 @@ func startServeOn(t *testing.T, dbURL string, extra ...string) *served {
 	done := make(chan error, 1)
 	go func() {
 		args := append([]string{"serve", "--database-url", dbURL, "--http-addr", addr, "--grpc-addr", freeAddr(t),
-			"--log-level", "warn", "--drain-delay", "0s"}, extra...)
+			"--log-level", "warn", "--drain-delay", "0s", "--bcrypt-cost", "4"}, extra...)
 		done <- run(ctx, args, io.Discard, os.Stderr)
 	}()
 	t.Cleanup(func() {

@@ -19,7 +19,11 @@ func setPassword(ctx context.Context, args []string, stdin *os.File, stdout, std
 	fs := newFlagSet("users set-password", stderr)
 	dbURL := databaseFlag(fs)
 	email := fs.String("email", "", "email of the user (required)")
+	cost := bcryptCostFlag(fs)
 	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if err := checkBcryptCost(*cost); err != nil {
 		return err
 	}
 	password, err := readPassword(stdin)
@@ -35,7 +39,7 @@ func setPassword(ctx context.Context, args []string, stdin *os.File, stdout, std
 		return err
 	}
 	defer db.Close()
-	u, err := postgres.NewUserService(db, postgres.DefaultBcryptCost).SetPassword(ctx, *email, password)
+	u, err := postgres.NewUserService(db, *cost).SetPassword(ctx, *email, password)
 	if err != nil {
 		return err
 	}

@@ -4,9 +4,13 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
+
+	"golang.org/x/crypto/bcrypt"
 
 	"github.com/flagedge/flagedge/controlplane/postgres"
 	"github.com/flagedge/flagedge/internal/pgtest"
@@ -35,7 +39,7 @@ func TestConsolePasswords(t *testing.T) {
 	ctx := context.Background()
 	var first, second map[string]string
 	for _, dst := range []*map[string]string{&first, &second} {
-		out, err := runCmd(t, "bootstrap", "--database-url", url, "--email", "ops@example.com")
+		out, err := runCmd(t, "bootstrap", "--database-url", url, "--email", "ops@example.com", "--bcrypt-cost", "4")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -61,7 +65,7 @@ func TestConsolePasswords(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	users := postgres.NewUserService(db, postgres.DefaultBcryptCost)
+	users := postgres.NewUserService(db, bcrypt.MinCost)
 	if _, err := users.CheckPassword(ctx, "ops@example.com", first["password"]); err != nil {
 		t.Errorf("the bootstrap password does not log in: %v", err)
 	}
@@ -75,7 +79,7 @@ func TestConsolePasswords(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var out, errOut bytes.Buffer
-			if err := setPassword(ctx, []string{"--database-url", url, "--email", "ops@example.com"}, stdinWith(t, tc.stdin), &out, &errOut); err != nil {
+			if err := setPassword(ctx, []string{"--database-url", url, "--email", "ops@example.com", "--bcrypt-cost", "4"}, stdinWith(t, tc.stdin), &out, &errOut); err != nil {
 				t.Fatalf("set-password: %v %s", err, errOut.String())
 			}
 			var res map[string]string
@@ -93,11 +97,26 @@ func TestConsolePasswords(t *testing.T) {
 			}
 		})
 	}
+	// The hashes are written at the cost asked for, and bcrypt's range is enforced.
+	var hash []byte
+	if err := db.Pool.QueryRow(ctx, `SELECT password_hash FROM users WHERE email = 'ops@example.com'`).Scan(&hash); err != nil {
+		t.Fatal(err)
+	}
+	if cost, err := bcrypt.Cost(hash); err != nil || cost != 4 {
+		t.Errorf("the password was hashed at cost %d (%v), want the --bcrypt-cost given, 4", cost, err)
+	}
+	for _, cost := range []string{"3", "32"} {
+		err := setPassword(ctx, []string{"--database-url", url, "--email", "ops@example.com", "--bcrypt-cost", cost}, stdinWith(t, "a piped passphrase\n"),
+			io.Discard, io.Discard)
+		if err == nil || !strings.Contains(err.Error(), "--bcrypt-cost") {
+			t.Errorf("--bcrypt-cost %s: %v, want it refused", cost, err)
+		}
+	}
 	var out bytes.Buffer
-	if err := setPassword(ctx, []string{"--database-url", url, "--email", "ops@example.com"}, stdinWith(t, "short\n"), &out, &out); err == nil {
+	if err := setPassword(ctx, []string{"--database-url", url, "--email", "ops@example.com", "--bcrypt-cost", "4"}, stdinWith(t, "short\n"), &out, &out); err == nil {
 		t.Error("a short password was accepted")
 	}
-	if err := setPassword(ctx, []string{"--database-url", url, "--email", "nobody@example.com"}, stdinWith(t, ""), &out, &out); err == nil {
+	if err := setPassword(ctx, []string{"--database-url", url, "--email", "nobody@example.com", "--bcrypt-cost", "4"}, stdinWith(t, ""), &out, &out); err == nil {
 		t.Error("set-password for an unknown user succeeded")
 	}
 }
