@@ -49,6 +49,13 @@ func TestMain(m *testing.M) {
 			os.Exit(1)
 		}
 	}
+	// Every control plane the tests start hashes console passwords at bcrypt's least cost: the
+	// production cost, 12, spends a quarter of a second of a core on each start, login and
+	// bootstrap.
+	if err := os.Setenv("FLAGEDGE_BCRYPT_COST", "4"); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
 	code := pgtest.Main(m, postgres.Migrate)
 	os.RemoveAll(dir)
 	os.Exit(code)
@@ -174,7 +181,7 @@ func newStack(t *testing.T) *stack {
 func (s *stack) bootstrap() {
 	t := s.t
 	t.Helper()
-	out, err := exec.Command(binaries.controlplane, "bootstrap", "--database-url", s.dbURL, "--email", "ops@example.com").Output()
+	out, err := exec.Command(binaries.controlplane, "bootstrap", "--database-url", s.dbURL, "--email", "ops@example.com", "--bcrypt-cost", "4").Output()
 	if err != nil {
 		t.Fatalf("bootstrap: %v", err)
 	}

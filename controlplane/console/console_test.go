@@ -474,6 +474,12 @@ func TestConsoleFlags(t *testing.T) {
 		!strings.Contains(blast.body, "of 2 stored persons") || strings.Contains(blast.body, "<html") {
 		t.Errorf("blast radius fragment: %d %.3000s", blast.status, blast.body)
 	}
+	if missing := b.get(fmt.Sprintf("/project/%d/feature_flags/999999/blast", s.project)); missing.status != http.StatusNotFound {
+		t.Errorf("blast radius of no flag: %d", missing.status)
+	}
+	if anon := s.browser().get(flagPath + "/blast"); anon.status != http.StatusSeeOther || strings.Contains(anon.body, "stored persons") {
+		t.Errorf("blast radius without a session: %d %.300s", anon.status, anon.body)
+	}
 	// A POST with a forged token changes nothing.
 	if p := b.post(flagPath+"/active", url.Values{"csrf_token": {"forged"}, "active": {"true"}}); p.status != http.StatusForbidden {
 		t.Errorf("forged csrf: %d", p.status)
