@@ -297,8 +297,8 @@ func (s *FlagService) CreateFlag(ctx context.Context, projectID int64, upd contr
 	return created, nil
 }
 
-// createFlag validates and inserts a flag and records its creation, in tx; the caller bumps
-// the snapshot.
+// createFlag validates and inserts a flag and records its creation, in tx, past the approval
+// gate (gateFlagWrite); the caller bumps the snapshot.
 func createFlag(ctx context.Context, tx pgx.Tx, now time.Time, actor *controlplane.User, projectID int64, upd controlplane.FlagUpdate) (*controlplane.Flag, error) {
 	if err := upd.Validate(true); err != nil {
 		return nil, err
@@ -310,6 +310,9 @@ func createFlag(ctx context.Context, tx pgx.Tx, now time.Time, actor *controlpla
 	}
 	upd.Apply(f)
 	if err := checkReferences(ctx, tx, projectID, f.Key, upd.Filters); err != nil {
+		return nil, err
+	}
+	if err := gateFlagWrite(ctx, tx, actor, nil, f, &upd); err != nil {
 		return nil, err
 	}
 	created, err := scanFlag(tx.QueryRow(ctx, `WITH f AS (INSERT INTO feature_flags (project_id, key, name, filters,
@@ -481,8 +484,8 @@ func updateFlag(ctx context.Context, tx pgx.Tx, now time.Time, actor *controlpla
 	return changeFlag(ctx, tx, now, actor, before, upd)
 }
 
-// changeFlag validates and applies a partial update of the locked flag in tx: one statement
-// writes the changed fields, records them in the activity log and returns the flag as it now
+// changeFlag validates and applies a partial update of the locked flag in tx, past the
+// approval gate (gateFlagWrite): one statement writes the changed fields, records them in the activity log and returns the flag as it now
 // is; the change is then queued for the project's webhooks. It reports whether anything
 // changed; the caller bumps the snapshot.
 func changeFlag(ctx context.Context, tx pgx.Tx, now time.Time, actor *controlplane.User, before *lockedFlag,
@@ -498,6 +501,9 @@ func changeFlag(ctx context.Context, tx pgx.Tx, now time.Time, actor *controlpla
 	changes := controlplane.FlagChanges(before.Flag, &after)
 	if len(changes) == 0 {
 		return before.Flag, false, nil
+	}
+	if err := gateFlagWrite(ctx, tx, actor, before.Flag, &after, &upd); err != nil {
+		return nil, false, err
 	}
 	activity := controlplane.ActivityUpdated
 	if after.Deleted && !before.Deleted {
@@ -525,6 +531,9 @@ func changeFlag(ctx context.Context, tx pgx.Tx, now time.Time, actor *controlpla
 		return nil, false, err
 	}
 	if err := enqueueFlagEvent(ctx, tx, actor, activity, updated, before.snapshotVersion+1); err != nil {
+		return nil, false, err
+	}
+	if err := markRequestsStale(ctx, tx, updated.ProjectID, updated.ID); err != nil {
 		return nil, false, err
 	}
 	return updated, true, nil
