@@ -413,6 +413,9 @@ type lockedFlag struct {
 	snapshotVersion int64
 	// access is what the flag's role access says about the user the flag was locked for.
 	access controlplane.FlagRoleAccess
+	// gated reports whether the project has an enabled approval policy: only then does a
+	// change pass the gate's reads.
+	gated bool
 }
 
 // lockFlag reads a flag of the project FOR UPDATE, in one statement with its project's
@@ -421,10 +424,11 @@ type lockedFlag struct {
 func lockFlag(ctx context.Context, tx pgx.Tx, u *controlplane.User, projectID, id int64) (*lockedFlag, error) {
 	var l lockedFlag
 	var err error
-	l.Flag, err = scanFlag(tx.QueryRow(ctx, `SELECT `+flagColumns+`, p.organization_id, p.snapshot_version, `+flagRoleAccessColumns+
+	l.Flag, err = scanFlag(tx.QueryRow(ctx, `SELECT `+flagColumns+`, p.organization_id, p.snapshot_version, `+flagRoleAccessColumns+`,
+		EXISTS (SELECT 1 FROM approval_policies ap WHERE ap.project_id = f.project_id AND ap.enabled)`+
 		flagFrom("feature_flags")+` JOIN projects p ON p.id = f.project_id
 		WHERE f.project_id = $1 AND f.id = $2 FOR UPDATE OF f FOR NO KEY UPDATE OF p`,
-		projectID, id, u.ID, controlplane.AccessLevelEdit), &l.orgID, &l.snapshotVersion, &l.access.Restricted, &l.access.Editor)
+		projectID, id, u.ID, controlplane.AccessLevelEdit), &l.orgID, &l.snapshotVersion, &l.access.Restricted, &l.access.Editor, &l.gated)
 	if err != nil {
 		return nil, notFoundIfNoRows(err)
 	}
@@ -485,8 +489,10 @@ func updateFlag(ctx context.Context, tx pgx.Tx, now time.Time, actor *controlpla
 }
 
 // changeFlag validates and applies a partial update of the locked flag in tx, past the
-// approval gate (gateFlagWrite): one statement writes the changed fields, records them in the activity log and returns the flag as it now
-// is; the change is then queued for the project's webhooks. It reports whether anything
+// approval gate (gateFlagWrite, when the project has a policy): one statement writes the
+// changed fields, records them in the activity log, marks the pending change requests about
+// the flag stale and returns the flag as it now is; the change is then queued for the
+// project's webhooks. It reports whether anything
 // changed; the caller bumps the snapshot.
 func changeFlag(ctx context.Context, tx pgx.Tx, now time.Time, actor *controlplane.User, before *lockedFlag,
 	upd controlplane.FlagUpdate) (*controlplane.Flag, bool, error) {
@@ -502,8 +508,10 @@ func changeFlag(ctx context.Context, tx pgx.Tx, now time.Time, actor *controlpla
 	if len(changes) == 0 {
 		return before.Flag, false, nil
 	}
-	if err := gateFlagWrite(ctx, tx, actor, before.Flag, &after, &upd); err != nil {
-		return nil, false, err
+	if before.gated {
+		if err := gateFlagWrite(ctx, tx, actor, before.Flag, &after, &upd); err != nil {
+			return nil, false, err
+		}
 	}
 	activity := controlplane.ActivityUpdated
 	if after.Deleted && !before.Deleted {
@@ -518,7 +526,8 @@ func changeFlag(ctx context.Context, tx pgx.Tx, now time.Time, actor *controlpla
 			WHERE project_id = $1 AND id = $2
 			RETURNING *),
 		logged AS (INSERT INTO activity_log (project_id, user_id, activity, scope, item_id, detail)
-			VALUES ($1, $10, $21, 'FeatureFlag', $22, $23))
+			VALUES ($1, $10, $21, 'FeatureFlag', $22, $23)),
+		stale AS (`+markRequestsStale+`)
 		SELECT `+flagColumns+flagFrom("f"),
 		after.ProjectID, after.ID, after.Key, after.Name, after.Filters, after.Deleted, after.Active, after.CreatedAt, now,
 		actor.ID, after.EnsureExperienceContinuity, after.RollbackConditions, after.PerformedRollback, after.Tags,
@@ -531,9 +540,6 @@ func changeFlag(ctx context.Context, tx pgx.Tx, now time.Time, actor *controlpla
 		return nil, false, err
 	}
 	if err := enqueueFlagEvent(ctx, tx, actor, activity, updated, before.snapshotVersion+1); err != nil {
-		return nil, false, err
-	}
-	if err := markRequestsStale(ctx, tx, updated.ProjectID, updated.ID); err != nil {
 		return nil, false, err
 	}
 	return updated, true, nil

@@ -152,15 +152,13 @@ func userRoles(ctx context.Context, q dbConn, userID int64) ([]string, error) {
 	return pgx.CollectRows(rows, pgx.RowTo[string])
 }
 
-// markRequestsStale marks the pending requests about a flag stale: it changed under them, so
-// they would fail their precondition if approved.
-func markRequestsStale(ctx context.Context, tx pgx.Tx, projectID, flagID int64) error {
-	_, err := tx.Exec(ctx, `UPDATE change_requests SET validation_status = 'stale', validated_at = clock_timestamp(),
-		updated_at = clock_timestamp()
-		WHERE project_id = $1 AND resource_type = $2 AND resource_id = $3 AND state = 'pending' AND validation_status <> 'stale'`,
-		projectID, controlplane.ResourceFlag, strconv.FormatInt(flagID, 10))
-	return err
-}
+// markRequestsStale is the statement, run with a flag's change (changeFlag's $1 the project,
+// $2 the flag), that marks the pending requests about the flag stale: it changed under them,
+// so they would fail their precondition if approved.
+const markRequestsStale = `UPDATE change_requests SET validation_status = 'stale', validated_at = clock_timestamp(),
+	updated_at = clock_timestamp()
+	WHERE project_id = $1 AND resource_type = 'feature_flag' AND resource_id = ($2::bigint)::text AND state = 'pending'
+	AND validation_status <> 'stale'`
 
 // enqueueChangeRequestEvent reports an event of a change request to the project's webhooks.
 func enqueueChangeRequestEvent(ctx context.Context, tx pgx.Tx, actor *controlplane.User, kind string, cr *controlplane.ChangeRequest) error {
