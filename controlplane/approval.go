@@ -788,3 +788,15 @@ func (c *ChangeRequest) Event() ChangeRequestEvent {
 		Description: c.IntentDisplay.Description, State: c.State, ValidationStatus: c.ValidationStatus, ApplyError: c.ApplyError,
 		SnapshotVersion: c.SnapshotVersion, Live: c.LiveAt != nil}
 }
+
+// ChangeRequestUpkeep is the upkeep of change requests that no user asks for, which every
+// control-plane replica runs (controlplane/approvalwatch) with system-level access: it
+// expires overdue requests and records when an applied request is live on every connected
+// edge, reporting it (change_request.live). Each is done once however many replicas run.
+type ChangeRequestUpkeep interface {
+	// ExpireChangeRequests expires the overdue pending requests and returns how many.
+	ExpireChangeRequests(ctx context.Context) (int, error)
+	// ConfirmLiveChangeRequests marks live the applied requests whose version every connected
+	// edge of their project serves, and returns how many.
+	ConfirmLiveChangeRequests(ctx context.Context) (int, error)
+}

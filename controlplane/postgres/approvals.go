@@ -733,3 +733,80 @@ func (s *ApprovalStore) expire(ctx context.Context, projectID *int64) (int, erro
 	}
 	return n, nil
 }
+
+// ChangeRequestUpkeep expires overdue change requests and confirms applied ones live, for
+// every project: system-level access that only the control plane's approvalwatch holds.
+type ChangeRequestUpkeep struct {
+	store *ApprovalStore
+	edges *EdgeSessionStore
+}
+
+var _ controlplane.ChangeRequestUpkeep = (*ChangeRequestUpkeep)(nil)
+
+// NewChangeRequestUpkeep returns the upkeep on db.
+func NewChangeRequestUpkeep(db *DB) *ChangeRequestUpkeep {
+	return &ChangeRequestUpkeep{store: NewApprovalStore(db), edges: NewEdgeSessionStore(db)}
+}
+
+// ExpireChangeRequests expires overdue pending requests of every project, a batch at a time.
+func (u *ChangeRequestUpkeep) ExpireChangeRequests(ctx context.Context) (int, error) {
+	return u.store.expire(ctx, nil)
+}
+
+// ConfirmLiveChangeRequests reads the applied requests not yet live (a batch, oldest first),
+// counts the laggards of each one's version, and marks live those without any, in a
+// transaction that reports it: the row's live_at, set only while NULL, makes the event fire
+// once across replicas.
+func (u *ChangeRequestUpkeep) ConfirmLiveChangeRequests(ctx context.Context) (int, error) {
+	db := u.store.db
+	rows, err := db.Pool.Query(ctx, `SELECT id::text, project_id, snapshot_version FROM change_requests
+		WHERE state = 'applied' AND live_at IS NULL ORDER BY applied_at, id LIMIT 100`)
+	if err != nil {
+		return 0, opError("find unconfirmed change requests", err)
+	}
+	type applied struct {
+		id               string
+		project, version int64
+	}
+	list, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (applied, error) {
+		var a applied
+		return a, r.Scan(&a.id, &a.project, &a.version)
+	})
+	if err != nil {
+		return 0, opError("find unconfirmed change requests", err)
+	}
+	n := 0
+	for _, a := range list {
+		laggards, err := u.edges.CountLaggards(ctx, a.project, a.version)
+		if controlplane.ErrorKind(err) == controlplane.NotFound {
+			continue // the project is gone
+		}
+		if err != nil {
+			return n, err
+		}
+		if laggards > 0 {
+			continue
+		}
+		confirmed := false
+		err = db.inTx(ctx, func(tx pgx.Tx) error {
+			tag, err := tx.Exec(ctx, `UPDATE change_requests SET live_at = clock_timestamp(), updated_at = clock_timestamp()
+				WHERE id = $1::uuid AND live_at IS NULL`, a.id)
+			if err != nil || tag.RowsAffected() == 0 {
+				return err // another replica confirmed it
+			}
+			c, err := findChangeRequest(ctx, tx, a.project, a.id, false)
+			if err != nil {
+				return err
+			}
+			confirmed = true
+			return enqueueChangeRequestEvent(ctx, tx, nil, controlplane.EventChangeRequestLive, c)
+		})
+		if err != nil {
+			return n, opError("confirm change request live", err)
+		}
+		if confirmed {
+			n++
+		}
+	}
+	return n, nil
+}
