@@ -181,7 +181,8 @@ type WebhookEvent struct {
 	// SnapshotVersion is the project's snapshot version that contains the change.
 	SnapshotVersion int64
 	// ObjectType says what Object is: ObjectFlag (a *Flag), ObjectAnnotation (an
-	// *Annotation), ObjectScheduledChange (a *ScheduledChange).
+	// *Annotation), ObjectScheduledChange (a *ScheduledChange), ObjectChangeRequest (a
+	// ChangeRequestEvent, delivered as it is).
 	ObjectType string
 	Object     any
 }

@@ -810,3 +810,21 @@ func (u *ChangeRequestUpkeep) ConfirmLiveChangeRequests(ctx context.Context) (in
 	}
 	return n, nil
 }
+
+// durationMicros is an interval column as microseconds, for a time.Duration.
+func durationMicros(col string) string {
+	return `(EXTRACT(EPOCH FROM ` + col + `) * 1000000)::bigint`
+}
+
+// micros converts what durationMicros read.
+func micros(us int64) time.Duration { return time.Duration(us) * time.Microsecond }
+
+// containsAll reports whether every element of want is in have.
+func containsAll[T comparable](have, want []T) bool {
+	for _, w := range want {
+		if !slices.Contains(have, w) {
+			return false
+		}
+	}
+	return true
+}

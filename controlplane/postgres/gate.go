@@ -2,10 +2,9 @@ package postgres
 
 import (
 	"context"
+	"errors"
 	"fmt"
-	"slices"
 	"strconv"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -134,7 +133,7 @@ func findOpenRequest(ctx context.Context, tx pgx.Tx, projectID int64, action str
 		AND state IN ('pending', 'approved')
 		AND CASE WHEN $4::text IS NULL THEN resource_id IS NULL AND intent->>'flag_key' = $5 ELSE resource_id = $4 END
 		ORDER BY created_at LIMIT 1`, projectID, controlplane.ResourceFlag, action, resourceID, key).Scan(&id)
-	if err == pgx.ErrNoRows {
+	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, nil
 	}
 	if err != nil {
@@ -172,22 +171,4 @@ func enqueueChangeRequestEvent(ctx context.Context, tx pgx.Tx, actor *controlpla
 	}
 	return EnqueueWebhookEvent(ctx, tx, controlplane.WebhookEvent{ProjectID: cr.ProjectID, Kind: kind, Actor: actor,
 		SnapshotVersion: version, ObjectType: controlplane.ObjectChangeRequest, Object: cr.Event()})
-}
-
-// durationMicros is an interval column as microseconds, for a time.Duration.
-func durationMicros(col string) string {
-	return `(EXTRACT(EPOCH FROM ` + col + `) * 1000000)::bigint`
-}
-
-// micros converts what durationMicros read.
-func micros(us int64) time.Duration { return time.Duration(us) * time.Microsecond }
-
-// containsAll reports whether every element of want is in have.
-func containsAll[T comparable](have, want []T) bool {
-	for _, w := range want {
-		if !slices.Contains(have, w) {
-			return false
-		}
-	}
-	return true
 }
