@@ -123,11 +123,15 @@ const (
 	// ScopeWebhookRead and ScopeWebhookWrite are for a project's webhooks and their deliveries.
 	ScopeWebhookRead  Scope = "webhook:read"
 	ScopeWebhookWrite Scope = "webhook:write"
+	// ScopeApprovalsRead and ScopeApprovalsWrite are for approval policies and change
+	// requests (PostHog's "approvals" scope object).
+	ScopeApprovalsRead  Scope = "approvals:read"
+	ScopeApprovalsWrite Scope = "approvals:write"
 )
 
 // ScopeObjects are the objects a scope may name.
 var ScopeObjects = []string{"feature_flag", "annotation", "activity_log", "project", "cohort", "person", "event", "role",
-	"personal_api_key", "user", "organization_member", "early_access_feature", "webhook"}
+	"personal_api_key", "user", "organization_member", "early_access_feature", "webhook", "approvals"}
 
 // ValidScope reports whether s is "*" or "<object>:read|write" for a known object.
 func ValidScope(s string) bool {
@@ -235,6 +239,7 @@ type Services struct {
 	Sessions    SessionService
 	Schedules   ScheduledChangeService
 	Webhooks    WebhookService
+	Approvals   ApprovalService
 }
 
 // TimeLayout is how the API and webhook deliveries write times: ISO 8601 in UTC with

@@ -20,6 +20,7 @@ const (
 	Forbidden                    // the credentials may not do this
 	NotFound                     // the addressed object does not exist for this caller
 	TooLarge                     // the body is over the size limit
+	Conflict                     // the request conflicts with the object's state (a gated change)
 )
 
 // Error is the one error type of the control plane: a kind, an API error code, a user-safe

@@ -72,25 +72,26 @@ func (f *Flag) Simple() (simple bool, rollout *float64) {
 	return true, parsed.Groups[0].RolloutPercentage
 }
 
-// FlagUpdate holds the writable fields of a flag; a nil field is left unchanged.
+// FlagUpdate holds the writable fields of a flag; a nil field is left unchanged. Its JSON
+// form, with the API's field names, is how a change request keeps the change it asks for.
 type FlagUpdate struct {
-	Name                       *string
-	Key                        *string
-	Filters                    json.RawMessage
-	Deleted                    *bool
-	Active                     *bool
-	CreatedAt                  *time.Time
-	EnsureExperienceContinuity *bool
-	RollbackConditions         json.RawMessage
-	PerformedRollback          *bool
-	Tags                       *[]string
-	AnalyticsDashboards        *[]int64
-	HasEnrichedAnalytics       *bool
-	EvaluationRuntime          *string
-	EvaluationTags             *[]string
-	BucketingIdentifier        *string
+	Name                       *string         `json:"name,omitempty"`
+	Key                        *string         `json:"key,omitempty"`
+	Filters                    json.RawMessage `json:"filters,omitempty"`
+	Deleted                    *bool           `json:"deleted,omitempty"`
+	Active                     *bool           `json:"active,omitempty"`
+	CreatedAt                  *time.Time      `json:"created_at,omitempty"`
+	EnsureExperienceContinuity *bool           `json:"ensure_experience_continuity,omitempty"`
+	RollbackConditions         json.RawMessage `json:"rollback_conditions,omitempty"`
+	PerformedRollback          *bool           `json:"performed_rollback,omitempty"`
+	Tags                       *[]string       `json:"tags,omitempty"`
+	AnalyticsDashboards        *[]int64        `json:"analytics_dashboards,omitempty"`
+	HasEnrichedAnalytics       *bool           `json:"has_enriched_analytics,omitempty"`
+	EvaluationRuntime          *string         `json:"evaluation_runtime,omitempty"`
+	EvaluationTags             *[]string       `json:"evaluation_tags,omitempty"`
+	BucketingIdentifier        *string         `json:"bucketing_identifier,omitempty"`
 	// UsageDashboard is set by the dashboard action, never from a request body.
-	UsageDashboard *int64
+	UsageDashboard *int64 `json:"usage_dashboard,omitempty"`
 }
 
 var flagKeyPattern = regexp.MustCompile(`^[a-zA-Z0-9_-]+$`)

@@ -46,7 +46,13 @@ type ScheduledChange struct {
 	CreatedBy *User
 	CreatedAt time.Time
 	UpdatedAt time.Time
+	// ChangeRequestID is the change request the approval gate filed when the change fell
+	// due: the change waits for it, and is made (or fails) with it. "" when none.
+	ChangeRequestID string
 }
+
+// AwaitsApproval reports whether the change waits for its change request.
+func (c *ScheduledChange) AwaitsApproval() bool { return c.Pending() && c.ChangeRequestID != "" }
 
 // Pending reports whether the change has still to be made.
 func (c *ScheduledChange) Pending() bool { return c.ExecutedAt == nil }

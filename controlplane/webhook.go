@@ -21,12 +21,21 @@ const (
 	EventAnnotationDeleted       = "annotation.deleted"
 	EventScheduledChangeExecuted = "scheduled_change.executed"
 	EventScheduledChangeFailed   = "scheduled_change.failed"
+	// The change request events: filed, approved (quorum reached), rejected, applied, and
+	// live once every connected edge serves the version it made.
+	EventChangeRequestRequested = "change_request.requested"
+	EventChangeRequestApproved  = "change_request.approved"
+	EventChangeRequestRejected  = "change_request.rejected"
+	EventChangeRequestApplied   = "change_request.applied"
+	EventChangeRequestLive      = "change_request.live"
 )
 
 // WebhookEventKinds are every kind of event, in the order the API documents them.
 var WebhookEventKinds = []string{EventFlagCreated, EventFlagUpdated, EventFlagDeleted,
 	EventAnnotationCreated, EventAnnotationUpdated, EventAnnotationDeleted,
-	EventScheduledChangeExecuted, EventScheduledChangeFailed}
+	EventScheduledChangeExecuted, EventScheduledChangeFailed,
+	EventChangeRequestRequested, EventChangeRequestApproved, EventChangeRequestRejected, EventChangeRequestApplied,
+	EventChangeRequestLive}
 
 // EventKind names the event of an activity ("created", "updated", "deleted") on an object
 // ("feature_flag", "annotation").
@@ -159,6 +168,8 @@ const (
 	ObjectFlag            = "FeatureFlag"
 	ObjectAnnotation      = "Annotation"
 	ObjectScheduledChange = "ScheduledChange"
+	// ObjectChangeRequest events carry a ChangeRequestEvent, already in its delivered form.
+	ObjectChangeRequest = "ChangeRequest"
 )
 
 // WebhookEvent is one event, as it is enqueued in the transaction of the write it reports:
@@ -170,7 +181,8 @@ type WebhookEvent struct {
 	// SnapshotVersion is the project's snapshot version that contains the change.
 	SnapshotVersion int64
 	// ObjectType says what Object is: ObjectFlag (a *Flag), ObjectAnnotation (an
-	// *Annotation), ObjectScheduledChange (a *ScheduledChange).
+	// *Annotation), ObjectScheduledChange (a *ScheduledChange), ObjectChangeRequest (a
+	// ChangeRequestEvent, delivered as it is).
 	ObjectType string
 	Object     any
 }

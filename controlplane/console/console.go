@@ -339,6 +339,8 @@ func statusOf(k controlplane.Kind) int {
 		return http.StatusNotFound
 	case controlplane.TooLarge:
 		return http.StatusRequestEntityTooLarge
+	case controlplane.Conflict: // a gated save: the change request was filed
+		return http.StatusConflict
 	}
 	return http.StatusInternalServerError
 }

@@ -26,6 +26,10 @@ func writeError(w http.ResponseWriter, log *slog.Logger, r *http.Request, err er
 		// checks should have refused it; log it so the check can be added.
 		log.Warn("database refused a request's value", "method", r.Method, "path", r.URL.Path, "err", err)
 	}
+	if status, body, ok := gateErrorBody(err); ok { // the approval gate's answers: PostHog's bodies
+		writeJSON(w, status, body)
+		return
+	}
 	if !errors.As(err, &e) || e == nil || e.Kind == controlplane.Internal {
 		log.Error("internal error", "method", r.Method, "path", r.URL.Path, "err", err)
 		writeJSON(w, http.StatusInternalServerError, errorBody{Type: "server_error", Code: "error", Detail: "A server error occurred."})
@@ -45,6 +49,8 @@ func writeError(w http.ResponseWriter, log *slog.Logger, r *http.Request, err er
 		status, body.Type = http.StatusForbidden, "authentication_error"
 	case controlplane.NotFound:
 		status, body.Type = http.StatusNotFound, "invalid_request"
+	case controlplane.Conflict:
+		status, body.Type = http.StatusConflict, "invalid_request"
 	case controlplane.TooLarge:
 		status, body.Type = http.StatusRequestEntityTooLarge, "invalid_request"
 	}

@@ -31,7 +31,36 @@ type matrixFixtures struct {
 	person     int64
 	feature    string
 	hook       int64
-	n          int // makes names unique
+	// approvers is the role of the approval policy's approvers; every caller of the matrix is
+	// a member, so that it may vote. requester is a member's key that files change requests,
+	// policy the policy gating enables, request a pending change request.
+	approvers, requester, policy, request string
+	n                                     int // makes names unique
+}
+
+// freshChangeRequest files a change request: the requester enables a fresh disabled flag.
+func (f *matrixFixtures) freshChangeRequest() string {
+	id := f.e.mustCreateFlag(map[string]any{"key": f.unique("gated"), "active": false})
+	r := f.e.do("PATCH", f.e.flagsPath(fmt.Sprintf("/%d/", id)), f.requester, map[string]any{"active": true})
+	if r.status != 409 || r.str("code") != "approval_required" {
+		f.e.t.Fatalf("gated write: %d %s", r.status, r.raw)
+	}
+	return r.str("change_request_id")
+}
+
+// updatePolicy returns the policy gating rollout updates, created once: the matrix deletes it
+// only with the last call.
+func (f *matrixFixtures) updatePolicy() string {
+	path := fmt.Sprintf("/api/projects/%d/approval_policies/", f.e.project)
+	if r := f.e.do("GET", path+"?action_key=feature_flag.update", f.e.key, nil); r.status == 200 && r.body["count"].(float64) > 0 {
+		return r.body["results"].([]any)[0].(map[string]any)["id"].(string)
+	}
+	r := f.e.do("POST", path, f.e.key, map[string]any{"action_key": "feature_flag.update",
+		"approver_config": map[string]any{"roles": []string{f.approvers}, "quorum": 1}, "bypass_org_membership_levels": []int{8}})
+	if r.status != 201 {
+		f.e.t.Fatalf("create policy: %d %s", r.status, r.raw)
+	}
+	return r.str("id")
 }
 
 // freshHook creates a webhook for a request that deletes one.
@@ -240,6 +269,37 @@ func matrixTable() map[string]matrixEntry {
 		"GET /api/projects/{project_id}/webhooks/{id}/deliveries": get(200, func(f *matrixFixtures) string {
 			return proj(f, "/webhooks/%d/deliveries/", f.hook)
 		}),
+		"GET /api/projects/{project_id}/approval_policies": get(200, func(f *matrixFixtures) string { return proj(f, "/approval_policies/") }),
+		"POST /api/projects/{project_id}/approval_policies": {201, func(f *matrixFixtures) (string, any) {
+			return proj(f, "/approval_policies/"), map[string]any{"action_key": "feature_flag.disable",
+				"approver_config": map[string]any{"roles": []string{f.approvers}, "quorum": 1}, "bypass_org_membership_levels": []int{8}}
+		}},
+		"GET /api/projects/{project_id}/approval_policies/{id}": get(200, func(f *matrixFixtures) string {
+			return proj(f, "/approval_policies/%s/", f.policy)
+		}),
+		"PATCH /api/projects/{project_id}/approval_policies/{id}": {200, func(f *matrixFixtures) (string, any) {
+			return proj(f, "/approval_policies/%s/", f.policy), map[string]any{"expires_after": "7 00:00:00"}
+		}},
+		"DELETE /api/projects/{project_id}/approval_policies/{id}": get(204, func(f *matrixFixtures) string {
+			return proj(f, "/approval_policies/%s/", f.updatePolicy())
+		}),
+		"GET /api/projects/{project_id}/change_requests": get(200, func(f *matrixFixtures) string {
+			return proj(f, "/change_requests/?state=pending&action_key=feature_flag.enable")
+		}),
+		"GET /api/projects/{project_id}/change_requests/{id}": get(200, func(f *matrixFixtures) string {
+			return proj(f, "/change_requests/%s/", f.request)
+		}),
+		"POST /api/projects/{project_id}/change_requests/{id}/approve": {200, func(f *matrixFixtures) (string, any) {
+			return proj(f, "/change_requests/%s/approve/", f.freshChangeRequest()), map[string]any{}
+		}},
+		"POST /api/projects/{project_id}/change_requests/{id}/reject": {200, func(f *matrixFixtures) (string, any) {
+			return proj(f, "/change_requests/%s/reject/", f.freshChangeRequest()), map[string]any{"reason": "no"}
+		}},
+		// Only the requester cancels, and no caller of the matrix filed the request: with the
+		// scope, the store refuses (the requester's own cancel is in the approvals tests).
+		"POST /api/projects/{project_id}/change_requests/{id}/cancel": {403, func(f *matrixFixtures) (string, any) {
+			return proj(f, "/change_requests/%s/cancel/", f.request), map[string]any{}
+		}},
 		"GET /api/projects/{project_id}/events":      get(200, func(f *matrixFixtures) string { return proj(f, "/events/") }),
 		"GET /api/projects/{project_id}/events/{id}": get(200, func(f *matrixFixtures) string { return proj(f, "/events/%s/", f.event) }),
 		"GET /api/projects/{project_id}/persons":     get(200, func(f *matrixFixtures) string { return proj(f, "/persons/") }),
@@ -292,6 +352,12 @@ func TestRouteAuthorisationMatrix(t *testing.T) {
 	fx.feature = fx.freshFeature()
 	fx.hook = fx.freshHook()
 	fx.event = uuid.NewString()
+	fx.approvers = e.mustRole("Approvers", 37)
+	fx.requester, _ = e.mustUser("requester@example.com", false)
+	fx.policy = e.do("POST", fmt.Sprintf("/api/projects/%d/approval_policies/", e.project), e.key, map[string]any{
+		"action_key": "feature_flag.enable", "approver_config": map[string]any{"roles": []string{fx.approvers}, "quorum": 1},
+		"bypass_org_membership_levels": []int{8}}).str("id")
+	fx.request = fx.freshChangeRequest()
 	now := time.Now()
 	if _, err := postgres.NewEventStore(e.db, slog.New(slog.NewTextHandler(io.Discard, nil))).Ingest(ctx, []controlplane.EventBatch{{
 		ProjectID: e.project, Events: []controlplane.Event{{UUID: fx.event, Name: "$pageview", DistinctID: "u1",
@@ -324,9 +390,11 @@ func TestRouteAuthorisationMatrix(t *testing.T) {
 	// hold only ten keys, and a route may delete the key that calls it.
 	keyFor := func(scope string) string {
 		email := fx.unique("caller") + "@example.com"
-		if _, err := postgres.CreateUser(ctx, e.db, "admin@example.com", email, "", true); err != nil {
+		u, err := postgres.CreateUser(ctx, e.db, "admin@example.com", email, "", true)
+		if err != nil {
 			t.Fatal(err)
 		}
+		e.mustMember(fx.approvers, u.UUID)
 		k, err := postgres.NewAuthService(e.db).CreatePersonalKey(ctx, email, "matrix", []string{scope}, nil)
 		if err != nil {
 			t.Fatal(err)

@@ -113,7 +113,7 @@ func TestOpenAPIValidatesResponses(t *testing.T) {
 		t.Fatal(err)
 	}
 	memberKey, memberUUID := e.mustUser("member@example.com", false)
-	_ = memberKey
+	adminID := int64(e.do("GET", "/api/users/@me/", e.key, nil).body["id"].(float64))
 
 	// state collects ids from earlier answers for later paths.
 	state := map[string]string{"project": strconv.FormatInt(e.project, 10), "member": memberUUID}
@@ -256,6 +256,34 @@ func TestOpenAPIValidatesResponses(t *testing.T) {
 		{method: "GET", specPath: "/api/projects/{project_id}/webhooks/{id}/deliveries/", path: p(proj("/webhooks/{hook}/deliveries/")), want: 200},
 		{method: "DELETE", specPath: "/api/projects/{project_id}/webhooks/{id}/", path: p(proj("/webhooks/{hook}/")), want: 204},
 		{method: "GET", specPath: "/api/projects/{project_id}/webhooks/{id}/", path: p(proj("/webhooks/{hook}/")), want: 404},
+		{method: "POST", specPath: "/api/projects/{project_id}/approval_policies/", path: p(proj("/approval_policies/")), body: map[string]any{
+			"action_key": "feature_flag.enable", "approver_config": map[string]any{"users": []int64{adminID}, "quorum": 1}},
+			want: 201, save: map[string]string{"policy": "id"}},
+		{method: "POST", specPath: "/api/projects/{project_id}/approval_policies/", path: p(proj("/approval_policies/")), body: map[string]any{
+			"action_key": "feature_flag.nope", "approver_config": map[string]any{"users": []int64{adminID}, "quorum": 1}}, want: 400},
+		{method: "GET", specPath: "/api/projects/{project_id}/approval_policies/", path: p(proj("/approval_policies/")), want: 200},
+		{method: "GET", specPath: "/api/projects/{project_id}/approval_policies/{id}/", path: p(proj("/approval_policies/{policy}/")), want: 200},
+		{method: "PATCH", specPath: "/api/projects/{project_id}/approval_policies/{id}/", path: p(proj("/approval_policies/{policy}/")),
+			body: map[string]any{"expires_after": "7 00:00:00"}, want: 200},
+		{method: "POST", specPath: "/api/projects/{project_id}/feature_flags/", path: p(proj("/feature_flags/")),
+			body: map[string]any{"key": "gated", "active": false}, want: 201, save: map[string]string{"gated": "id"}},
+		{method: "PATCH", specPath: "/api/projects/{project_id}/feature_flags/{id}/", path: p(proj("/feature_flags/{gated}/")), key: memberKey,
+			body: map[string]any{"active": true}, want: 409, save: map[string]string{"request": "change_request_id"}},
+		{method: "PATCH", specPath: "/api/projects/{project_id}/feature_flags/{id}/", path: p(proj("/feature_flags/{gated}/")), key: memberKey,
+			body: map[string]any{"active": true}, want: 409},
+		{method: "GET", specPath: "/api/projects/{project_id}/change_requests/", path: p(proj("/change_requests/?state=pending,approved&resource_type=feature_flag")), want: 200},
+		{method: "GET", specPath: "/api/projects/{project_id}/change_requests/{id}/", path: p(proj("/change_requests/{request}/")), want: 200},
+		{method: "POST", specPath: "/api/projects/{project_id}/change_requests/{id}/reject/", path: p(proj("/change_requests/{request}/reject/")), want: 400},
+		{method: "POST", specPath: "/api/projects/{project_id}/change_requests/{id}/cancel/", path: p(proj("/change_requests/{request}/cancel/")), want: 403},
+		{method: "POST", specPath: "/api/projects/{project_id}/change_requests/{id}/approve/", path: p(proj("/change_requests/{request}/approve/")),
+			body: map[string]any{"reason": "ship it"}, want: 200},
+		{method: "GET", specPath: "/api/projects/{project_id}/change_requests/{id}/", path: p(proj("/change_requests/{request}/")), want: 200},
+		{method: "PATCH", specPath: "/api/projects/{project_id}/feature_flags/{id}/", path: p(proj("/feature_flags/{gated}/")), body: map[string]any{"active": false}, want: 200},
+		{method: "PATCH", specPath: "/api/projects/{project_id}/feature_flags/{id}/", path: p(proj("/feature_flags/{gated}/")), key: memberKey,
+			body: map[string]any{"active": true}, want: 409, save: map[string]string{"request": "change_request_id"}},
+		{method: "POST", specPath: "/api/projects/{project_id}/change_requests/{id}/cancel/", path: p(proj("/change_requests/{request}/cancel/")), key: memberKey, want: 200},
+		{method: "DELETE", specPath: "/api/projects/{project_id}/approval_policies/{id}/", path: p(proj("/approval_policies/{policy}/")), want: 204},
+		{method: "GET", specPath: "/api/projects/{project_id}/approval_policies/{id}/", path: p(proj("/approval_policies/{policy}/")), want: 404},
 		{method: "GET", specPath: "/api/projects/{project_id}/events/", path: p(proj("/events/")), want: 200, save: map[string]string{}},
 		{method: "GET", specPath: "/api/projects/{project_id}/events/{id}/", path: p(proj("/events/018f0000-0000-7000-8000-000000000001/")), want: 200},
 		{method: "GET", specPath: "/api/projects/{project_id}/persons/", path: p(proj("/persons/?distinct_id=user-1")), want: 200, save: map[string]string{"person": "results.0.id"}},

@@ -144,6 +144,19 @@ func (s *Server) routes() {
 	s.projectRoute("PATCH", scheduled+"/{id}", controlplane.ScopeFlagWrite, s.handlePatchScheduledChange)
 	s.projectRoute("DELETE", scheduled+"/{id}", controlplane.ScopeFlagWrite, s.handleDeleteScheduledChange)
 
+	const policies = "/api/projects/{project_id}/approval_policies"
+	s.projectRoute("GET", policies, controlplane.ScopeApprovalsRead, s.handleListPolicies)
+	s.projectRoute("POST", policies, controlplane.ScopeApprovalsWrite, s.handleCreatePolicy)
+	s.projectRoute("GET", policies+"/{id}", controlplane.ScopeApprovalsRead, s.handleGetPolicy)
+	s.projectRoute("PATCH", policies+"/{id}", controlplane.ScopeApprovalsWrite, s.handlePatchPolicy)
+	s.projectRoute("DELETE", policies+"/{id}", controlplane.ScopeApprovalsWrite, s.handleDeletePolicy)
+	const requests = "/api/projects/{project_id}/change_requests"
+	s.projectRoute("GET", requests, controlplane.ScopeApprovalsRead, s.handleListChangeRequests)
+	s.projectRoute("GET", requests+"/{id}", controlplane.ScopeApprovalsRead, s.handleGetChangeRequest)
+	s.projectRoute("POST", requests+"/{id}/approve", controlplane.ScopeApprovalsWrite, s.handleApproveChangeRequest)
+	s.projectRoute("POST", requests+"/{id}/reject", controlplane.ScopeApprovalsWrite, s.handleRejectChangeRequest)
+	s.projectRoute("POST", requests+"/{id}/cancel", controlplane.ScopeApprovalsWrite, s.handleCancelChangeRequest)
+
 	const annotations = "/api/projects/{project_id}/annotations"
 	s.projectRoute("GET", annotations, controlplane.ScopeAnnotationRead, s.handleListAnnotations)
 	s.projectRoute("POST", annotations, controlplane.ScopeAnnotationWrite, s.handleCreateAnnotation)

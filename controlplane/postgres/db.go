@@ -90,7 +90,8 @@ func Migrate(ctx context.Context, url string) error {
 	return nil
 }
 
-// inTx runs fn in a transaction, committing when it returns nil. When ctx carries a
+// inTx runs fn in a transaction, committing when it returns nil or an
+// *controlplane.ApprovalRequiredError (a gated write keeps the change request it filed). When ctx carries a
 // transaction (withTx: the scheduler applies a change inside the transaction that claims
 // it), fn runs in a savepoint of that one instead, so that the write commits or rolls back
 // with the claim and a failed write leaves the claim usable.
@@ -107,6 +108,12 @@ func (db *DB) inTx(ctx context.Context, fn func(tx pgx.Tx) error) error {
 	}
 	defer tx.Rollback(ctx) //nolint:errcheck // a no-op after commit
 	if err := fn(tx); err != nil {
+		var gated *controlplane.ApprovalRequiredError
+		if errors.As(err, &gated) { // the change request the gate filed is kept (gate.go)
+			if cerr := tx.Commit(ctx); cerr != nil {
+				return cerr
+			}
+		}
 		return err
 	}
 	return tx.Commit(ctx)

@@ -74,6 +74,7 @@ package postgres_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -113,7 +114,7 @@ var public = map[string]string{
 // Method name prefixes of reads and writes: every method but the public ones has one.
 var (
 	readPrefixes  = []string{"Find", "Editable"}
-	writePrefixes = []string{"Create", "Update", "Delete", "Add", "Remove", "Set", "Ensure", "Invite"}
+	writePrefixes = []string{"Create", "Update", "Delete", "Add", "Remove", "Set", "Ensure", "Invite", "Approve", "Reject", "Cancel"}
 )
 
 // memberRule is what a member of the victim organisation without role access to its
@@ -121,10 +122,11 @@ var (
 type memberRule int
 
 const (
-	memberMay memberRule = iota + 1 // allowed: a read must succeed; a write is not called
-	flagEdit                        // changes flag 1 or what hangs off it: refused
-	adminOnly                       // only the organisation's admins: refused
-	ownerOnly                       // only the victim admin's own (personal keys): refused
+	memberMay    memberRule = iota + 1 // allowed: a read must succeed; a write is not called
+	flagEdit                           // changes flag 1 or what hangs off it: refused
+	adminOnly                          // only the organisation's admins: refused
+	ownerOnly                          // only the victim admin's own (personal keys): refused
+	approverOnly                       // only the approvers of a change request (its requester, to cancel): refused
 )
 
 var asMember = map[string]memberRule{
@@ -203,6 +205,17 @@ var asMember = map[string]memberRule{
 	"Webhooks.CreateWebhook":   adminOnly,
 	"Webhooks.UpdateWebhook":   adminOnly,
 	"Webhooks.DeleteWebhook":   adminOnly,
+
+	"Approvals.FindApprovalPolicies":   memberMay,
+	"Approvals.FindApprovalPolicyByID": memberMay,
+	"Approvals.CreateApprovalPolicy":   adminOnly,
+	"Approvals.UpdateApprovalPolicy":   adminOnly,
+	"Approvals.DeleteApprovalPolicy":   adminOnly,
+	"Approvals.FindChangeRequests":     memberMay,
+	"Approvals.FindChangeRequestByID":  memberMay,
+	"Approvals.ApproveChangeRequest":   approverOnly, // the victim's request names the editor as approver
+	"Approvals.RejectChangeRequest":    approverOnly,
+	"Approvals.CancelChangeRequest":    approverOnly, // the victim admin's own request
 }
 
 // ownOnly are the methods that, called by another organisation's user with the default
@@ -222,6 +235,7 @@ var stringKinds = map[string]func(fx *fixture) string{
 	"EarlyAccess": func(fx *fixture) string { return fx.feature },
 	"Analytics":   func(fx *fixture) string { return fx.event },
 	"Users":       func(fx *fixture) string { return fx.editor.UUID },
+	"Approvals":   func(fx *fixture) string { return fx.changeRequest },
 }
 
 // overrides adjust the built arguments of methods whose parameters' types cannot say which
@@ -247,6 +261,9 @@ var overrides = map[string]func(fx *fixture, in []reflect.Value){
 	"EarlyAccess.UpdateEarlyAccessFeature": func(fx *fixture, in []reflect.Value) {
 		argOf[controlplane.EarlyAccessFeatureUpdate](in).Stage = ptr(controlplane.StageDraft)
 	},
+	"Approvals.FindApprovalPolicyByID": func(fx *fixture, in []reflect.Value) { setStrings(in, fx.policy) },
+	"Approvals.UpdateApprovalPolicy":   func(fx *fixture, in []reflect.Value) { setStrings(in, fx.policy) },
+	"Approvals.DeleteApprovalPolicy":   func(fx *fixture, in []reflect.Value) { setStrings(in, fx.policy) },
 	"Webhooks.CreateWebhook": func(fx *fixture, in []reflect.Value) {
 		*argOf[controlplane.WebhookUpdate](in) = fx.hook()
 	},
@@ -889,6 +906,8 @@ type fixture struct {
 	feature          string // the early access feature on flag 1
 	unlinked         int64  // a flag restricted as flag 1 is, without a feature
 	event            string // an event's uuid
+	policy           string // an approval policy gating enables, approved by the editor
+	changeRequest    string // the admin's pending request to enable the unlinked flag
 	n                int
 }
 
@@ -984,6 +1003,20 @@ func newFixture(t, owner *testing.T) *fixture {
 		Name: ptr("Victim feature"), Stage: ptr(controlplane.StageBeta), FeatureFlagID: ptr(int64(1))})
 	check("early access feature", err)
 	fx.feature = feature.ID
+
+	// A policy gating enables, approved by the editor, and the admin's request it filed.
+	policy, err := fx.s.Approvals.CreateApprovalPolicy(va, 1, controlplane.ApprovalPolicyUpdate{
+		ActionKey: ptr(controlplane.ActionFlagEnable), ApproverConfig: &controlplane.ApproverConfig{Users: []int64{fx.editor.ID}, Quorum: 1}})
+	check("approval policy", err)
+	fx.policy = policy.ID
+	_, err = fx.s.Flags.UpdateFlag(va, 1, fx.unlinked, controlplane.FlagUpdate{Active: ptr(false)})
+	check("flag", err)
+	_, err = fx.s.Flags.UpdateFlag(va, 1, fx.unlinked, controlplane.FlagUpdate{Active: ptr(true)})
+	var gated *controlplane.ApprovalRequiredError
+	if !errors.As(err, &gated) {
+		t.Fatalf("the victim's gated write: %v", err)
+	}
+	fx.changeRequest = gated.ChangeRequest.ID
 
 	fx.event = uuid.NewString()
 	now := time.Now()

@@ -292,8 +292,8 @@ func (s *FlagService) CreateFlag(ctx context.Context, projectID int64, upd contr
 	return created, nil
 }
 
-// createFlag validates and inserts a flag and records its creation, in tx; the caller bumps
-// the snapshot.
+// createFlag validates and inserts a flag and records its creation, in tx, past the approval
+// gate (gateFlagWrite); the caller bumps the snapshot.
 func createFlag(ctx context.Context, tx pgx.Tx, now time.Time, actor *controlplane.User, projectID int64, upd controlplane.FlagUpdate) (*controlplane.Flag, error) {
 	if err := upd.Validate(true); err != nil {
 		return nil, err
@@ -305,6 +305,9 @@ func createFlag(ctx context.Context, tx pgx.Tx, now time.Time, actor *controlpla
 	}
 	upd.Apply(f)
 	if err := checkReferences(ctx, tx, projectID, f.Key, upd.Filters); err != nil {
+		return nil, err
+	}
+	if err := gateFlagWrite(ctx, tx, actor, nil, f, &upd); err != nil {
 		return nil, err
 	}
 	created, err := scanFlag(tx.QueryRow(ctx, `WITH f AS (INSERT INTO feature_flags (project_id, key, name, filters,
@@ -405,6 +408,9 @@ type lockedFlag struct {
 	snapshotVersion int64
 	// access is what the flag's role access says about the user the flag was locked for.
 	access controlplane.FlagRoleAccess
+	// gated reports whether the project has an enabled approval policy: only then does a
+	// change pass the gate's reads.
+	gated bool
 }
 
 // lockFlag reads a flag of the project FOR UPDATE, in one statement with its project's
@@ -413,10 +419,11 @@ type lockedFlag struct {
 func lockFlag(ctx context.Context, tx pgx.Tx, u *controlplane.User, projectID, id int64) (*lockedFlag, error) {
 	var l lockedFlag
 	var err error
-	l.Flag, err = scanFlag(tx.QueryRow(ctx, `SELECT `+flagColumns+`, p.organization_id, p.snapshot_version, `+flagRoleAccessColumns+
+	l.Flag, err = scanFlag(tx.QueryRow(ctx, `SELECT `+flagColumns+`, p.organization_id, p.snapshot_version, `+flagRoleAccessColumns+`,
+		EXISTS (SELECT 1 FROM approval_policies ap WHERE ap.project_id = f.project_id AND ap.enabled)`+
 		flagFrom("feature_flags")+` JOIN projects p ON p.id = f.project_id
 		WHERE f.project_id = $1 AND f.id = $2 FOR UPDATE OF f FOR NO KEY UPDATE OF p`,
-		projectID, id, u.ID, controlplane.AccessLevelEdit), &l.orgID, &l.snapshotVersion, &l.access.Restricted, &l.access.Editor)
+		projectID, id, u.ID, controlplane.AccessLevelEdit), &l.orgID, &l.snapshotVersion, &l.access.Restricted, &l.access.Editor, &l.gated)
 	if err != nil {
 		return nil, notFoundIfNoRows(err)
 	}
@@ -476,9 +483,11 @@ func updateFlag(ctx context.Context, tx pgx.Tx, now time.Time, actor *controlpla
 	return changeFlag(ctx, tx, now, actor, before, upd)
 }
 
-// changeFlag validates and applies a partial update of the locked flag in tx: one statement
-// writes the changed fields, records them in the activity log and returns the flag as it now
-// is; the change is then queued for the project's webhooks. It reports whether anything
+// changeFlag validates and applies a partial update of the locked flag in tx, past the
+// approval gate (gateFlagWrite, when the project has a policy): one statement writes the
+// changed fields, records them in the activity log, marks the pending change requests about
+// the flag stale and returns the flag as it now is; the change is then queued for the
+// project's webhooks. It reports whether anything
 // changed; the caller bumps the snapshot.
 func changeFlag(ctx context.Context, tx pgx.Tx, now time.Time, actor *controlplane.User, before *lockedFlag,
 	upd controlplane.FlagUpdate) (*controlplane.Flag, bool, error) {
@@ -494,6 +503,11 @@ func changeFlag(ctx context.Context, tx pgx.Tx, now time.Time, actor *controlpla
 	if len(changes) == 0 {
 		return before.Flag, false, nil
 	}
+	if before.gated {
+		if err := gateFlagWrite(ctx, tx, actor, before.Flag, &after, &upd); err != nil {
+			return nil, false, err
+		}
+	}
 	activity := controlplane.ActivityUpdated
 	if after.Deleted && !before.Deleted {
 		activity = controlplane.ActivityDeleted
@@ -507,7 +521,8 @@ func changeFlag(ctx context.Context, tx pgx.Tx, now time.Time, actor *controlpla
 			WHERE project_id = $1 AND id = $2
 			RETURNING *),
 		logged AS (INSERT INTO activity_log (project_id, user_id, activity, scope, item_id, detail)
-			VALUES ($1, $10, $21, 'FeatureFlag', $22, $23))
+			VALUES ($1, $10, $21, 'FeatureFlag', $22, $23)),
+		stale AS (`+markRequestsStale+`)
 		SELECT `+flagColumns+flagFrom("f"),
 		after.ProjectID, after.ID, after.Key, after.Name, after.Filters, after.Deleted, after.Active, after.CreatedAt, now,
 		actor.ID, after.EnsureExperienceContinuity, after.RollbackConditions, after.PerformedRollback, after.Tags,

@@ -32,7 +32,8 @@ func NewScheduleStore(db *DB) *ScheduleStore { return &ScheduleStore{db: db} }
 
 // scheduledSelect reads changes with their creator, who counts only while a member.
 var scheduledSelect = `SELECT s.id, s.project_id, s.record_id, s.model_name, s.payload, s.scheduled_at, s.executed_at,
-	COALESCE(s.failure_reason, ''), s.failure_count, s.created_at, s.updated_at, ` + userSummaryJSON("cu") + `
+	COALESCE(s.failure_reason, ''), s.failure_count, s.created_at, s.updated_at, ` + userSummaryJSON("cu") + `,
+	COALESCE(s.change_request_id::text, '')
 	FROM scheduled_changes s LEFT JOIN users cu ON cu.id = s.created_by AND cu.removed_at IS NULL`
 
 func scanScheduled(row pgx.Row) (*controlplane.ScheduledChange, error) {
@@ -40,7 +41,7 @@ func scanScheduled(row pgx.Row) (*controlplane.ScheduledChange, error) {
 	var payload []byte
 	var createdBy *userRow
 	if err := row.Scan(&c.ID, &c.ProjectID, &c.RecordID, &c.ModelName, &payload, &c.ScheduledAt, &c.ExecutedAt,
-		&c.FailureReason, &c.FailureCount, &c.CreatedAt, &c.UpdatedAt, &createdBy); err != nil {
+		&c.FailureReason, &c.FailureCount, &c.CreatedAt, &c.UpdatedAt, &createdBy, &c.ChangeRequestID); err != nil {
 		return nil, err
 	}
 	c.Payload, c.CreatedBy = payload, createdBy.user()
@@ -222,7 +223,7 @@ const dueAt = `COALESCE(next_attempt_at, scheduled_at)`
 func (s *ScheduleStore) NextDue(ctx context.Context) (time.Duration, bool, error) {
 	var seconds *float64
 	err := s.db.Pool.QueryRow(ctx, `SELECT EXTRACT(EPOCH FROM (min(`+dueAt+`) - clock_timestamp()))::float8
-		FROM scheduled_changes WHERE executed_at IS NULL`).Scan(&seconds)
+		FROM scheduled_changes WHERE executed_at IS NULL AND change_request_id IS NULL`).Scan(&seconds)
 	if err != nil {
 		return 0, false, opError("next scheduled change", err)
 	}
@@ -243,7 +244,7 @@ func (s *ScheduleStore) RunDue(ctx context.Context, apply func(context.Context, 
 	}
 	defer tx.Rollback(ctx) //nolint:errcheck // a no-op after commit
 	c, err := scanScheduled(tx.QueryRow(ctx, scheduledSelect+` WHERE s.id = (SELECT id FROM scheduled_changes
-		WHERE executed_at IS NULL AND `+dueAt+` <= clock_timestamp()
+		WHERE executed_at IS NULL AND change_request_id IS NULL AND `+dueAt+` <= clock_timestamp()
 		ORDER BY `+dueAt+`, id LIMIT 1 FOR UPDATE SKIP LOCKED)`))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, nil
@@ -261,9 +262,22 @@ func (s *ScheduleStore) RunDue(ctx context.Context, apply func(context.Context, 
 		return nil, opError("claim scheduled change", err)
 	}
 	applyErr := apply(withTx(ctx, sp), c)
+	var gated *controlplane.ApprovalRequiredError
 	switch {
 	case applyErr == nil:
 		err = sp.Commit(ctx)
+	case errors.As(applyErr, &gated) && gated.Code == "approval_required":
+		// The gate filed a change request: the change waits for it (setState settles it).
+		if err = sp.Commit(ctx); err == nil {
+			err = awaitChangeRequest(ctx, tx, c, gated.ChangeRequest.ID)
+		}
+		if err == nil {
+			err = tx.Commit(ctx)
+		}
+		if err != nil {
+			return nil, opError("run scheduled change", err)
+		}
+		return c, nil
 	case controlplane.ErrorKind(applyErr) != controlplane.Internal:
 		err = sp.Rollback(ctx)
 	default: // transient: nothing of this attempt stays but its count
@@ -283,6 +297,16 @@ func (s *ScheduleStore) RunDue(ctx context.Context, apply func(context.Context, 
 		return nil, opError("run scheduled change", err)
 	}
 	return c, nil
+}
+
+// awaitChangeRequest records that c waits for the change request the gate filed for it: it
+// is no longer due, and says why.
+func awaitChangeRequest(ctx context.Context, tx pgx.Tx, c *controlplane.ScheduledChange, requestID string) error {
+	reason := "Waiting for approval: change request " + requestID
+	_, err := tx.Exec(ctx, `UPDATE scheduled_changes SET change_request_id = $2::uuid, failure_reason = $3, updated_at = clock_timestamp()
+		WHERE id = $1`, c.ID, requestID, reason)
+	c.ChangeRequestID, c.FailureReason = requestID, reason
+	return err
 }
 
 // recordTransient counts a transient failure of c and puts its next attempt off (2 s, 4 s,

@@ -26,5 +26,6 @@ func NewServices(db *DB, bcryptCost int) controlplane.Services {
 		Sessions:    NewSessionService(db),
 		Schedules:   NewScheduleStore(db),
 		Webhooks:    NewWebhookService(db),
+		Approvals:   NewApprovalStore(db),
 	}
 }

@@ -50,7 +50,7 @@ type Scheduler struct {
 func New(queue controlplane.ScheduledChangeQueue, flags controlplane.FlagService, log *slog.Logger, reg prometheus.Registerer) *Scheduler {
 	s := &Scheduler{queue: queue, flags: flags, log: log, wake: make(chan struct{}, 1),
 		runs: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "flagedge_controlplane_scheduled_changes_total",
-			Help: "Scheduled changes this replica ran, by outcome: executed, failed (for good), retry (a transient failure)."},
+			Help: "Scheduled changes this replica ran, by outcome: executed, failed (for good), retry (a transient failure), awaiting_approval (the approval gate filed a change request)."},
 			[]string{"outcome"}),
 		lateness: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "flagedge_controlplane_scheduled_change_lateness_seconds",
 			Help:    "Time from a change's scheduled_at until this replica executed it (database clock).",
@@ -118,6 +118,9 @@ func (s *Scheduler) runDue(ctx context.Context) time.Duration {
 func (s *Scheduler) record(c *controlplane.ScheduledChange, err error) {
 	attrs := []any{"id", c.ID, "project_id", c.ProjectID, "record_id", c.RecordID}
 	switch {
+	case c.AwaitsApproval():
+		s.runs.WithLabelValues("awaiting_approval").Inc()
+		s.log.Info("scheduled change awaits approval", append(attrs, "change_request", c.ChangeRequestID)...)
 	case c.Pending():
 		s.runs.WithLabelValues("retry").Inc()
 		s.log.Warn("scheduled change failed, will retry", append(attrs, "err", err, "failures", c.FailureCount)...)

@@ -58,7 +58,8 @@ var (
 	cpAdapters = is("controlplane/postgres", "controlplane/httpapi", "controlplane/console", "controlplane/syncserver", "controlplane/logingest",
 		"controlplane/webhook")
 	cpDomain = is("controlplane", "controlplane/flageval", "controlplane/ingest", "controlplane/personview",
-		"controlplane/bloomhub", "controlplane/rollout", "controlplane/loginlimit", "controlplane/scheduler")
+		"controlplane/bloomhub", "controlplane/rollout", "controlplane/loginlimit", "controlplane/scheduler",
+		"controlplane/approvalwatch")
 	testHelpers = is("internal/pgtest", "internal/pgcluster", "internal/natstest", "internal/tlstest", "geoip/geoiptest", "shared/flags/flagstest",
 		"controlplane/scheduler/schedulertest")
 	harnesses = under("bench", "e2e")

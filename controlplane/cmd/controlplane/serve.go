@@ -27,6 +27,7 @@ import (
 	"google.golang.org/grpc/keepalive"
 
 	"github.com/flagedge/flagedge/controlplane"
+	"github.com/flagedge/flagedge/controlplane/approvalwatch"
 	"github.com/flagedge/flagedge/controlplane/bloomhub"
 	"github.com/flagedge/flagedge/controlplane/console"
 	"github.com/flagedge/flagedge/controlplane/flageval"
@@ -226,6 +227,9 @@ type controlPlane struct {
 	// scheduler runs due scheduled changes; every replica runs one (they claim changes in
 	// the database, so each runs once).
 	scheduler *scheduler.Scheduler
+	// approvals expires overdue change requests and confirms applied ones live on every
+	// edge; every replica runs one (the store does each step once).
+	approvals *approvalwatch.Watcher
 	logIn     *logingest.Ingester // nil without --event-log-url
 	hooks     *webhook.Dispatcher
 }
@@ -303,6 +307,7 @@ func assemble(cfg *serveConfig, db *postgres.DB, logger *slog.Logger) (*controlP
 		syncserver.WithMembership(cp.members), syncserver.WithSessions(cp.sessions, cp.replicaID),
 		syncserver.WithEvaluations(postgres.NewEvaluationStore(db)))
 	cp.scheduler = scheduler.New(postgres.NewScheduleStore(db), postgres.NewFlagService(db), logger, cp.reg)
+	cp.approvals = approvalwatch.New(postgres.NewChangeRequestUpkeep(db), logger, cp.reg)
 	cp.edges = syncserver.NewEdgeAuth(postgres.NewEdgeService(db), logger, cp.reg)
 	cp.grpc = newGRPCServer(cp.sync, cp.edges, grpcTLS, cp.reg)
 	return cp, nil
@@ -392,7 +397,8 @@ func (cp *controlPlane) run(ctx context.Context) error {
 				func(context.Context) error { wake(); return nil }, nil)
 		}
 	}
-	g.Go(wakeOn(postgres.EdgeAckChannel, cp.rollout.Notify))
+	g.Go(wakeOn(postgres.EdgeAckChannel, func() { cp.rollout.Notify(); cp.approvals.Wake() }))
+	g.Go(func() error { cp.approvals.Run(gctx); return nil })
 	g.Go(wakeOn(postgres.ScheduleChannel, cp.scheduler.Wake))
 	g.Go(func() error { cp.scheduler.Run(gctx); return nil })
 	g.Go(wakeOn(postgres.WebhookChannel, cp.hooks.Wake))
