@@ -1,0 +1,149 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"github.com/flagedge/flagedge/controlplane/flagsascode"
+)
+
+const flagsUsage = `usage: controlplane flags export [-o FILE] | flags plan -f FILE [--prune] | flags apply -f FILE [--prune] [--wait]
+  (each with --url, --api-key, --project, or FLAGEDGE_URL, FLAGEDGE_API_KEY, FLAGEDGE_PROJECT)`
+
+// exitError ends the program with its code, printing err when there is one: the flags
+// commands follow Terraform's -detailed-exitcode (0 no changes, 1 error, 2 changes).
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e *exitError) Error() string {
+	if e.err == nil {
+		return fmt.Sprintf("exit status %d", e.code)
+	}
+	return e.err.Error()
+}
+
+func (e *exitError) Unwrap() error { return e.err }
+
+// errChanges is plan's answer when the project differs from the file: exit status 2.
+var errChanges = &exitError{code: 2}
+
+// flagsCmd runs flags export, plan and apply against a control plane's API: every error is
+// exit status 1, a plan with changes 2.
+func flagsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	err := runFlags(ctx, args, stdout, stderr)
+	var ee *exitError
+	if err == nil || errors.Is(err, flag.ErrHelp) || errors.As(err, &ee) {
+		return err
+	}
+	return &exitError{code: 1, err: err}
+}
+
+func runFlags(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 || (args[0] != "export" && args[0] != "plan" && args[0] != "apply") {
+		return errors.New(flagsUsage)
+	}
+	cmd := args[0]
+	fs := newFlagSet("flags "+cmd, stderr)
+	apiURL := fs.String("url", envOr("FLAGEDGE_URL", "http://127.0.0.1:8000"), "the control plane's API (env FLAGEDGE_URL)")
+	key := fs.String("api-key", os.Getenv("FLAGEDGE_API_KEY"), "a personal API key: feature_flag, cohort and early_access_feature read (and write to apply), project:read to --wait (env FLAGEDGE_API_KEY)")
+	project := fs.String("project", os.Getenv("FLAGEDGE_PROJECT"), "the project's id (env FLAGEDGE_PROJECT)")
+	var file, output *string
+	var prune, wait *bool
+	var timeout *time.Duration
+	if cmd == "export" {
+		output = fs.String("o", "", "write the file here instead of to stdout")
+	} else {
+		file = fs.String("f", "", "the flags file (required)")
+		prune = fs.Bool("prune", false, "also delete flags (softly) and early access features that the file lacks")
+	}
+	if cmd == "apply" {
+		wait = fs.Bool("wait", false, "return once every connected edge serves the result")
+		timeout = fs.Duration("timeout", 5*time.Minute, "how long --wait waits")
+	}
+	if err := fs.Parse(args[1:]); err != nil {
+		return err
+	}
+	if *key == "" || *project == "" {
+		return errors.New("--api-key and --project (or FLAGEDGE_API_KEY and FLAGEDGE_PROJECT) are required")
+	}
+	client := flagsascode.NewClient(*apiURL, *key, *project, nil)
+	if cmd == "export" {
+		return exportFlags(ctx, client, *output, stdout)
+	}
+	if *file == "" {
+		return errors.New("-f FILE is required")
+	}
+	data, err := os.ReadFile(*file)
+	if err != nil {
+		return err
+	}
+	want, err := flagsascode.Parse(*file, data)
+	if err != nil {
+		return fmt.Errorf("%s is not valid, nothing was changed:\n%w", *file, err)
+	}
+	if cmd == "plan" {
+		plan, err := flagsascode.NewPlan(ctx, client, want, *prune)
+		if err != nil {
+			return err
+		}
+		if err := plan.Write(stdout); err != nil {
+			return err
+		}
+		if !plan.Empty() {
+			return errChanges
+		}
+		return nil
+	}
+	return applyFlags(ctx, client, want, *prune, *wait, *timeout, stdout)
+}
+
+func exportFlags(ctx context.Context, client *flagsascode.Client, output string, stdout io.Writer) error {
+	s, err := flagsascode.Export(ctx, client)
+	if err != nil {
+		return err
+	}
+	data, err := flagsascode.Marshal(s)
+	if err != nil {
+		return err
+	}
+	if output != "" {
+		return os.WriteFile(output, data, 0o644)
+	}
+	_, err = stdout.Write(data)
+	return err
+}
+
+// applyFlags applies the file, prints what it did (the changes held for approval with their
+// change requests) and, with wait, waits for the edges.
+func applyFlags(ctx context.Context, client *flagsascode.Client, want *flagsascode.State, prune, wait bool,
+	timeout time.Duration, stdout io.Writer) error {
+	res, err := flagsascode.Apply(ctx, client, want, prune)
+	if res != nil {
+		if werr := res.Plan.Write(stdout); werr != nil {
+			return werr
+		}
+		fmt.Fprintf(stdout, "Applied %d of %d changes.\n", len(res.Applied), len(res.Plan.Changes))
+		for _, g := range res.Gated {
+			fmt.Fprintf(stdout, "Held for approval: %s %s %q (%s): change request %d\n", g.Change.Kind, g.Change.Action,
+				g.Change.Name, g.Detail, g.ChangeRequestID)
+		}
+	}
+	if err != nil || !wait || res.Version == 0 {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	st, err := client.WaitLive(ctx, res.Version)
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(stdout, "Live: %d of %d connected edges serve version %d.\n", st.Live, st.Total, res.Version)
+	return err
+}
