@@ -125,8 +125,6 @@ func Parse(name string, data []byte) (*State, error) {
 	s := NewState()
 	if len(p.errs) == 0 {
 		p.readRoot(root, s)
-	}
-	if len(p.errs) == 0 {
 		p.checkReferences(s)
 	}
 	if len(p.errs) == 0 {

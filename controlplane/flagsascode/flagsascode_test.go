@@ -2,6 +2,13 @@ package flagsascode_test
 
 import (
 	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"strings"
 	"testing"
 
@@ -82,4 +89,100 @@ func replaceOnce(t *testing.T, file []byte, old, new string) []byte {
 	return bytes.Replace(file, []byte(old), []byte(new), 1)
 }
 
-var _ = flagsascode.FileVersion
+
+// TestPrune deletes (softly) the flags and features the file lacks only with prune, and
+// plans their deletion only then.
+func TestPrune(t *testing.T) {
+	e := newEnv(t)
+	e.seed()
+	file := e.export()
+	extra := e.mustDo("POST", "/feature_flags/", map[string]any{"key": "left-over", "filters": map[string]any{"groups": []any{}}}, 201)
+	if p := e.plan(file, false); !p.Empty() {
+		t.Errorf("without prune, a flag the file lacks is planned:\n%s", planText(t, p))
+	}
+	text := planText(t, e.plan(file, true))
+	if !strings.Contains(text, `- flag "left-over" (delete)`) || !strings.Contains(text, "0 to create, 0 to change, 1 to delete") {
+		t.Errorf("with prune:\n%s", text)
+	}
+	if res := e.apply(file, false); len(res.Applied) != 0 {
+		t.Errorf("apply without prune made %d changes", len(res.Applied))
+	}
+	if res := e.apply(file, true); len(res.Applied) != 1 {
+		t.Errorf("apply with prune made %d changes, want 1", len(res.Applied))
+	}
+	got := e.mustDo("GET", fmt.Sprintf("/feature_flags/%v/", extra["id"]), nil, 200)
+	if got["deleted"] != true {
+		t.Errorf("the pruned flag: deleted = %v", got["deleted"])
+	}
+	if p := e.plan(file, true); !p.Empty() {
+		t.Errorf("after prune:\n%s", planText(t, p))
+	}
+	// Removing the feature and its flag from the file prunes both.
+	trimmed := cut(t, file, "early_access_features:\n", "flags:\n")
+	trimmed = cut(t, trimmed, "  beta-search:\n", "  dark-mode:\n")
+	text = planText(t, e.plan(trimmed, true))
+	for _, want := range []string{`- flag "beta-search" (delete)`, `- early access feature "Search 2.0" (delete)`} {
+		if !strings.Contains(text, want) {
+			t.Errorf("the plan lacks %q:\n%s", want, text)
+		}
+	}
+	e.apply(trimmed, true)
+	if p := e.plan(trimmed, true); !p.Empty() {
+		t.Errorf("after pruning the feature:\n%s", planText(t, p))
+	}
+}
+
+// cut removes from file the text from start up to (not including) end.
+func cut(t *testing.T, file []byte, start, end string) []byte {
+	t.Helper()
+	s := string(file)
+	i := strings.Index(s, start)
+	j := strings.Index(s[i+len(start):], end)
+	if i < 0 || j < 0 {
+		t.Fatalf("%q … %q not in\n%s", start, end, s)
+	}
+	return []byte(s[:i] + s[i+len(start)+j:])
+}
+
+// TestGatedChanges puts the approval gate's answer (409 approval_required with the change
+// request, as the approvals work defines it) in front of the real API for one flag: apply
+// reports that change with its request and makes the others.
+func TestGatedChanges(t *testing.T) {
+	e := newEnv(t)
+	e.seed()
+	file := e.export()
+	gatedID := e.mustDo("GET", "/feature_flags/?search=dark-mode-banner", nil, 200)["results"].([]any)[0].(map[string]any)["id"]
+	gatedPath := fmt.Sprintf("/api/projects/%d/feature_flags/%v/", e.project, gatedID)
+	target, _ := url.Parse(e.srv.URL)
+	proxy := httputil.NewSingleHostReverseProxy(target)
+	gate := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodPatch && r.URL.Path == gatedPath {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusConflict)
+			io.WriteString(w, `{"type": "validation_error", "code": "approval_required", "detail": "This change needs an approval.", "attr": null, "change_request_id": 42}`)
+			return
+		}
+		proxy.ServeHTTP(w, r)
+	}))
+	defer gate.Close()
+	edited := replaceOnce(t, file, "name: Banner for dark mode users", "name: Banner")
+	edited = replaceOnce(t, edited, "name: Dark mode\n", "name: Dark\n")
+	want, err := flagsascode.Parse("flags.yaml", edited)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := flagsascode.Apply(context.Background(), flagsascode.NewClient(gate.URL, e.key, fmt.Sprint(e.project), nil), want, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Gated) != 1 || res.Gated[0].ChangeRequestID != 42 || res.Gated[0].Change.Name != "dark-mode-banner" {
+		t.Errorf("gated: %+v", res.Gated)
+	}
+	if len(res.Applied) != 1 || res.Applied[0].Name != "dark-mode" {
+		t.Errorf("applied: %+v", res.Applied)
+	}
+	text := planText(t, e.plan(edited, false))
+	if !strings.Contains(text, `~ flag "dark-mode-banner"`) || strings.Contains(text, `"dark-mode" (update)`) {
+		t.Errorf("after the gated apply:\n%s", text)
+	}
+}
