@@ -89,7 +89,6 @@ func replaceOnce(t *testing.T, file []byte, old, new string) []byte {
 	return bytes.Replace(file, []byte(old), []byte(new), 1)
 }
 
-
 // TestPrune deletes (softly) the flags and features the file lacks only with prune, and
 // plans their deletion only then.
 func TestPrune(t *testing.T) {
