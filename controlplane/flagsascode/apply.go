@@ -28,8 +28,9 @@ type Result struct {
 	Applied []Change
 	// Gated are the changes held for approval, each in its change request.
 	Gated []GatedChange
-	// Version is a snapshot version containing every change made: once the edges serve it,
-	// the result is live. 0 when nothing was changed.
+	// Version is the latest snapshot version a flag write named (0 when no flag was
+	// written). Cohort and feature writes name none: Client.CurrentVersion
+	// covers them too.
 	Version int64
 }
 
@@ -68,14 +69,6 @@ func Apply(ctx context.Context, c *Client, want *State, prune bool) (*Result, er
 			a.res.Applied = append(a.res.Applied, ch)
 			a.res.Version = max(a.res.Version, version)
 		}
-	}
-	if len(a.res.Applied) > 0 {
-		// Cohort and feature writes name no version: the project's latest covers them all.
-		current, err := c.currentVersion(ctx)
-		if err != nil {
-			return a.res, err
-		}
-		a.res.Version = max(a.res.Version, current)
 	}
 	return a.res, nil
 }

@@ -190,8 +190,9 @@ type RolloutStatus struct {
 // maxRolloutWait is the longest wait one rollout_status request may ask for.
 const maxRolloutWait = 60 * time.Second
 
-// currentVersion is the project's latest snapshot version.
-func (c *Client) currentVersion(ctx context.Context) (int64, error) {
+// CurrentVersion is the project's latest snapshot version: once the edges serve it, every
+// write made before the call is live.
+func (c *Client) CurrentVersion(ctx context.Context) (int64, error) {
 	var edges struct {
 		Current int64 `json:"current_version"`
 	}

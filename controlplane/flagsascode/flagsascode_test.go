@@ -35,7 +35,7 @@ func TestRoundTrip(t *testing.T) {
 		t.Fatalf("apply into an empty project: %d of %d applied, %d gated", len(res.Applied), len(res.Plan.Changes), len(res.Gated))
 	}
 	if res.Version == 0 {
-		t.Error("apply names no snapshot version")
+		t.Error("apply names no snapshot version although it wrote flags")
 	}
 	if p := dst.plan(file, true); !p.Empty() {
 		t.Fatalf("after apply, the plan is not empty:\n%s", planText(t, p))

@@ -135,15 +135,20 @@ func applyFlags(ctx context.Context, client *flagsascode.Client, want *flagsasco
 				g.Change.Name, g.Detail, g.ChangeRequestID)
 		}
 	}
-	if err != nil || !wait || res.Version == 0 {
+	if err != nil || !wait || len(res.Applied) == 0 {
 		return err
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	st, err := client.WaitLive(ctx, res.Version)
+	version, err := client.CurrentVersion(ctx)
 	if err != nil {
 		return err
 	}
-	_, err = fmt.Fprintf(stdout, "Live: %d of %d connected edges serve version %d.\n", st.Live, st.Total, res.Version)
+	version = max(version, res.Version)
+	st, err := client.WaitLive(ctx, version)
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(stdout, "Live: %d of %d connected edges serve version %d.\n", st.Live, st.Total, version)
 	return err
 }
