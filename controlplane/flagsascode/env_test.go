@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -22,7 +23,13 @@ import (
 	"github.com/flagedge/flagedge/internal/pgtest"
 )
 
-func TestMain(m *testing.M) { os.Exit(pgtest.Main(m, postgres.Migrate)) }
+func TestMain(m *testing.M) {
+	flag.Parse()
+	if f := flag.Lookup("test.fuzzworker"); f != nil && f.Value.String() == "true" {
+		os.Exit(m.Run()) // a fuzz worker runs only FuzzParse, which needs no database
+	}
+	os.Exit(pgtest.Main(m, postgres.Migrate))
+}
 
 // env is a control plane's REST API on a real database and a real HTTP server on 127.0.0.1,
 // with a bootstrapped admin's key and project, and a flags as code client of it.

@@ -141,9 +141,12 @@ func Parse(name string, data []byte) (*State, error) {
 	return s, nil
 }
 
-// checkDuplicates reports every mapping key that appears twice, at any depth.
+// checkDuplicates reports every mapping key that appears twice, at any depth, and every
+// alias: a file is read by people, who should see each value where it applies.
 func (p *parser) checkDuplicates(n *yaml.Node, path string) {
 	switch n.Kind {
+	case yaml.AliasNode:
+		p.errorf(n, path, "aliases (*name) are not supported: write the value out")
 	case yaml.MappingNode:
 		seen := map[string]*yaml.Node{}
 		for i := 0; i+1 < len(n.Content); i += 2 {
@@ -249,6 +252,10 @@ func (p *parser) object(n *yaml.Node, path string, dst *map[string]any) {
 	var v map[string]any
 	if err := n.Decode(&v); err != nil {
 		p.errorf(n, path, "%v", err)
+		return
+	}
+	if _, err := json.Marshal(v); err != nil {
+		p.errorf(n, path, "not representable in JSON: %v", err)
 		return
 	}
 	*dst = normalize(v).(map[string]any)

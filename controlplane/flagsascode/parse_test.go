@@ -74,3 +74,34 @@ func TestParseRefusesBadInput(t *testing.T) {
 		})
 	}
 }
+
+// FuzzParse checks that no file makes Parse panic, and that what it accepts survives a round
+// trip through Marshal unchanged.
+func FuzzParse(f *testing.F) {
+	for _, seed := range []string{
+		"flags:\n  f:\n    filters: {groups: [{properties: [], rollout_percentage: 50}]}\n",
+		"cohorts:\n  C: {filters: {properties: {type: AND, values: []}}}\nflags:\n  f:\n    filters: {groups: [{properties: [{key: id, type: cohort, value: C}]}]}\n",
+		"flags:\n  f:\n    filters: {groups: [], x: .nan}\n",
+		"a: &x [1]\nb: *x\n",
+		"early_access_features:\n  F: {stage: beta, flag: f}\nflags:\n  f: {filters: {groups: []}}\n",
+	} {
+		f.Add([]byte(seed))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		s, err := flagsascode.Parse("fuzz.yaml", data)
+		if err != nil {
+			return
+		}
+		out, err := flagsascode.Marshal(s)
+		if err != nil {
+			t.Fatalf("marshal of a parsed file: %v", err)
+		}
+		again, err := flagsascode.Parse("fuzz.yaml", out)
+		if err != nil {
+			t.Fatalf("the marshalled file does not parse: %v\n%s", err, out)
+		}
+		if out2, _ := flagsascode.Marshal(again); string(out2) != string(out) {
+			t.Fatalf("round trip changed the file:\n%s\n---\n%s", out, out2)
+		}
+	})
+}
