@@ -115,7 +115,7 @@ func show(v any) string {
 	return string(data)
 }
 
-// NewPlan compares the desired State with the live project. With prune, flags and early
+// newPlan compares the desired State with the live project. With prune, flags and early
 // access features the State lacks are deleted (flags softly); cohorts are never deleted, as
 // the file holds only those its flags use.
 func newPlan(want *State, l *live, prune bool) (*Plan, error) {
