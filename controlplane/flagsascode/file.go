@@ -357,7 +357,7 @@ func (p *parser) readFlag(key string, k, n *yaml.Node) *Flag {
 		return f
 	}
 	if nodes["filters"] == nil {
-		p.errorf(n, join(path, "filters"), "required: the flag's conditions")
+		p.errorf(k, join(path, "filters"), "required: the flag's conditions")
 		return f
 	}
 	if f.Filters == nil {
@@ -433,7 +433,7 @@ func (p *parser) readFeature(name string, k, n *yaml.Node) *Feature {
 	}
 	for _, required := range []string{"stage", "flag"} {
 		if nodes[required] == nil {
-			p.errorf(n, join(path, required), "required")
+			p.errorf(k, join(path, required), "required")
 		}
 	}
 	if v := nodes["flag"]; v != nil {
