@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -68,6 +69,20 @@ func TestFlagsAsCode(t *testing.T) {
 	out, stderr, code := flags("plan", "-f", file)
 	if code != 2 || !strings.Contains(out, `~ flag "checkout" (update)`) || !strings.Contains(out, "filters.groups[0].rollout_percentage: 0 → 100") {
 		t.Fatalf("plan of the edit (nothing applied before): exit %d, want 2 naming the field:\n%s%s", code, out, stderr)
+	}
+	out, _, code = flags("plan", "-f", file, "--json")
+	var summary struct {
+		Update  int `json:"update"`
+		Changes []struct {
+			Name  string `json:"name"`
+			Diffs []struct {
+				Path     string  `json:"path"`
+			} `json:"diffs"`
+		} `json:"changes"`
+	}
+	if err := json.Unmarshal([]byte(out), &summary); err != nil || code != 2 || summary.Update != 1 ||
+		len(summary.Changes) != 1 || len(summary.Changes[0].Diffs) != 1 || summary.Changes[0].Diffs[0].Path != "filters.groups[0].rollout_percentage" {
+		t.Errorf("plan --json: exit %d, %v: %s", code, err, out)
 	}
 	out, stderr, code = flags("apply", "-f", file, "--wait", "--timeout", "30s")
 	if code != 0 || !strings.Contains(out, "Applied 1 of 1 changes.") || !strings.Contains(out, "Live: 1 of 1 connected edges") {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -12,7 +13,7 @@ import (
 	"github.com/flagedge/flagedge/controlplane/flagsascode"
 )
 
-const flagsUsage = `usage: controlplane flags export [-o FILE] | flags plan -f FILE [--prune] | flags apply -f FILE [--prune] [--wait]
+const flagsUsage = `usage: controlplane flags export [-o FILE] | flags plan -f FILE [--prune] [--json] | flags apply -f FILE [--prune] [--wait] [--json]
   (each with --url, --api-key, --project, or FLAGEDGE_URL, FLAGEDGE_API_KEY, FLAGEDGE_PROJECT)`
 
 // exitError ends the program with its code, printing err when there is one: the flags
@@ -55,13 +56,14 @@ func runFlags(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	key := fs.String("api-key", os.Getenv("FLAGEDGE_API_KEY"), "a personal API key: feature_flag, cohort and early_access_feature read (and write to apply), project:read to --wait (env FLAGEDGE_API_KEY)")
 	project := fs.String("project", os.Getenv("FLAGEDGE_PROJECT"), "the project's id (env FLAGEDGE_PROJECT)")
 	var file, output *string
-	var prune, wait *bool
+	var prune, wait, asJSON *bool
 	var timeout *time.Duration
 	if cmd == "export" {
 		output = fs.String("o", "", "write the file here instead of to stdout")
 	} else {
 		file = fs.String("f", "", "the flags file (required)")
 		prune = fs.Bool("prune", false, "also delete flags (softly) and early access features that the file lacks")
+		asJSON = fs.Bool("json", false, "print one JSON line instead of the readable plan (for scripts)")
 	}
 	if cmd == "apply" {
 		wait = fs.Bool("wait", false, "return once every connected edge serves the result")
@@ -93,7 +95,7 @@ func runFlags(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		if err != nil {
 			return err
 		}
-		if err := plan.Write(stdout); err != nil {
+		if err := writePlan(stdout, plan, nil, *asJSON); err != nil {
 			return err
 		}
 		if !plan.Empty() {
@@ -101,7 +103,7 @@ func runFlags(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		}
 		return nil
 	}
-	return applyFlags(ctx, client, want, *prune, *wait, *timeout, stdout)
+	return applyFlags(ctx, client, want, *prune, *wait, *asJSON, *timeout, stdout)
 }
 
 func exportFlags(ctx context.Context, client *flagsascode.Client, output string, stdout io.Writer) error {
@@ -122,17 +124,12 @@ func exportFlags(ctx context.Context, client *flagsascode.Client, output string,
 
 // applyFlags applies the file, prints what it did (the changes held for approval with their
 // change requests) and, with wait, waits for the edges.
-func applyFlags(ctx context.Context, client *flagsascode.Client, want *flagsascode.State, prune, wait bool,
+func applyFlags(ctx context.Context, client *flagsascode.Client, want *flagsascode.State, prune, wait, asJSON bool,
 	timeout time.Duration, stdout io.Writer) error {
 	res, err := flagsascode.Apply(ctx, client, want, prune)
 	if res != nil {
-		if werr := res.Plan.Write(stdout); werr != nil {
+		if werr := writePlan(stdout, res.Plan, res, asJSON); werr != nil {
 			return werr
-		}
-		fmt.Fprintf(stdout, "Applied %d of %d changes.\n", len(res.Applied), len(res.Plan.Changes))
-		for _, g := range res.Gated {
-			fmt.Fprintf(stdout, "Held for approval: %s %s %q (%s): change request %d\n", g.Change.Kind, g.Change.Action,
-				g.Change.Name, g.Detail, g.ChangeRequestID)
 		}
 	}
 	if err != nil || !wait || len(res.Applied) == 0 {
@@ -149,6 +146,53 @@ func applyFlags(ctx context.Context, client *flagsascode.Client, want *flagsasco
 	if err != nil {
 		return err
 	}
+	if asJSON {
+		return json.NewEncoder(stdout).Encode(map[string]any{"live": st.Live, "total": st.Total, "version": version})
+	}
 	_, err = fmt.Fprintf(stdout, "Live: %d of %d connected edges serve version %d.\n", st.Live, st.Total, version)
 	return err
+}
+
+// writePlan prints a plan and, after apply, what was done: readable, or as one JSON line
+// {"create", "update", "delete", "changes": [{"action", "kind", "name", "diffs": [{"path",
+// "old", "new"}]}], and after apply "applied" (a count) and "gated": [{"kind", "name",
+// "action", "change_request_id", "detail"}]}.
+func writePlan(w io.Writer, plan *flagsascode.Plan, res *flagsascode.Result, asJSON bool) error {
+	if !asJSON {
+		if err := plan.Write(w); err != nil || res == nil {
+			return err
+		}
+		fmt.Fprintf(w, "Applied %d of %d changes.\n", len(res.Applied), len(plan.Changes))
+		for _, g := range res.Gated {
+			fmt.Fprintf(w, "Held for approval: %s %s %q (%s): change request %d\n", g.Change.Kind, g.Change.Action,
+				g.Change.Name, g.Detail, g.ChangeRequestID)
+		}
+		return nil
+	}
+	create, update, del := plan.Counts()
+	changes := []map[string]any{}
+	for _, c := range plan.Changes {
+		diffs := []map[string]any{}
+		for _, d := range c.Diffs {
+			diff := map[string]any{"path": d.Path}
+			if d.HasOld {
+				diff["old"] = d.Old
+			}
+			if d.HasNew {
+				diff["new"] = d.New
+			}
+			diffs = append(diffs, diff)
+		}
+		changes = append(changes, map[string]any{"action": c.Action, "kind": c.Kind, "name": c.Name, "diffs": diffs})
+	}
+	out := map[string]any{"create": create, "update": update, "delete": del, "changes": changes}
+	if res != nil {
+		gated := []map[string]any{}
+		for _, g := range res.Gated {
+			gated = append(gated, map[string]any{"kind": g.Change.Kind, "name": g.Change.Name, "action": g.Change.Action,
+				"change_request_id": g.ChangeRequestID, "detail": g.Detail})
+		}
+		out["applied"], out["gated"] = len(res.Applied), gated
+	}
+	return json.NewEncoder(w).Encode(out)
 }
