@@ -249,8 +249,8 @@ func (p *parser) object(n *yaml.Node, path string, dst *map[string]any) {
 		p.errorf(n, path, "must be a mapping, not %s", describe(n))
 		return
 	}
-	var v map[string]any
-	if err := n.Decode(&v); err != nil {
+	v, err := jsonValue(n)
+	if err != nil {
 		p.errorf(n, path, "%v", err)
 		return
 	}
@@ -258,8 +258,46 @@ func (p *parser) object(n *yaml.Node, path string, dst *map[string]any) {
 		p.errorf(n, path, "not representable in JSON: %v", err)
 		return
 	}
-	*dst = normalize(v).(map[string]any)
+	*dst = v.(map[string]any)
 	p.collectReferences(n, path)
+}
+
+// jsonValue is the JSON value a YAML node stands for. A timestamp stays the text written
+// (2024-01-01 is a date string to the filters, not a time to reformat).
+func jsonValue(n *yaml.Node) (any, error) {
+	switch n.Kind {
+	case yaml.MappingNode:
+		out := make(map[string]any, len(n.Content)/2)
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			v, err := jsonValue(n.Content[i+1])
+			if err != nil {
+				return nil, err
+			}
+			out[n.Content[i].Value] = v
+		}
+		return out, nil
+	case yaml.SequenceNode:
+		out := make([]any, len(n.Content))
+		for i, e := range n.Content {
+			v, err := jsonValue(e)
+			if err != nil {
+				return nil, err
+			}
+			out[i] = v
+		}
+		return out, nil
+	case yaml.ScalarNode:
+		switch n.ShortTag() {
+		case "!!str", "!!timestamp", "!!binary":
+			return n.Value, nil
+		}
+		var v any
+		if err := n.Decode(&v); err != nil {
+			return nil, err
+		}
+		return normalize(v), nil
+	}
+	return nil, fmt.Errorf("line %d: %s is not a JSON value", n.Line, describe(n))
 }
 
 // collectReferences records each cohort property's value and flag property's key under n.

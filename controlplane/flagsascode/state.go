@@ -5,11 +5,7 @@
 // a personal key, from wherever the CI job runs.
 package flagsascode
 
-import (
-	"encoding/json"
-	"fmt"
-	"slices"
-)
+import "slices"
 
 // State is the desired (or live) configuration of a project as the file holds it: nothing
 // the server generates (ids, timestamps, authors, versions), cohorts and flags referred to by
@@ -64,20 +60,14 @@ func NewState() *State {
 	return &State{Flags: map[string]*Flag{}, Cohorts: map[string]*Cohort{}, Features: map[string]*Feature{}}
 }
 
-// normalize puts a decoded JSON or YAML value in the form values are compared in: every
-// number a float64, every mapping a map[string]any, every list a []any.
+// normalize puts a decoded JSON value, or a YAML scalar, in the form values are compared in:
+// every number a float64.
 func normalize(v any) any {
 	switch x := v.(type) {
 	case map[string]any:
 		out := make(map[string]any, len(x))
 		for k, e := range x {
 			out[k] = normalize(e)
-		}
-		return out
-	case map[any]any: // YAML allows keys that are not strings; JSON makes them strings
-		out := make(map[string]any, len(x))
-		for k, e := range x {
-			out[fmt.Sprint(k)] = normalize(e)
 		}
 		return out
 	case []any:
@@ -92,12 +82,6 @@ func normalize(v any) any {
 		return float64(x)
 	case uint64:
 		return float64(x)
-	case json.Number:
-		f, err := x.Float64()
-		if err != nil {
-			return x.String()
-		}
-		return f
 	}
 	return v
 }
