@@ -56,7 +56,7 @@ func not(f func(string) bool) func(string) bool { return func(p string) bool { r
 // packages of its domain (pure logic over the domain's interfaces).
 var (
 	cpAdapters = is("controlplane/postgres", "controlplane/httpapi", "controlplane/console", "controlplane/syncserver", "controlplane/logingest",
-		"controlplane/webhook")
+		"controlplane/webhook", "controlplane/flagsascode")
 	cpDomain = is("controlplane", "controlplane/flageval", "controlplane/ingest", "controlplane/personview",
 		"controlplane/bloomhub", "controlplane/rollout", "controlplane/loginlimit", "controlplane/scheduler",
 		"controlplane/approvalwatch")
@@ -98,6 +98,7 @@ var thirdParty = []struct {
 	{"github.com/dgraph-io/ristretto", is("edge/cache")},
 	{"github.com/oschwald/geoip2-golang", is("geoip")},
 	{"github.com/bits-and-blooms/bloom", is("shared/bloomkeys", "controlplane/bloomhub", "edge/bloomset")},
+	{"go.yaml.in/yaml", is("controlplane/flagsascode")},
 	{"github.com/nats-io/nats.go", is("shared/eventlog", "controlplane/logingest", "edge/capture", "internal/natstest", "bench")},
 }
 

@@ -10,6 +10,7 @@
 //	controlplane edges create|list|revoke  manage the edges' credentials
 //	controlplane wait-for-edges  wait until every connected edge serves a project version
 //	controlplane snapshots keygen|export  signed snapshot bundles for edges that start offline
+//	controlplane flags export|plan|apply  keep a project's flags in a YAML file, through the API
 //	controlplane --version  print the build
 package main
 
@@ -54,6 +55,15 @@ Commands:
   snapshots export --signing-key F (--project N | --all)
                         write a signed bundle of the projects' snapshots to stdout, for edges'
                         --bootstrap-bundle
+  flags export [-o FILE]
+                        write the project's flags, the cohorts they use and its early access
+                        features as one YAML file, through the API (--url, --api-key, --project)
+  flags plan -f FILE [--prune]
+                        print what apply would change; exit status 0 when nothing, 2 when
+                        something, 1 on error
+  flags apply -f FILE [--prune] [--wait]
+                        make the project match the file; changes held for approval are printed
+                        with their change requests; --wait returns once the edges serve it
 
 Run "controlplane <command> -h" for the flags of a command, "controlplane --version" for the
 build.
@@ -61,8 +71,14 @@ build.
 
 func main() {
 	err := run(context.Background(), os.Args[1:], os.Stdout, os.Stderr)
+	var exit *exitError
 	switch {
 	case errors.Is(err, flag.ErrHelp):
+	case errors.As(err, &exit):
+		if exit.err != nil {
+			fmt.Fprintln(os.Stderr, "controlplane:", exit.err)
+		}
+		os.Exit(exit.code)
 	case errors.Is(err, errNotLive):
 		fmt.Fprintln(os.Stderr, "controlplane:", err)
 		os.Exit(1)
@@ -101,6 +117,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return waitForEdges(ctx, args[1:], stdout, stderr)
 	case "snapshots":
 		return snapshotsCmd(ctx, args[1:], stdout, stderr)
+	case "flags":
+		return flagsCmd(ctx, args[1:], stdout, stderr)
 	case "users":
 		if len(args) >= 2 && args[1] == "set-password" {
 			return setPassword(ctx, args[2:], os.Stdin, stdout, stderr)
