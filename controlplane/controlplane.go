@@ -223,6 +223,7 @@ type Services struct {
 	Auth        AuthService
 	Projects    ProjectService
 	Flags       FlagService
+	FlagCopies  FlagCopyService
 	Activity    ActivityService
 	Analytics   EventReader // events, persons and groups
 	Annotations AnnotationService
