@@ -95,6 +95,51 @@ type CopyRequirements struct {
 	Reason string
 }
 
+// CopyUnavailable is the preview of a copy whose dependencies cannot be copied at all (a
+// cycle, too many, one the user may not change), for the reason.
+func CopyUnavailable(reason string) *CopyRequirements {
+	return &CopyRequirements{CopiedDependencyKeys: []string{}, ReusedDependencyKeys: []string{}, Warnings: []string{reason}, Reason: reason}
+}
+
+// NewCopyRequirements words the preview of a copy with dependencies as PostHog does:
+// dependencies are the keys of the flags the flag depends on, each after its own; copied are
+// those some target lacks and reused those active in every target; warnings say why some
+// cannot be copied; with a target out of reach (unreachable) nothing is copied.
+func NewCopyRequirements(dependencies []string, copied, reused map[string]bool, warnings []string, unreachable bool) *CopyRequirements {
+	out := &CopyRequirements{DependencyCount: len(dependencies), CopiedDependencyKeys: []string{}, ReusedDependencyKeys: []string{},
+		Warnings: dedupe(warnings)}
+	switch {
+	case len(dependencies) == 0:
+		out.Reason = "This feature flag doesn't have dependencies to copy."
+		return out
+	case unreachable:
+		out.Reason = CopyProjectNotFound
+		return out
+	}
+	for _, k := range dependencies {
+		switch {
+		case copied[k]:
+			out.CopiedDependencyKeys = append(out.CopiedDependencyKeys, k)
+		case reused[k]:
+			out.ReusedDependencyKeys = append(out.ReusedDependencyKeys, k)
+		}
+	}
+	switch n := len(out.CopiedDependencyKeys); {
+	case n == 1:
+		out.CanCopyDependencies, out.Reason = true, "1 dependency flag can be copied."
+	case n > 1:
+		out.CanCopyDependencies, out.Reason = true, fmt.Sprintf("%d dependency flags can be copied.", n)
+	case len(out.Warnings) > 0:
+		out.Reason = out.Warnings[0]
+	default:
+		out.Reason = "No dependency flags need to be copied because existing active target flags satisfy this flag's dependencies."
+	}
+	if out.CanCopyDependencies && len(out.Warnings) > 0 {
+		out.Reason += " Some dependencies will be left unchanged."
+	}
+	return out
+}
+
 // FlagCopyService copies flags between the projects of an organisation. The user is the one
 // the context acts as (NewContextWithUser): ErrNotAuthenticated without one,
 // ErrPermissionDenied for an organisation that is not the user's. The user must be allowed to
@@ -149,9 +194,10 @@ func ScheduleCopyWarning(warnings []string) string {
 	return "Flag copied but scheduled changes had dependency warnings: " + strings.Join(dedupe(warnings), "; ")
 }
 
+// dedupe is list without its repetitions, in order (never nil).
 func dedupe(list []string) []string {
 	seen := map[string]bool{}
-	var out []string
+	out := []string{}
 	for _, s := range list {
 		if !seen[s] {
 			seen[s] = true

@@ -352,20 +352,16 @@ func (s *FlagService) FindCopyRequirements(ctx context.Context, orgID int64, req
 		if !errors.As(err, &e) {
 			return nil, opError("copy requirements", err)
 		}
-		return &controlplane.CopyRequirements{CopiedDependencyKeys: []string{}, ReusedDependencyKeys: []string{},
-			Warnings: []string{e.Detail}, Reason: e.Detail}, nil
-	}
-	out := &controlplane.CopyRequirements{DependencyCount: len(src.deps), CopiedDependencyKeys: []string{},
-		ReusedDependencyKeys: []string{}, Warnings: []string{}}
-	if len(src.deps) == 0 {
-		out.Reason = "This feature flag doesn't have dependencies to copy."
-		return out, nil
+		return controlplane.CopyUnavailable(e.Detail), nil
 	}
 	copied := map[string]bool{}
 	var reused map[string]bool
 	unreachable := false
 	var warnings []string
 	for _, target := range req.TargetProjectIDs {
+		if len(src.deps) == 0 {
+			break
+		}
 		ok, err := targetReachable(ctx, q, u, orgID, target)
 		if err != nil {
 			return nil, opError("copy requirements", err)
@@ -395,44 +391,11 @@ func (s *FlagService) FindCopyRequirements(ctx context.Context, orgID int64, req
 			}
 		}
 	}
-	out.Warnings = append(out.Warnings, dedupe(warnings)...)
-	if unreachable {
-		out.Reason = controlplane.CopyProjectNotFound
-		return out, nil
+	deps := make([]string, len(src.deps))
+	for i, f := range src.deps {
+		deps[i] = f.Key
 	}
-	for _, f := range src.deps {
-		switch {
-		case copied[f.Key]:
-			out.CopiedDependencyKeys = append(out.CopiedDependencyKeys, f.Key)
-		case reused[f.Key]:
-			out.ReusedDependencyKeys = append(out.ReusedDependencyKeys, f.Key)
-		}
-	}
-	switch n := len(out.CopiedDependencyKeys); {
-	case n > 0:
-		out.CanCopyDependencies = true
-		out.Reason = fmt.Sprintf("%d dependency flag%s can be copied.", n, map[bool]string{true: "", false: "s"}[n == 1])
-		if len(out.Warnings) > 0 {
-			out.Reason += " Some dependencies will be left unchanged."
-		}
-	case len(out.Warnings) > 0:
-		out.Reason = out.Warnings[0]
-	default:
-		out.Reason = "No dependency flags need to be copied because existing active target flags satisfy this flag's dependencies."
-	}
-	return out, nil
-}
-
-func dedupe(list []string) []string {
-	seen := map[string]bool{}
-	out := []string{}
-	for _, s := range list {
-		if !seen[s] {
-			seen[s] = true
-			out = append(out, s)
-		}
-	}
-	return out
+	return controlplane.NewCopyRequirements(deps, copied, reused, warnings, unreachable), nil
 }
 
 // CreateFlagCopies copies the flag into each target in a transaction of its own: the
