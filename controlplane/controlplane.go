@@ -1,5 +1,6 @@
 // Package controlplane holds the control plane's domain: organisations, users, projects, API
-// keys and their scopes, feature flags and the activity log, cohorts and dashboards,
+// keys and their scopes, feature flags and the activity log, copying flags between projects
+// (flagcopy.go), cohorts and dashboards,
 // annotations, roles and flag role access, captured events with the persons and groups
 // ingestion makes of them, the project snapshots edges serve, and the one error type of the
 // control plane (errors.go). It also declares the service interfaces that adapters
@@ -227,6 +228,7 @@ type Services struct {
 	Auth        AuthService
 	Projects    ProjectService
 	Flags       FlagService
+	FlagCopies  FlagCopyService
 	Activity    ActivityService
 	Analytics   EventReader // events, persons and groups
 	Annotations AnnotationService

@@ -95,6 +95,11 @@ func (f *matrixFixtures) freshScheduledChange() int64 {
 	return int64(r.body["id"].(float64))
 }
 
+// copyBody copies the fixtures' flag into its own project.
+func (f *matrixFixtures) copyBody() map[string]any {
+	return map[string]any{"feature_flag_key": "matrix", "from_project": f.e.project, "target_project_ids": []int64{f.e.project}}
+}
+
 func (f *matrixFixtures) unique(prefix string) string {
 	f.n++
 	return fmt.Sprintf("%s-%d", prefix, f.n)
@@ -330,6 +335,12 @@ func matrixTable() map[string]matrixEntry {
 		}),
 		"POST /api/organizations/{org}/invites": {201, func(f *matrixFixtures) (string, any) {
 			return "/api/organizations/" + f.org + "/invites/", map[string]any{"target_email": f.unique("invitee") + "@example.com"}
+		}},
+		"POST /api/organizations/{org}/feature_flags/copy_flags": {200, func(f *matrixFixtures) (string, any) {
+			return "/api/organizations/" + f.org + "/feature_flags/copy_flags/", f.copyBody()
+		}},
+		"POST /api/organizations/{org}/feature_flags/copy_flags/dependency_requirements": {200, func(f *matrixFixtures) (string, any) {
+			return "/api/organizations/" + f.org + "/feature_flags/copy_flags/dependency_requirements/", f.copyBody()
 		}},
 		"GET /api/schema": get(200, func(f *matrixFixtures) string { return "/api/schema/" }),
 	}

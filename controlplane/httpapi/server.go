@@ -182,6 +182,10 @@ func (s *Server) routes() {
 	s.orgRoute("POST", roles+"/{role}/role_memberships", controlplane.ScopeRoleWrite, s.handleAddMembership)
 	s.orgRoute("DELETE", roles+"/{role}/role_memberships/{id}", controlplane.ScopeRoleWrite, s.handleRemoveMembership)
 
+	const orgFlags = "/api/organizations/{org}/feature_flags"
+	s.orgRoute("POST", orgFlags+"/copy_flags", controlplane.ScopeFlagWrite, s.handleCopyFlags)
+	s.orgRoute("POST", orgFlags+"/copy_flags/dependency_requirements", controlplane.ScopeFlagWrite, s.handleCopyRequirements)
+
 	const project = "/api/projects/{project_id}"
 	s.projectRoute("GET", project+"/events", controlplane.ScopeEventRead, s.handleListEvents)
 	s.projectRoute("GET", project+"/events/{id}", controlplane.ScopeEventRead, s.handleGetEvent)

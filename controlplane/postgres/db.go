@@ -1,6 +1,7 @@
 // Package postgres implements the control plane's services on PostgreSQL with pgx: the
 // schema and its embedded migrations (applied under an advisory lock); bootstrap and users;
 // projects; personal API keys and tokens; flags, usage dashboards and the activity log;
+// copying flags between projects (flagcopy.go);
 // cohorts; annotations; roles, memberships and flag role access; the snapshots edges serve
 // and the database's identity; person and group look-ups and hash-key overrides; event
 // ingestion (persons, distinct ids, groups) with its dead letters; the read API over events,

@@ -64,8 +64,9 @@ package postgres_test
 //     without role access to a restricted flag, may do with the victim's objects — memberMay
 //     (reads must then succeed; writes are not called, to keep the fixture intact),
 //     flagEdit (changes the flag or what hangs off it: role access, its schedules, static
-//     cohorts and dashboards made from it, its early access feature), adminOnly or
-//     ownerOnly (all three must be refused);
+//     cohorts and dashboards made from it, its early access feature, copying it),
+//     flagEditRead (a read only the flag's editors may make: the preview of its copy),
+//     adminOnly or ownerOnly (all four must be refused);
 //   - if, called by another organisation's user, it addresses nothing of the victim's
 //     (it acts in the caller's own organisation), add it to ownOnly: it may then succeed
 //     there, provided it changes no existing row and returns nothing of another
@@ -127,6 +128,7 @@ const (
 	adminOnly                          // only the organisation's admins: refused
 	ownerOnly                          // only the victim admin's own (personal keys): refused
 	approverOnly                       // only the approvers of a change request (its requester, to cancel): refused
+	flagEditRead                       // a read only those who may change flag 1 may make: refused
 )
 
 var asMember = map[string]memberRule{
@@ -139,6 +141,9 @@ var asMember = map[string]memberRule{
 	"Flags.FindFlags":    memberMay,
 	"Flags.CreateFlag":   memberMay, // a new flag, not flag 1
 	"Flags.UpdateFlag":   flagEdit,
+
+	"FlagCopies.CreateFlagCopies":     flagEdit,     // copying flag 1 takes the right to change it, as PostHog
+	"FlagCopies.FindCopyRequirements": flagEditRead, // so does the preview of what the copy brings along
 
 	"Activity.FindActivity": memberMay,
 
@@ -249,6 +254,9 @@ var overrides = map[string]func(fx *fixture, in []reflect.Value){
 	"Activity.FindActivity": func(fx *fixture, in []reflect.Value) {
 		argOf[controlplane.ActivityFilter](in).Scope = controlplane.ObjectFlag
 	},
+	// Flag 1 copied into its own project: the victim's admin may, as a no-op.
+	"FlagCopies.CreateFlagCopies":     func(fx *fixture, in []reflect.Value) { *argOf[controlplane.FlagCopyRequest](in) = copyFlag1() },
+	"FlagCopies.FindCopyRequirements": func(fx *fixture, in []reflect.Value) { *argOf[controlplane.FlagCopyRequest](in) = copyFlag1() },
 	"Schedules.CreateScheduledChange": func(fx *fixture, in []reflect.Value) {
 		*argOf[controlplane.NewScheduledChange](in) = fx.newSchedule()
 	},
@@ -918,6 +926,11 @@ func (fx *fixture) as(u *controlplane.User) context.Context {
 func (fx *fixture) newSchedule() controlplane.NewScheduledChange {
 	return controlplane.NewScheduledChange{RecordID: "1", ModelName: controlplane.ModelFeatureFlag,
 		Payload: json.RawMessage(`{"operation": "update_status", "value": false}`), ScheduledAt: ptr(time.Now().Add(24 * time.Hour))}
+}
+
+// copyFlag1 copies flag 1 into its own project.
+func copyFlag1() controlplane.FlagCopyRequest {
+	return controlplane.FlagCopyRequest{FeatureFlagKey: "victim-flag", SourceProjectID: 1, TargetProjectIDs: []int64{1}}
 }
 
 func (fx *fixture) hook() controlplane.WebhookUpdate {

@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -121,17 +122,8 @@ func (s *ScheduleStore) CreateScheduledChange(ctx context.Context, projectID int
 		if err != nil {
 			return err
 		}
-		var id int64
-		err = tx.QueryRow(ctx, `INSERT INTO scheduled_changes (project_id, record_id, model_name, payload, scheduled_at, created_by)
-			SELECT f.project_id, f.id::text, $3, $4, $5, $6 FROM feature_flags f WHERE f.project_id = $1 AND f.id = $2 AND NOT f.deleted
-			RETURNING id`, projectID, flagID, n.ModelName, n.Payload, *n.ScheduledAt, u.ID).Scan(&id)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return controlplane.ErrFlagNotFound
-		}
+		id, err := insertScheduledChange(ctx, tx, projectID, flagID, n.Payload, *n.ScheduledAt, u)
 		if err != nil {
-			return err
-		}
-		if err := notifySchedulers(ctx, tx, id); err != nil {
 			return err
 		}
 		created, err = scanScheduled(tx.QueryRow(ctx, scheduledSelect+` WHERE s.id = $1`, id))
@@ -141,6 +133,24 @@ func (s *ScheduleStore) CreateScheduledChange(ctx context.Context, projectID int
 		return nil, opError("create scheduled change", err)
 	}
 	return created, nil
+}
+
+// insertScheduledChange stores a change of a flag of the project, scheduled by u, and wakes
+// the schedulers, in tx: the caller has checked that u may change the flag. ErrFlagNotFound
+// when the project has no such flag (or it is deleted).
+func insertScheduledChange(ctx context.Context, tx pgx.Tx, projectID, flagID int64, payload json.RawMessage,
+	at time.Time, u *controlplane.User) (int64, error) {
+	var id int64
+	err := tx.QueryRow(ctx, `INSERT INTO scheduled_changes (project_id, record_id, model_name, payload, scheduled_at, created_by)
+		SELECT f.project_id, f.id::text, $3, $4, $5, $6 FROM feature_flags f WHERE f.project_id = $1 AND f.id = $2 AND NOT f.deleted
+		RETURNING id`, projectID, flagID, controlplane.ModelFeatureFlag, payload, at, u.ID).Scan(&id)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, controlplane.ErrFlagNotFound
+	}
+	if err != nil {
+		return 0, err
+	}
+	return id, notifySchedulers(ctx, tx, id)
 }
 
 // UpdateScheduledChange changes a pending change and wakes the schedulers, when the user may

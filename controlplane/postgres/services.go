@@ -14,6 +14,7 @@ func NewServices(db *DB, bcryptCost int) controlplane.Services {
 		Auth:        NewAuthService(db),
 		Projects:    NewProjectService(db),
 		Flags:       flags,
+		FlagCopies:  flags,
 		Activity:    NewActivityService(db),
 		Analytics:   NewEventReader(db),
 		Annotations: NewAnnotationService(db),
