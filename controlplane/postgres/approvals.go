@@ -65,7 +65,7 @@ func (s *ApprovalStore) FindApprovalPolicies(ctx context.Context, f controlplane
 	if f.Enabled != nil {
 		c.add("a.enabled = ?", *f.Enabled)
 	}
-	total, err := countInProject(ctx, s.db.Pool, u, f.ProjectID, `SELECT count(*) FROM approval_policies a`+c.where(), c.args...)
+	total, err := countInReach(ctx, s.db.Pool, u, controlplane.CanReadOrg, f.ProjectID, `SELECT count(*) FROM approval_policies a`+c.where(), c.args...)
 	if err != nil {
 		return nil, 0, opError("count approval policies", err)
 	}
@@ -379,7 +379,7 @@ func (s *ApprovalStore) FindChangeRequests(ctx context.Context, f controlplane.C
 	if f.ResourceID != "" {
 		c.add("c.resource_id = ?", f.ResourceID)
 	}
-	total, err := countInProject(ctx, s.db.Pool, u, f.ProjectID, `SELECT count(*) FROM change_requests c`+c.where(), c.args...)
+	total, err := countInReach(ctx, s.db.Pool, u, controlplane.CanReadOrg, f.ProjectID, `SELECT count(*) FROM change_requests c`+c.where(), c.args...)
 	if err != nil {
 		return nil, 0, opError("count change requests", err)
 	}
