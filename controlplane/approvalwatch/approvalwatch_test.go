@@ -35,7 +35,7 @@ func TestLiveOnceEveryEdgeServesIt(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(db.Close)
-	res, err := postgres.Bootstrap(ctx, db, "admin@example.com", "")
+	res, err := postgres.Bootstrap(ctx, db, bcrypt.MinCost, "admin@example.com", "")
 	if err != nil {
 		t.Fatal(err)
 	}

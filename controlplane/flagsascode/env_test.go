@@ -50,7 +50,7 @@ func newEnv(t *testing.T) *env {
 		t.Fatal(err)
 	}
 	t.Cleanup(db.Close)
-	res, err := postgres.Bootstrap(ctx, db, "admin@example.com", "")
+	res, err := postgres.Bootstrap(ctx, db, bcrypt.MinCost, "admin@example.com", "")
 	if err != nil {
 		t.Fatal(err)
 	}
