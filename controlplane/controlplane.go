@@ -220,21 +220,22 @@ type ProjectService interface {
 // context may do what is asked (access.go); the management API, the console and the scheduler
 // call them.
 type Services struct {
-	Auth        AuthService
-	Projects    ProjectService
-	Flags       FlagService
-	Activity    ActivityService
-	Analytics   EventReader // events, persons and groups
-	Annotations AnnotationService
-	Roles       RoleService
-	Cohorts     CohortService
-	EarlyAccess EarlyAccessFeatureService
-	Dashboards  DashboardService
-	Users       UserService
-	Keys        KeyService
-	Sessions    SessionService
-	Schedules   ScheduledChangeService
-	Webhooks    WebhookService
+	Auth         AuthService
+	Projects     ProjectService
+	Flags        FlagService
+	Activity     ActivityService
+	Analytics    EventReader // events, persons and groups
+	Annotations  AnnotationService
+	Roles        RoleService
+	Cohorts      CohortService
+	EarlyAccess  EarlyAccessFeatureService
+	Dashboards   DashboardService
+	Users        UserService
+	Keys         KeyService
+	Sessions     SessionService
+	Schedules    ScheduledChangeService
+	Webhooks     WebhookService
+	ReleasePlans ReleasePlanService
 }
 
 // TimeLayout is how the API and webhook deliveries write times: ISO 8601 in UTC with

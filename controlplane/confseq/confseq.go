@@ -16,7 +16,10 @@
 // should be trusted. It is pure: no I/O, no clock.
 package confseq
 
-import "math"
+import (
+	"fmt"
+	"math"
+)
 
 // Arm summarises one arm's per-user metric: how many users, and the sum and sum of squares of
 // their values (a count of events per user, or a mean of a property per user). The sums are
@@ -181,4 +184,16 @@ func SampleRatioMismatch(control, treatment int64, expectedTreatment float64) (p
 	chi2 := dt*dt/expectedTreatment + dc*dc/expectedControl
 	p = math.Erfc(math.Sqrt(chi2 / 2)) // survival function of chi-square with 1 df
 	return p, p < SRMAlpha && control >= SRMMinPerArm && treatment >= SRMMinPerArm
+}
+
+// Describe says what the verdict estimates, for a plan's decisions: "+210.0% (sequence
+// +88.1% to +332.0%)", or the absolute difference per user while the control mean is zero.
+func (v Verdict) Describe() string {
+	if !v.Ready {
+		return "not enough users yet"
+	}
+	if v.Effect.Relative {
+		return fmt.Sprintf("%+.1f%% (sequence %+.1f%% to %+.1f%%)", 100*v.Effect.Estimate, 100*v.Lower, 100*v.Upper)
+	}
+	return fmt.Sprintf("%+.4g per user (sequence %+.4g to %+.4g)", v.Effect.Estimate, v.Lower, v.Upper)
 }
