@@ -35,6 +35,7 @@ import (
 	"github.com/flagedge/flagedge/controlplane/logingest"
 	"github.com/flagedge/flagedge/controlplane/loginlimit"
 	"github.com/flagedge/flagedge/controlplane/postgres"
+	"github.com/flagedge/flagedge/controlplane/releaser"
 	"github.com/flagedge/flagedge/controlplane/rollout"
 	"github.com/flagedge/flagedge/controlplane/scheduler"
 	"github.com/flagedge/flagedge/controlplane/syncserver"
@@ -73,14 +74,16 @@ type serveConfig struct {
 	LogBatchWait    time.Duration
 	TrustedProxies  string
 	HeaderTimeout   time.Duration
-	ReadTimeout     time.Duration
-	IdleTimeout     time.Duration
-	MaxHeaderBytes  int64
-	LoginPerAddress int64
-	LoginPerEmail   int64
-	LoginWindow     time.Duration
-	LoginMaxHashes  int64
-	Webhooks        webhookFlags
+	// ReleasePlanInterval is how often release plans are evaluated.
+	ReleasePlanInterval time.Duration
+	ReadTimeout         time.Duration
+	IdleTimeout         time.Duration
+	MaxHeaderBytes      int64
+	LoginPerAddress     int64
+	LoginPerEmail       int64
+	LoginWindow         time.Duration
+	LoginMaxHashes      int64
+	Webhooks            webhookFlags
 }
 
 // webhookFlags configure the webhook dispatcher of this replica.
@@ -127,6 +130,7 @@ func parseServeConfig(args []string, stderr io.Writer) (*serveConfig, error) {
 	// within a minute (console forms and API bodies are at most a few MiB), an idle
 	// keep-alive connection is closed after a minute, and headers are at most 64 KiB (a
 	// browser's are a few KiB; Go's default is 1 MiB).
+	fs.Duration(&cfg.ReleasePlanInterval, "release-plan-interval", "FLAGEDGE_RELEASE_PLAN_INTERVAL", releaser.DefaultInterval, "how often release plans (guarded rollouts) are evaluated: a rollback follows the evidence within this")
 	fs.Duration(&cfg.HeaderTimeout, "read-header-timeout", "FLAGEDGE_READ_HEADER_TIMEOUT", 10*time.Second, "how long a client may take to send a request's headers on --http-addr before its connection is closed")
 	fs.Duration(&cfg.ReadTimeout, "read-timeout", "FLAGEDGE_READ_TIMEOUT", time.Minute, "how long a client may take to send a whole request (headers and body) on --http-addr")
 	fs.Duration(&cfg.IdleTimeout, "idle-timeout", "FLAGEDGE_IDLE_TIMEOUT", time.Minute, "how long an idle keep-alive connection to --http-addr stays open")
@@ -163,6 +167,9 @@ func (c *serveConfig) validate() error {
 	}
 	if c.LoginPerAddress < 1 || c.LoginPerEmail < 1 || c.LoginWindow < time.Second || c.LoginMaxHashes < 1 || c.LoginMaxHashes > 1024 {
 		return errors.New("--login-failures-per-address, --login-failures-per-email and --login-max-concurrent-hashes must be at least 1 (hashes at most 1024), --login-failure-window at least 1s")
+	}
+	if c.ReleasePlanInterval < 10*time.Millisecond || c.ReleasePlanInterval > time.Hour {
+		return errors.New("--release-plan-interval must be between 10ms and 1h")
 	}
 	if c.HeaderTimeout <= 0 || c.ReadTimeout < c.HeaderTimeout || c.IdleTimeout <= 0 || c.MaxHeaderBytes < 4096 {
 		return errors.New("--read-header-timeout and --idle-timeout must be positive, --read-timeout at least --read-header-timeout, --max-header-bytes at least 4096")
@@ -221,8 +228,11 @@ type controlPlane struct {
 	// scheduler runs due scheduled changes; every replica runs one (they claim changes in
 	// the database, so each runs once).
 	scheduler *scheduler.Scheduler
-	logIn     *logingest.Ingester // nil without --event-log-url
-	hooks     *webhook.Dispatcher
+	// releaser evaluates running release plans; every replica runs one (they claim plans in
+	// the database, so one acts on a plan at a time).
+	releaser *releaser.Releaser
+	logIn    *logingest.Ingester // nil without --event-log-url
+	hooks    *webhook.Dispatcher
 }
 
 func serve(ctx context.Context, args []string, stderr io.Writer) error {
@@ -298,6 +308,7 @@ func assemble(cfg *serveConfig, db *postgres.DB, logger *slog.Logger) (*controlP
 		syncserver.WithMembership(cp.members), syncserver.WithSessions(cp.sessions, cp.replicaID),
 		syncserver.WithEvaluations(postgres.NewEvaluationStore(db)))
 	cp.scheduler = scheduler.New(postgres.NewScheduleStore(db), postgres.NewFlagService(db), logger, cp.reg)
+	cp.releaser = releaser.New(postgres.NewReleasePlanStore(db), cfg.ReleasePlanInterval, logger, cp.reg)
 	cp.edges = syncserver.NewEdgeAuth(postgres.NewEdgeService(db), logger, cp.reg)
 	cp.grpc = newGRPCServer(cp.sync, cp.edges, grpcTLS, cp.reg)
 	return cp, nil
@@ -390,6 +401,7 @@ func (cp *controlPlane) run(ctx context.Context) error {
 	g.Go(wakeOn(postgres.EdgeAckChannel, cp.rollout.Notify))
 	g.Go(wakeOn(postgres.ScheduleChannel, cp.scheduler.Wake))
 	g.Go(func() error { cp.scheduler.Run(gctx); return nil })
+	g.Go(func() error { cp.releaser.Run(gctx); return nil })
 	g.Go(wakeOn(postgres.WebhookChannel, cp.hooks.Wake))
 	g.Go(func() error { cp.hooks.Run(gctx); return nil })
 	g.Go(func() error { cp.heartbeat(gctx); return nil })
