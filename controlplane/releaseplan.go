@@ -8,7 +8,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/flagedge/flagedge/controlplane/confseq"
+	"github.com/flagedge/flagedge/shared/confseq"
 	"github.com/flagedge/flagedge/shared/flags"
 )
 
@@ -17,7 +17,7 @@ import (
 // were shown the flag ($feature_flag_called): treatment answered true, control answered
 // false; a user counts in the arm of their first exposure, and a guardrail's events count
 // from that exposure on. Counting happens as events are stored (postgres.EventStore), the
-// verdict is controlplane/confseq's always-valid one, and every change the plan makes to the
+// verdict is shared/confseq's always-valid one, and every change the plan makes to the
 // flag is a flag write like any other, made as the user who started the plan.
 
 // The states of a release plan.
@@ -322,10 +322,10 @@ const (
 
 // ReleaseDecision is one thing the plan, or a person, decided.
 type ReleaseDecision struct {
-	At     time.Time `json:"at"`
-	Kind   string    `json:"kind"`
-	Step   int       `json:"step"`
-	Reason string    `json:"reason"`
+	At     time.Time
+	Kind   string
+	Step   int
+	Reason string
 }
 
 // Next decides what a running plan does now, from its tally: a decision of kind paused (a

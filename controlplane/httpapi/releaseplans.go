@@ -10,7 +10,7 @@ import (
 	"strings"
 
 	"github.com/flagedge/flagedge/controlplane"
-	"github.com/flagedge/flagedge/controlplane/confseq"
+	"github.com/flagedge/flagedge/shared/confseq"
 )
 
 // armJSON is one arm of a guardrail: its users and their mean value.
@@ -53,32 +53,43 @@ type endedJSON struct {
 	Total           int   `json:"total"`
 }
 
+// decisionJSON is one decision of a plan, its time written as the API writes times.
+type decisionJSON struct {
+	At     timeJSON `json:"at"`
+	Kind   string   `json:"kind"`
+	Step   int      `json:"step"`
+	Reason string   `json:"reason"`
+}
+
 type releasePlanJSON struct {
-	ID                 int64                          `json:"id"`
-	FeatureFlag        int64                          `json:"feature_flag"`
-	FlagKey            string                         `json:"flag_key"`
-	State              string                         `json:"state"`
-	Step               int                            `json:"step"`
-	RolloutPercentage  float64                        `json:"rollout_percentage"`
-	StepStartedAt      timeJSON                       `json:"step_started_at"`
-	Steps              []controlplane.ReleaseStep     `json:"steps"`
-	Alpha              float64                        `json:"alpha"`
-	OnRegression       string                         `json:"on_regression"`
-	MinExposuresPerArm int64                          `json:"min_exposures_per_arm"`
-	Exposures          exposuresJSON                  `json:"exposures"`
-	Guardrails         []guardrailJSON                `json:"guardrails"`
-	Decisions          []controlplane.ReleaseDecision `json:"decisions"`
-	RolledBack         *endedJSON                     `json:"rollback"`
-	CreatedBy          *userJSON                      `json:"created_by"`
-	CreatedAt          timeJSON                       `json:"created_at"`
-	UpdatedAt          timeJSON                       `json:"updated_at"`
+	ID                 int64                      `json:"id"`
+	FeatureFlag        int64                      `json:"feature_flag"`
+	FlagKey            string                     `json:"flag_key"`
+	State              string                     `json:"state"`
+	Step               int                        `json:"step"`
+	RolloutPercentage  float64                    `json:"rollout_percentage"`
+	StepStartedAt      timeJSON                   `json:"step_started_at"`
+	Steps              []controlplane.ReleaseStep `json:"steps"`
+	Alpha              float64                    `json:"alpha"`
+	OnRegression       string                     `json:"on_regression"`
+	MinExposuresPerArm int64                      `json:"min_exposures_per_arm"`
+	Exposures          exposuresJSON              `json:"exposures"`
+	Guardrails         []guardrailJSON            `json:"guardrails"`
+	Decisions          []decisionJSON             `json:"decisions"`
+	RolledBack         *endedJSON                 `json:"rollback"`
+	CreatedBy          *userJSON                  `json:"created_by"`
+	CreatedAt          timeJSON                   `json:"created_at"`
+	UpdatedAt          timeJSON                   `json:"updated_at"`
 }
 
 func (s *Server) newReleasePlanJSON(r *http.Request, p *controlplane.ReleasePlan) (releasePlanJSON, error) {
 	out := releasePlanJSON{ID: p.ID, FeatureFlag: p.FlagID, FlagKey: p.FlagKey, State: p.State, Step: p.Step,
 		RolloutPercentage: p.Steps[p.Step].RolloutPercentage, StepStartedAt: timeJSON(p.StepStartedAt), Steps: p.Steps,
-		Alpha: p.Alpha, OnRegression: p.OnRegression, MinExposuresPerArm: p.MinExposuresPerArm, Decisions: p.Decisions,
+		Alpha: p.Alpha, OnRegression: p.OnRegression, MinExposuresPerArm: p.MinExposuresPerArm, Decisions: []decisionJSON{},
 		CreatedBy: newUserJSON(p.CreatedBy), CreatedAt: timeJSON(p.CreatedAt), UpdatedAt: timeJSON(p.UpdatedAt)}
+	for _, d := range p.Decisions {
+		out.Decisions = append(out.Decisions, decisionJSON{At: timeJSON(d.At), Kind: d.Kind, Step: d.Step, Reason: d.Reason})
+	}
 	control, treatment, expected := p.Totals()
 	pv, _ := confseq.SampleRatioMismatch(control, treatment, expected)
 	out.Exposures = exposuresJSON{Control: control, Treatment: treatment, ExpectedTreatment: expected, SRMPValue: pv}

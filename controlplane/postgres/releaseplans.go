@@ -272,9 +272,13 @@ func loadPlanState(ctx context.Context, q dbConn, p *controlplane.ReleasePlan) e
 // carried out in that transaction: the flag write as the plan's creator, marked as the
 // plan's (saveFlagChange, in a savepoint: a refused write pauses the plan with the refusal as
 // its reason instead), the plan's new state and the decision.
+//
+// A plan whose evaluation fails (the database) does not hold up the others: the first such
+// error is returned once every plan has had its turn.
 func (s *ReleasePlanStore) EvaluatePlans(ctx context.Context) ([]controlplane.ReleaseDecision, error) {
 	var out []controlplane.ReleaseDecision
 	var after int64
+	var failed error
 	for ctx.Err() == nil {
 		var d *controlplane.ReleaseDecision
 		var id int64
@@ -295,13 +299,16 @@ func (s *ReleasePlanStore) EvaluatePlans(ctx context.Context) ([]controlplane.Re
 			return s.carryOut(ctx, tx, p, d)
 		})
 		if errors.Is(err, pgx.ErrNoRows) {
-			return out, nil
+			return out, failed
 		}
-		if err != nil {
-			return out, opError("evaluate release plan "+strconv.FormatInt(id, 10), err)
+		if err != nil && id == 0 { // not even a plan claimed: the database is not answering
+			return out, opError("evaluate release plans", err)
+		}
+		if err != nil && failed == nil {
+			failed = opError("evaluate release plan "+strconv.FormatInt(id, 10), err)
 		}
 		after = id
-		if d != nil {
+		if d != nil && err == nil {
 			out = append(out, *d)
 		}
 	}

@@ -349,3 +349,25 @@ func TestReleasePlanCreatorGone(t *testing.T) {
 		t.Errorf("rollout = %v: a removed user's plan changed the flag", got)
 	}
 }
+
+// TestReleasePlanUnitsBounded: a plan counts at most MaxPlanUnits users; past that, new
+// exposures are not counted (and cost no row).
+func TestReleasePlanUnitsBounded(t *testing.T) {
+	t.Parallel()
+	fx := newPlanFixture(t)
+	p := fx.start(t, twoSteps())
+	if _, err := fx.db.Pool.Exec(t.Context(), `UPDATE release_plan_tallies SET units = $2 WHERE plan_id = $1`,
+		p.ID, controlplane.MaxPlanUnits-2); err != nil {
+		t.Fatal(err)
+	}
+	fx.traffic(t, "c", 0, 5, 0, "", false)
+	fx.traffic(t, "t", 0, 5, 0, "", true) // the plan is full: nothing counted
+	var rows, units int64
+	if err := fx.db.Pool.QueryRow(t.Context(), `SELECT (SELECT count(*) FROM release_plan_units WHERE plan_id = $1),
+		(SELECT units FROM release_plan_tallies WHERE plan_id = $1)`, p.ID).Scan(&rows, &units); err != nil {
+		t.Fatal(err)
+	}
+	if rows != 2 || units != controlplane.MaxPlanUnits {
+		t.Errorf("%d rows, tally %d; want 2 rows and the tally at the bound %d", rows, units, controlplane.MaxPlanUnits)
+	}
+}
