@@ -225,23 +225,24 @@ type ProjectService interface {
 // context may do what is asked (access.go); the management API, the console and the scheduler
 // call them.
 type Services struct {
-	Auth        AuthService
-	Projects    ProjectService
-	Flags       FlagService
-	FlagCopies  FlagCopyService
-	Activity    ActivityService
-	Analytics   EventReader // events, persons and groups
-	Annotations AnnotationService
-	Roles       RoleService
-	Cohorts     CohortService
-	EarlyAccess EarlyAccessFeatureService
-	Dashboards  DashboardService
-	Users       UserService
-	Keys        KeyService
-	Sessions    SessionService
-	Schedules   ScheduledChangeService
-	Webhooks    WebhookService
-	Approvals   ApprovalService
+	Auth         AuthService
+	Projects     ProjectService
+	Flags        FlagService
+	FlagCopies   FlagCopyService
+	Activity     ActivityService
+	Analytics    EventReader // events, persons and groups
+	Annotations  AnnotationService
+	Roles        RoleService
+	Cohorts      CohortService
+	EarlyAccess  EarlyAccessFeatureService
+	Dashboards   DashboardService
+	Users        UserService
+	Keys         KeyService
+	Sessions     SessionService
+	Schedules    ScheduledChangeService
+	Webhooks     WebhookService
+	Approvals    ApprovalService
+	ReleasePlans ReleasePlanService
 }
 
 // TimeLayout is how the API and webhook deliveries write times: ISO 8601 in UTC with

@@ -167,11 +167,13 @@ type stack struct {
 	token, personal    string
 	secret             string
 	geoipDB            string
+	cpArgs             []string // extra flags of the control plane's serve
 }
 
-func newStack(t *testing.T) *stack {
+func newStack(t *testing.T, cpArgs ...string) *stack {
 	t.Helper()
-	s := &stack{t: t, dbURL: pgtest.NewDatabase(t), httpAddr: "127.0.0.1:0", grpcAddr: "127.0.0.1:0", geoipDB: geoiptest.MustWrite(t)}
+	s := &stack{t: t, dbURL: pgtest.NewDatabase(t), httpAddr: "127.0.0.1:0", grpcAddr: "127.0.0.1:0", geoipDB: geoiptest.MustWrite(t),
+		cpArgs: cpArgs}
 	s.bootstrap()
 	s.startControlPlane()
 	return s
@@ -201,8 +203,8 @@ func (s *stack) bootstrap() {
 // after a stop (edges reconnect to its address).
 func (s *stack) startControlPlane() {
 	s.t.Helper()
-	s.cp = start(s.t, "controlplane", binaries.controlplane, "serve", "--database-url", s.dbURL,
-		"--http-addr", s.httpAddr, "--grpc-addr", s.grpcAddr, "--log-level", "info", "--drain-delay", "0s")
+	s.cp = start(s.t, "controlplane", binaries.controlplane, append([]string{"serve", "--database-url", s.dbURL,
+		"--http-addr", s.httpAddr, "--grpc-addr", s.grpcAddr, "--log-level", "info", "--drain-delay", "0s"}, s.cpArgs...)...)
 	addrs := s.cp.listening("control plane listening")
 	s.httpAddr, s.grpcAddr = addrs["http_addr"].(string), addrs["grpc_addr"].(string)
 	waitFor(s.t, "control plane ready", func() bool { return status("http://"+s.httpAddr+"/_ready") == 200 })

@@ -100,6 +100,26 @@ func (f *matrixFixtures) copyBody() map[string]any {
 	return map[string]any{"feature_flag_key": "matrix", "from_project": f.e.project, "target_project_ids": []int64{f.e.project}}
 }
 
+// planBody is a valid release plan to start.
+func planBody() map[string]any {
+	return map[string]any{"steps": []any{map[string]any{"rollout_percentage": 10}}, "guardrails": []any{map[string]any{"event": "$exception"}}}
+}
+
+// freshPlan starts a release plan on a new flag, paused when paused, for a request that
+// reads or steers one; it returns the flag's id.
+func (f *matrixFixtures) freshPlan(paused bool) int64 {
+	id := f.e.mustCreateFlag(map[string]any{"key": f.unique("guarded")})
+	if r := f.e.do("POST", f.e.flagsPath(fmt.Sprintf("/%d/release_plan/", id)), f.e.key, planBody()); r.status != 201 {
+		f.e.t.Fatalf("start release plan: %d %s", r.status, r.raw)
+	}
+	if paused {
+		if r := f.e.do("POST", f.e.flagsPath(fmt.Sprintf("/%d/release_plan/pause/", id)), f.e.key, nil); r.status != 200 {
+			f.e.t.Fatalf("pause release plan: %d %s", r.status, r.raw)
+		}
+	}
+	return id
+}
+
 func (f *matrixFixtures) unique(prefix string) string {
 	f.n++
 	return fmt.Sprintf("%s-%d", prefix, f.n)
@@ -163,9 +183,24 @@ func matrixTable() map[string]matrixEntry {
 		"PATCH " + flags + "/{id}": {200, func(f *matrixFixtures) (string, any) {
 			return flag(f, "/"), map[string]any{"name": f.unique("name")}
 		}},
-		"DELETE " + flags + "/{id}":            get(405, func(f *matrixFixtures) string { return flag(f, "/") }),
-		"GET " + flags + "/{id}/activity":      get(200, func(f *matrixFixtures) string { return flag(f, "/activity/") }),
-		"GET " + flags + "/{id}/evaluations":   get(200, func(f *matrixFixtures) string { return flag(f, "/evaluations/") }),
+		"DELETE " + flags + "/{id}":          get(405, func(f *matrixFixtures) string { return flag(f, "/") }),
+		"GET " + flags + "/{id}/activity":    get(200, func(f *matrixFixtures) string { return flag(f, "/activity/") }),
+		"GET " + flags + "/{id}/evaluations": get(200, func(f *matrixFixtures) string { return flag(f, "/evaluations/") }),
+		"GET " + flags + "/{id}/release_plan": get(200, func(f *matrixFixtures) string {
+			return f.e.flagsPath(fmt.Sprintf("/%d/release_plan/", f.freshPlan(false)))
+		}),
+		"POST " + flags + "/{id}/release_plan": {201, func(f *matrixFixtures) (string, any) {
+			return f.e.flagsPath(fmt.Sprintf("/%d/release_plan/", f.e.mustCreateFlag(map[string]any{"key": f.unique("guarded")}))), planBody()
+		}},
+		"POST " + flags + "/{id}/release_plan/pause": get(200, func(f *matrixFixtures) string {
+			return f.e.flagsPath(fmt.Sprintf("/%d/release_plan/pause/", f.freshPlan(false)))
+		}),
+		"POST " + flags + "/{id}/release_plan/resume": get(200, func(f *matrixFixtures) string {
+			return f.e.flagsPath(fmt.Sprintf("/%d/release_plan/resume/", f.freshPlan(true)))
+		}),
+		"POST " + flags + "/{id}/release_plan/cancel": get(200, func(f *matrixFixtures) string {
+			return f.e.flagsPath(fmt.Sprintf("/%d/release_plan/cancel/", f.freshPlan(false)))
+		}),
 		"GET " + flags + "/activity":           get(200, func(f *matrixFixtures) string { return f.e.flagsPath("/activity/") }),
 		"GET " + flags + "/evaluation_reasons": get(200, func(f *matrixFixtures) string { return f.e.flagsPath("/evaluation_reasons?distinct_id=u1") }),
 		"GET " + flags + "/local_evaluation":   get(200, func(f *matrixFixtures) string { return f.e.flagsPath("/local_evaluation/") }),

@@ -108,6 +108,12 @@ func (s *Server) routes() {
 	s.projectRoute("GET", flags+"/{id}/evaluations", controlplane.ScopeFlagRead, s.handleFlagEvaluations)
 	s.projectRoute("GET", flags+"/activity", controlplane.ScopeActivityLogRead, s.handleAllFlagActivity)
 
+	s.projectRoute("GET", flags+"/{id}/release_plan", controlplane.ScopeFlagRead, s.handleGetReleasePlan)
+	s.projectRoute("POST", flags+"/{id}/release_plan", controlplane.ScopeFlagWrite, s.handleCreateReleasePlan)
+	s.projectRoute("POST", flags+"/{id}/release_plan/pause", controlplane.ScopeFlagWrite, s.handleSetReleasePlanState(controlplane.PlanPaused))
+	s.projectRoute("POST", flags+"/{id}/release_plan/resume", controlplane.ScopeFlagWrite, s.handleSetReleasePlanState(controlplane.PlanRunning))
+	s.projectRoute("POST", flags+"/{id}/release_plan/cancel", controlplane.ScopeFlagWrite, s.handleSetReleasePlanState(controlplane.PlanCancelled))
+
 	s.projectRoute("GET", flags+"/evaluation_reasons", controlplane.ScopeFlagRead, s.handleEvaluationReasons)
 	s.projectRoute("GET", flags+"/local_evaluation", controlplane.ScopeFlagRead, s.handleLocalEvaluation)
 	s.projectRoute("GET", flags+"/my_flags", controlplane.ScopeFlagRead, s.handleMyFlags)

@@ -204,6 +204,10 @@ var asMember = map[string]memberRule{
 	"Schedules.UpdateScheduledChange":   flagEdit, // scheduled change 1 is of flag 1
 	"Schedules.DeleteScheduledChange":   flagEdit,
 
+	"ReleasePlans.FindReleasePlan":     memberMay,
+	"ReleasePlans.CreateReleasePlan":   flagEdit, // starts a plan on flag 1 (its plan is running: refused for that too, but only after the check)
+	"ReleasePlans.SetReleasePlanState": flagEdit, // pauses flag 1's plan
+
 	"Webhooks.FindWebhooks":    adminOnly,
 	"Webhooks.FindWebhookByID": adminOnly,
 	"Webhooks.FindDeliveries":  adminOnly,
@@ -272,6 +276,10 @@ var overrides = map[string]func(fx *fixture, in []reflect.Value){
 	"Approvals.FindApprovalPolicyByID": func(fx *fixture, in []reflect.Value) { setStrings(in, fx.policy) },
 	"Approvals.UpdateApprovalPolicy":   func(fx *fixture, in []reflect.Value) { setStrings(in, fx.policy) },
 	"Approvals.DeleteApprovalPolicy":   func(fx *fixture, in []reflect.Value) { setStrings(in, fx.policy) },
+	"ReleasePlans.CreateReleasePlan": func(fx *fixture, in []reflect.Value) {
+		*argOf[controlplane.NewReleasePlan](in) = victimPlan()
+	},
+	"ReleasePlans.SetReleasePlanState": func(fx *fixture, in []reflect.Value) { setStrings(in, controlplane.PlanPaused) },
 	"Webhooks.CreateWebhook": func(fx *fixture, in []reflect.Value) {
 		*argOf[controlplane.WebhookUpdate](in) = fx.hook()
 	},
@@ -1006,6 +1014,8 @@ func newFixture(t, owner *testing.T) *fixture {
 	check("role access", err)
 	_, err = fx.s.Roles.CreateRoleAccess(va, 1, fx.unlinked, fx.editors)
 	check("role access", err)
+	_, err = fx.s.ReleasePlans.CreateReleasePlan(va, 1, 1, victimPlan())
+	check("release plan", err)
 	cohort, err := fx.s.Cohorts.CreateCohort(va, 1, controlplane.CohortUpdate{Name: ptr("victims")})
 	check("cohort", err)
 	annotation, err := fx.s.Annotations.CreateAnnotation(va, 1, controlplane.AnnotationUpdate{Content: ptr("victim")})
@@ -1080,6 +1090,12 @@ func newFixture(t, owner *testing.T) *fixture {
 	}
 	fx.fingerprintSQL = strings.Join(tables, " UNION ALL ")
 	return fx
+}
+
+// victimPlan is a valid release plan.
+func victimPlan() controlplane.NewReleasePlan {
+	return controlplane.NewReleasePlan{Steps: []controlplane.ReleaseStep{{RolloutPercentage: 10}},
+		Guardrails: []controlplane.Guardrail{{Event: "$exception"}}}
 }
 
 // nothingID is the id of no object.

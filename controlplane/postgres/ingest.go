@@ -205,6 +205,9 @@ func (s *EventStore) ingestEvents(ctx context.Context, tx pgx.Tx, projectID int6
 	if err := ensurePersons(ctx, tx, projectID, fresh); err != nil {
 		return 0, 0, err
 	}
+	if err := countForPlans(ctx, tx, projectID, fresh); err != nil {
+		return 0, 0, err
+	}
 	var special []personview.Event
 	for _, e := range fresh {
 		ie := personview.Event{Name: e.Name, DistinctID: e.DistinctID, Properties: e.Properties}

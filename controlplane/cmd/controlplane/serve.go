@@ -36,6 +36,7 @@ import (
 	"github.com/flagedge/flagedge/controlplane/logingest"
 	"github.com/flagedge/flagedge/controlplane/loginlimit"
 	"github.com/flagedge/flagedge/controlplane/postgres"
+	"github.com/flagedge/flagedge/controlplane/releaser"
 	"github.com/flagedge/flagedge/controlplane/rollout"
 	"github.com/flagedge/flagedge/controlplane/scheduler"
 	"github.com/flagedge/flagedge/controlplane/syncserver"
@@ -83,6 +84,8 @@ type serveConfig struct {
 	LoginMaxHashes  int64
 	BcryptCost      int
 	Webhooks        webhookFlags
+	// ReleasePlanInterval is how often release plans are evaluated.
+	ReleasePlanInterval time.Duration
 }
 
 // webhookFlags configure the webhook dispatcher of this replica.
@@ -129,6 +132,7 @@ func parseServeConfig(args []string, stderr io.Writer) (*serveConfig, error) {
 	// within a minute (console forms and API bodies are at most a few MiB), an idle
 	// keep-alive connection is closed after a minute, and headers are at most 64 KiB (a
 	// browser's are a few KiB; Go's default is 1 MiB).
+	fs.Duration(&cfg.ReleasePlanInterval, "release-plan-interval", "FLAGEDGE_RELEASE_PLAN_INTERVAL", releaser.DefaultInterval, "how often release plans (guarded rollouts) are evaluated: a rollback follows the evidence within this")
 	fs.Duration(&cfg.HeaderTimeout, "read-header-timeout", "FLAGEDGE_READ_HEADER_TIMEOUT", 10*time.Second, "how long a client may take to send a request's headers on --http-addr before its connection is closed")
 	fs.Duration(&cfg.ReadTimeout, "read-timeout", "FLAGEDGE_READ_TIMEOUT", time.Minute, "how long a client may take to send a whole request (headers and body) on --http-addr")
 	fs.Duration(&cfg.IdleTimeout, "idle-timeout", "FLAGEDGE_IDLE_TIMEOUT", time.Minute, "how long an idle keep-alive connection to --http-addr stays open")
@@ -169,6 +173,9 @@ func (c *serveConfig) validate() error {
 	}
 	if err := checkBcryptCost(c.BcryptCost); err != nil {
 		return err
+	}
+	if c.ReleasePlanInterval < 10*time.Millisecond || c.ReleasePlanInterval > time.Hour {
+		return errors.New("--release-plan-interval must be between 10ms and 1h")
 	}
 	if c.HeaderTimeout <= 0 || c.ReadTimeout < c.HeaderTimeout || c.IdleTimeout <= 0 || c.MaxHeaderBytes < 4096 {
 		return errors.New("--read-header-timeout and --idle-timeout must be positive, --read-timeout at least --read-header-timeout, --max-header-bytes at least 4096")
@@ -230,8 +237,11 @@ type controlPlane struct {
 	// approvals expires overdue change requests and confirms applied ones live on every
 	// edge; every replica runs one (the store does each step once).
 	approvals *approvalwatch.Watcher
-	logIn     *logingest.Ingester // nil without --event-log-url
-	hooks     *webhook.Dispatcher
+	// releaser evaluates running release plans; every replica runs one (they claim plans in
+	// the database, so one acts on a plan at a time).
+	releaser *releaser.Releaser
+	logIn    *logingest.Ingester // nil without --event-log-url
+	hooks    *webhook.Dispatcher
 }
 
 func serve(ctx context.Context, args []string, stderr io.Writer) error {
@@ -308,6 +318,7 @@ func assemble(cfg *serveConfig, db *postgres.DB, logger *slog.Logger) (*controlP
 		syncserver.WithEvaluations(postgres.NewEvaluationStore(db)))
 	cp.scheduler = scheduler.New(postgres.NewScheduleStore(db), postgres.NewFlagService(db), logger, cp.reg)
 	cp.approvals = approvalwatch.New(postgres.NewChangeRequestUpkeep(db), logger, cp.reg)
+	cp.releaser = releaser.New(postgres.NewReleasePlanStore(db), cfg.ReleasePlanInterval, logger, cp.reg)
 	cp.edges = syncserver.NewEdgeAuth(postgres.NewEdgeService(db), logger, cp.reg)
 	cp.grpc = newGRPCServer(cp.sync, cp.edges, grpcTLS, cp.reg)
 	return cp, nil
@@ -401,6 +412,7 @@ func (cp *controlPlane) run(ctx context.Context) error {
 	g.Go(func() error { cp.approvals.Run(gctx); return nil })
 	g.Go(wakeOn(postgres.ScheduleChannel, cp.scheduler.Wake))
 	g.Go(func() error { cp.scheduler.Run(gctx); return nil })
+	g.Go(func() error { cp.releaser.Run(gctx); return nil })
 	g.Go(wakeOn(postgres.WebhookChannel, cp.hooks.Wake))
 	g.Go(func() error { cp.hooks.Run(gctx); return nil })
 	g.Go(func() error { cp.heartbeat(gctx); return nil })
