@@ -26,5 +26,7 @@ func NewServices(db *DB, bcryptCost int) controlplane.Services {
 		Sessions:    NewSessionService(db),
 		Schedules:   NewScheduleStore(db),
 		Webhooks:    NewWebhookService(db),
+
+		EventDestinations: NewEventDestinationService(db),
 	}
 }

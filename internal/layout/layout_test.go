@@ -56,7 +56,7 @@ func not(f func(string) bool) func(string) bool { return func(p string) bool { r
 // packages of its domain (pure logic over the domain's interfaces).
 var (
 	cpAdapters = is("controlplane/postgres", "controlplane/httpapi", "controlplane/console", "controlplane/syncserver", "controlplane/logingest",
-		"controlplane/webhook")
+		"controlplane/webhook", "controlplane/forward")
 	cpDomain = is("controlplane", "controlplane/flageval", "controlplane/ingest", "controlplane/personview",
 		"controlplane/bloomhub", "controlplane/rollout", "controlplane/loginlimit", "controlplane/scheduler")
 	testHelpers = is("internal/pgtest", "internal/pgcluster", "internal/natstest", "internal/tlstest", "geoip/geoiptest", "shared/flags/flagstest",
