@@ -72,6 +72,9 @@ type Project struct {
 	CreatedAt        time.Time
 	GroupTypes       []GroupType
 	ClientConfig     ClientConfig
+	// StoreEvents is false when the project's events are only forwarded to its event
+	// destinations, not stored (persons and groups are still updated: flags read them).
+	StoreEvents bool
 }
 
 // ClientConfig holds a project's switches of the configuration browser SDKs get (PostHog's
@@ -97,6 +100,10 @@ type ProjectUpdate struct {
 	CaptureConsoleLogOptIn     *bool
 	CapturePerformanceOptIn    *bool
 	AutocaptureExceptionsOptIn *bool
+
+	// StoreEvents is changed by organisation admins only (CanAdminOrg): turned off, the
+	// project's events are kept nowhere but its destinations' queues.
+	StoreEvents *bool
 }
 
 // Scope names an object and an access level, e.g. "feature_flag:read". "*" grants all.
@@ -128,11 +135,15 @@ const (
 	// requests (PostHog's "approvals" scope object).
 	ScopeApprovalsRead  Scope = "approvals:read"
 	ScopeApprovalsWrite Scope = "approvals:write"
+	// ScopeDestinationRead and ScopeDestinationWrite are for a project's event destinations.
+	ScopeDestinationRead  Scope = "event_destination:read"
+	ScopeDestinationWrite Scope = "event_destination:write"
 )
 
 // ScopeObjects are the objects a scope may name.
 var ScopeObjects = []string{"feature_flag", "annotation", "activity_log", "project", "cohort", "person", "event", "role",
-	"personal_api_key", "user", "organization_member", "early_access_feature", "webhook", "approvals"}
+	"personal_api_key", "user", "organization_member", "early_access_feature", "webhook", "approvals",
+	"event_destination"}
 
 // ValidScope reports whether s is "*" or "<object>:read|write" for a known object.
 func ValidScope(s string) bool {
@@ -243,6 +254,8 @@ type Services struct {
 	Webhooks     WebhookService
 	Approvals    ApprovalService
 	ReleasePlans ReleasePlanService
+	// EventDestinations are where the projects' events are forwarded (to PostHog).
+	EventDestinations EventDestinationService
 }
 
 // TimeLayout is how the API and webhook deliveries write times: ISO 8601 in UTC with

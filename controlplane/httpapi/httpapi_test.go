@@ -18,6 +18,7 @@ import (
 	"golang.org/x/crypto/bcrypt"
 
 	"github.com/flagedge/flagedge/controlplane/flageval"
+	"github.com/flagedge/flagedge/controlplane/forward"
 	"github.com/flagedge/flagedge/controlplane/httpapi"
 	"github.com/flagedge/flagedge/controlplane/postgres"
 	"github.com/flagedge/flagedge/controlplane/rollout"
@@ -61,6 +62,7 @@ func newEnv(t *testing.T) *env {
 	sessions := postgres.NewEdgeSessionStore(db)
 	stores := postgres.NewServices(db, bcrypt.MinCost)
 	stores.Webhooks = webhook.Checked(stores.Webhooks, &webhook.Policy{}) // as serve wires it, without --webhook-allow-private
+	stores.EventDestinations = forward.Checked(stores.EventDestinations, &webhook.Policy{})
 	api := httpapi.New(httpapi.Config{
 		Services:  stores,
 		Evaluator: &flageval.Evaluator{Snapshots: postgres.NewSnapshotStore(db), Persons: persons, Scanner: persons},

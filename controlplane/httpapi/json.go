@@ -123,12 +123,13 @@ type projectJSON struct {
 	Timezone       string                   `json:"timezone"`
 	CreatedAt      timeJSON                 `json:"created_at"`
 	GroupTypes     []controlplane.GroupType `json:"group_types"`
+	StoreEvents    bool                     `json:"store_events"`
 	controlplane.ClientConfig
 }
 
 func newProjectJSON(p *controlplane.Project, viewer *controlplane.User) projectJSON {
 	out := projectJSON{ID: p.ID, UUID: p.UUID, Organization: p.OrganizationUUID, Name: p.Name, APIToken: p.APIToken,
-		Timezone: p.Timezone, CreatedAt: timeJSON(p.CreatedAt), GroupTypes: nonNil(p.GroupTypes), ClientConfig: p.ClientConfig}
+		Timezone: p.Timezone, CreatedAt: timeJSON(p.CreatedAt), GroupTypes: nonNil(p.GroupTypes), StoreEvents: p.StoreEvents, ClientConfig: p.ClientConfig}
 	if viewer.IsAdmin() {
 		out.SecretAPIToken = &p.SecretAPIToken
 	}

@@ -31,6 +31,7 @@ type matrixFixtures struct {
 	person     int64
 	feature    string
 	hook       int64
+	dest       int64
 	// approvers is the role of the approval policy's approvers; every caller of the matrix is
 	// a member, so that it may vote. requester is a member's key that files change requests,
 	// policy the policy gating enables, request a pending change request.
@@ -69,6 +70,16 @@ func (f *matrixFixtures) freshHook() int64 {
 		map[string]any{"url": "https://93.184.215.14/" + f.unique("hook"), "events": []string{"annotation.created"}, "secret": "0123456789abcdef"})
 	if r.status != 201 {
 		f.e.t.Fatalf("create webhook: %d %s", r.status, r.raw)
+	}
+	return int64(r.body["id"].(float64))
+}
+
+// freshDestination creates an event destination for a request that deletes one.
+func (f *matrixFixtures) freshDestination() int64 {
+	r := f.e.do("POST", fmt.Sprintf("/api/projects/%d/event_destinations/", f.e.project), f.e.key,
+		map[string]any{"url": "https://93.184.215.14/" + f.unique("capture"), "api_key": "phc_matrixmatrixmatrix"})
+	if r.status != 201 {
+		f.e.t.Fatalf("create event destination: %d %s", r.status, r.raw)
 	}
 	return int64(r.body["id"].(float64))
 }
@@ -340,6 +351,22 @@ func matrixTable() map[string]matrixEntry {
 		"POST /api/projects/{project_id}/change_requests/{id}/cancel": {403, func(f *matrixFixtures) (string, any) {
 			return proj(f, "/change_requests/%s/cancel/", f.request), map[string]any{}
 		}},
+		"GET /api/projects/{project_id}/event_destinations": get(200, func(f *matrixFixtures) string { return proj(f, "/event_destinations/") }),
+		"POST /api/projects/{project_id}/event_destinations": {201, func(f *matrixFixtures) (string, any) {
+			return proj(f, "/event_destinations/"), map[string]any{"url": "https://93.184.215.14/" + f.unique("capture"), "api_key": "phc_matrixmatrixmatrix"}
+		}},
+		"GET /api/projects/{project_id}/event_destinations/{id}": get(200, func(f *matrixFixtures) string {
+			return proj(f, "/event_destinations/%d/", f.dest)
+		}),
+		"PATCH /api/projects/{project_id}/event_destinations/{id}": {200, func(f *matrixFixtures) (string, any) {
+			return proj(f, "/event_destinations/%d/", f.dest), map[string]any{"enabled": true}
+		}},
+		"DELETE /api/projects/{project_id}/event_destinations/{id}": get(204, func(f *matrixFixtures) string {
+			return proj(f, "/event_destinations/%d/", f.freshDestination())
+		}),
+		"GET /api/projects/{project_id}/event_destinations/{id}/dead_letters": get(200, func(f *matrixFixtures) string {
+			return proj(f, "/event_destinations/%d/dead_letters/", f.dest)
+		}),
 		"GET /api/projects/{project_id}/events":      get(200, func(f *matrixFixtures) string { return proj(f, "/events/") }),
 		"GET /api/projects/{project_id}/events/{id}": get(200, func(f *matrixFixtures) string { return proj(f, "/events/%s/", f.event) }),
 		"GET /api/projects/{project_id}/persons":     get(200, func(f *matrixFixtures) string { return proj(f, "/persons/") }),
@@ -397,6 +424,7 @@ func TestRouteAuthorisationMatrix(t *testing.T) {
 	fx.cohort = int64(e.do("POST", fmt.Sprintf("/api/projects/%d/cohorts/", e.project), e.key, map[string]any{"name": "matrix", "is_static": true}).body["id"].(float64))
 	fx.feature = fx.freshFeature()
 	fx.hook = fx.freshHook()
+	fx.dest = fx.freshDestination()
 	fx.event = uuid.NewString()
 	fx.approvers = e.mustRole("Approvers", 37)
 	fx.requester, _ = e.mustUser("requester@example.com", false)

@@ -305,6 +305,16 @@ func TestOpenAPIValidatesResponses(t *testing.T) {
 		{method: "POST", specPath: "/api/projects/{project_id}/change_requests/{id}/cancel/", path: p(proj("/change_requests/{request}/cancel/")), key: memberKey, want: 200},
 		{method: "DELETE", specPath: "/api/projects/{project_id}/approval_policies/{id}/", path: p(proj("/approval_policies/{policy}/")), want: 204},
 		{method: "GET", specPath: "/api/projects/{project_id}/approval_policies/{id}/", path: p(proj("/approval_policies/{policy}/")), want: 404},
+		{method: "POST", specPath: "/api/projects/{project_id}/event_destinations/", path: p(proj("/event_destinations/")), body: map[string]any{
+			"url": "https://93.184.215.14", "api_key": "phc_0123456789abcdef"}, want: 201, save: map[string]string{"destination": "id"}},
+		{method: "POST", specPath: "/api/projects/{project_id}/event_destinations/", path: p(proj("/event_destinations/")), body: map[string]any{
+			"url": "https://93.184.215.14"}, want: 400},
+		{method: "GET", specPath: "/api/projects/{project_id}/event_destinations/", path: p(proj("/event_destinations/")), want: 200},
+		{method: "GET", specPath: "/api/projects/{project_id}/event_destinations/{id}/", path: p(proj("/event_destinations/{destination}/")), want: 200},
+		{method: "PATCH", specPath: "/api/projects/{project_id}/event_destinations/{id}/", path: p(proj("/event_destinations/{destination}/")), body: map[string]any{"enabled": false}, want: 200},
+		{method: "GET", specPath: "/api/projects/{project_id}/event_destinations/{id}/dead_letters/", path: p(proj("/event_destinations/{destination}/dead_letters/")), want: 200},
+		{method: "DELETE", specPath: "/api/projects/{project_id}/event_destinations/{id}/", path: p(proj("/event_destinations/{destination}/")), want: 204},
+		{method: "GET", specPath: "/api/projects/{project_id}/event_destinations/{id}/", path: p(proj("/event_destinations/{destination}/")), want: 404},
 		{method: "GET", specPath: "/api/projects/{project_id}/events/", path: p(proj("/events/")), want: 200, save: map[string]string{}},
 		{method: "GET", specPath: "/api/projects/{project_id}/events/{id}/", path: p(proj("/events/018f0000-0000-7000-8000-000000000001/")), want: 200},
 		{method: "GET", specPath: "/api/projects/{project_id}/persons/", path: p(proj("/persons/?distinct_id=user-1")), want: 200, save: map[string]string{"person": "results.0.id"}},

@@ -66,6 +66,7 @@ func (s *Server) handlePatchProject(r *http.Request, c *call) (answer, error) {
 		"autocapture_opt_out": &upd.AutocaptureOptOut, "session_recording_opt_in": &upd.SessionRecordingOptIn,
 		"heatmaps_opt_in": &upd.HeatmapsOptIn, "capture_console_log_opt_in": &upd.CaptureConsoleLogOptIn,
 		"capture_performance_opt_in": &upd.CapturePerformanceOptIn, "autocapture_exceptions_opt_in": &upd.AutocaptureExceptionsOptIn,
+		"store_events": &upd.StoreEvents,
 	} {
 		if err := f.boolean(name, dst); err != nil {
 			return answer{}, err

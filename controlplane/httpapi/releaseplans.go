@@ -75,7 +75,7 @@ type releasePlanJSON struct {
 	MinExposuresPerArm int64                      `json:"min_exposures_per_arm"`
 	Exposures          exposuresJSON              `json:"exposures"`
 	Guardrails         []guardrailJSON            `json:"guardrails"`
-	Decisions          []planDecisionJSON             `json:"decisions"`
+	Decisions          []planDecisionJSON         `json:"decisions"`
 	RolledBack         *endedJSON                 `json:"rollback"`
 	CreatedBy          *userJSON                  `json:"created_by"`
 	CreatedAt          timeJSON                   `json:"created_at"`

@@ -178,6 +178,14 @@ func (s *Server) routes() {
 	s.projectRoute("DELETE", hooks+"/{id}", controlplane.ScopeWebhookWrite, s.handleDeleteWebhook)
 	s.projectRoute("GET", hooks+"/{id}/deliveries", controlplane.ScopeWebhookRead, s.handleListDeliveries)
 
+	const destinations = "/api/projects/{project_id}/event_destinations"
+	s.projectRoute("GET", destinations, controlplane.ScopeDestinationRead, s.handleListDestinations)
+	s.projectRoute("POST", destinations, controlplane.ScopeDestinationWrite, s.handleCreateDestination)
+	s.projectRoute("GET", destinations+"/{id}", controlplane.ScopeDestinationRead, s.handleGetDestination)
+	s.projectRoute("PATCH", destinations+"/{id}", controlplane.ScopeDestinationWrite, s.handlePatchDestination)
+	s.projectRoute("DELETE", destinations+"/{id}", controlplane.ScopeDestinationWrite, s.handleDeleteDestination)
+	s.projectRoute("GET", destinations+"/{id}/dead_letters", controlplane.ScopeDestinationRead, s.handleListForwardDeadLetters)
+
 	const roles = "/api/organizations/{org}/roles"
 	s.orgRoute("GET", roles, controlplane.ScopeRoleRead, s.handleListRoles)
 	s.orgRoute("POST", roles, controlplane.ScopeRoleWrite, s.handleCreateRole)

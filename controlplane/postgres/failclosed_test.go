@@ -225,6 +225,12 @@ var asMember = map[string]memberRule{
 	"Approvals.ApproveChangeRequest":   approverOnly, // the victim's request names the editor as approver
 	"Approvals.RejectChangeRequest":    approverOnly,
 	"Approvals.CancelChangeRequest":    approverOnly, // the victim admin's own request
+	"EventDestinations.FindEventDestinations":    adminOnly,
+	"EventDestinations.FindEventDestinationByID": adminOnly,
+	"EventDestinations.FindForwardDeadLetters":   adminOnly,
+	"EventDestinations.CreateEventDestination":   adminOnly,
+	"EventDestinations.UpdateEventDestination":   adminOnly,
+	"EventDestinations.DeleteEventDestination":   adminOnly,
 }
 
 // ownOnly are the methods that, called by another organisation's user with the default
@@ -282,6 +288,9 @@ var overrides = map[string]func(fx *fixture, in []reflect.Value){
 	"ReleasePlans.SetReleasePlanState": func(fx *fixture, in []reflect.Value) { setStrings(in, controlplane.PlanPaused) },
 	"Webhooks.CreateWebhook": func(fx *fixture, in []reflect.Value) {
 		*argOf[controlplane.WebhookUpdate](in) = fx.hook()
+	},
+	"EventDestinations.CreateEventDestination": func(fx *fixture, in []reflect.Value) {
+		*argOf[controlplane.EventDestinationUpdate](in) = fx.destination()
 	},
 }
 
@@ -946,6 +955,10 @@ func (fx *fixture) hook() controlplane.WebhookUpdate {
 		Secret: ptr("0123456789abcdef")}
 }
 
+func (fx *fixture) destination() controlplane.EventDestinationUpdate {
+	return controlplane.EventDestinationUpdate{URL: ptr("https://93.184.215.14"), APIKey: ptr("phc_victimvictimvictim")}
+}
+
 // newFixture builds the fixture in a fresh database that lives as long as owner.
 func newFixture(t, owner *testing.T) *fixture {
 	t.Helper()
@@ -995,6 +1008,11 @@ func newFixture(t, owner *testing.T) *fixture {
 	check("project", err)
 	hook, err := fx.s.Webhooks.CreateWebhook(va, 1, fx.hook())
 	check("webhook", err)
+	destination, err := fx.s.EventDestinations.CreateEventDestination(va, 1, fx.destination())
+	check("event destination", err)
+	_, err = db.Pool.Exec(ctx, `INSERT INTO event_forward_dead_letters (destination_id, uuid, event, status_code, error)
+		VALUES ($1, gen_random_uuid(), '{}', 400, 'refused')`, destination.ID)
+	check("forward dead letter", err)
 	flag, err := fx.s.Flags.CreateFlag(va, 1, controlplane.FlagUpdate{Key: ptr("victim-flag")})
 	check("flag", err)
 	unlinked, err := fx.s.Flags.CreateFlag(va, 1, controlplane.FlagUpdate{Key: ptr("victim-flag-without-feature")})
@@ -1064,7 +1082,7 @@ func newFixture(t, owner *testing.T) *fixture {
 	// Every int64 argument is 1: check that 1 is the victim's id of every kind.
 	for what, id := range map[string]int64{"organisation": fx.admin.OrganizationID, "admin": fx.admin.ID, "project": project.ID,
 		"flag": flag.ID, "role access": access.ID, "cohort": cohort.ID, "annotation": annotation.ID, "scheduled change": schedule.ID,
-		"webhook": hook.ID, "person": person, "personal key": key} {
+		"webhook": hook.ID, "event destination": destination.ID, "person": person, "personal key": key} {
 		if id != 1 {
 			t.Fatalf("the victim's %s has id %d, not 1: the victim's objects must be created first, in a fresh database", what, id)
 		}

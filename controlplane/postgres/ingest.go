@@ -160,9 +160,31 @@ func (s *EventStore) storeOrSplit(ctx context.Context, tx pgx.Tx, projectID int6
 	return s.storeOrSplit(ctx, tx, projectID, events[mid:], edges[mid:], res)
 }
 
+// ingestSQL stores the events of the temporary table for the project $1 in one statement:
+// inserted once by uuid, and each one newly stored queued for every enabled event
+// destination of the project (a project without one pays an empty join). A project that does
+// not store its events (store_events off) only queues them, once per uuid while queued; an
+// unknown project is taken as storing, so its events meet the foreign key and are
+// dead-lettered. It returns the uuids of the events that are new: those persons and groups
+// are then updated for.
+const ingestSQL = `WITH keep AS (SELECT COALESCE((SELECT store_events FROM projects WHERE id = $1), true) AS store),
+	stored AS (INSERT INTO events (project_id, uuid, event, distinct_id, properties, timestamp, created_at)
+		SELECT DISTINCT ON (uuid) project_id, uuid, event, distinct_id, properties, timestamp, created_at FROM ingest_events
+		WHERE (SELECT store FROM keep)
+		ON CONFLICT (project_id, uuid) DO NOTHING RETURNING uuid, event, distinct_id, properties, timestamp),
+	fresh AS (SELECT * FROM stored
+		UNION ALL
+		SELECT DISTINCT ON (uuid) uuid, event, distinct_id, properties, timestamp FROM ingest_events WHERE NOT (SELECT store FROM keep)),
+	queued AS (INSERT INTO event_forward_queue (destination_id, uuid, event, distinct_id, properties, timestamp)
+		SELECT d.id, f.uuid, f.event, f.distinct_id, f.properties, f.timestamp
+		FROM event_destinations d CROSS JOIN fresh f WHERE d.project_id = $1 AND d.enabled
+		ON CONFLICT (destination_id, uuid) DO NOTHING)
+	SELECT uuid::text FROM fresh`
+
 // ingestEvents stores one project's events (the caller holds the project's ingest lock):
-// COPY into the temporary table, one INSERT skipping uuids already stored, then persons
-// and groups for the newly stored ones.
+// COPY into the temporary table, one statement that inserts the uuids not yet stored and
+// queues them for the project's event destinations (ingestSQL), then persons and groups for
+// the newly stored ones.
 func (s *EventStore) ingestEvents(ctx context.Context, tx pgx.Tx, projectID int64, events []controlplane.Event) (int, int, error) {
 	for i := range events {
 		if err := checkEncodable(&events[i]); err != nil {
@@ -181,9 +203,7 @@ func (s *EventStore) ingestEvents(ctx context.Context, tx pgx.Tx, projectID int6
 	if err != nil {
 		return 0, 0, fmt.Errorf("copy events: %w", err)
 	}
-	rows, err := tx.Query(ctx, `INSERT INTO events (project_id, uuid, event, distinct_id, properties, timestamp, created_at)
-		SELECT DISTINCT ON (uuid) project_id, uuid, event, distinct_id, properties, timestamp, created_at FROM ingest_events
-		ON CONFLICT (project_id, uuid) DO NOTHING RETURNING uuid::text`)
+	rows, err := tx.Query(ctx, ingestSQL, projectID)
 	if err != nil {
 		return 0, 0, fmt.Errorf("insert events: %w", err)
 	}

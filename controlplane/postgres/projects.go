@@ -25,13 +25,13 @@ const projectColumns = `p.id, p.uuid::text, p.organization_id, (SELECT o.uuid::t
 	COALESCE((SELECT json_agg(json_build_object('group_type', g.group_type, 'group_type_index', g.group_type_index)
 		ORDER BY g.group_type_index) FROM group_type_mappings g WHERE g.project_id = p.id), '[]'),
 	p.autocapture_opt_out, p.session_recording_opt_in, p.heatmaps_opt_in, p.capture_console_log_opt_in,
-	p.capture_performance_opt_in, p.autocapture_exceptions_opt_in`
+	p.capture_performance_opt_in, p.autocapture_exceptions_opt_in, p.store_events`
 
 func scanProject(row pgx.Row) (*controlplane.Project, error) {
 	var p controlplane.Project
 	c := &p.ClientConfig
 	err := row.Scan(&p.ID, &p.UUID, &p.OrganizationID, &p.OrganizationUUID, &p.Name, &p.APIToken, &p.SecretAPIToken, &p.Timezone, &p.CreatedAt, &p.GroupTypes,
-		&c.AutocaptureOptOut, &c.SessionRecordingOptIn, &c.HeatmapsOptIn, &c.CaptureConsoleLogOptIn, &c.CapturePerformanceOptIn, &c.AutocaptureExceptionsOptIn)
+		&c.AutocaptureOptOut, &c.SessionRecordingOptIn, &c.HeatmapsOptIn, &c.CaptureConsoleLogOptIn, &c.CapturePerformanceOptIn, &c.AutocaptureExceptionsOptIn, &p.StoreEvents)
 	if err != nil {
 		return nil, err
 	}
@@ -112,8 +112,9 @@ func (s *ProjectService) CreateProject(ctx context.Context, orgID int64, name st
 }
 
 // UpdateProject changes a project's name, time zone or client configuration, and bumps its
-// snapshot (edges serve all three). The update is scoped to the organisation of the user ctx
-// acts as: a project the user does not reach is ErrPermissionDenied, whether it exists or not.
+// snapshot (edges serve all three), or whether its events are stored (admins only). The
+// update is scoped to the organisation of the user ctx acts as: a project the user does not
+// reach is ErrPermissionDenied, whether it exists or not.
 func (s *ProjectService) UpdateProject(ctx context.Context, id int64, upd controlplane.ProjectUpdate) (*controlplane.Project, error) {
 	u, err := controlplane.CurrentUser(ctx)
 	if err != nil {
@@ -127,6 +128,9 @@ func (s *ProjectService) UpdateProject(ctx context.Context, id int64, upd contro
 			return nil, controlplane.FieldError("timezone", "invalid_choice", fmt.Sprintf("%q is not a valid time zone.", *upd.Timezone))
 		}
 	}
+	if upd.StoreEvents != nil && !controlplane.CanAdminOrg(u, u.OrganizationID) {
+		return nil, controlplane.ErrPermissionDenied // the project is checked to be in u's organisation below
+	}
 	err = s.db.inTx(ctx, func(tx pgx.Tx) error {
 		tag, err := tx.Exec(ctx, `UPDATE projects SET name = COALESCE($2, name), timezone = COALESCE($3, timezone),
 			autocapture_opt_out = COALESCE($4, autocapture_opt_out),
@@ -134,10 +138,11 @@ func (s *ProjectService) UpdateProject(ctx context.Context, id int64, upd contro
 			heatmaps_opt_in = COALESCE($6, heatmaps_opt_in),
 			capture_console_log_opt_in = COALESCE($7, capture_console_log_opt_in),
 			capture_performance_opt_in = COALESCE($8, capture_performance_opt_in),
-			autocapture_exceptions_opt_in = COALESCE($9, autocapture_exceptions_opt_in)
+			autocapture_exceptions_opt_in = COALESCE($9, autocapture_exceptions_opt_in),
+			store_events = COALESCE($11, store_events)
 			WHERE id = $1 AND organization_id = $10`,
 			id, upd.Name, upd.Timezone, upd.AutocaptureOptOut, upd.SessionRecordingOptIn, upd.HeatmapsOptIn,
-			upd.CaptureConsoleLogOptIn, upd.CapturePerformanceOptIn, upd.AutocaptureExceptionsOptIn, u.OrganizationID)
+			upd.CaptureConsoleLogOptIn, upd.CapturePerformanceOptIn, upd.AutocaptureExceptionsOptIn, u.OrganizationID, upd.StoreEvents)
 		if err != nil {
 			return err
 		}

@@ -29,5 +29,7 @@ func NewServices(db *DB, bcryptCost int) controlplane.Services {
 		Webhooks:     NewWebhookService(db),
 		Approvals:    NewApprovalStore(db),
 		ReleasePlans: NewReleasePlanStore(db),
+
+		EventDestinations: NewEventDestinationService(db),
 	}
 }

@@ -56,7 +56,7 @@ func not(f func(string) bool) func(string) bool { return func(p string) bool { r
 // packages of its domain (pure logic over the domain's interfaces).
 var (
 	cpAdapters = is("controlplane/postgres", "controlplane/httpapi", "controlplane/console", "controlplane/syncserver", "controlplane/logingest",
-		"controlplane/webhook", "controlplane/flagsascode")
+		"controlplane/webhook", "controlplane/flagsascode", "controlplane/forward")
 	cpDomain = is("controlplane", "controlplane/flageval", "controlplane/ingest", "controlplane/personview",
 		"controlplane/bloomhub", "controlplane/rollout", "controlplane/loginlimit", "controlplane/scheduler",
 		"controlplane/approvalwatch", "controlplane/releaser")

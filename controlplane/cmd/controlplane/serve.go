@@ -31,6 +31,7 @@ import (
 	"github.com/flagedge/flagedge/controlplane/bloomhub"
 	"github.com/flagedge/flagedge/controlplane/console"
 	"github.com/flagedge/flagedge/controlplane/flageval"
+	"github.com/flagedge/flagedge/controlplane/forward"
 	"github.com/flagedge/flagedge/controlplane/httpapi"
 	"github.com/flagedge/flagedge/controlplane/ingest"
 	"github.com/flagedge/flagedge/controlplane/logingest"
@@ -86,6 +87,19 @@ type serveConfig struct {
 	Webhooks        webhookFlags
 	// ReleasePlanInterval is how often release plans are evaluated.
 	ReleasePlanInterval time.Duration
+	Forward             forwardFlags
+}
+
+// forwardFlags configure the dispatcher of this replica that forwards events to the projects'
+// event destinations.
+type forwardFlags struct {
+	AllowPrivate bool
+	Workers      int64
+	BatchSize    int64
+	Timeout      time.Duration
+	RetryBase    time.Duration
+	RetryMax     time.Duration
+	Poll         time.Duration
 }
 
 // webhookFlags configure the webhook dispatcher of this replica.
@@ -150,6 +164,14 @@ func parseServeConfig(args []string, stderr io.Writer) (*serveConfig, error) {
 	fs.Duration(&cfg.Webhooks.Timeout, "webhook-timeout", "FLAGEDGE_WEBHOOK_TIMEOUT", w.Timeout, "how long one webhook delivery attempt may take (connect, send, answer)")
 	fs.Duration(&cfg.Webhooks.RetryBase, "webhook-retry-base", "FLAGEDGE_WEBHOOK_RETRY_BASE", w.RetryBase, "delay before a failed webhook delivery's first retry; each further one doubles (with jitter) up to --webhook-retry-max, for 24h from the event")
 	fs.Duration(&cfg.Webhooks.RetryMax, "webhook-retry-max", "FLAGEDGE_WEBHOOK_RETRY_MAX", w.RetryMax, "longest delay between two attempts of a webhook delivery")
+	f := forward.DefaultConfig()
+	fs.Bool(&cfg.Forward.AllowPrivate, "forward-allow-private", "FLAGEDGE_FORWARD_ALLOW_PRIVATE", false, "let event destinations reach private, loopback, link-local and other non-public addresses (refused by default, when a destination is saved and on the address each batch dials)")
+	fs.Int64(&cfg.Forward.Workers, "forward-workers", "FLAGEDGE_FORWARD_WORKERS", int64(f.Workers), "event destinations this replica sends batches to at once (each destination one batch at a time across replicas)")
+	fs.Int64(&cfg.Forward.BatchSize, "forward-batch-size", "FLAGEDGE_FORWARD_BATCH_SIZE", int64(f.BatchSize), "most events one batch to an event destination's /batch/ holds")
+	fs.Duration(&cfg.Forward.Timeout, "forward-timeout", "FLAGEDGE_FORWARD_TIMEOUT", f.Timeout, "how long one request to an event destination may take (connect, send, answer)")
+	fs.Duration(&cfg.Forward.RetryBase, "forward-retry-base", "FLAGEDGE_FORWARD_RETRY_BASE", f.RetryBase, "delay before retrying a batch an event destination could not take (429, 503, network error); each further one doubles (with jitter) up to --forward-retry-max; a longer Retry-After is honoured")
+	fs.Duration(&cfg.Forward.RetryMax, "forward-retry-max", "FLAGEDGE_FORWARD_RETRY_MAX", f.RetryMax, "longest delay between two attempts to send to an event destination")
+	fs.Duration(&cfg.Forward.Poll, "forward-poll", "FLAGEDGE_FORWARD_POLL", f.Poll, "how often an idle forwarding worker looks for newly queued events (the most an event waits before it is sent)")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -182,6 +204,10 @@ func (c *serveConfig) validate() error {
 	}
 	if w := c.Webhooks; w.Concurrency < 1 || w.Concurrency > 256 || w.PerHook < 1 || w.PerHook > 256 || w.Timeout < 100*time.Millisecond || w.RetryBase < 10*time.Millisecond || w.RetryMax < w.RetryBase {
 		return errors.New("--webhook-concurrency and --webhook-per-hook-concurrency must be 1 to 256, --webhook-timeout at least 100ms, --webhook-retry-base at least 10ms and --webhook-retry-max at least --webhook-retry-base")
+	}
+	if f := c.Forward; f.Workers < 1 || f.Workers > 64 || f.BatchSize < 1 || f.BatchSize > 50_000 || f.Timeout < 100*time.Millisecond ||
+		f.RetryBase < 10*time.Millisecond || f.RetryMax < f.RetryBase || f.Poll < 10*time.Millisecond {
+		return errors.New("--forward-workers must be 1 to 64, --forward-batch-size 1 to 50000, --forward-timeout at least 100ms, --forward-retry-base and --forward-poll at least 10ms, --forward-retry-max at least --forward-retry-base")
 	}
 	if c.DrainDelay < 0 {
 		return errors.New("--drain-delay must not be negative")
@@ -242,6 +268,7 @@ type controlPlane struct {
 	releaser *releaser.Releaser
 	logIn    *logingest.Ingester // nil without --event-log-url
 	hooks    *webhook.Dispatcher
+	forward  *forward.Dispatcher
 }
 
 func serve(ctx context.Context, args []string, stderr io.Writer) error {
@@ -297,7 +324,15 @@ func assemble(cfg *serveConfig, db *postgres.DB, logger *slog.Logger) (*controlP
 		RetryBase: cfg.Webhooks.RetryBase, RetryMax: cfg.Webhooks.RetryMax,
 		UserAgent: "flagedge-webhooks/" + release,
 	}, logger, cp.reg)
-	handler, err := newHTTPHandler(db, cfg, ready, logger, cp.reg, cp.sessions, cp.rollout, policy)
+	forwardPolicy := &webhook.Policy{AllowPrivate: cfg.Forward.AllowPrivate}
+	// The forwarding dispatcher is a system actor too: it alone holds the queue of every
+	// project's events, which ingestion filled.
+	cp.forward = forward.New(postgres.NewSystemForwardQueue(db), forwardPolicy, forward.Config{
+		Workers: int(cfg.Forward.Workers), BatchSize: int(cfg.Forward.BatchSize), Timeout: cfg.Forward.Timeout,
+		RetryBase: cfg.Forward.RetryBase, RetryMax: cfg.Forward.RetryMax, Poll: cfg.Forward.Poll,
+		UserAgent: "flagedge-forward/" + release,
+	}, logger, cp.reg)
+	handler, err := newHTTPHandler(db, cfg, ready, logger, cp.reg, cp.sessions, cp.rollout, policy, forwardPolicy)
 	if err != nil {
 		return nil, err
 	}
@@ -415,6 +450,7 @@ func (cp *controlPlane) run(ctx context.Context) error {
 	g.Go(func() error { cp.releaser.Run(gctx); return nil })
 	g.Go(wakeOn(postgres.WebhookChannel, cp.hooks.Wake))
 	g.Go(func() error { cp.hooks.Run(gctx); return nil })
+	g.Go(func() error { cp.forward.Run(gctx); return nil })
 	g.Go(func() error { cp.heartbeat(gctx); return nil })
 	g.Go(func() error { cp.edges.Run(gctx); return nil })
 	if cp.logIn != nil {
@@ -451,9 +487,10 @@ func (cp *controlPlane) run(ctx context.Context) error {
 // newHTTPHandler builds the management API over the database's services, and the web console
 // on top of it.
 func newHTTPHandler(db *postgres.DB, cfg *serveConfig, ready func(context.Context) error, logger *slog.Logger, reg *prometheus.Registry,
-	sessions controlplane.EdgeSessionStore, waiter *rollout.Watcher, policy *webhook.Policy) (http.Handler, error) {
+	sessions controlplane.EdgeSessionStore, waiter *rollout.Watcher, policy, forwardPolicy *webhook.Policy) (http.Handler, error) {
 	stores := postgres.NewServices(db, cfg.BcryptCost)
 	stores.Webhooks = webhook.Checked(stores.Webhooks, policy)
+	stores.EventDestinations = forward.Checked(stores.EventDestinations, forwardPolicy)
 	services, personStore := stores, postgres.NewPersonStore(db)
 	evaluator := &flageval.Evaluator{Snapshots: postgres.NewSnapshotStore(db), Persons: personStore, Scanner: personStore}
 	usage := postgres.NewEvaluationStore(db)
