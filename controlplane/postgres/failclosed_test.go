@@ -225,6 +225,7 @@ var asMember = map[string]memberRule{
 	"Approvals.ApproveChangeRequest":   approverOnly, // the victim's request names the editor as approver
 	"Approvals.RejectChangeRequest":    approverOnly,
 	"Approvals.CancelChangeRequest":    approverOnly, // the victim admin's own request
+
 	"EventDestinations.FindEventDestinations":    adminOnly,
 	"EventDestinations.FindEventDestinationByID": adminOnly,
 	"EventDestinations.FindForwardDeadLetters":   adminOnly,
