@@ -336,7 +336,7 @@ func (s *Server) send(ctx context.Context, stream syncpb.Sync_WatchServer, sent,
 		if err != nil {
 			return status.Errorf(codes.Internal, "encode watch response: %v", err)
 		}
-		if err := stream.SendMsg(&encodedResponse{parts: append([][]byte{head}, snaps...)}); err != nil {
+		if err := stream.SendMsg(&syncpb.EncodedResponse{Parts: append([][]byte{head}, snaps...)}); err != nil {
 			return err
 		}
 		s.sent.Add(float64(len(snaps)))

@@ -494,7 +494,7 @@ func (cp *controlPlane) heartbeat(ctx context.Context) {
 func newGRPCServer(sync syncpb.SyncServer, edges *syncserver.EdgeAuth, tlsConfig *tls.Config, reg *prometheus.Registry) *grpc.Server {
 	metrics := grpcprom.NewServerMetrics(grpcprom.WithServerHandlingTimeHistogram())
 	reg.MustRegister(metrics)
-	opts := append(syncserver.ServerOptions(tlsConfig != nil),
+	opts := append(syncpb.ServerOptions(tlsConfig != nil),
 		// Ingest calls carry up to a few MiB of events; allow a whole 20 MB capture batch.
 		grpc.MaxRecvMsgSize(64<<20),
 		// Edges keep one Watch stream open for good: keepalives find dead peers behind NATs.
