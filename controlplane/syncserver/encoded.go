@@ -41,4 +41,3 @@ func (e *encodedSnapshot) encoding(deflated bool) []byte {
 	}
 	return e.field
 }
-
