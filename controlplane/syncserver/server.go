@@ -50,6 +50,8 @@ type Server struct {
 
 	evaluations controlplane.EvaluationStore // nil: evaluation reports are dropped
 
+	relays *EdgeAuth // nil: edges may not serve edges
+
 	sessions  controlplane.EdgeSessionStore         // nil: streams are not recorded
 	opens     batcher[controlplane.SessionOpening]  // sessions to open
 	closes    batcher[string]                       // sessions to close

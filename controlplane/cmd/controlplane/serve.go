@@ -294,11 +294,11 @@ func assemble(cfg *serveConfig, db *postgres.DB, logger *slog.Logger) (*controlP
 	}
 	cp.members = bloomhub.NewHub(postgres.NewMemberStore(db), logger, cp.reg)
 	cp.ingest = ingest.New(postgres.NewEventStore(db, logger), logger, cp.reg)
+	cp.edges = syncserver.NewEdgeAuth(postgres.NewEdgeService(db), logger, cp.reg)
 	cp.sync = syncserver.NewServer(postgres.NewSnapshotStore(db), postgres.NewPersonStore(db), cp.ingest, logger, cp.reg,
 		syncserver.WithMembership(cp.members), syncserver.WithSessions(cp.sessions, cp.replicaID),
-		syncserver.WithEvaluations(postgres.NewEvaluationStore(db)))
+		syncserver.WithEvaluations(postgres.NewEvaluationStore(db)), syncserver.WithRelays(cp.edges))
 	cp.scheduler = scheduler.New(postgres.NewScheduleStore(db), postgres.NewFlagService(db), logger, cp.reg)
-	cp.edges = syncserver.NewEdgeAuth(postgres.NewEdgeService(db), logger, cp.reg)
 	cp.grpc = newGRPCServer(cp.sync, cp.edges, grpcTLS, cp.reg)
 	return cp, nil
 }
