@@ -2179,15 +2179,12 @@ type RelayedSession struct {
 	// edge_name is the name of the edge's credential; edge_id what the edge calls itself.
 	EdgeName string `protobuf:"bytes,2,opt,name=edge_name,json=edgeName,proto3" json:"edge_name,omitempty"`
 	EdgeId   string `protobuf:"bytes,3,opt,name=edge_id,json=edgeId,proto3" json:"edge_id,omitempty"`
-	// via names the relays between the reporting relay and the edge, nearest the reporter
-	// first, joined by " → " (empty: the edge is connected to the reporter). Each relay that
-	// passes the report on puts the name of the relay it came from in front.
-	Via string `protobuf:"bytes,4,opt,name=via,proto3" json:"via,omitempty"`
-	// parent_id is the session of the stream the edge's relay holds upstream; empty: the
-	// reporter's own (ReportSessionsRequest.session_id).
-	ParentId string `protobuf:"bytes,5,opt,name=parent_id,json=parentId,proto3" json:"parent_id,omitempty"`
+	// parent_id is the session of the stream the edge's relay holds upstream (the edge's path
+	// is its relays' sessions, up to the control plane); empty: the reporter's own
+	// (ReportSessionsRequest.session_id).
+	ParentId string `protobuf:"bytes,4,opt,name=parent_id,json=parentId,proto3" json:"parent_id,omitempty"`
 	// replaces is the edge's earlier session, forgotten at once.
-	Replaces      string `protobuf:"bytes,6,opt,name=replaces,proto3" json:"replaces,omitempty"`
+	Replaces      string `protobuf:"bytes,5,opt,name=replaces,proto3" json:"replaces,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2239,13 +2236,6 @@ func (x *RelayedSession) GetEdgeName() string {
 func (x *RelayedSession) GetEdgeId() string {
 	if x != nil {
 		return x.EdgeId
-	}
-	return ""
-}
-
-func (x *RelayedSession) GetVia() string {
-	if x != nil {
-		return x.Via
 	}
 	return ""
 }
@@ -2578,14 +2568,13 @@ const file_sync_proto_rawDesc = "" +
 	"\x02id\x18\x02 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x03 \x01(\tR\x04name\x12!\n" +
 	"\fall_projects\x18\x04 \x01(\bR\vallProjects\x12\x1a\n" +
-	"\bprojects\x18\x05 \x03(\x03R\bprojects\"\xa1\x01\n" +
+	"\bprojects\x18\x05 \x03(\x03R\bprojects\"\x8f\x01\n" +
 	"\x0eRelayedSession\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1b\n" +
 	"\tedge_name\x18\x02 \x01(\tR\bedgeName\x12\x17\n" +
-	"\aedge_id\x18\x03 \x01(\tR\x06edgeId\x12\x10\n" +
-	"\x03via\x18\x04 \x01(\tR\x03via\x12\x1b\n" +
-	"\tparent_id\x18\x05 \x01(\tR\bparentId\x12\x1a\n" +
-	"\breplaces\x18\x06 \x01(\tR\breplaces\"\xda\x01\n" +
+	"\aedge_id\x18\x03 \x01(\tR\x06edgeId\x12\x1b\n" +
+	"\tparent_id\x18\x04 \x01(\tR\bparentId\x12\x1a\n" +
+	"\breplaces\x18\x05 \x01(\tR\breplaces\"\xda\x01\n" +
 	"\x15ReportSessionsRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x128\n" +
