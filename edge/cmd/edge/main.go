@@ -286,7 +286,7 @@ type edge struct {
 	refusals  *admit.Refusals
 	streams   *ofrep.Hub // nil when streaming is off
 	forwarder *capture.Forwarder
-	relay     *relaying // nil unless --serve-edges
+	relay     *relaying           // nil unless --serve-edges
 	counts    *evalcount.Registry // evaluations by project, flag and value, reported upstream
 	closers   []func()            // in the order they are to run
 }
