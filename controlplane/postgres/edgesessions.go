@@ -141,11 +141,21 @@ func (s *EdgeSessionStore) ReportRelayed(ctx context.Context, r controlplane.Rel
 					return err
 				}
 			}
-			// Reported again (its relay's upstream changed): it hangs off its new parent.
-			if _, err := tx.Exec(ctx, `INSERT INTO edge_sessions (id, edge_name, edge_id, replica_id, replica)
-				VALUES ($1, $2, $3, $4, $5)
-				ON CONFLICT (id) DO UPDATE SET replica_id = EXCLUDED.replica_id, replica = EXCLUDED.replica, seen_at = now()
-				WHERE edge_sessions.edge_name = EXCLUDED.edge_name`, o.ID, o.EdgeName, o.EdgeID, parent, r.Replica); err != nil {
+			// A session already behind the relay, reported again, hangs off its new parent; an
+			// id taken by a session elsewhere is not the relay's to move.
+			conflict := `ON CONFLICT (id) DO NOTHING`
+			if _, mine := behind[o.ID]; mine {
+				conflict = `ON CONFLICT (id) DO UPDATE SET replica_id = EXCLUDED.replica_id, replica = EXCLUDED.replica, seen_at = now()
+					WHERE edge_sessions.edge_name = EXCLUDED.edge_name`
+			}
+			var id string
+			err := tx.QueryRow(ctx, `INSERT INTO edge_sessions (id, edge_name, edge_id, replica_id, replica)
+				VALUES ($1, $2, $3, $4, $5) `+conflict+` RETURNING id::text`, o.ID, o.EdgeName, o.EdgeID, parent, r.Replica).Scan(&id)
+			if errors.Is(err, pgx.ErrNoRows) {
+				unknown = append(unknown, o.ID)
+				continue
+			}
+			if err != nil {
 				return err
 			}
 			behind[o.ID] = o.EdgeName
