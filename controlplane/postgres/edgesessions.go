@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"errors"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -64,7 +65,8 @@ func (s *EdgeSessionStore) OpenSessions(ctx context.Context, opens []controlplan
 // maxTiers bounds how deep the trees of sessions are followed: relays behind relays.
 const maxTiers = 16
 
-// subtreeOf is the sessions of the uuid[] $1 and every session behind them, maxTiers deep.
+// subtreeOf is the sessions of the uuid[] $1 and every session behind them, maxTiers (16)
+// deep.
 const subtreeOf = `WITH RECURSIVE tree(id, depth) AS (
 		SELECT id, 0 FROM edge_sessions WHERE id = ANY($1::uuid[])
 		UNION ALL SELECT s.id, t.depth + 1 FROM edge_sessions s JOIN tree t ON s.replica_id = t.id WHERE t.depth < 16)`
@@ -108,24 +110,26 @@ func (s *EdgeSessionStore) ReportRelayed(ctx context.Context, r controlplane.Rel
 	var unknown []string
 	err := s.db.inTx(ctx, func(tx pgx.Tx) error {
 		unknown = nil
-		var replicaID string
-		err := tx.QueryRow(ctx, `SELECT replica_id::text FROM edge_sessions WHERE id::text = $1 AND edge_name = $2 FOR UPDATE`,
-			r.Session, r.Relay).Scan(&replicaID)
+		var open bool
+		err := tx.QueryRow(ctx, `SELECT true FROM edge_sessions WHERE id::text = $1 AND edge_name = $2 FOR UPDATE`,
+			r.Session, r.Relay).Scan(&open)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return controlplane.ErrNotFound
 		}
 		if err != nil {
 			return err
 		}
-		if len(r.Closed) > 0 {
-			if _, err := tx.Exec(ctx, subtreeOf+` DELETE FROM edge_sessions WHERE id IN (SELECT id FROM tree WHERE depth > 0)
-				AND id IN (SELECT id FROM edge_sessions WHERE id::text = ANY($2::text[]))`, []string{r.Session}, r.Closed); err != nil {
-				return err
-			}
-		}
-		behind, err := s.behind(ctx, tx, r.Session)
+		behind, err := sessionsBehind(ctx, tx, r.Session)
 		if err != nil {
 			return err
+		}
+		if closing := slices.DeleteFunc(slices.Clone(r.Closed), func(id string) bool { _, ok := behind[id]; return !ok }); len(closing) > 0 {
+			if _, err := tx.Exec(ctx, subtreeOf+` DELETE FROM edge_sessions WHERE id IN (SELECT id FROM tree)`, closing); err != nil {
+				return err
+			}
+			if behind, err = sessionsBehind(ctx, tx, r.Session); err != nil {
+				return err
+			}
 		}
 		for _, o := range r.Opened {
 			parent := o.Parent
@@ -182,9 +186,9 @@ func (s *EdgeSessionStore) ReportRelayed(ctx context.Context, r controlplane.Rel
 	return unknown, nil
 }
 
-// behind returns the sessions behind session (the session itself not included) by id, with
-// their edge names.
-func (s *EdgeSessionStore) behind(ctx context.Context, tx pgx.Tx, session string) (map[string]string, error) {
+// sessionsBehind returns the sessions behind session (the session itself not included) by
+// id, with their edge names.
+func sessionsBehind(ctx context.Context, tx pgx.Tx, session string) (map[string]string, error) {
 	rows, err := tx.Query(ctx, subtreeOf+` SELECT s.id::text, s.edge_name FROM edge_sessions s JOIN tree t ON t.id = s.id WHERE t.depth > 0`,
 		[]string{session})
 	if err != nil {

@@ -228,10 +228,17 @@ func TestRelayedSessions(t *testing.T) {
 	if paths["leaf-b"].Version != 7 {
 		t.Errorf("leaf-b serves %d, want its acknowledged 7", paths["leaf-b"].Version)
 	}
-	if err := store.CloseSessions(ctx, []string{r1}); err != nil {
+	// relay-2's stream ends: relay-1 reports it closed, and leaf-b behind it ends too.
+	if _, err := store.ReportRelayed(ctx, controlplane.RelayReport{Relay: "relay-1", Session: r1, Replica: "r1", Closed: []string{r2}}); err != nil {
 		t.Fatal(err)
 	}
 	var left int
+	if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM edge_sessions WHERE id::text = ANY($1)`, []string{r2, leafB}).Scan(&left); err != nil || left != 0 {
+		t.Errorf("%d of relay-2 and leaf-b left after relay-2 closed (%v)", left, err)
+	}
+	if err := store.CloseSessions(ctx, []string{r1}); err != nil {
+		t.Fatal(err)
+	}
 	if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM edge_sessions WHERE id::text = ANY($1)`, []string{r1, r2, leafA, leafB}).Scan(&left); err != nil || left != 0 {
 		t.Errorf("%d sessions of relay-1's tree left after it closed (%v)", left, err)
 	}
