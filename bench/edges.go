@@ -98,6 +98,12 @@ type edgesResult struct {
 	GoroutinesPerEdge float64 `json:"cp_goroutines_per_edge"`
 	HeapKBPerEdge     float64 `json:"cp_heap_inuse_kb_per_edge"`
 	StackKBPerEdge    float64 `json:"cp_stack_inuse_kb_per_edge"`
+	// Relays is how many relays (edge --serve-edges) the edges connect to (0: none, straight
+	// to the control plane); RelayRSSMB each one's resident memory once all are synced, and
+	// RelayKBPerEdge their memory (synced − before, all together) per edge behind them.
+	Relays         int       `json:"relays"`
+	RelayRSSMB     []float64 `json:"relay_rss_synced_mb,omitempty"`
+	RelayKBPerEdge float64   `json:"relay_rss_per_edge_kb,omitempty"`
 }
 
 // edgesScenario runs the scenario against each control plane binary of --controlplane-bin
@@ -132,12 +138,16 @@ func edgesScenario(cfg config) error {
 	return nil
 }
 
-const edgesHeader = "| control plane | edges synced | initial sync s (p50 / p99 per client, ms) | change to all p50 / p99 / max ms | CP RSS before / synced / after MB | KB per edge (heap, stacks; goroutines) | CP CPU s: sync, per change | snapshot B as sent (deflated when both sides can) | rollout_status 200 after, ms per change |\n" +
-	"|---|---:|---|---|---|---|---|---:|---|\n"
+const edgesHeader = "| control plane | relays (RSS synced MB; KB per edge behind) | edges synced | initial sync s (p50 / p99 per client, ms) | change to all p50 / p99 / max ms | CP RSS before / synced / after MB | KB per edge (heap, stacks; goroutines) | CP CPU s: sync, per change | snapshot B as sent (deflated when both sides can) | rollout_status 200 after, ms per change |\n" +
+	"|---|---|---:|---|---|---|---|---|---:|---|\n"
 
 func (r *edgesResult) row() string {
-	return fmt.Sprintf("| %s | %d of %d | %.2f (%.0f / %.0f) | %.0f / %.0f / %.0f (%d rounds, %d missed) | %.0f / %.0f / %.0f | %.1f (%.1f, %.1f; %.1f) | %.2f, %.2f | %d | %s |",
-		r.ControlPlane, r.Synced, r.Edges, r.SyncSeconds, r.SyncP50Ms, r.SyncP99Ms, r.ChangeP50Ms, r.ChangeP99Ms, r.ChangeMaxMs, r.Rounds, r.Missed,
+	relays := "–"
+	if r.Relays > 0 {
+		relays = fmt.Sprintf("%d (%s; %.1f)", r.Relays, joinFloats(r.RelayRSSMB, 0), r.RelayKBPerEdge)
+	}
+	return fmt.Sprintf("| %s | %s | %d of %d | %.2f (%.0f / %.0f) | %.0f / %.0f / %.0f (%d rounds, %d missed) | %.0f / %.0f / %.0f | %.1f (%.1f, %.1f; %.1f) | %.2f, %.2f | %d | %s |",
+		r.ControlPlane, relays, r.Synced, r.Edges, r.SyncSeconds, r.SyncP50Ms, r.SyncP99Ms, r.ChangeP50Ms, r.ChangeP99Ms, r.ChangeMaxMs, r.Rounds, r.Missed,
 		r.RSSBeforeMB, r.RSSSyncedMB, r.RSSAfterMB, r.RSSPerEdgeKB, r.HeapKBPerEdge, r.StackKBPerEdge, r.GoroutinesPerEdge,
 		r.SyncCPUSeconds, r.ChangeCPUPerRnd, r.SnapshotBytes, msList(r.ConfirmedMs, r.ConfirmMissed))
 }
@@ -219,11 +229,30 @@ func edgesRun(cfg config, cpBin string, nth int) (*edgesResult, error) {
 		return nil, err
 	}
 
+	upstreams := []string{stack.cp.grpcAddr}
+	var relays []*process
+	if cfg.edgesRelays > 0 {
+		if relays, err = startRelays(ctx, cfg.edgesRelays, stack, dir, certFile, keyFile); err != nil {
+			return nil, err
+		}
+		defer func() {
+			for _, r := range relays {
+				r.stop()
+			}
+		}()
+		upstreams = upstreams[:0]
+		for _, r := range relays {
+			upstreams = append(upstreams, r.grpcAddr)
+		}
+		res.Relays = len(relays)
+	}
+	relaysBefore := relaysRSS(relays)
+
 	fleet := newFleet(cfg.edgesCount, p.id, cfg.edgesAck)
 	defer fleet.close()
 	_, cpu0 := procStat(pid)
 	start := time.Now()
-	if err := fleet.connect(ctx, stack.cp.grpcAddr, token, pool); err != nil {
+	if err := fleet.connect(ctx, upstreams, token, pool); err != nil {
 		return nil, err
 	}
 	synced := fleet.waitSynced(start, edgesTimeout)
@@ -240,6 +269,14 @@ func edgesRun(cfg config, cpBin string, nth int) (*edgesResult, error) {
 	rss, _ = procStat(pid)
 	res.RSSSyncedMB = rss / 1e6
 	res.RSSPerEdgeKB = (res.RSSSyncedMB - res.RSSBeforeMB) * 1e3 / float64(cfg.edgesCount)
+	if len(relays) > 0 {
+		res.RelayRSSMB = relaysRSS(relays)
+		var before, synced float64
+		for i := range relays {
+			before, synced = before+relaysBefore[i], synced+res.RelayRSSMB[i]
+		}
+		res.RelayKBPerEdge = (synced - before) * 1e3 / float64(cfg.edgesCount)
+	}
 	if m, err := scrape(stack.controlPlaneURL()); err == nil {
 		per := func(name string) float64 { return (m[name] - metricsBefore[name]) / float64(cfg.edgesCount) }
 		res.GoroutinesPerEdge, res.HeapKBPerEdge, res.StackKBPerEdge = per("go_goroutines"),
@@ -303,6 +340,50 @@ func edgesRun(cfg config, cpBin string, nth int) (*edgesResult, error) {
 		}
 	}
 	return res, nil
+}
+
+// startRelays builds the edge from the tree into dir and starts n relays of it (edge
+// --serve-edges), each with its own token, over TLS both ways with the scenario's
+// certificate, and waits until each holds the snapshots.
+func startRelays(ctx context.Context, n int, stack *selfStack, dir, certFile, keyFile string) ([]*process, error) {
+	if err := buildTree(ctx, "edges", dir, "./edge/cmd/edge"); err != nil {
+		return nil, err
+	}
+	var relays []*process
+	for i := range n {
+		name := fmt.Sprintf("relay-%d", i+1)
+		progress("edges: starting " + name)
+		token, err := stack.createEdge(ctx, "bench-"+name)
+		if err != nil {
+			return relays, err
+		}
+		r, err := startProcess(ctx, dir, command{name: name, bin: filepath.Join(dir, "edge"), listening: "edge listening", args: []string{
+			"--http-addr", "127.0.0.1:0", "--metrics-addr", "127.0.0.1:0", "--control-plane", stack.cp.grpcAddr,
+			"--control-plane-ca", certFile, "--edge-token", token, "--data-dir", filepath.Join(dir, name), "--edge-id", name,
+			"--drain-delay", "0s",
+			"--serve-edges", "127.0.0.1:0", "--serve-edges-tls-cert", certFile, "--serve-edges-tls-key", keyFile}})
+		if err != nil {
+			return relays, err
+		}
+		relays = append(relays, r)
+		if err := r.waitListening("relay listening"); err != nil {
+			return relays, err
+		}
+		if err := waitReady("http://" + r.httpAddr + "/_ready"); err != nil {
+			return relays, fmt.Errorf("%w; %s logged:\n%s", err, name, r.logTail())
+		}
+	}
+	return relays, nil
+}
+
+// relaysRSS returns each relay's resident memory in MB.
+func relaysRSS(relays []*process) []float64 {
+	out := make([]float64, len(relays))
+	for i, r := range relays {
+		rss, _ := procStat(r.cmd.Process.Pid)
+		out[i] = rss / 1e6
+	}
+	return out
 }
 
 // rolloutConfirmed asks the control plane's rollout_status to answer once every connected edge
@@ -413,9 +494,10 @@ func newFleet(n int, project int64, ack bool) *fleet {
 	return f
 }
 
-// connect starts every client's Watch stream, at most edgesConnecting connecting at once (a
-// client counts as connecting until its initial sync); it returns once all have started.
-func (f *fleet) connect(ctx context.Context, addr, token string, pool *x509.CertPool) error {
+// connect starts every client's Watch stream, to the addresses in turn (the control plane, or
+// relays), at most edgesConnecting connecting at once (a client counts as connecting until
+// its initial sync); it returns once all have started.
+func (f *fleet) connect(ctx context.Context, addrs []string, token string, pool *x509.CertPool) error {
 	ctx, f.cancel = context.WithCancel(ctx)
 	creds := credentials.NewTLS(&tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12})
 	slots := make(chan struct{}, edgesConnecting)
@@ -428,7 +510,7 @@ func (f *fleet) connect(ctx context.Context, addr, token string, pool *x509.Cert
 		case <-ctx.Done():
 			return ctx.Err()
 		}
-		conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(creds), grpc.WithPerRPCCredentials(bearer(token)),
+		conn, err := grpc.NewClient(addrs[i%len(addrs)], grpc.WithTransportCredentials(creds), grpc.WithPerRPCCredentials(bearer(token)),
 			// As an edge does (edge/cpclient), but with small buffers: this process holds them
 			// all, and they are not what is measured.
 			grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 15 * time.Second, Timeout: 5 * time.Second, PermitWithoutStream: true}),

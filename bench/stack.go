@@ -221,7 +221,7 @@ type process struct {
 	log      string
 	done     chan struct{}
 	httpAddr string // from its "… listening" log line
-	grpcAddr string // the control plane's, from the same line
+	grpcAddr string // the control plane's, from the same line; a relay's, from "relay listening"
 	// metricsAddr is the edge's --metrics-addr, from its "metrics listening" line.
 	metricsAddr string
 }
@@ -276,11 +276,15 @@ func (p *process) waitListening(msg string) error {
 				HTTPAddr    string `json:"http_addr"`
 				GRPCAddr    string `json:"grpc_addr"`
 				MetricsAddr string `json:"metrics_addr"`
+				ServeEdges  string `json:"serve_edges_addr"`
 			}
 			if json.Unmarshal([]byte(line), &entry) == nil && entry.Msg == msg {
-				if entry.MetricsAddr != "" {
+				switch {
+				case entry.MetricsAddr != "":
 					p.metricsAddr = entry.MetricsAddr
-				} else {
+				case entry.ServeEdges != "":
+					p.grpcAddr = entry.ServeEdges // a relay's sync service
+				default:
 					p.httpAddr, p.grpcAddr = entry.HTTPAddr, entry.GRPCAddr
 				}
 				return nil

@@ -11,8 +11,13 @@ type EdgeProjectStatus struct {
 	// Name is the name of the edge's token; EdgeID what the edge calls itself (--edge-id).
 	Name   string
 	EdgeID string
-	// Replica names the control-plane replica the edge's Watch stream is connected to.
-	Replica     string
+	// Replica names the control-plane replica the edge's Watch stream is connected to, or that
+	// of the first relay on its path.
+	Replica string
+	// Path is the edge's way from the control plane: the names of the relays (edge
+	// --serve-edges) its stream goes through and its own, joined by " → "; its name alone when
+	// it is connected directly.
+	Path        string
 	ConnectedAt time.Time
 	// Version is the project's snapshot version the edge acknowledged serving (0: none yet),
 	// AckedAt when; Lag how many versions it is behind the project's current one.
@@ -62,6 +67,31 @@ type EdgeSessionStore interface {
 	// yet (Laggards of FindProjectEdges, without reading every edge); NotFound when there is
 	// no such project.
 	CountLaggards(ctx context.Context, projectID, version int64) (int, error)
+	// ReportRelayed records what a relay reports of the sessions of the edges behind it, in
+	// one write; it returns the reported sessions it does not hold (their parent ended, or
+	// they were never opened) for the relay to open again. NotFound when the relay's own
+	// session is not open.
+	ReportRelayed(ctx context.Context, r RelayReport) (unknown []string, err error)
+}
+
+// RelayReport is one batch of a relay's report on the sessions behind it. The sessions it
+// opens hang off its own (Session) or off a session already behind it (Parent): when a
+// session ends, every session behind it ends too. A session behind a relay counts for a
+// project only when every edge on its path is served the project.
+type RelayReport struct {
+	// Relay is the name of the reporting relay's token; Session its own stream's session,
+	// served by the replica named Replica.
+	Relay, Session, Replica string
+	Opened                  []RelayedOpening
+	Closed                  []string
+	Acks                    []Acknowledgement
+}
+
+// RelayedOpening is a session behind a relay: ID is made by the relay that serves the
+// stream, Parent is the session it hangs off ("" for the reporter's own), Replaces the edge's
+// earlier session ("" when none).
+type RelayedOpening struct {
+	ID, Parent, EdgeName, EdgeID, Replaces string
 }
 
 // Acknowledgement is what one session's edge says it serves now: the versions of projects

@@ -12,6 +12,7 @@ import (
 type edgeJSON struct {
 	Name               string     `json:"name"`
 	EdgeID             string     `json:"edge_id"`
+	Path               string     `json:"path"`
 	Replica            string     `json:"replica"`
 	ConnectedAt        time.Time  `json:"connected_at"`
 	Version            int64      `json:"version"`
@@ -22,7 +23,7 @@ type edgeJSON struct {
 func newEdgesJSON(list []controlplane.EdgeProjectStatus) []edgeJSON {
 	out := make([]edgeJSON, len(list))
 	for i, e := range list {
-		out[i] = edgeJSON{Name: e.Name, EdgeID: e.EdgeID, Replica: e.Replica, ConnectedAt: e.ConnectedAt, Version: e.Version,
+		out[i] = edgeJSON{Name: e.Name, EdgeID: e.EdgeID, Path: e.Path, Replica: e.Replica, ConnectedAt: e.ConnectedAt, Version: e.Version,
 			Lag: e.Lag, LastAcknowledgedAt: e.AckedAt}
 	}
 	return out

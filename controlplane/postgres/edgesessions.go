@@ -2,6 +2,8 @@ package postgres
 
 import (
 	"context"
+	"errors"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -42,8 +44,7 @@ func (s *EdgeSessionStore) OpenSessions(ctx context.Context, opens []controlplan
 	}
 	err := s.db.inTx(ctx, func(tx pgx.Tx) error {
 		if len(replaced) > 0 {
-			if _, err := tx.Exec(ctx, `DELETE FROM edge_sessions s USING unnest($1::text[], $2::text[]) AS t(id, name)
-				WHERE s.id::text = t.id AND s.edge_name = t.name`, replaced, replacedNames); err != nil {
+			if err := forgetReplaced(ctx, tx, replaced, replacedNames); err != nil {
 				return err
 			}
 		}
@@ -57,34 +58,176 @@ func (s *EdgeSessionStore) OpenSessions(ctx context.Context, opens []controlplan
 	return nil
 }
 
-// CloseSessions forgets sessions.
+// A session behind a relay (RelayReport) is stored with the session it hangs off as its
+// replica_id, where a direct session has its replica's process: the sessions form trees
+// rooted at the replicas, and a session ends with the one it hangs off.
+
+// maxTiers bounds how deep the trees of sessions are followed: relays behind relays.
+const maxTiers = 16
+
+// subtreeOf is the sessions of the uuid[] $1 and every session behind them, maxTiers (16)
+// deep.
+const subtreeOf = `WITH RECURSIVE tree(id, depth) AS (
+		SELECT id, 0 FROM edge_sessions WHERE id = ANY($1::uuid[])
+		UNION ALL SELECT s.id, t.depth + 1 FROM edge_sessions s JOIN tree t ON s.replica_id = t.id WHERE t.depth < 16)`
+
+// forgetReplaced deletes the sessions an edge's new streams replace (those of the same edge
+// name only), with the sessions behind them.
+func forgetReplaced(ctx context.Context, tx pgx.Tx, ids, names []string) error {
+	_, err := tx.Exec(ctx, `WITH RECURSIVE tree(id, depth) AS (
+			SELECT s.id, 0 FROM edge_sessions s JOIN unnest($1::text[], $2::text[]) AS t(id, name) ON s.id::text = t.id AND s.edge_name = t.name
+			UNION ALL SELECT s.id, t.depth + 1 FROM edge_sessions s JOIN tree t ON s.replica_id = t.id WHERE t.depth < $3)
+		DELETE FROM edge_sessions WHERE id IN (SELECT id FROM tree)`, ids, names, maxTiers)
+	return err
+}
+
+// CloseSessions forgets sessions, and the sessions behind them.
 func (s *EdgeSessionStore) CloseSessions(ctx context.Context, ids []string) error {
-	if _, err := s.db.Pool.Exec(ctx, `DELETE FROM edge_sessions WHERE id = ANY($1::uuid[])`, ids); err != nil {
+	if _, err := s.db.Pool.Exec(ctx, subtreeOf+` DELETE FROM edge_sessions WHERE id IN (SELECT id FROM tree)`, ids); err != nil {
 		return opError("close edge sessions", err)
 	}
 	return nil
 }
 
-// Heartbeat marks the replica's sessions and deletes those nobody marked within SessionTTL.
+// Heartbeat marks the replica's sessions, and the sessions behind them, and deletes those
+// nobody marked within SessionTTL.
 func (s *EdgeSessionStore) Heartbeat(ctx context.Context, replicaID string) error {
-	_, err := s.db.Pool.Exec(ctx, `WITH marked AS (UPDATE edge_sessions SET seen_at = now() WHERE replica_id = $1)
-		DELETE FROM edge_sessions WHERE seen_at < now() - $2::interval AND replica_id <> $1`, replicaID, SessionTTL)
+	_, err := s.db.Pool.Exec(ctx, `WITH RECURSIVE tree(id, depth) AS (
+			SELECT id, 0 FROM edge_sessions WHERE replica_id = $1
+			UNION ALL SELECT s.id, t.depth + 1 FROM edge_sessions s JOIN tree t ON s.replica_id = t.id WHERE t.depth < $3),
+		marked AS (UPDATE edge_sessions SET seen_at = now() WHERE id IN (SELECT id FROM tree))
+		DELETE FROM edge_sessions WHERE seen_at < now() - $2::interval AND id NOT IN (SELECT id FROM tree)`, replicaID, SessionTTL, maxTiers)
 	if err != nil {
 		return opError("edge session heartbeat", err)
 	}
 	return nil
 }
 
+// ReportRelayed records a relay's report in one transaction: the sessions behind it that
+// ended, those that opened (each after forgetting the one it replaces), and what they
+// acknowledged. A session may be reported only behind the relay's own.
+func (s *EdgeSessionStore) ReportRelayed(ctx context.Context, r controlplane.RelayReport) ([]string, error) {
+	var unknown []string
+	err := s.db.inTx(ctx, func(tx pgx.Tx) error {
+		unknown = nil
+		var open bool
+		err := tx.QueryRow(ctx, `SELECT true FROM edge_sessions WHERE id::text = $1 AND edge_name = $2 FOR UPDATE`,
+			r.Session, r.Relay).Scan(&open)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return controlplane.ErrNotFound
+		}
+		if err != nil {
+			return err
+		}
+		behind, err := sessionsBehind(ctx, tx, r.Session)
+		if err != nil {
+			return err
+		}
+		if closing := slices.DeleteFunc(slices.Clone(r.Closed), func(id string) bool { _, ok := behind[id]; return !ok }); len(closing) > 0 {
+			if _, err := tx.Exec(ctx, subtreeOf+` DELETE FROM edge_sessions WHERE id IN (SELECT id FROM tree)`, closing); err != nil {
+				return err
+			}
+			if behind, err = sessionsBehind(ctx, tx, r.Session); err != nil {
+				return err
+			}
+		}
+		for _, o := range r.Opened {
+			parent := o.Parent
+			if parent == "" {
+				parent = r.Session
+			}
+			if _, ok := behind[parent]; !ok && parent != r.Session {
+				unknown = append(unknown, o.ID)
+				continue
+			}
+			if o.Replaces != "" && o.Replaces != o.ID {
+				if err := forgetReplaced(ctx, tx, []string{o.Replaces}, []string{o.EdgeName}); err != nil {
+					return err
+				}
+			}
+			// A session already behind the relay, reported again, hangs off its new parent; an
+			// id taken by a session elsewhere is not the relay's to move.
+			conflict := `ON CONFLICT (id) DO NOTHING`
+			if _, mine := behind[o.ID]; mine {
+				conflict = `ON CONFLICT (id) DO UPDATE SET replica_id = EXCLUDED.replica_id, replica = EXCLUDED.replica, seen_at = now()
+					WHERE edge_sessions.edge_name = EXCLUDED.edge_name`
+			}
+			var id string
+			err := tx.QueryRow(ctx, `INSERT INTO edge_sessions (id, edge_name, edge_id, replica_id, replica)
+				VALUES ($1, $2, $3, $4, $5) `+conflict+` RETURNING id::text`, o.ID, o.EdgeName, o.EdgeID, parent, r.Replica).Scan(&id)
+			if errors.Is(err, pgx.ErrNoRows) {
+				unknown = append(unknown, o.ID)
+				continue
+			}
+			if err != nil {
+				return err
+			}
+			behind[o.ID] = o.EdgeName
+		}
+		var acks []controlplane.Acknowledgement
+		for _, a := range r.Acks {
+			name, ok := behind[a.SessionID]
+			if !ok {
+				unknown = append(unknown, a.SessionID)
+				continue
+			}
+			a.EdgeName = name
+			acks = append(acks, a)
+		}
+		if len(acks) == 0 {
+			return nil
+		}
+		_, err = acknowledge(ctx, tx, acks)
+		return err
+	})
+	if err != nil {
+		return nil, opError("report relayed sessions", err)
+	}
+	return unknown, nil
+}
+
+// sessionsBehind returns the sessions behind session (the session itself not included) by
+// id, with their edge names.
+func sessionsBehind(ctx context.Context, tx pgx.Tx, session string) (map[string]string, error) {
+	rows, err := tx.Query(ctx, subtreeOf+` SELECT s.id::text, s.edge_name FROM edge_sessions s JOIN tree t ON t.id = s.id WHERE t.depth > 0`,
+		[]string{session})
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]string{}
+	var id, name string
+	_, err = pgx.ForEachRow(rows, []any{&id, &name}, func() error {
+		out[id] = name
+		return nil
+	})
+	return out, err
+}
+
 // Acknowledge records what the sessions' edges serve, all in one transaction (thousands of
 // edges acknowledge each change within a second), and wakes the waiters of every replica
 // once.
 func (s *EdgeSessionStore) Acknowledge(ctx context.Context, acks []controlplane.Acknowledgement) ([]error, error) {
+	var results []error
+	err := s.db.inTx(ctx, func(tx pgx.Tx) error {
+		var err error
+		results, err = acknowledge(ctx, tx, acks)
+		return err
+	})
+	if err != nil {
+		return nil, opError("acknowledge versions", err)
+	}
+	return results, nil
+}
+
+// acknowledge writes acknowledgements in tx, and notifies the waiters when any session was
+// open; it returns one result per acknowledgement.
+func acknowledge(ctx context.Context, tx pgx.Tx, acks []controlplane.Acknowledgement) ([]error, error) {
 	ids, names := make([]string, len(acks)), make([]string, len(acks))
 	for i, a := range acks {
 		ids[i], names[i] = a.SessionID, a.EdgeName
 	}
 	results := make([]error, len(acks))
-	err := s.db.inTx(ctx, func(tx pgx.Tx) error {
+	err := func() error {
 		// The sessions that are the edges' and open, locked until the commit: one that ends
 		// meanwhile is deleted after, with what is written here.
 		rows, err := tx.Query(ctx, `UPDATE edge_sessions s SET seen_at = now()
@@ -151,27 +294,35 @@ func (s *EdgeSessionStore) Acknowledge(ctx context.Context, acks []controlplane.
 		}
 		_, err = tx.Exec(ctx, `SELECT pg_notify($1, '')`, EdgeAckChannel)
 		return err
-	})
-	if err != nil {
-		return nil, opError("acknowledge versions", err)
-	}
-	return results, nil
+	}()
+	return results, err
 }
 
-// projectEdgesFrom joins project $1 with the sessions of the edges serving it that were seen
-// within $2 (none: one row with NULL session columns) and what each serves of it.
+// projectEdgesFrom joins project $1 with the sessions seen within $2 of the edges serving it
+// (none: one row with NULL session columns) and what each serves of it. A session behind
+// relays serves the project only when every edge on its path is live and served it; its path
+// is their names from the control plane down.
 const projectEdgesFrom = `FROM projects p
-		LEFT JOIN (edge_sessions s JOIN edges e ON e.name = s.edge_name AND e.revoked_at IS NULL)
-			ON s.seen_at >= now() - $2::interval AND (e.project_ids IS NULL OR p.id = ANY (e.project_ids))
+		LEFT JOIN (edge_sessions s JOIN paths ON paths.id = s.id AND paths.serves) ON true
 		LEFT JOIN edge_session_versions v ON v.session_id = s.id AND v.project_id = p.id
 		WHERE p.id = $1`
+
+// projectEdgesWith computes the paths of the sessions seen within $2, for projectEdgesFrom.
+const projectEdgesWith = `WITH RECURSIVE chain(id, up, edge_name, depth) AS (
+			SELECT id, replica_id, edge_name, 0 FROM edge_sessions WHERE seen_at >= now() - $2::interval
+			UNION ALL SELECT c.id, s.replica_id, s.edge_name, c.depth + 1 FROM chain c JOIN edge_sessions s ON s.id = c.up
+			WHERE c.depth < 16),
+		paths AS (SELECT c.id, string_agg(c.edge_name, ' → ' ORDER BY c.depth DESC) AS path,
+				bool_and(e.name IS NOT NULL AND (e.project_ids IS NULL OR $1 = ANY (e.project_ids))) AS serves
+			FROM chain c LEFT JOIN edges e ON e.name = c.edge_name AND e.revoked_at IS NULL GROUP BY c.id)
+		`
 
 // CountLaggards counts in the database what Laggards would list: a waiter asks after every
 // acknowledgement, and with thousands of edges reading them all each time cost the replica
 // more than the acknowledgements.
 func (s *EdgeSessionStore) CountLaggards(ctx context.Context, projectID, version int64) (int, error) {
 	var projects, laggards int
-	err := s.db.Pool.QueryRow(ctx, `SELECT count(DISTINCT p.id),
+	err := s.db.Pool.QueryRow(ctx, projectEdgesWith+`SELECT count(DISTINCT p.id),
 			count(s.id) FILTER (WHERE COALESCE(v.version, 0) < $3)
 		`+projectEdgesFrom, projectID, SessionTTL, version).Scan(&projects, &laggards)
 	if err != nil {
@@ -187,10 +338,10 @@ func (s *EdgeSessionStore) CountLaggards(ctx context.Context, projectID, version
 // the project (all projects, or those their token lists), with what they serve of it, by
 // edge name.
 func (s *EdgeSessionStore) FindProjectEdges(ctx context.Context, projectID int64) (*controlplane.ProjectEdges, error) {
-	rows, err := s.db.Pool.Query(ctx, `SELECT p.snapshot_version, s.edge_name, s.edge_id, s.replica, s.connected_at,
+	rows, err := s.db.Pool.Query(ctx, projectEdgesWith+`SELECT p.snapshot_version, s.edge_name, s.edge_id, s.replica, paths.path, s.connected_at,
 			COALESCE(v.version, 0), v.acked_at
 		`+projectEdgesFrom+`
-		ORDER BY s.edge_name, s.edge_id, s.connected_at`, projectID, SessionTTL)
+		ORDER BY paths.path, s.edge_id, s.connected_at`, projectID, SessionTTL)
 	if err != nil {
 		return nil, opError("find project edges", err)
 	}
@@ -198,9 +349,9 @@ func (s *EdgeSessionStore) FindProjectEdges(ctx context.Context, projectID int64
 	var out *controlplane.ProjectEdges
 	for rows.Next() {
 		var current, version int64
-		var name, edgeID, replica *string
+		var name, edgeID, replica, path *string
 		var connectedAt, ackedAt *time.Time
-		if err := rows.Scan(&current, &name, &edgeID, &replica, &connectedAt, &version, &ackedAt); err != nil {
+		if err := rows.Scan(&current, &name, &edgeID, &replica, &path, &connectedAt, &version, &ackedAt); err != nil {
 			return nil, opError("find project edges", err)
 		}
 		if out == nil {
@@ -209,7 +360,7 @@ func (s *EdgeSessionStore) FindProjectEdges(ctx context.Context, projectID int64
 		if name == nil { // no connected edge
 			continue
 		}
-		out.Edges = append(out.Edges, controlplane.EdgeProjectStatus{Name: *name, EdgeID: *edgeID, Replica: *replica,
+		out.Edges = append(out.Edges, controlplane.EdgeProjectStatus{Name: *name, EdgeID: *edgeID, Replica: *replica, Path: *path,
 			ConnectedAt: *connectedAt, Version: version, AckedAt: ackedAt, Lag: max(current-version, 0)})
 	}
 	if err := rows.Err(); err != nil {

@@ -144,3 +144,105 @@ func TestCountLaggards(t *testing.T) {
 		t.Errorf("an unknown project: %v, want NotFound", err)
 	}
 }
+
+// TestRelayedSessions: a relay reports the sessions behind it, two tiers deep; they are
+// listed with their paths and count for a project only when every edge on the path is served
+// it; a report that names a session outside the relay's tree is refused for it (unknown);
+// the replica's heartbeat keeps the whole tree; and when the relay's session closes, the
+// sessions behind it end with it.
+func TestRelayedSessions(t *testing.T) {
+	t.Parallel()
+	db, boot, _ := mustOpen(t)
+	ctx := context.Background()
+	store := postgres.NewEdgeSessionStore(db)
+	edges := postgres.NewEdgeService(db)
+	p := boot.ProjectID
+	var org int64
+	if err := db.Pool.QueryRow(ctx, `SELECT organization_id FROM projects WHERE id = $1`, p).Scan(&org); err != nil {
+		t.Fatal(err)
+	}
+	otherProject, err := postgres.NewProjectService(db).CreateProject(controlplane.NewContextWithUser(ctx, &controlplane.User{OrganizationID: org}), org, "other")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range []struct {
+		name     string
+		projects []int64
+	}{{"relay-1", nil}, {"relay-2", nil}, {"leaf-a", nil}, {"leaf-b", nil}, {"narrow-relay", []int64{otherProject.ID}}, {"leaf-c", nil}, {"other", nil}} {
+		if _, _, err := edges.CreateEdge(ctx, e.name, e.projects); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const replica = "00000000-0000-0000-0000-000000000001"
+	r1, narrow, other := uuid.NewString(), uuid.NewString(), uuid.NewString()
+	if err := store.OpenSessions(ctx, []controlplane.SessionOpening{
+		{ID: r1, ReplicaID: replica, Replica: "r1", EdgeName: "relay-1", EdgeID: "relay-1"},
+		{ID: narrow, ReplicaID: replica, Replica: "r1", EdgeName: "narrow-relay", EdgeID: "narrow"},
+		{ID: other, ReplicaID: replica, Replica: "r1", EdgeName: "other", EdgeID: "other"},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	r2, leafA, leafB, leafC := uuid.NewString(), uuid.NewString(), uuid.NewString(), uuid.NewString()
+	unknown, err := store.ReportRelayed(ctx, controlplane.RelayReport{Relay: "relay-1", Session: r1, Replica: "r1",
+		Opened: []controlplane.RelayedOpening{
+			{ID: r2, EdgeName: "relay-2", EdgeID: "relay-2"},
+			{ID: leafA, EdgeName: "leaf-a", EdgeID: "leaf-a"},
+			{ID: leafB, Parent: r2, EdgeName: "leaf-b", EdgeID: "leaf-b"},
+			{ID: uuid.NewString(), Parent: other, EdgeName: "leaf-a", EdgeID: "stolen"}, // not behind relay-1
+		},
+		Acks: []controlplane.Acknowledgement{{SessionID: leafB, Versions: map[int64]int64{p: 7}}, {SessionID: other, Versions: map[int64]int64{p: 9}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(unknown) != 2 {
+		t.Errorf("unknown %v: want the session hung off another edge's and the acknowledgement of another edge's session", unknown)
+	}
+	if _, err := store.ReportRelayed(ctx, controlplane.RelayReport{Relay: "relay-2", Session: r1}); controlplane.ErrorKind(err) != controlplane.NotFound {
+		t.Errorf("a report naming another relay's session: %v, want NotFound", err)
+	}
+	if _, err := store.ReportRelayed(ctx, controlplane.RelayReport{Relay: "narrow-relay", Session: narrow, Replica: "r1",
+		Opened: []controlplane.RelayedOpening{{ID: leafC, EdgeName: "leaf-c", EdgeID: "leaf-c"}}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := store.Heartbeat(ctx, replica); err != nil {
+		t.Fatal(err)
+	}
+	listed, err := store.FindProjectEdges(ctx, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	paths := map[string]controlplane.EdgeProjectStatus{}
+	for _, e := range listed.Edges {
+		paths[e.EdgeID] = e
+	}
+	want := map[string]string{"relay-1": "relay-1", "relay-2": "relay-1 → relay-2", "leaf-a": "relay-1 → leaf-a",
+		"leaf-b": "relay-1 → relay-2 → leaf-b", "other": "other"}
+	if len(paths) != len(want) {
+		t.Errorf("listed %v; want %v (not the narrow relay nor the edge behind it: it is not served the project)", paths, want)
+	}
+	for id, path := range want {
+		if paths[id].Path != path || paths[id].Replica != "r1" {
+			t.Errorf("%s listed with path %q on %q, want %q on r1", id, paths[id].Path, paths[id].Replica, path)
+		}
+	}
+	if paths["leaf-b"].Version != 7 {
+		t.Errorf("leaf-b serves %d, want its acknowledged 7", paths["leaf-b"].Version)
+	}
+	// relay-2's stream ends: relay-1 reports it closed, and leaf-b behind it ends too.
+	if _, err := store.ReportRelayed(ctx, controlplane.RelayReport{Relay: "relay-1", Session: r1, Replica: "r1", Closed: []string{r2}}); err != nil {
+		t.Fatal(err)
+	}
+	var left int
+	if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM edge_sessions WHERE id::text = ANY($1)`, []string{r2, leafB}).Scan(&left); err != nil || left != 0 {
+		t.Errorf("%d of relay-2 and leaf-b left after relay-2 closed (%v)", left, err)
+	}
+	if err := store.CloseSessions(ctx, []string{r1}); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM edge_sessions WHERE id::text = ANY($1)`, []string{r1, r2, leafA, leafB}).Scan(&left); err != nil || left != 0 {
+		t.Errorf("%d sessions of relay-1's tree left after it closed (%v)", left, err)
+	}
+	if n, err := store.CountLaggards(ctx, p, 1); err != nil || n != 1 {
+		t.Errorf("laggards after relay-1 closed: %d (%v), want other alone", n, err)
+	}
+}

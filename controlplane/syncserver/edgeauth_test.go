@@ -30,7 +30,7 @@ import (
 // returns a client of it.
 func serveAuthenticated(t *testing.T, auth *syncserver.EdgeAuth, srv *syncserver.Server) syncpb.SyncClient {
 	t.Helper()
-	g := grpc.NewServer(append(syncserver.ServerOptions(false), grpc.UnaryInterceptor(auth.UnaryInterceptor()), grpc.StreamInterceptor(auth.StreamInterceptor()))...)
+	g := grpc.NewServer(append(syncpb.ServerOptions(false), grpc.UnaryInterceptor(auth.UnaryInterceptor()), grpc.StreamInterceptor(auth.StreamInterceptor()))...)
 	syncpb.RegisterSyncServer(g, srv)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -1,23 +1,10 @@
 package syncserver
 
 import (
-	"fmt"
-
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/encoding"
-	"google.golang.org/grpc/encoding/proto"
-	"google.golang.org/grpc/mem"
-	"google.golang.org/protobuf/encoding/protowire"
-	gproto "google.golang.org/protobuf/proto"
-
 	"github.com/flagedge/flagedge/shared/syncpb"
 )
 
-// A project's snapshot goes to every edge that watches it, often thousands at once after a
-// change: it is encoded once per version, as the bytes of a WatchResponse's snapshots field,
-// and each stream's message is those bytes (and any other fields) sent as they are. The
-// protobuf encoding of a message is the concatenation of its fields' encodings, in any
-// order, so a message of several snapshots is their encodings one after the other.
+// A project's snapshot is encoded once per version for every stream (syncpb.EncodedResponse).
 
 // encodedSnapshot is a snapshot's version and its encodings as field 1 (snapshots) and,
 // compressed, field 10 (deflated_snapshots) of a WatchResponse, immutable once made.
@@ -28,7 +15,7 @@ type encodedSnapshot struct {
 }
 
 func encodeSnapshot(pb *syncpb.ProjectSnapshot) (*encodedSnapshot, error) {
-	field, err := encodeField(1, pb)
+	field, err := syncpb.EncodeField(1, pb)
 	if err != nil {
 		return nil, err
 	}
@@ -36,7 +23,7 @@ func encodeSnapshot(pb *syncpb.ProjectSnapshot) (*encodedSnapshot, error) {
 	if err != nil {
 		return nil, err
 	}
-	deflated, err := encodeField(10, d)
+	deflated, err := syncpb.EncodeField(10, d)
 	if err != nil {
 		return nil, err
 	}
@@ -54,70 +41,3 @@ func (e *encodedSnapshot) encoding(deflated bool) []byte {
 	}
 	return e.field
 }
-
-// encodeField encodes m as field num of a WatchResponse.
-func encodeField(num protowire.Number, m gproto.Message) ([]byte, error) {
-	raw, err := gproto.Marshal(m)
-	if err != nil {
-		return nil, fmt.Errorf("encode %T: %w", m, err)
-	}
-	field := protowire.AppendTag(make([]byte, 0, len(raw)+16), num, protowire.BytesType)
-	return protowire.AppendBytes(field, raw), nil
-}
-
-// encodedResponse is a WatchResponse already encoded, in parts sent one after the other
-// without being copied: the parts are shared between streams and never changed.
-type encodedResponse struct{ parts [][]byte }
-
-// codec is gRPC's protobuf codec, except that an *encodedResponse is sent as it is.
-type codec struct{ proto encoding.CodecV2 }
-
-func (c codec) Name() string { return c.proto.Name() }
-
-func (c codec) Marshal(v any) (mem.BufferSlice, error) {
-	if r, ok := v.(*encodedResponse); ok {
-		out := make(mem.BufferSlice, 0, len(r.parts))
-		for _, p := range r.parts {
-			if len(p) > 0 {
-				out = append(out, mem.SliceBuffer(p)) // Free does nothing: the bytes stay shared
-			}
-		}
-		return out, nil
-	}
-	return c.proto.Marshal(v)
-}
-
-func (c codec) Unmarshal(data mem.BufferSlice, v any) error {
-	if _, ok := v.(*encodedResponse); ok {
-		return fmt.Errorf("syncserver: %T is only sent", v)
-	}
-	return c.proto.Unmarshal(data, v)
-}
-
-// ServerOptions are the gRPC server options the sync service needs: its codec (Watch sends
-// pre-encoded messages; without it they fail to send), and transport settings for holding
-// many thousands of mostly idle streams. Each connection's write buffer is released after
-// every flush rather than held. Over TLS there is no read buffer: crypto/tls reads whole
-// records into a buffer of its own, and one in front of it would be 4 KiB more per edge for
-// no fewer system calls; in plaintext it is small (what edges send is small or, for Ingest,
-// read past the buffer in large reads) and gRPC returns it to a pool between reads. The
-// flow-control windows are fixed (windowBytes, as the edges' are) rather than estimated,
-// which costs a ping round trip whenever data arrives: thousands of them when every edge
-// acknowledges a change.
-func ServerOptions(tls bool) []grpc.ServerOption {
-	readBuffer := 4 << 10
-	if tls {
-		readBuffer = 0
-	}
-	return []grpc.ServerOption{
-		grpc.ForceServerCodecV2(codec{proto: encoding.GetCodecV2(proto.Name)}),
-		grpc.SharedWriteBuffer(true),
-		grpc.ReadBufferSize(readBuffer),
-		grpc.InitialWindowSize(windowBytes), grpc.InitialConnWindowSize(windowBytes),
-	}
-}
-
-// windowBytes is the flow-control window of an edge's connection and streams towards the
-// control plane: 4 MiB lets an Ingest call of a few MiB through in one round trip. It is
-// memory only while unread.
-const windowBytes = 4 << 20

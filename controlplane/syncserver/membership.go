@@ -33,7 +33,7 @@ func sendMembership(stream syncpb.Sync_WatchServer, c bloomhub.Changes) error {
 		if reset {
 			head = resetField
 		}
-		if err := stream.SendMsg(&encodedResponse{parts: append([][]byte{head}, parts...)}); err != nil {
+		if err := stream.SendMsg(&syncpb.EncodedResponse{Parts: append([][]byte{head}, parts...)}); err != nil {
 			return err
 		}
 		parts, size, reset = parts[:0], 0, false
@@ -63,13 +63,13 @@ func sendMembership(stream syncpb.Sync_WatchServer, c bloomhub.Changes) error {
 // encodeFilter encodes a filter as a WatchResponse's membership_filters (6). Its fields are
 // integers and bytes, whose encoding cannot fail.
 func encodeFilter(f *bloomhub.Filter) []byte {
-	field, _ := encodeField(6, &syncpb.MembershipFilter{ProjectId: f.ProjectID, Bloom: f.Raw, Keys: int64(f.Keys)})
+	field, _ := syncpb.EncodeField(6, &syncpb.MembershipFilter{ProjectId: f.ProjectID, Bloom: f.Raw, Keys: int64(f.Keys)})
 	return field
 }
 
 // encodeAddition encodes an addition as a WatchResponse's membership_additions (7), which
 // cannot fail either.
 func encodeAddition(a *bloomhub.Addition) []byte {
-	field, _ := encodeField(7, &syncpb.MembershipAdditions{ProjectId: a.ProjectID, Keys: a.Keys})
+	field, _ := syncpb.EncodeField(7, &syncpb.MembershipAdditions{ProjectId: a.ProjectID, Keys: a.Keys})
 	return field
 }

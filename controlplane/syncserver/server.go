@@ -50,6 +50,8 @@ type Server struct {
 
 	evaluations controlplane.EvaluationStore // nil: evaluation reports are dropped
 
+	relays *EdgeAuth // nil: edges may not serve edges
+
 	sessions  controlplane.EdgeSessionStore         // nil: streams are not recorded
 	opens     batcher[controlplane.SessionOpening]  // sessions to open
 	closes    batcher[string]                       // sessions to close
@@ -336,7 +338,7 @@ func (s *Server) send(ctx context.Context, stream syncpb.Sync_WatchServer, sent,
 		if err != nil {
 			return status.Errorf(codes.Internal, "encode watch response: %v", err)
 		}
-		if err := stream.SendMsg(&encodedResponse{parts: append([][]byte{head}, snaps...)}); err != nil {
+		if err := stream.SendMsg(&syncpb.EncodedResponse{Parts: append([][]byte{head}, snaps...)}); err != nil {
 			return err
 		}
 		s.sent.Add(float64(len(snaps)))

@@ -65,7 +65,7 @@ func newEnv(t *testing.T) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := grpc.NewServer(syncserver.ServerOptions(false)...)
+	g := grpc.NewServer(syncpb.ServerOptions(false)...)
 	syncpb.RegisterSyncServer(g, srv)
 	go g.Serve(ln) //nolint:errcheck // ends with Stop
 	t.Cleanup(g.Stop)

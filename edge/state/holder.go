@@ -50,6 +50,7 @@ type Holder struct {
 	changed atomic.Pointer[chan struct{}]
 
 	counts *evalcount.Registry // nil: evaluations are not counted
+	tap    Tap                 // nil: nobody passes the snapshots on
 
 	connected     atomic.Bool  // a Watch stream is up and past its catch-up
 	lostAt        atomic.Int64 // unix ms when the edge was last current (or started)
@@ -97,6 +98,16 @@ func NewHolder(dir string, log *slog.Logger, reg prometheus.Registerer) *Holder 
 	}
 	return h
 }
+
+// Tap sees what the holder applied, as it came: each message of the Watch stream after the
+// holder applied it, its snapshots still deflated as received, and the snapshots read from
+// disk or a bundle (as a message with InitialSyncDone set). A relay (package relay) passes
+// the received bytes on to the edges behind it. The holder may have refused a snapshot
+// (ByID tells which version it serves).
+type Tap func(msg *syncpb.WatchResponse)
+
+// SetTap makes tap see what the holder applies from now on. Call it before Load and Watch.
+func (h *Holder) SetTap(tap Tap) { h.tap = tap }
 
 // CountEvaluations gives every project installed from now on evaluation counters in r. Call
 // it before Load and Watch.
@@ -226,6 +237,9 @@ func (h *Holder) Bootstrap(msg *syncpb.WatchResponse) (int, error) {
 	n := len(h.current.Load().byID)
 	if n > 0 {
 		h.ready.Store(true)
+		if h.tap != nil {
+			h.tap(&syncpb.WatchResponse{Snapshots: msg.Snapshots, InitialSyncDone: true})
+		}
 	}
 	return n, err
 }
@@ -325,6 +339,9 @@ func (h *Holder) Load() (int, error) {
 	n := len(h.current.Load().byID)
 	if n > 0 {
 		h.ready.Store(true)
+		if h.tap != nil {
+			h.tap(&syncpb.WatchResponse{Snapshots: msg.Snapshots, InitialSyncDone: true})
+		}
 	}
 	return n, errors.Join(errs...)
 }

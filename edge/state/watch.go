@@ -67,9 +67,17 @@ func watchOnce(ctx context.Context, client syncpb.SyncClient, h *Holder, members
 			return received, err
 		}
 		received = true
+		var raw *syncpb.WatchResponse
+		if h.tap != nil { // what inflate changes, as received
+			raw = &syncpb.WatchResponse{Snapshots: msg.Snapshots, DeflatedSnapshots: msg.DeflatedSnapshots,
+				RemovedProjects: msg.RemovedProjects, InitialSyncDone: msg.InitialSyncDone, SessionId: msg.SessionId}
+		}
 		inflate(msg, h.log)
 		if err := h.Apply(msg); err != nil {
 			h.log.Error("apply snapshot", "err", err)
+		}
+		if raw != nil {
+			h.tap(raw)
 		}
 		if msg.SessionId != "" && acks == nil {
 			*session = msg.SessionId

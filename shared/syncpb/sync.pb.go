@@ -1987,6 +1987,390 @@ func (x *IngestResponse) GetDuplicates() int64 {
 	return 0
 }
 
+type ListEdgesRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// fingerprint is the one of the caller's last answer: an unchanged list is not sent again.
+	Fingerprint   []byte `protobuf:"bytes,1,opt,name=fingerprint,proto3" json:"fingerprint,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListEdgesRequest) Reset() {
+	*x = ListEdgesRequest{}
+	mi := &file_sync_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListEdgesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListEdgesRequest) ProtoMessage() {}
+
+func (x *ListEdgesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sync_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListEdgesRequest.ProtoReflect.Descriptor instead.
+func (*ListEdgesRequest) Descriptor() ([]byte, []int) {
+	return file_sync_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *ListEdgesRequest) GetFingerprint() []byte {
+	if x != nil {
+		return x.Fingerprint
+	}
+	return nil
+}
+
+type ListEdgesResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// unchanged is set, and edges empty, when the list's fingerprint is the request's.
+	Unchanged     bool        `protobuf:"varint,1,opt,name=unchanged,proto3" json:"unchanged,omitempty"`
+	Fingerprint   []byte      `protobuf:"bytes,2,opt,name=fingerprint,proto3" json:"fingerprint,omitempty"`
+	Edges         []*LiveEdge `protobuf:"bytes,3,rep,name=edges,proto3" json:"edges,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListEdgesResponse) Reset() {
+	*x = ListEdgesResponse{}
+	mi := &file_sync_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListEdgesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListEdgesResponse) ProtoMessage() {}
+
+func (x *ListEdgesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sync_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListEdgesResponse.ProtoReflect.Descriptor instead.
+func (*ListEdgesResponse) Descriptor() ([]byte, []int) {
+	return file_sync_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *ListEdgesResponse) GetUnchanged() bool {
+	if x != nil {
+		return x.Unchanged
+	}
+	return false
+}
+
+func (x *ListEdgesResponse) GetFingerprint() []byte {
+	if x != nil {
+		return x.Fingerprint
+	}
+	return nil
+}
+
+func (x *ListEdgesResponse) GetEdges() []*LiveEdge {
+	if x != nil {
+		return x.Edges
+	}
+	return nil
+}
+
+// LiveEdge is one live edge credential as a relay sees it.
+type LiveEdge struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	TokenSha256 []byte                 `protobuf:"bytes,1,opt,name=token_sha256,json=tokenSha256,proto3" json:"token_sha256,omitempty"`
+	Id          string                 `protobuf:"bytes,2,opt,name=id,proto3" json:"id,omitempty"`
+	Name        string                 `protobuf:"bytes,3,opt,name=name,proto3" json:"name,omitempty"`
+	// all_projects: the edge may receive every project the relay holds; else only projects.
+	AllProjects   bool    `protobuf:"varint,4,opt,name=all_projects,json=allProjects,proto3" json:"all_projects,omitempty"`
+	Projects      []int64 `protobuf:"varint,5,rep,packed,name=projects,proto3" json:"projects,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LiveEdge) Reset() {
+	*x = LiveEdge{}
+	mi := &file_sync_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LiveEdge) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LiveEdge) ProtoMessage() {}
+
+func (x *LiveEdge) ProtoReflect() protoreflect.Message {
+	mi := &file_sync_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LiveEdge.ProtoReflect.Descriptor instead.
+func (*LiveEdge) Descriptor() ([]byte, []int) {
+	return file_sync_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *LiveEdge) GetTokenSha256() []byte {
+	if x != nil {
+		return x.TokenSha256
+	}
+	return nil
+}
+
+func (x *LiveEdge) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *LiveEdge) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *LiveEdge) GetAllProjects() bool {
+	if x != nil {
+		return x.AllProjects
+	}
+	return false
+}
+
+func (x *LiveEdge) GetProjects() []int64 {
+	if x != nil {
+		return x.Projects
+	}
+	return nil
+}
+
+// RelayedSession is the Watch stream of an edge behind a relay.
+type RelayedSession struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// id is the session's, made by the relay that serves the stream.
+	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// edge_name is the name of the edge's credential; edge_id what the edge calls itself.
+	EdgeName string `protobuf:"bytes,2,opt,name=edge_name,json=edgeName,proto3" json:"edge_name,omitempty"`
+	EdgeId   string `protobuf:"bytes,3,opt,name=edge_id,json=edgeId,proto3" json:"edge_id,omitempty"`
+	// parent_id is the session of the stream the edge's relay holds upstream (the edge's path
+	// is its relays' sessions, up to the control plane); empty: the reporter's own
+	// (ReportSessionsRequest.session_id).
+	ParentId string `protobuf:"bytes,4,opt,name=parent_id,json=parentId,proto3" json:"parent_id,omitempty"`
+	// replaces is the edge's earlier session, forgotten at once.
+	Replaces      string `protobuf:"bytes,5,opt,name=replaces,proto3" json:"replaces,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RelayedSession) Reset() {
+	*x = RelayedSession{}
+	mi := &file_sync_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RelayedSession) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RelayedSession) ProtoMessage() {}
+
+func (x *RelayedSession) ProtoReflect() protoreflect.Message {
+	mi := &file_sync_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RelayedSession.ProtoReflect.Descriptor instead.
+func (*RelayedSession) Descriptor() ([]byte, []int) {
+	return file_sync_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *RelayedSession) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *RelayedSession) GetEdgeName() string {
+	if x != nil {
+		return x.EdgeName
+	}
+	return ""
+}
+
+func (x *RelayedSession) GetEdgeId() string {
+	if x != nil {
+		return x.EdgeId
+	}
+	return ""
+}
+
+func (x *RelayedSession) GetParentId() string {
+	if x != nil {
+		return x.ParentId
+	}
+	return ""
+}
+
+func (x *RelayedSession) GetReplaces() string {
+	if x != nil {
+		return x.Replaces
+	}
+	return ""
+}
+
+type ReportSessionsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// session_id is the reporter's own Watch stream's, which every reported session hangs off:
+	// when it ends they end with it.
+	SessionId string            `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	Opened    []*RelayedSession `protobuf:"bytes,2,rep,name=opened,proto3" json:"opened,omitempty"`
+	Closed    []string          `protobuf:"bytes,3,rep,name=closed,proto3" json:"closed,omitempty"`
+	// acknowledgements are the relayed sessions' (by their session_id).
+	Acknowledgements []*AcknowledgeRequest `protobuf:"bytes,4,rep,name=acknowledgements,proto3" json:"acknowledgements,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *ReportSessionsRequest) Reset() {
+	*x = ReportSessionsRequest{}
+	mi := &file_sync_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReportSessionsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReportSessionsRequest) ProtoMessage() {}
+
+func (x *ReportSessionsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sync_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReportSessionsRequest.ProtoReflect.Descriptor instead.
+func (*ReportSessionsRequest) Descriptor() ([]byte, []int) {
+	return file_sync_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *ReportSessionsRequest) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *ReportSessionsRequest) GetOpened() []*RelayedSession {
+	if x != nil {
+		return x.Opened
+	}
+	return nil
+}
+
+func (x *ReportSessionsRequest) GetClosed() []string {
+	if x != nil {
+		return x.Closed
+	}
+	return nil
+}
+
+func (x *ReportSessionsRequest) GetAcknowledgements() []*AcknowledgeRequest {
+	if x != nil {
+		return x.Acknowledgements
+	}
+	return nil
+}
+
+type ReportSessionsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// unknown are reported sessions the control plane does not hold (their parent ended, or
+	// they were never opened): the relay opens them again.
+	Unknown       []string `protobuf:"bytes,1,rep,name=unknown,proto3" json:"unknown,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReportSessionsResponse) Reset() {
+	*x = ReportSessionsResponse{}
+	mi := &file_sync_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReportSessionsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReportSessionsResponse) ProtoMessage() {}
+
+func (x *ReportSessionsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sync_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReportSessionsResponse.ProtoReflect.Descriptor instead.
+func (*ReportSessionsResponse) Descriptor() ([]byte, []int) {
+	return file_sync_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *ReportSessionsResponse) GetUnknown() []string {
+	if x != nil {
+		return x.Unknown
+	}
+	return nil
+}
+
 var File_sync_proto protoreflect.FileDescriptor
 
 const file_sync_proto_rawDesc = "" +
@@ -2172,10 +2556,36 @@ const file_sync_proto_rawDesc = "" +
 	"\x06stored\x18\x01 \x01(\x03R\x06stored\x12\x1e\n" +
 	"\n" +
 	"duplicates\x18\x02 \x01(\x03R\n" +
-	"duplicates*K\n" +
+	"duplicates\"4\n" +
+	"\x10ListEdgesRequest\x12 \n" +
+	"\vfingerprint\x18\x01 \x01(\fR\vfingerprint\"\x85\x01\n" +
+	"\x11ListEdgesResponse\x12\x1c\n" +
+	"\tunchanged\x18\x01 \x01(\bR\tunchanged\x12 \n" +
+	"\vfingerprint\x18\x02 \x01(\fR\vfingerprint\x120\n" +
+	"\x05edges\x18\x03 \x03(\v2\x1a.flagedge.sync.v1.LiveEdgeR\x05edges\"\x90\x01\n" +
+	"\bLiveEdge\x12!\n" +
+	"\ftoken_sha256\x18\x01 \x01(\fR\vtokenSha256\x12\x0e\n" +
+	"\x02id\x18\x02 \x01(\tR\x02id\x12\x12\n" +
+	"\x04name\x18\x03 \x01(\tR\x04name\x12!\n" +
+	"\fall_projects\x18\x04 \x01(\bR\vallProjects\x12\x1a\n" +
+	"\bprojects\x18\x05 \x03(\x03R\bprojects\"\x8f\x01\n" +
+	"\x0eRelayedSession\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1b\n" +
+	"\tedge_name\x18\x02 \x01(\tR\bedgeName\x12\x17\n" +
+	"\aedge_id\x18\x03 \x01(\tR\x06edgeId\x12\x1b\n" +
+	"\tparent_id\x18\x04 \x01(\tR\bparentId\x12\x1a\n" +
+	"\breplaces\x18\x05 \x01(\tR\breplaces\"\xda\x01\n" +
+	"\x15ReportSessionsRequest\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\x128\n" +
+	"\x06opened\x18\x02 \x03(\v2 .flagedge.sync.v1.RelayedSessionR\x06opened\x12\x16\n" +
+	"\x06closed\x18\x03 \x03(\tR\x06closed\x12P\n" +
+	"\x10acknowledgements\x18\x04 \x03(\v2$.flagedge.sync.v1.AcknowledgeRequestR\x10acknowledgements\"2\n" +
+	"\x16ReportSessionsResponse\x12\x18\n" +
+	"\aunknown\x18\x01 \x03(\tR\aunknown*K\n" +
 	"\x0fProtocolVersion\x12 \n" +
 	"\x1cPROTOCOL_VERSION_UNSPECIFIED\x10\x00\x12\x16\n" +
-	"\x12PROTOCOL_VERSION_1\x10\x012\x9b\x05\n" +
+	"\x12PROTOCOL_VERSION_1\x10\x012\xd6\x06\n" +
 	"\x04Sync\x12J\n" +
 	"\x05Watch\x12\x1e.flagedge.sync.v1.WatchRequest\x1a\x1f.flagedge.sync.v1.WatchResponse0\x01\x12]\n" +
 	"\fLookupPerson\x12%.flagedge.sync.v1.LookupPersonRequest\x1a&.flagedge.sync.v1.LookupPersonResponse\x12]\n" +
@@ -2183,7 +2593,9 @@ const file_sync_proto_rawDesc = "" +
 	"\x13SetHashKeyOverrides\x12,.flagedge.sync.v1.SetHashKeyOverridesRequest\x1a-.flagedge.sync.v1.SetHashKeyOverridesResponse\x12K\n" +
 	"\x06Ingest\x12\x1f.flagedge.sync.v1.IngestRequest\x1a .flagedge.sync.v1.IngestResponse\x12Z\n" +
 	"\vAcknowledge\x12$.flagedge.sync.v1.AcknowledgeRequest\x1a%.flagedge.sync.v1.AcknowledgeResponse\x12l\n" +
-	"\x11ReportEvaluations\x12*.flagedge.sync.v1.ReportEvaluationsRequest\x1a+.flagedge.sync.v1.ReportEvaluationsResponseB,Z*github.com/flagedge/flagedge/shared/syncpbb\x06proto3"
+	"\x11ReportEvaluations\x12*.flagedge.sync.v1.ReportEvaluationsRequest\x1a+.flagedge.sync.v1.ReportEvaluationsResponse\x12T\n" +
+	"\tListEdges\x12\".flagedge.sync.v1.ListEdgesRequest\x1a#.flagedge.sync.v1.ListEdgesResponse\x12c\n" +
+	"\x0eReportSessions\x12'.flagedge.sync.v1.ReportSessionsRequest\x1a(.flagedge.sync.v1.ReportSessionsResponseB,Z*github.com/flagedge/flagedge/shared/syncpbb\x06proto3"
 
 var (
 	file_sync_proto_rawDescOnce sync.Once
@@ -2198,7 +2610,7 @@ func file_sync_proto_rawDescGZIP() []byte {
 }
 
 var file_sync_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_sync_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
+var file_sync_proto_msgTypes = make([]protoimpl.MessageInfo, 38)
 var file_sync_proto_goTypes = []any{
 	(ProtocolVersion)(0),                // 0: flagedge.sync.v1.ProtocolVersion
 	(*WatchRequest)(nil),                // 1: flagedge.sync.v1.WatchRequest
@@ -2228,50 +2640,63 @@ var file_sync_proto_goTypes = []any{
 	(*EventBatch)(nil),                  // 25: flagedge.sync.v1.EventBatch
 	(*IngestRequest)(nil),               // 26: flagedge.sync.v1.IngestRequest
 	(*IngestResponse)(nil),              // 27: flagedge.sync.v1.IngestResponse
-	nil,                                 // 28: flagedge.sync.v1.WatchRequest.KnownVersionsEntry
-	nil,                                 // 29: flagedge.sync.v1.AcknowledgeRequest.VersionsEntry
-	nil,                                 // 30: flagedge.sync.v1.ProjectSnapshot.GroupTypesEntry
-	nil,                                 // 31: flagedge.sync.v1.LookupPersonResponse.HashKeyOverridesEntry
-	nil,                                 // 32: flagedge.sync.v1.SetHashKeyOverridesResponse.HashKeyOverridesEntry
+	(*ListEdgesRequest)(nil),            // 28: flagedge.sync.v1.ListEdgesRequest
+	(*ListEdgesResponse)(nil),           // 29: flagedge.sync.v1.ListEdgesResponse
+	(*LiveEdge)(nil),                    // 30: flagedge.sync.v1.LiveEdge
+	(*RelayedSession)(nil),              // 31: flagedge.sync.v1.RelayedSession
+	(*ReportSessionsRequest)(nil),       // 32: flagedge.sync.v1.ReportSessionsRequest
+	(*ReportSessionsResponse)(nil),      // 33: flagedge.sync.v1.ReportSessionsResponse
+	nil,                                 // 34: flagedge.sync.v1.WatchRequest.KnownVersionsEntry
+	nil,                                 // 35: flagedge.sync.v1.AcknowledgeRequest.VersionsEntry
+	nil,                                 // 36: flagedge.sync.v1.ProjectSnapshot.GroupTypesEntry
+	nil,                                 // 37: flagedge.sync.v1.LookupPersonResponse.HashKeyOverridesEntry
+	nil,                                 // 38: flagedge.sync.v1.SetHashKeyOverridesResponse.HashKeyOverridesEntry
 }
 var file_sync_proto_depIdxs = []int32{
 	0,  // 0: flagedge.sync.v1.WatchRequest.protocol_version:type_name -> flagedge.sync.v1.ProtocolVersion
-	28, // 1: flagedge.sync.v1.WatchRequest.known_versions:type_name -> flagedge.sync.v1.WatchRequest.KnownVersionsEntry
+	34, // 1: flagedge.sync.v1.WatchRequest.known_versions:type_name -> flagedge.sync.v1.WatchRequest.KnownVersionsEntry
 	11, // 2: flagedge.sync.v1.WatchResponse.snapshots:type_name -> flagedge.sync.v1.ProjectSnapshot
 	9,  // 3: flagedge.sync.v1.WatchResponse.membership_filters:type_name -> flagedge.sync.v1.MembershipFilter
 	10, // 4: flagedge.sync.v1.WatchResponse.membership_additions:type_name -> flagedge.sync.v1.MembershipAdditions
 	3,  // 5: flagedge.sync.v1.WatchResponse.deflated_snapshots:type_name -> flagedge.sync.v1.DeflatedSnapshot
-	29, // 6: flagedge.sync.v1.AcknowledgeRequest.versions:type_name -> flagedge.sync.v1.AcknowledgeRequest.VersionsEntry
+	35, // 6: flagedge.sync.v1.AcknowledgeRequest.versions:type_name -> flagedge.sync.v1.AcknowledgeRequest.VersionsEntry
 	6,  // 7: flagedge.sync.v1.ReportEvaluationsRequest.evaluations:type_name -> flagedge.sync.v1.FlagEvaluations
 	14, // 8: flagedge.sync.v1.ProjectSnapshot.flags:type_name -> flagedge.sync.v1.Flag
 	15, // 9: flagedge.sync.v1.ProjectSnapshot.cohorts:type_name -> flagedge.sync.v1.Cohort
-	30, // 10: flagedge.sync.v1.ProjectSnapshot.group_types:type_name -> flagedge.sync.v1.ProjectSnapshot.GroupTypesEntry
+	36, // 10: flagedge.sync.v1.ProjectSnapshot.group_types:type_name -> flagedge.sync.v1.ProjectSnapshot.GroupTypesEntry
 	12, // 11: flagedge.sync.v1.ProjectSnapshot.client_config:type_name -> flagedge.sync.v1.ClientConfig
 	13, // 12: flagedge.sync.v1.ProjectSnapshot.early_access_features:type_name -> flagedge.sync.v1.EarlyAccessFeature
-	31, // 13: flagedge.sync.v1.LookupPersonResponse.hash_key_overrides:type_name -> flagedge.sync.v1.LookupPersonResponse.HashKeyOverridesEntry
+	37, // 13: flagedge.sync.v1.LookupPersonResponse.hash_key_overrides:type_name -> flagedge.sync.v1.LookupPersonResponse.HashKeyOverridesEntry
 	19, // 14: flagedge.sync.v1.LookupGroupsRequest.groups:type_name -> flagedge.sync.v1.GroupKey
 	21, // 15: flagedge.sync.v1.LookupGroupsResponse.groups:type_name -> flagedge.sync.v1.GroupProperties
-	32, // 16: flagedge.sync.v1.SetHashKeyOverridesResponse.hash_key_overrides:type_name -> flagedge.sync.v1.SetHashKeyOverridesResponse.HashKeyOverridesEntry
+	38, // 16: flagedge.sync.v1.SetHashKeyOverridesResponse.hash_key_overrides:type_name -> flagedge.sync.v1.SetHashKeyOverridesResponse.HashKeyOverridesEntry
 	24, // 17: flagedge.sync.v1.EventBatch.events:type_name -> flagedge.sync.v1.CapturedEvent
-	1,  // 18: flagedge.sync.v1.Sync.Watch:input_type -> flagedge.sync.v1.WatchRequest
-	16, // 19: flagedge.sync.v1.Sync.LookupPerson:input_type -> flagedge.sync.v1.LookupPersonRequest
-	18, // 20: flagedge.sync.v1.Sync.LookupGroups:input_type -> flagedge.sync.v1.LookupGroupsRequest
-	22, // 21: flagedge.sync.v1.Sync.SetHashKeyOverrides:input_type -> flagedge.sync.v1.SetHashKeyOverridesRequest
-	26, // 22: flagedge.sync.v1.Sync.Ingest:input_type -> flagedge.sync.v1.IngestRequest
-	4,  // 23: flagedge.sync.v1.Sync.Acknowledge:input_type -> flagedge.sync.v1.AcknowledgeRequest
-	7,  // 24: flagedge.sync.v1.Sync.ReportEvaluations:input_type -> flagedge.sync.v1.ReportEvaluationsRequest
-	2,  // 25: flagedge.sync.v1.Sync.Watch:output_type -> flagedge.sync.v1.WatchResponse
-	17, // 26: flagedge.sync.v1.Sync.LookupPerson:output_type -> flagedge.sync.v1.LookupPersonResponse
-	20, // 27: flagedge.sync.v1.Sync.LookupGroups:output_type -> flagedge.sync.v1.LookupGroupsResponse
-	23, // 28: flagedge.sync.v1.Sync.SetHashKeyOverrides:output_type -> flagedge.sync.v1.SetHashKeyOverridesResponse
-	27, // 29: flagedge.sync.v1.Sync.Ingest:output_type -> flagedge.sync.v1.IngestResponse
-	5,  // 30: flagedge.sync.v1.Sync.Acknowledge:output_type -> flagedge.sync.v1.AcknowledgeResponse
-	8,  // 31: flagedge.sync.v1.Sync.ReportEvaluations:output_type -> flagedge.sync.v1.ReportEvaluationsResponse
-	25, // [25:32] is the sub-list for method output_type
-	18, // [18:25] is the sub-list for method input_type
-	18, // [18:18] is the sub-list for extension type_name
-	18, // [18:18] is the sub-list for extension extendee
-	0,  // [0:18] is the sub-list for field type_name
+	30, // 18: flagedge.sync.v1.ListEdgesResponse.edges:type_name -> flagedge.sync.v1.LiveEdge
+	31, // 19: flagedge.sync.v1.ReportSessionsRequest.opened:type_name -> flagedge.sync.v1.RelayedSession
+	4,  // 20: flagedge.sync.v1.ReportSessionsRequest.acknowledgements:type_name -> flagedge.sync.v1.AcknowledgeRequest
+	1,  // 21: flagedge.sync.v1.Sync.Watch:input_type -> flagedge.sync.v1.WatchRequest
+	16, // 22: flagedge.sync.v1.Sync.LookupPerson:input_type -> flagedge.sync.v1.LookupPersonRequest
+	18, // 23: flagedge.sync.v1.Sync.LookupGroups:input_type -> flagedge.sync.v1.LookupGroupsRequest
+	22, // 24: flagedge.sync.v1.Sync.SetHashKeyOverrides:input_type -> flagedge.sync.v1.SetHashKeyOverridesRequest
+	26, // 25: flagedge.sync.v1.Sync.Ingest:input_type -> flagedge.sync.v1.IngestRequest
+	4,  // 26: flagedge.sync.v1.Sync.Acknowledge:input_type -> flagedge.sync.v1.AcknowledgeRequest
+	7,  // 27: flagedge.sync.v1.Sync.ReportEvaluations:input_type -> flagedge.sync.v1.ReportEvaluationsRequest
+	28, // 28: flagedge.sync.v1.Sync.ListEdges:input_type -> flagedge.sync.v1.ListEdgesRequest
+	32, // 29: flagedge.sync.v1.Sync.ReportSessions:input_type -> flagedge.sync.v1.ReportSessionsRequest
+	2,  // 30: flagedge.sync.v1.Sync.Watch:output_type -> flagedge.sync.v1.WatchResponse
+	17, // 31: flagedge.sync.v1.Sync.LookupPerson:output_type -> flagedge.sync.v1.LookupPersonResponse
+	20, // 32: flagedge.sync.v1.Sync.LookupGroups:output_type -> flagedge.sync.v1.LookupGroupsResponse
+	23, // 33: flagedge.sync.v1.Sync.SetHashKeyOverrides:output_type -> flagedge.sync.v1.SetHashKeyOverridesResponse
+	27, // 34: flagedge.sync.v1.Sync.Ingest:output_type -> flagedge.sync.v1.IngestResponse
+	5,  // 35: flagedge.sync.v1.Sync.Acknowledge:output_type -> flagedge.sync.v1.AcknowledgeResponse
+	8,  // 36: flagedge.sync.v1.Sync.ReportEvaluations:output_type -> flagedge.sync.v1.ReportEvaluationsResponse
+	29, // 37: flagedge.sync.v1.Sync.ListEdges:output_type -> flagedge.sync.v1.ListEdgesResponse
+	33, // 38: flagedge.sync.v1.Sync.ReportSessions:output_type -> flagedge.sync.v1.ReportSessionsResponse
+	30, // [30:39] is the sub-list for method output_type
+	21, // [21:30] is the sub-list for method input_type
+	21, // [21:21] is the sub-list for extension type_name
+	21, // [21:21] is the sub-list for extension extendee
+	0,  // [0:21] is the sub-list for field type_name
 }
 
 func init() { file_sync_proto_init() }
@@ -2285,7 +2710,7 @@ func file_sync_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sync_proto_rawDesc), len(file_sync_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   32,
+			NumMessages:   38,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

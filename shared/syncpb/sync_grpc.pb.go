@@ -30,6 +30,8 @@ const (
 	Sync_Ingest_FullMethodName              = "/flagedge.sync.v1.Sync/Ingest"
 	Sync_Acknowledge_FullMethodName         = "/flagedge.sync.v1.Sync/Acknowledge"
 	Sync_ReportEvaluations_FullMethodName   = "/flagedge.sync.v1.Sync/ReportEvaluations"
+	Sync_ListEdges_FullMethodName           = "/flagedge.sync.v1.Sync/ListEdges"
+	Sync_ReportSessions_FullMethodName      = "/flagedge.sync.v1.Sync/ReportSessions"
 )
 
 // SyncClient is the client API for Sync service.
@@ -56,6 +58,15 @@ type SyncClient interface {
 	Acknowledge(ctx context.Context, in *AcknowledgeRequest, opts ...grpc.CallOption) (*AcknowledgeResponse, error)
 	// ReportEvaluations adds the edge's flag evaluation counts since its last report.
 	ReportEvaluations(ctx context.Context, in *ReportEvaluationsRequest, opts ...grpc.CallOption) (*ReportEvaluationsResponse, error)
+	// ListEdges returns the live edges a relay (an edge serving edges, edge --serve-edges) may
+	// admit: their token hashes, names and the projects each may receive through the caller
+	// (its own projects' intersection with theirs). The relay polls it to check its downstream
+	// edges' tokens without a round trip per call, and to cut revoked ones within a second.
+	ListEdges(ctx context.Context, in *ListEdgesRequest, opts ...grpc.CallOption) (*ListEdgesResponse, error)
+	// ReportSessions tells the control plane, through a relay, about the Watch streams of the
+	// edges behind it: which opened and closed, and the versions they acknowledged, in batches,
+	// so that rollouts are confirmed on every edge of every tier.
+	ReportSessions(ctx context.Context, in *ReportSessionsRequest, opts ...grpc.CallOption) (*ReportSessionsResponse, error)
 }
 
 type syncClient struct {
@@ -145,6 +156,26 @@ func (c *syncClient) ReportEvaluations(ctx context.Context, in *ReportEvaluation
 	return out, nil
 }
 
+func (c *syncClient) ListEdges(ctx context.Context, in *ListEdgesRequest, opts ...grpc.CallOption) (*ListEdgesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListEdgesResponse)
+	err := c.cc.Invoke(ctx, Sync_ListEdges_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *syncClient) ReportSessions(ctx context.Context, in *ReportSessionsRequest, opts ...grpc.CallOption) (*ReportSessionsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ReportSessionsResponse)
+	err := c.cc.Invoke(ctx, Sync_ReportSessions_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // SyncServer is the server API for Sync service.
 // All implementations must embed UnimplementedSyncServer
 // for forward compatibility.
@@ -169,6 +200,15 @@ type SyncServer interface {
 	Acknowledge(context.Context, *AcknowledgeRequest) (*AcknowledgeResponse, error)
 	// ReportEvaluations adds the edge's flag evaluation counts since its last report.
 	ReportEvaluations(context.Context, *ReportEvaluationsRequest) (*ReportEvaluationsResponse, error)
+	// ListEdges returns the live edges a relay (an edge serving edges, edge --serve-edges) may
+	// admit: their token hashes, names and the projects each may receive through the caller
+	// (its own projects' intersection with theirs). The relay polls it to check its downstream
+	// edges' tokens without a round trip per call, and to cut revoked ones within a second.
+	ListEdges(context.Context, *ListEdgesRequest) (*ListEdgesResponse, error)
+	// ReportSessions tells the control plane, through a relay, about the Watch streams of the
+	// edges behind it: which opened and closed, and the versions they acknowledged, in batches,
+	// so that rollouts are confirmed on every edge of every tier.
+	ReportSessions(context.Context, *ReportSessionsRequest) (*ReportSessionsResponse, error)
 	mustEmbedUnimplementedSyncServer()
 }
 
@@ -199,6 +239,12 @@ func (UnimplementedSyncServer) Acknowledge(context.Context, *AcknowledgeRequest)
 }
 func (UnimplementedSyncServer) ReportEvaluations(context.Context, *ReportEvaluationsRequest) (*ReportEvaluationsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ReportEvaluations not implemented")
+}
+func (UnimplementedSyncServer) ListEdges(context.Context, *ListEdgesRequest) (*ListEdgesResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListEdges not implemented")
+}
+func (UnimplementedSyncServer) ReportSessions(context.Context, *ReportSessionsRequest) (*ReportSessionsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ReportSessions not implemented")
 }
 func (UnimplementedSyncServer) mustEmbedUnimplementedSyncServer() {}
 func (UnimplementedSyncServer) testEmbeddedByValue()              {}
@@ -340,6 +386,42 @@ func _Sync_ReportEvaluations_Handler(srv interface{}, ctx context.Context, dec f
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Sync_ListEdges_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListEdgesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SyncServer).ListEdges(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Sync_ListEdges_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SyncServer).ListEdges(ctx, req.(*ListEdgesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Sync_ReportSessions_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ReportSessionsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SyncServer).ReportSessions(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Sync_ReportSessions_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SyncServer).ReportSessions(ctx, req.(*ReportSessionsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Sync_ServiceDesc is the grpc.ServiceDesc for Sync service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -370,6 +452,14 @@ var Sync_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ReportEvaluations",
 			Handler:    _Sync_ReportEvaluations_Handler,
+		},
+		{
+			MethodName: "ListEdges",
+			Handler:    _Sync_ListEdges_Handler,
+		},
+		{
+			MethodName: "ReportSessions",
+			Handler:    _Sync_ReportSessions_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

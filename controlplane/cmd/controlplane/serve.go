@@ -348,13 +348,13 @@ func assemble(cfg *serveConfig, db *postgres.DB, logger *slog.Logger) (*controlP
 	}
 	cp.members = bloomhub.NewHub(postgres.NewMemberStore(db), logger, cp.reg)
 	cp.ingest = ingest.New(postgres.NewEventStore(db, logger), logger, cp.reg)
+	cp.edges = syncserver.NewEdgeAuth(postgres.NewEdgeService(db), logger, cp.reg)
 	cp.sync = syncserver.NewServer(postgres.NewSnapshotStore(db), postgres.NewPersonStore(db), cp.ingest, logger, cp.reg,
 		syncserver.WithMembership(cp.members), syncserver.WithSessions(cp.sessions, cp.replicaID),
-		syncserver.WithEvaluations(postgres.NewEvaluationStore(db)))
+		syncserver.WithEvaluations(postgres.NewEvaluationStore(db)), syncserver.WithRelays(cp.edges))
 	cp.scheduler = scheduler.New(postgres.NewScheduleStore(db), postgres.NewFlagService(db), logger, cp.reg)
 	cp.approvals = approvalwatch.New(postgres.NewChangeRequestUpkeep(db), logger, cp.reg)
 	cp.releaser = releaser.New(postgres.NewReleasePlanStore(db), cfg.ReleasePlanInterval, logger, cp.reg)
-	cp.edges = syncserver.NewEdgeAuth(postgres.NewEdgeService(db), logger, cp.reg)
 	cp.grpc = newGRPCServer(cp.sync, cp.edges, grpcTLS, cp.reg)
 	return cp, nil
 }
@@ -554,7 +554,7 @@ func (cp *controlPlane) heartbeat(ctx context.Context) {
 func newGRPCServer(sync syncpb.SyncServer, edges *syncserver.EdgeAuth, tlsConfig *tls.Config, reg *prometheus.Registry) *grpc.Server {
 	metrics := grpcprom.NewServerMetrics(grpcprom.WithServerHandlingTimeHistogram())
 	reg.MustRegister(metrics)
-	opts := append(syncserver.ServerOptions(tlsConfig != nil),
+	opts := append(syncpb.ServerOptions(tlsConfig != nil),
 		// Ingest calls carry up to a few MiB of events; allow a whole 20 MB capture batch.
 		grpc.MaxRecvMsgSize(64<<20),
 		// Edges keep one Watch stream open for good: keepalives find dead peers behind NATs.

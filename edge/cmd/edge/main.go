@@ -88,6 +88,11 @@ type config struct {
 	EventLog           eventlog.Config
 	BootstrapBundle    string
 	BundlePublicKey    string
+	// Serving edges (a relay): the address, and its TLS.
+	ServeEdges         string
+	ServeEdgesCert     string
+	ServeEdgesKey      string
+	ServeEdgesInsecure bool
 	// OFREP change streams.
 	Streams       bool
 	StreamKey     string
@@ -108,7 +113,11 @@ func parseConfig(args []string, stderr io.Writer) (*config, error) {
 	host, _ := os.Hostname()
 	cfg := &config{}
 	fs.String(&cfg.HTTPAddr, "http-addr", "FLAGEDGE_EDGE_ADDR", "127.0.0.1:8080", "address of the public HTTP endpoints")
-	fs.String(&cfg.ControlPlane.Addrs, "control-plane", "FLAGEDGE_CONTROL_PLANE", "127.0.0.1:9000", "address of the control plane's gRPC sync service, or a comma-separated list of replicas' (or a DNS name with several records): the edge fails over between them")
+	fs.String(&cfg.ControlPlane.Addrs, "control-plane", "FLAGEDGE_CONTROL_PLANE", "127.0.0.1:9000", "address of the upstream's gRPC sync service — a control plane, or a relay (an edge with --serve-edges) — or a comma-separated list of them, replicas and relays mixed (or a DNS name with several records): the edge fails over between them")
+	fs.String(&cfg.ServeEdges, "serve-edges", "FLAGEDGE_SERVE_EDGES", "", "serve the sync protocol to other edges on this address (a relay): they are given it as --control-plane and get this edge's snapshots; empty: off")
+	fs.String(&cfg.ServeEdgesCert, "serve-edges-tls-cert", "FLAGEDGE_SERVE_EDGES_TLS_CERT", "", "certificate (PEM) for TLS on --serve-edges; with --serve-edges-tls-key")
+	fs.String(&cfg.ServeEdgesKey, "serve-edges-tls-key", "FLAGEDGE_SERVE_EDGES_TLS_KEY", "", "private key (PEM) of --serve-edges-tls-cert")
+	fs.Bool(&cfg.ServeEdgesInsecure, "serve-edges-insecure", "FLAGEDGE_SERVE_EDGES_INSECURE", false, "serve --serve-edges without TLS on an address that is not loopback (only behind something that encrypts)")
 	fs.String(&cfg.ControlPlane.Token, "edge-token", "FLAGEDGE_EDGE_TOKEN", "", "this edge's credential, from controlplane edges create")
 	fs.String(&cfg.ControlPlane.CAFile, "control-plane-ca", "FLAGEDGE_CONTROL_PLANE_CA", "", "CA certificate (PEM) of the control plane's TLS certificate; default: the system's roots (TLS is used unless every address is loopback)")
 	fs.Bool(&cfg.ControlPlane.Insecure, "control-plane-insecure", "FLAGEDGE_CONTROL_PLANE_INSECURE", false, "talk plaintext to a control plane that is not on loopback (only behind something that encrypts; pairs with controlplane --grpc-insecure)")
@@ -240,6 +249,14 @@ func (cfg *config) validate() error {
 	if cfg.StreamMax <= 0 || cfg.StreamMaxAddr <= 0 {
 		return errors.New("--ofrep-stream-max and --ofrep-stream-max-per-ip must be positive")
 	}
+	if cfg.ServeEdges != "" {
+		if _, _, err := net.SplitHostPort(cfg.ServeEdges); err != nil {
+			return fmt.Errorf("--serve-edges: %w", err)
+		}
+		if cfg.ServeEdgesCert == "" && cfg.ServeEdgesKey == "" && !cfg.ServeEdgesInsecure && !daemon.IsLoopback(cfg.ServeEdges) {
+			return fmt.Errorf("--serve-edges %s is not a loopback address: give --serve-edges-tls-cert and --serve-edges-tls-key, or --serve-edges-insecure to serve it in plaintext", cfg.ServeEdges)
+		}
+	}
 	if cfg.DataDir == "" {
 		return errors.New("--data-dir is required: it holds the snapshot copy and the capture spool")
 	}
@@ -269,6 +286,7 @@ type edge struct {
 	refusals  *admit.Refusals
 	streams   *ofrep.Hub // nil when streaming is off
 	forwarder *capture.Forwarder
+	relay     *relaying           // nil unless --serve-edges
 	counts    *evalcount.Registry // evaluations by project, flag and value, reported upstream
 	closers   []func()            // in the order they are to run
 }
@@ -332,10 +350,21 @@ func assemble(cfg *config, log *slog.Logger) (e *edge, err error) {
 		return e, err
 	}
 	cacheMetrics := cache.NewMetrics(reg)
+	conn, err := cpclient.Dial(cfg.ControlPlane)
+	if err != nil {
+		return e, err
+	}
+	e.closers = append(e.closers, func() { conn.Close() })
+	e.client = syncpb.NewSyncClient(conn)
 
 	e.holder = state.NewHolder(filepath.Join(cfg.DataDir, "snapshots"), log, reg)
 	e.counts = evalcount.NewRegistry()
 	e.holder.CountEvaluations(e.counts)
+	if cfg.ServeEdges != "" {
+		if e.relay, err = newRelaying(cfg, e.client, e.holder, log); err != nil {
+			return e, err
+		}
+	}
 	n, err := e.holder.Load()
 	if err != nil {
 		log.Error("some snapshots on disk could not be loaded", "err", err)
@@ -357,12 +386,6 @@ func assemble(cfg *config, log *slog.Logger) (e *edge, err error) {
 	if err != nil {
 		return e, err
 	}
-	conn, err := cpclient.Dial(cfg.ControlPlane)
-	if err != nil {
-		return e, err
-	}
-	e.closers = append(e.closers, func() { conn.Close() })
-	e.client = syncpb.NewSyncClient(conn)
 
 	storeCfg := persons.DefaultConfig()
 	storeCfg.Timeout, storeCfg.TTL, storeCfg.NegativeTTL = cfg.LookupTimeout, cfg.PersonTTL, cfg.PersonMissTTL
@@ -529,6 +552,12 @@ func (e *edge) serve(ctx context.Context) error {
 		e.forwarder.Run(background)
 		return nil
 	})
+	if e.relay != nil {
+		if err := e.relay.serve(gctx, g, background, e.spool); err != nil {
+			ln.Close()
+			return err
+		}
+	}
 	reporter := evalcount.NewReporter(e.counts, e.client, e.cfg.EdgeID, e.cfg.EvalReportInterval, e.log, e.reg)
 	g.Go(func() error {
 		reporter.Run(gctx) // a last report as shutdown begins

@@ -1,0 +1,117 @@
+// Package relay makes an edge the upstream of other edges (edge --serve-edges): it speaks the
+// control plane's sync protocol to them, passes on the snapshots it receives as the bytes it
+// received (one encoding per version for the whole tree), checks their tokens against the
+// live edges the control plane lists, reports their sessions and acknowledgements upstream in
+// batches, and forwards their look-ups, evaluation counts and captured events.
+package relay
+
+import (
+	"log/slog"
+	"sync"
+
+	"github.com/flagedge/flagedge/edge/state"
+	"github.com/flagedge/flagedge/shared/syncpb"
+)
+
+// encoded is one project's snapshot as a WatchResponse field, ready to send: the
+// deflated_snapshots (10) or snapshots (1) field the upstream sent, or for a snapshot read
+// from disk, encoded here once.
+type encoded struct {
+	version int64
+	field   []byte
+}
+
+// Snapshots holds what the relay passes on: the snapshots of the projects its holder serves,
+// encoded once per version, and wakes the downstream streams when they change. It is fed by
+// the holder's tap (Tap).
+type Snapshots struct {
+	holder *state.Holder
+	log    *slog.Logger
+
+	mu       sync.Mutex
+	projects map[int64]*encoded // immutable values, replaced on change
+	ready    bool               // a complete set is held (a catch-up done, or read from disk)
+	changed  chan struct{}      // closed at the next change, then replaced
+}
+
+// NewSnapshots returns an empty store for the holder's snapshots. Install its Tap on the
+// holder before the holder loads or watches.
+func NewSnapshots(h *state.Holder, log *slog.Logger) *Snapshots {
+	return &Snapshots{holder: h, log: log, projects: map[int64]*encoded{}, changed: make(chan struct{})}
+}
+
+// Tap takes what the holder applied: the received encodings of the snapshots it now serves.
+func (s *Snapshots) Tap(msg *syncpb.WatchResponse) {
+	type update struct {
+		id int64
+		e  *encoded
+	}
+	var next []update
+	for _, d := range msg.DeflatedSnapshots {
+		if p := s.holder.ByID(d.ProjectId); p == nil || p.Version != d.Version {
+			continue // refused by the holder: the version it serves stays
+		}
+		field, err := syncpb.EncodeField(10, d) // the received bytes, behind a field tag
+		if err != nil {
+			s.log.Error("relay snapshot", "project", d.ProjectId, "err", err)
+			continue
+		}
+		next = append(next, update{d.ProjectId, &encoded{version: d.Version, field: field}})
+	}
+	for _, pb := range msg.Snapshots {
+		if p := s.holder.ByID(pb.ProjectId); p == nil || p.Version != pb.Version {
+			continue
+		}
+		e, err := encodeSnapshot(pb)
+		if err != nil {
+			s.log.Error("relay snapshot", "project", pb.ProjectId, "err", err)
+			continue
+		}
+		next = append(next, update{pb.ProjectId, e})
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, n := range next {
+		s.projects[n.id] = n.e
+	}
+	for _, id := range msg.RemovedProjects {
+		delete(s.projects, id)
+	}
+	if msg.InitialSyncDone {
+		s.ready = true
+	}
+	if len(next) > 0 || len(msg.RemovedProjects) > 0 || msg.InitialSyncDone {
+		close(s.changed)
+		s.changed = make(chan struct{})
+	}
+}
+
+// encodeSnapshot encodes a snapshot that did not come deflated: read from disk or a bundle
+// (deflated here, once per version), or one the upstream found too small to compress (sent
+// as it came).
+func encodeSnapshot(pb *syncpb.ProjectSnapshot) (*encoded, error) {
+	d, err := syncpb.Deflate(pb)
+	if err != nil {
+		return nil, err
+	}
+	field, err := syncpb.EncodeField(10, d)
+	if err != nil {
+		return nil, err
+	}
+	if plain, err := syncpb.EncodeField(1, pb); err == nil && len(plain) <= len(field) {
+		field = plain
+	}
+	return &encoded{version: pb.Version, field: field}, nil
+}
+
+// view returns the held projects (a copy of the map; the values are shared and immutable),
+// whether they are complete, and the channel closed at the next change.
+func (s *Snapshots) view() (map[int64]*encoded, bool, <-chan struct{}) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make(map[int64]*encoded, len(s.projects))
+	for id, e := range s.projects {
+		out[id] = e
+	}
+	return out, s.ready, s.changed
+}
