@@ -76,7 +76,7 @@ func TestFlagsAsCode(t *testing.T) {
 		Changes []struct {
 			Name  string `json:"name"`
 			Diffs []struct {
-				Path     string  `json:"path"`
+				Path string `json:"path"`
 			} `json:"diffs"`
 		} `json:"changes"`
 	}

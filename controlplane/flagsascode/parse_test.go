@@ -82,13 +82,13 @@ func TestParseRefusesBadInput(t *testing.T) {
 func TestParseKeepsWhatIsWritten(t *testing.T) {
 	s, err := flagsascode.Parse("flags.yaml", []byte("flags:\n  f:\n    filters:\n      groups:\n        - properties:\n"+
 		"            - {key: signed_up, type: person, operator: is_date_before, value: 2024-01-01}\n"+
-		"            - {key: plan, type: person, operator: exact, value: [pro, 3, 2.5, true, null]}\n"))
+		"            - {key: plan, type: person, operator: exact, value: [pro, 3, 2.5, true]}\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	props := s.Flags["f"].Filters["groups"].([]any)[0].(map[string]any)["properties"].([]any)
 	got := []any{props[0].(map[string]any)["value"], props[1].(map[string]any)["value"]}
-	want := []any{"2024-01-01", []any{"pro", 3.0, 2.5, true, nil}}
+	want := []any{"2024-01-01", []any{"pro", 3.0, 2.5, true}}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("values (-want +got):\n%s", diff)
 	}
