@@ -37,7 +37,7 @@ type Result struct {
 // GatedChange is a change the project's approval policy held: it waits in a change request.
 type GatedChange struct {
 	Change          Change
-	ChangeRequestID int64
+	ChangeRequestID string
 	Detail          string
 }
 

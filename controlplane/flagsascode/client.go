@@ -40,9 +40,10 @@ type APIError struct {
 	Code         string `json:"code"`
 	Detail       string `json:"detail"`
 	Attr         string `json:"attr"`
-	// ChangeRequestID is, for a change that needs an approval (409 approval_required), the
-	// change request that now holds it.
-	ChangeRequestID int64 `json:"change_request_id"`
+	// ChangeRequestID is, for a change that needs an approval (409 approval_required, or
+	// change_request_pending when the same change already waits for one), the change request
+	// that holds it.
+	ChangeRequestID string `json:"change_request_id"`
 }
 
 func (e *APIError) Error() string {
@@ -61,7 +62,7 @@ func (e *APIError) Error() string {
 
 // Gated reports whether the change was not made but held for approval.
 func (e *APIError) Gated() bool {
-	return e.Status == http.StatusConflict && e.Code == "approval_required"
+	return e.Status == http.StatusConflict && (e.Code == "approval_required" || e.Code == "change_request_pending")
 }
 
 // snapshotVersionHeader names, on a flag write, the project's snapshot version holding it.

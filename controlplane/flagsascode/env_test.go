@@ -94,6 +94,26 @@ func (e *env) mustDo(method, path string, body any, want int) map[string]any {
 	return out
 }
 
+// mustGet reads an API path outside the project and returns the decoded answer.
+func (e *env) mustGet(path string) map[string]any {
+	e.t.Helper()
+	req, err := http.NewRequest("GET", e.srv.URL+path, nil)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+e.key)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var out map[string]any
+	if resp.StatusCode != 200 || json.NewDecoder(resp.Body).Decode(&out) != nil {
+		e.t.Fatalf("GET %s: %d", path, resp.StatusCode)
+	}
+	return out
+}
+
 // activity counts the activity log's entries: every write of a flag, cohort or feature adds one.
 func (e *env) activity() int {
 	e.t.Helper()

@@ -4,11 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"io"
-	"net/http"
-	"net/http/httptest"
-	"net/http/httputil"
-	"net/url"
 	"strings"
 	"testing"
 
@@ -143,45 +138,46 @@ func cut(t *testing.T, file []byte, start, end string) []byte {
 	return []byte(s[:i] + s[i+len(start)+j:])
 }
 
-// TestGatedChanges puts the approval gate's answer (409 approval_required with the change
-// request, as the approvals work defines it) in front of the real API for one flag: apply
-// reports that change with its request and makes the others.
+// TestGatedChanges applies a file to a project whose approval policy gates rollout changes:
+// the gated flag comes back with the change request the real gate filed, the rest is applied,
+// and a second apply names the same pending request instead of failing the run.
 func TestGatedChanges(t *testing.T) {
 	e := newEnv(t)
 	e.seed()
 	file := e.export()
-	gatedID := e.mustDo("GET", "/feature_flags/?search=dark-mode-banner", nil, 200)["results"].([]any)[0].(map[string]any)["id"]
-	gatedPath := fmt.Sprintf("/api/projects/%d/feature_flags/%v/", e.project, gatedID)
-	target, _ := url.Parse(e.srv.URL)
-	proxy := httputil.NewSingleHostReverseProxy(target)
-	gate := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method == http.MethodPatch && r.URL.Path == gatedPath {
-			w.Header().Set("Content-Type", "application/json")
-			w.WriteHeader(http.StatusConflict)
-			io.WriteString(w, `{"type": "validation_error", "code": "approval_required", "detail": "This change needs an approval.", "attr": null, "change_request_id": 42}`)
-			return
-		}
-		proxy.ServeHTTP(w, r)
-	}))
-	defer gate.Close()
-	edited := replaceOnce(t, file, "name: Banner for dark mode users", "name: Banner")
-	edited = replaceOnce(t, edited, "name: Dark mode\n", "name: Dark\n")
+	me := e.mustGet("/api/users/@me/")
+	e.mustDo("POST", "/approval_policies/", map[string]any{"action_key": "feature_flag.update",
+		"approver_config": map[string]any{"users": []any{me["id"]}, "quorum": 1}}, 201)
+	edited := replaceOnce(t, file, "name: Dark mode\n", "name: Dark\n")
+	edited = replaceOnce(t, edited, "rollout_percentage: 0\n", "rollout_percentage: 25\n")
 	want, err := flagsascode.Parse("flags.yaml", edited)
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err := flagsascode.Apply(context.Background(), flagsascode.NewClient(gate.URL, e.key, fmt.Sprint(e.project), nil), want, false)
-	if err != nil {
-		t.Fatal(err)
+	var requestID string
+	for round := 1; round <= 2; round++ {
+		res, err := flagsascode.Apply(context.Background(), e.client, want, false)
+		if err != nil {
+			t.Fatalf("apply %d: %v", round, err)
+		}
+		if len(res.Gated) != 1 || res.Gated[0].ChangeRequestID == "" || res.Gated[0].Change.Name != "beta-search" {
+			t.Fatalf("apply %d: gated %+v", round, res.Gated)
+		}
+		if round == 1 {
+			requestID = res.Gated[0].ChangeRequestID
+			if len(res.Applied) != 1 || res.Applied[0].Name != "dark-mode" {
+				t.Errorf("apply 1: applied %+v", res.Applied)
+			}
+		} else if res.Gated[0].ChangeRequestID != requestID || len(res.Applied) != 0 {
+			t.Errorf("apply 2: gated by %q (first %q), applied %+v", res.Gated[0].ChangeRequestID, requestID, res.Applied)
+		}
 	}
-	if len(res.Gated) != 1 || res.Gated[0].ChangeRequestID != 42 || res.Gated[0].Change.Name != "dark-mode-banner" {
-		t.Errorf("gated: %+v", res.Gated)
-	}
-	if len(res.Applied) != 1 || res.Applied[0].Name != "dark-mode" {
-		t.Errorf("applied: %+v", res.Applied)
+	cr := e.mustDo("GET", "/change_requests/"+requestID+"/", nil, 200)
+	if cr["state"] != "pending" || cr["action_key"] != "feature_flag.update" {
+		t.Errorf("change request: %v", cr)
 	}
 	text := planText(t, e.plan(edited, false))
-	if !strings.Contains(text, `~ flag "dark-mode-banner"`) || strings.Contains(text, `"dark-mode" (update)`) {
+	if !strings.Contains(text, `~ flag "beta-search"`) || strings.Contains(text, `"dark-mode" (update)`) {
 		t.Errorf("after the gated apply:\n%s", text)
 	}
 }

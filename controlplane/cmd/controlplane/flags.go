@@ -164,7 +164,7 @@ func writePlan(w io.Writer, plan *flagsascode.Plan, res *flagsascode.Result, asJ
 		}
 		fmt.Fprintf(w, "Applied %d of %d changes.\n", len(res.Applied), len(plan.Changes))
 		for _, g := range res.Gated {
-			fmt.Fprintf(w, "Held for approval: %s %s %q (%s): change request %d\n", g.Change.Kind, g.Change.Action,
+			fmt.Fprintf(w, "Held for approval: %s %s %q (%s): change request %s\n", g.Change.Kind, g.Change.Action,
 				g.Change.Name, g.Detail, g.ChangeRequestID)
 		}
 		return nil
