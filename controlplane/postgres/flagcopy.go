@@ -443,14 +443,14 @@ func (s *FlagService) CreateFlagCopies(ctx context.Context, orgID int64, req con
 			copied, err = c.run(ctx)
 			return err
 		})
-		if controlplane.ErrorKind(err) != controlplane.Internal {
+		switch {
+		case err == nil:
+			out.Success = append(out.Success, *copied)
+		case controlplane.ErrorKind(err) != controlplane.Internal:
 			out.Failed = append(out.Failed, controlplane.FlagCopyFailure{ProjectID: target, ErrorMessage: failureReason(err)})
-			continue
-		}
-		if err != nil {
+		default:
 			return nil, opError("copy flag", err)
 		}
-		out.Success = append(out.Success, *copied)
 	}
 	return out, nil
 }
