@@ -402,8 +402,9 @@ func (s *FlagService) FindCopyRequirements(ctx context.Context, orgID int64, req
 // dependencies to copy first, the cohorts each copied flag uses (matched by name, else
 // created, static ones with their members), the flag through createFlag or changeFlag (the
 // flag service's own writes, with their checks, activity and webhooks), its scheduled
-// changes, and one snapshot bump. A refusal there (a domain error) rolls the target back and
-// is its failure; any other error ends the call.
+// changes, and one snapshot bump. A refusal there (a domain error) is the target's failure and
+// rolls it back (but for what a refusal commits by design: the approval gate's change
+// request); any other error ends the call.
 func (s *FlagService) CreateFlagCopies(ctx context.Context, orgID int64, req controlplane.FlagCopyRequest) (*controlplane.FlagCopyResult, error) {
 	u, err := orgUser(ctx, orgID, controlplane.CanReadOrg)
 	if err != nil {
@@ -442,14 +443,14 @@ func (s *FlagService) CreateFlagCopies(ctx context.Context, orgID int64, req con
 			copied, err = c.run(ctx)
 			return err
 		})
-		if controlplane.ErrorKind(err) != controlplane.Internal {
+		switch {
+		case err == nil:
+			out.Success = append(out.Success, *copied)
+		case controlplane.ErrorKind(err) != controlplane.Internal:
 			out.Failed = append(out.Failed, controlplane.FlagCopyFailure{ProjectID: target, ErrorMessage: failureReason(err)})
-			continue
-		}
-		if err != nil {
+		default:
 			return nil, opError("copy flag", err)
 		}
-		out.Success = append(out.Success, *copied)
 	}
 	return out, nil
 }
@@ -468,7 +469,25 @@ type targetCopy struct {
 	cohorts map[int64]int64
 }
 
+// run makes the copy, then bumps the target's snapshot once. The bump follows a refused write
+// too: a refusal that commits what the transaction wrote before it (the approval gate, which
+// files a change request) must still bring the dependencies and cohorts copied so far to the
+// edges; any other refusal rolls the bump back with the rest.
 func (c *targetCopy) run(ctx context.Context) (*controlplane.FlagCopy, error) {
+	r, err := c.copyAll(ctx)
+	version, bumpErr := bumpSnapshotVersion(ctx, c.tx, c.projectID)
+	if err != nil {
+		return nil, err
+	}
+	if bumpErr != nil {
+		return nil, bumpErr
+	}
+	r.Flag.SnapshotVersion = version
+	return r, nil
+}
+
+// copyAll copies the dependencies the target needs, then the flag.
+func (c *targetCopy) copyAll(ctx context.Context) (*controlplane.FlagCopy, error) {
 	var err error
 	if c.flags, err = readTargetFlags(ctx, c.tx, c.projectID, c.src.graphKeys()); err != nil {
 		return nil, err
@@ -496,9 +515,6 @@ func (c *targetCopy) run(ctx context.Context) (*controlplane.FlagCopy, error) {
 		return nil, err
 	}
 	r.CopiedDependencyKeys, r.DependencyCopyWarnings = copiedKeys, depWarnings
-	if r.Flag.SnapshotVersion, err = bumpSnapshotVersion(ctx, c.tx, c.projectID); err != nil {
-		return nil, err
-	}
 	return r, nil
 }
 
