@@ -75,6 +75,10 @@ type FlagCopy struct {
 type FlagCopyFailure struct {
 	ProjectID    int64
 	ErrorMessage string
+	// ChangeRequestID is, when the target's approval policy held the copy for review, the
+	// change request that holds it (what was copied before the flag, such as its cohorts, is
+	// stored; the flag changes when the request is approved).
+	ChangeRequestID string
 }
 
 // FlagCopyResult is what a copy did in each target project.

@@ -20,6 +20,10 @@ type flagCopyJSON struct {
 type flagCopyFailureJSON struct {
 	ProjectID    int64  `json:"project_id"`
 	ErrorMessage string `json:"error_message"`
+	// ApprovalPending and ChangeRequestID are there when the target's approval gate held the
+	// copy: the change request to approve.
+	ApprovalPending bool   `json:"approval_pending,omitempty"`
+	ChangeRequestID string `json:"change_request_id,omitempty"`
 }
 
 type flagCopyResultJSON struct {
@@ -93,7 +97,8 @@ func (s *Server) handleCopyFlags(r *http.Request, key *controlplane.APIKey) (ans
 			CopiedDependencyKeys: c.CopiedDependencyKeys, DependencyCopyWarnings: c.DependencyCopyWarnings}
 	}
 	for i, f := range res.Failed {
-		out.Failed[i] = flagCopyFailureJSON{ProjectID: f.ProjectID, ErrorMessage: f.ErrorMessage}
+		out.Failed[i] = flagCopyFailureJSON{ProjectID: f.ProjectID, ErrorMessage: f.ErrorMessage,
+			ApprovalPending: f.ChangeRequestID != "", ChangeRequestID: f.ChangeRequestID}
 	}
 	return ok(out), nil
 }

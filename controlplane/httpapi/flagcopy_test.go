@@ -109,3 +109,36 @@ func TestCopyFlagsRefusals(t *testing.T) {
 		}
 	}
 }
+
+// TestCopyFlagsThroughTheGate copies an active flag into a project whose approval policy
+// gates enabling flags: the target fails with the change request that now holds the copy, and
+// the target has no such flag until the request is approved.
+func TestCopyFlagsThroughTheGate(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.mustCreateFlag(map[string]any{"key": "promoted", "active": true})
+	targetID := int64(e.do("POST", "/api/projects/", e.key, map[string]any{"name": "Production"}).body["id"].(float64))
+	me := e.do("GET", "/api/users/@me/", e.key, nil)
+	if r := e.do("POST", fmt.Sprintf("/api/projects/%d/approval_policies/", targetID), e.key, map[string]any{
+		"action_key": "feature_flag.enable", "approver_config": map[string]any{"users": []any{me.body["id"]}, "quorum": 1}}); r.status != http.StatusCreated {
+		t.Fatalf("policy: %d %s", r.status, r.raw)
+	}
+	r := e.do("POST", "/api/organizations/@current/feature_flags/copy_flags/", e.key, map[string]any{"feature_flag_key": "promoted",
+		"from_project": e.project, "target_project_ids": []int64{targetID}})
+	failed, _ := r.body["failed"].([]any)
+	if r.status != http.StatusOK || len(failed) != 1 {
+		t.Fatalf("copy: %d %s", r.status, r.raw)
+	}
+	f := failed[0].(map[string]any)
+	id, _ := f["change_request_id"].(string)
+	if f["project_id"] != float64(targetID) || f["approval_pending"] != true || id == "" {
+		t.Fatalf("failed: %v", f)
+	}
+	cr := e.do("GET", fmt.Sprintf("/api/projects/%d/change_requests/%s/", targetID, id), e.key, nil)
+	if cr.status != http.StatusOK || cr.str("state") != "pending" || cr.str("action_key") != "feature_flag.enable" {
+		t.Errorf("change request: %d %s", cr.status, cr.raw)
+	}
+	if list := e.do("GET", fmt.Sprintf("/api/projects/%d/feature_flags/?search=promoted", targetID), e.key, nil); list.body["count"] != float64(0) {
+		t.Errorf("the target has the flag before any approval: %s", list.raw)
+	}
+}

@@ -447,7 +447,11 @@ func (s *FlagService) CreateFlagCopies(ctx context.Context, orgID int64, req con
 		case err == nil:
 			out.Success = append(out.Success, *copied)
 		case controlplane.ErrorKind(err) != controlplane.Internal:
-			out.Failed = append(out.Failed, controlplane.FlagCopyFailure{ProjectID: target, ErrorMessage: failureReason(err)})
+			failure := controlplane.FlagCopyFailure{ProjectID: target, ErrorMessage: failureReason(err)}
+			if gated := (*controlplane.ApprovalRequiredError)(nil); errors.As(err, &gated) {
+				failure.ChangeRequestID = gated.ChangeRequest.ID
+			}
+			out.Failed = append(out.Failed, failure)
 		default:
 			return nil, opError("copy flag", err)
 		}
