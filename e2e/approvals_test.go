@@ -224,7 +224,7 @@ func TestApprovalWebhooksAcrossReplicas(t *testing.T) {
 	}
 	for _, e := range edges {
 		waitFor(t, e.name+" serving the enabled flag", func() bool {
-			return flagEnabled(s.decide(e, map[string]any{"distinct_id": "u"}), "hooked")
+			return featureFlags(s.decide(e, map[string]any{"distinct_id": "u"}))["hooked"] == true
 		})
 	}
 	kinds := func() map[string]int {
