@@ -2,8 +2,11 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"maps"
 	"testing"
+	"time"
 
 	"github.com/flagedge/flagedge/geoip/geoiptest"
 	"github.com/flagedge/flagedge/internal/pgtest"
@@ -174,4 +177,73 @@ func TestApprovalsAcrossReplicas(t *testing.T) {
 func startsWith(v any, prefix string) bool {
 	s, ok := v.(string)
 	return ok && len(s) >= len(prefix) && s[:len(prefix)] == prefix
+}
+
+// TestApprovalWebhooksAcrossReplicas subscribes a real receiver to the change request events
+// with two replicas and an edge on each: a gated PATCH and its approval deliver requested,
+// approved and applied once each, and change_request.live once — after every edge serves
+// the version the request made — however many replicas watch.
+func TestApprovalWebhooksAcrossReplicas(t *testing.T) {
+	tls := tlstest.MustWrite(t)
+	s := &stack{t: t, dbURL: pgtest.NewDatabase(t), geoipDB: geoiptest.MustWrite(t)}
+	s.bootstrap()
+	private := []string{"--webhook-allow-private", "--webhook-retry-base", "100ms", "--webhook-retry-max", "400ms"}
+	_, aHTTP, aGRPC := s.startReplica("replica-a", tls, private...)
+	_, bHTTP, bGRPC := s.startReplica("replica-b", tls, private...)
+	s.httpAddr = aHTTP
+	flag := s.createFlag(map[string]any{"key": "hooked", "active": false})
+	ca := []string{"--control-plane-ca", tls.CA}
+	edges := []*edge{
+		s.startEdge("edge-a", "", true, append([]string{"--control-plane", aGRPC + "," + bGRPC}, ca...)...),
+		s.startEdge("edge-b", "", true, append([]string{"--control-plane", bGRPC + "," + aGRPC}, ca...)...),
+	}
+	receiver := newHookReceiver(t, 200)
+	api := func(replica, method, path, key string, body any) (int, map[string]any) {
+		t.Helper()
+		return call(t, method, fmt.Sprintf("http://%s/api/projects/%d%s", replica, s.projectID, path), key, body)
+	}
+	if code, out := api(aHTTP, "POST", "/webhooks/", s.personal, map[string]any{"url": receiver.URL, "secret": "0123456789abcdef",
+		"events": []string{"change_request.requested", "change_request.approved", "change_request.rejected",
+			"change_request.applied", "change_request.live"}}); code != 201 {
+		t.Fatalf("create webhook: %d %v", code, out)
+	}
+	requester, _ := s.member("requester@example.com")
+	_, approverID := s.member("alice@example.com")
+	alice := "phx_e2e_alice@example.com"
+	if code, out := api(aHTTP, "POST", "/approval_policies/", s.personal, map[string]any{"action_key": "feature_flag.enable",
+		"approver_config": map[string]any{"users": []int64{approverID}, "quorum": 1}}); code != 201 {
+		t.Fatalf("create policy: %d %v", code, out)
+	}
+	code, gated := api(aHTTP, "PATCH", fmt.Sprintf("/feature_flags/%d/", flag), requester, map[string]any{"active": true})
+	if code != 409 {
+		t.Fatalf("gated PATCH: %d %v", code, gated)
+	}
+	cr := gated["change_request_id"].(string)
+	if code, out := api(bHTTP, "POST", "/change_requests/"+cr+"/approve/", alice, nil); code != 200 || out["status"] != "applied" {
+		t.Fatalf("approve: %d %v", code, out)
+	}
+	for _, e := range edges {
+		waitFor(t, e.name+" serving the enabled flag", func() bool {
+			return featureFlags(s.decide(e, map[string]any{"distinct_id": "u"}))["hooked"] == true
+		})
+	}
+	kinds := func() map[string]int {
+		n := map[string]int{}
+		for _, r := range receiver.requests() {
+			var body struct {
+				Event string         `json:"event"`
+				Data  map[string]any `json:"data"`
+			}
+			if json.Unmarshal(r.body, &body) == nil && body.Data["id"] == cr {
+				n[body.Event]++
+			}
+		}
+		return n
+	}
+	waitFor(t, "change_request.live delivered", func() bool { return kinds()["change_request.live"] > 0 })
+	time.Sleep(time.Second) // time for a second replica's duplicate, were there one
+	want := map[string]int{"change_request.requested": 1, "change_request.approved": 1, "change_request.applied": 1, "change_request.live": 1}
+	if got := kinds(); !maps.Equal(got, want) {
+		t.Errorf("deliveries by kind %v, want %v", got, want)
+	}
 }

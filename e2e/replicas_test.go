@@ -16,12 +16,12 @@ import (
 	"github.com/flagedge/flagedge/internal/tlstest"
 )
 
-// startReplica starts a control-plane replica serving gRPC over TLS and returns it with its
-// HTTP and gRPC addresses.
-func (s *stack) startReplica(name string, tls tlstest.Files) (p *process, httpAddr, grpcAddr string) {
+// startReplica starts a control-plane replica serving gRPC over TLS, with extra flags, and
+// returns it with its HTTP and gRPC addresses.
+func (s *stack) startReplica(name string, tls tlstest.Files, extra ...string) (p *process, httpAddr, grpcAddr string) {
 	s.t.Helper()
-	p = start(s.t, name, binaries.controlplane, "serve", "--database-url", s.dbURL, "--http-addr", "127.0.0.1:0",
-		"--grpc-addr", "127.0.0.1:0", "--grpc-tls-cert", tls.Cert, "--grpc-tls-key", tls.Key, "--drain-delay", "0s")
+	p = start(s.t, name, binaries.controlplane, append([]string{"serve", "--database-url", s.dbURL, "--http-addr", "127.0.0.1:0",
+		"--grpc-addr", "127.0.0.1:0", "--grpc-tls-cert", tls.Cert, "--grpc-tls-key", tls.Key, "--drain-delay", "0s"}, extra...)...)
 	addrs := p.listening("control plane listening")
 	httpAddr, grpcAddr = addrs["http_addr"].(string), addrs["grpc_addr"].(string)
 	waitFor(s.t, name+" ready", func() bool { return status("http://"+httpAddr+"/_ready") == 200 })

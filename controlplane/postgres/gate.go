@@ -13,8 +13,8 @@ import (
 
 // The approval gate. Every write of a flag passes createFlag or changeFlag, and both call
 // gateFlagWrite in the write's transaction before they write anything, so every writer — the
-// API, the console, the scheduler, early access features, copies between projects — is gated
-// without code of its own. A gated write writes nothing on the flag: it files a change
+// API, the console, the scheduler, early access features, and any writer built on them — is
+// gated without code of its own. A gated write writes nothing on the flag: it files a change
 // request in the transaction and returns *controlplane.ApprovalRequiredError, on which inTx
 // commits (the request, and only what the transaction wrote before the gate) instead of
 // rolling back.
