@@ -41,6 +41,16 @@ type EventDestination struct {
 	UpdatedAt      time.Time
 }
 
+// APIKeyHint is what the API and the console show of the key: its first and last four
+// characters, or nothing of a key too short to hide anything.
+func (d *EventDestination) APIKeyHint() string {
+	r := []rune(d.APIKey)
+	if len(r) < 12 {
+		return "…"
+	}
+	return string(r[:4]) + "…" + string(r[len(r)-4:])
+}
+
 // EventDestinationUpdate holds the writable fields; nil means unchanged. Any update resumes a
 // paused destination: changing its key or URL is how an operator answers a refusal.
 type EventDestinationUpdate struct {
