@@ -41,6 +41,8 @@ type config struct {
 	goBench      bool
 	rssProjects  int
 	rssPersons   int
+	// forwardEvents is how many events the forwarding scenario captures and forwards.
+	forwardEvents int
 	// eventLogRounds is how many times the eventlog scenario measures each build at each
 	// stream replication, interleaved.
 	eventLogRounds int
@@ -93,12 +95,13 @@ func runBench(args []string) error {
 	fs.StringVar(&cfg.edgeMetrics, "edge-metrics", envOr("EDGE_METRICS", "http://127.0.0.1:9181"), "the first edge's --metrics-addr, as a URL (env EDGE_METRICS)")
 	fs.StringVar(&cfg.personalKey, "personal-key", os.Getenv("KEY"), "personal API key with scope * (env KEY)")
 	fs.BoolVar(&cfg.suite, "suite", false, "run the standard suite (what make bench runs)")
-	fs.StringVar(&cfg.scenario, "scenario", "decide", "decide, decide-repeat, flags, capture, mixed, propagation, rss (self-contained with --self-contained), eventlog (self-contained: its own PostgreSQL, 3-node NATS cluster, control plane and edge with --event-log-url, /batch senders; builds paired from --edge-bin and --controlplane-bin), edges (self-contained: its own PostgreSQL and control plane, and --edges simulated edges over gRPC), regions (self-contained: its own PostgreSQL, control plane and edge, 80 ms apart), sse (self-contained: OFREP change streams on one edge, their memory and a change's fan-out), pinned (self-contained: the edge vs a bare responder on one pinned core, with wrk), logins (self-contained: the management API's latency during console login floods), hostile (self-contained: the edge's peak memory under the worst bodies, and /decide among 10,000 half-sent requests), webhooks (self-contained: a flag write's delivery to a webhook receiver, p50/p99 over 100 writes), or scheduled (self-contained: 100 scheduled changes with two control-plane replicas and an edge, their lateness and when the edge answers them)")
+	fs.StringVar(&cfg.scenario, "scenario", "decide", "decide, decide-repeat, flags, capture, mixed, propagation, rss (self-contained with --self-contained), eventlog (self-contained: its own PostgreSQL, 3-node NATS cluster, control plane and edge with --event-log-url, /batch senders; builds paired from --edge-bin and --controlplane-bin), edges (self-contained: its own PostgreSQL and control plane, and --edges simulated edges over gRPC), regions (self-contained: its own PostgreSQL, control plane and edge, 80 ms apart), sse (self-contained: OFREP change streams on one edge, their memory and a change's fan-out), pinned (self-contained: the edge vs a bare responder on one pinned core, with wrk), logins (self-contained: the management API's latency during console login floods), hostile (self-contained: the edge's peak memory under the worst bodies, and /decide among 10,000 half-sent requests), webhooks (self-contained: a flag write's delivery to a webhook receiver, p50/p99 over 100 writes), forwarding (self-contained: --forward-events events captured at an edge and forwarded to a PostHog /batch/ receiver, events per second), or scheduled (self-contained: 100 scheduled changes with two control-plane replicas and an edge, their lateness and when the edge answers them)")
 	fs.DurationVar(&cfg.duration, "duration", 10*time.Second, "how long each load runs")
 	fs.IntVar(&cfg.connections, "connections", 32, "concurrent connections (closed loop)")
 	fs.IntVar(&cfg.rate, "rate", 0, "requests per second for an open-loop run; 0 is closed loop")
 	fs.Int64Var(&cfg.maxRequests, "max-requests", 5_000_000, "most requests of one load")
 	fs.IntVar(&cfg.users, "users", 100_000, "distinct users the capture workload spreads over")
+	fs.IntVar(&cfg.forwardEvents, "forward-events", 100_000, "events the forwarding scenario captures at the edge and forwards to its /batch/ receiver")
 	fs.Float64Var(&cfg.overrides, "overrides-share", 0.9, "share of decide requests carrying person properties")
 	fs.Uint64Var(&cfg.seed, "seed", 42, "workload seed: the same seed gives the same requests")
 	fs.BoolVar(&cfg.baseline, "baseline", true, "also measure a bare fasthttp server with the same client")
@@ -160,6 +163,9 @@ func runBench(args []string) error {
 	}
 	if cfg.scenario == "webhooks" { // self-contained: its own PostgreSQL, control plane and receiver
 		return webhooksScenario(cfg)
+	}
+	if cfg.scenario == "forwarding" { // self-contained: its own PostgreSQL, control plane, edge and receiver
+		return forwardingScenario(cfg)
 	}
 	if cfg.scenario == "hostile" { // self-contained: its own PostgreSQL, control plane and edge
 		return hostileScenario(cfg)

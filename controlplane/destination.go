@@ -41,6 +41,16 @@ type EventDestination struct {
 	UpdatedAt      time.Time
 }
 
+// APIKeyHint is what the API and the console show of the key: its first and last four
+// characters, or nothing of a key too short to hide anything.
+func (d *EventDestination) APIKeyHint() string {
+	r := []rune(d.APIKey)
+	if len(r) < 12 {
+		return "…"
+	}
+	return string(r[:4]) + "…" + string(r[len(r)-4:])
+}
+
 // EventDestinationUpdate holds the writable fields; nil means unchanged. Any update resumes a
 // paused destination: changing its key or URL is how an operator answers a refusal.
 type EventDestinationUpdate struct {
@@ -157,6 +167,9 @@ type SystemForwardQueue interface {
 	// Claim leases, for lease, a due destination (enabled, not paused, not retrying, not
 	// leased) that has events queued, and returns up to n of its oldest; nil when none.
 	Claim(ctx context.Context, n int, lease time.Duration) (*ForwardBatch, error)
+	// Extend moves the lease's end to lease from now, before another request of the same
+	// claim; false when the claim no longer holds it (it ran out and another claim took it).
+	Extend(ctx context.Context, b *ForwardBatch, lease time.Duration) (bool, error)
 	// Finish records the outcome and ends the lease; an outcome whose lease ran out and was
 	// taken by another claim records only the events done.
 	Finish(ctx context.Context, b *ForwardBatch, o ForwardOutcome) error

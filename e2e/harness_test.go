@@ -199,12 +199,12 @@ func (s *stack) bootstrap() {
 	s.projectID, s.token, s.personal, s.secret = keys.ProjectID, keys.ProjectAPIKey, keys.PersonalAPIKey, keys.SecretAPIKey
 }
 
-// startControlPlane starts the control plane: on new ports the first time, on the same ones
-// after a stop (edges reconnect to its address).
-func (s *stack) startControlPlane() {
+// startControlPlane starts the control plane with extra flags: on new ports the first time,
+// on the same ones after a stop (edges reconnect to its address).
+func (s *stack) startControlPlane(extra ...string) {
 	s.t.Helper()
 	s.cp = start(s.t, "controlplane", binaries.controlplane, append([]string{"serve", "--database-url", s.dbURL,
-		"--http-addr", s.httpAddr, "--grpc-addr", s.grpcAddr, "--log-level", "info", "--drain-delay", "0s"}, s.cpArgs...)...)
+		"--http-addr", s.httpAddr, "--grpc-addr", s.grpcAddr, "--log-level", "info", "--drain-delay", "0s"}, append(s.cpArgs, extra...)...)...)
 	addrs := s.cp.listening("control plane listening")
 	s.httpAddr, s.grpcAddr = addrs["http_addr"].(string), addrs["grpc_addr"].(string)
 	waitFor(s.t, "control plane ready", func() bool { return status("http://"+s.httpAddr+"/_ready") == 200 })

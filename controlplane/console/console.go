@@ -153,6 +153,10 @@ func (c *Console) routes() {
 	c.mux.HandleFunc("POST "+p+"/webhooks", c.withSession(c.handleCreateWebhook))
 	c.mux.HandleFunc("GET "+p+"/webhooks/{id}", c.withSession(c.handleWebhook))
 	c.mux.HandleFunc("POST "+p+"/webhooks/{id}/delete", c.withSession(c.handleDeleteWebhook))
+	c.mux.HandleFunc("GET "+p+"/destinations", c.withSession(c.handleDestinations))
+	c.mux.HandleFunc("POST "+p+"/destinations", c.withSession(c.handleCreateDestination))
+	c.mux.HandleFunc("POST "+p+"/destinations/{id}/enabled", c.withSession(c.handleEnableDestination))
+	c.mux.HandleFunc("POST "+p+"/destinations/{id}/delete", c.withSession(c.handleDeleteDestination))
 
 	c.mux.HandleFunc("GET /settings/keys", c.withSession(c.handleKeys))
 	c.mux.HandleFunc("POST /settings/keys", c.withSession(c.handleCreateKey))

@@ -22,6 +22,7 @@ import (
 	"github.com/flagedge/flagedge/controlplane"
 	"github.com/flagedge/flagedge/controlplane/console"
 	"github.com/flagedge/flagedge/controlplane/flageval"
+	"github.com/flagedge/flagedge/controlplane/forward"
 	"github.com/flagedge/flagedge/controlplane/httpapi"
 	"github.com/flagedge/flagedge/controlplane/loginlimit"
 	"github.com/flagedge/flagedge/controlplane/postgres"
@@ -87,6 +88,7 @@ func (s *site) serve() *httptest.Server {
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	stores := postgres.NewServices(db, bcrypt.MinCost)
 	stores.Webhooks = webhook.Checked(stores.Webhooks, &webhook.Policy{}) // as serve wires it
+	stores.EventDestinations = forward.Checked(stores.EventDestinations, &webhook.Policy{})
 	services, persons := stores, postgres.NewPersonStore(db)
 	sessions := postgres.NewEdgeSessionStore(db)
 	evaluator := &flageval.Evaluator{Snapshots: postgres.NewSnapshotStore(db), Persons: persons, Scanner: persons}

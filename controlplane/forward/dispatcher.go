@@ -89,7 +89,8 @@ func (c Config) withDefaults() Config {
 }
 
 // requestsPerClaim bounds the requests one claim makes (the splits and bisections of one
-// batch), so that a claim ends well within its lease; what is left is claimed again at once.
+// batch), so that one destination's bad batch does not hold a worker for long; what is left
+// is claimed again at once.
 const requestsPerClaim = 32
 
 // Dispatcher sends the queued events of every destination. Every replica runs one.
@@ -199,8 +200,10 @@ func (d *Dispatcher) Run(ctx context.Context) {
 	wg.Wait()
 }
 
-// lease is how long a claim holds its destination: every request it may make, and margin.
-func (d *Dispatcher) lease() time.Duration { return requestsPerClaim*d.cfg.Timeout + 10*time.Second }
+// lease is how long a claim holds its destination before its next request: one request's
+// timeout and a margin. Each further request of the claim renews it, so a replica that dies
+// mid-batch holds its destination no longer than this.
+func (d *Dispatcher) lease() time.Duration { return d.cfg.Timeout + 10*time.Second }
 
 // work claims and sends batches; idle, it waits until the queue's next due destination or
 // Poll, whichever is sooner.
@@ -304,11 +307,20 @@ func (d *Dispatcher) send(ctx context.Context, dl *delivery, events []*controlpl
 	if dl.requests == 0 {
 		return false
 	}
+	if dl.requests < requestsPerClaim { // the claim's lease covered its first request only
+		held, err := d.queue.Extend(ctx, dl.b, d.lease())
+		if err != nil || !held {
+			if err != nil {
+				d.log.Warn("extend forward lease", "destination", dl.b.DestinationID, "err", err)
+			}
+			return false
+		}
+	}
 	dl.requests--
 	code, answer, retryAfter, err := d.post(ctx, dl.b, events)
 	switch {
 	case err == nil && code >= 200 && code < 300:
-		d.done(dl, events)
+		dl.done(events)
 		d.metrics.batches.WithLabelValues("sent").Inc()
 		d.metrics.events.WithLabelValues("sent").Add(float64(len(events)))
 		return true
@@ -348,7 +360,7 @@ func (d *Dispatcher) send(ctx context.Context, dl *delivery, events []*controlpl
 	return false
 }
 
-func (d *Dispatcher) done(dl *delivery, events []*controlplane.ForwardEvent) {
+func (dl *delivery) done(events []*controlplane.ForwardEvent) {
 	for _, e := range events {
 		dl.out.Done = append(dl.out.Done, e.Seq)
 	}

@@ -25,18 +25,8 @@ type destinationJSON struct {
 	UpdatedAt      timeJSON  `json:"updated_at"`
 }
 
-// keyHint is what the API and the console show of a destination's key: its first and last
-// four characters, or nothing of a key too short to hide anything.
-func keyHint(key string) string {
-	r := []rune(key)
-	if len(r) < 12 {
-		return "…"
-	}
-	return string(r[:4]) + "…" + string(r[len(r)-4:])
-}
-
 func newDestinationJSON(d *controlplane.EventDestination) destinationJSON {
-	return destinationJSON{ID: d.ID, URL: d.URL, APIKeyHint: keyHint(d.APIKey), Enabled: d.Enabled,
+	return destinationJSON{ID: d.ID, URL: d.URL, APIKeyHint: d.APIKeyHint(), Enabled: d.Enabled,
 		PausedReason: d.PausedReason, LastError: d.LastError, SentEvents: d.SentEvents, LastSentAt: optTime(d.LastSentAt),
 		QueuedEvents: d.Queued, OldestQueuedAt: optTime(d.OldestQueuedAt), CreatedBy: newUserJSON(d.CreatedBy),
 		CreatedAt: timeJSON(d.CreatedAt), UpdatedAt: timeJSON(d.UpdatedAt)}

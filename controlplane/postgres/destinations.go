@@ -267,6 +267,16 @@ func (q *SystemForwardQueue) Claim(ctx context.Context, n int, lease time.Durati
 	return b, nil
 }
 
+// Extend renews the claim's lease, if the claim still holds it.
+func (q *SystemForwardQueue) Extend(ctx context.Context, b *controlplane.ForwardBatch, lease time.Duration) (bool, error) {
+	tag, err := q.db.Pool.Exec(ctx, `UPDATE event_destinations SET leased_until = now() + $3 * interval '1 millisecond'
+		WHERE id = $1 AND lease = $2`, b.DestinationID, b.Lease, lease.Milliseconds())
+	if err != nil {
+		return false, opError("extend forward lease", err)
+	}
+	return tag.RowsAffected() == 1, nil
+}
+
 // Finish deletes the events done, keeps the dead letters, and records the destination's state
 // under the lease: a success resets its failures, a failure counts one and sets when to try
 // again, a pause stops it until it is changed. The events done are deleted even when the lease

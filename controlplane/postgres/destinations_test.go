@@ -214,6 +214,12 @@ func TestForwardQueueClaimAndFinish(t *testing.T) {
 	// leaves the destination's state to the claim that holds it.
 	stale := *b
 	stale.Lease = "00000000-0000-0000-0000-000000000000"
+	if held, err := e.queue.Extend(ctx, &stale, time.Minute); err != nil || held {
+		t.Errorf("a lost lease was extended: %v %v", held, err)
+	}
+	if held, err := e.queue.Extend(ctx, b, time.Minute); err != nil || !held {
+		t.Errorf("the claim's lease was not extended: %v %v", held, err)
+	}
 	if err := e.queue.Finish(ctx, &stale, controlplane.ForwardOutcome{Done: []int64{b.Events[0].Seq}, Error: "x", RetryAt: time.Now().Add(time.Hour)}); err != nil {
 		t.Fatal(err)
 	}
