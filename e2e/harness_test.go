@@ -203,8 +203,8 @@ func (s *stack) bootstrap() {
 // on the same ones after a stop (edges reconnect to its address).
 func (s *stack) startControlPlane(extra ...string) {
 	s.t.Helper()
-	s.cp = start(s.t, "controlplane", binaries.controlplane, append([]string{"serve", "--database-url", s.dbURL,
-		"--http-addr", s.httpAddr, "--grpc-addr", s.grpcAddr, "--log-level", "info", "--drain-delay", "0s"}, append(s.cpArgs, extra...)...)...)
+	s.cp = start(s.t, "controlplane", binaries.controlplane, slices.Concat([]string{"serve", "--database-url", s.dbURL,
+		"--http-addr", s.httpAddr, "--grpc-addr", s.grpcAddr, "--log-level", "info", "--drain-delay", "0s"}, s.cpArgs, extra)...)
 	addrs := s.cp.listening("control plane listening")
 	s.httpAddr, s.grpcAddr = addrs["http_addr"].(string), addrs["grpc_addr"].(string)
 	waitFor(s.t, "control plane ready", func() bool { return status("http://"+s.httpAddr+"/_ready") == 200 })
