@@ -183,7 +183,6 @@ type Flag struct {
 	EnsureExperienceContinuity bool            `json:"ensure_experience_continuity"`
 	BucketingIdentifier        *string         `json:"bucketing_identifier"`
 	HasEncryptedPayloads       bool            `json:"has_encrypted_payloads"`
-	IsRemoteConfiguration      bool            `json:"is_remote_configuration"`
 }
 
 // Cohort is a PostHog cohort.

@@ -29,11 +29,22 @@ func importCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	key := fs.String("api-key", os.Getenv("FLAGEDGE_API_KEY"), "a flagedge personal API key: feature_flag, cohort, early_access_feature and annotation read and write (env FLAGEDGE_API_KEY)")
 	project := fs.String("project", os.Getenv("FLAGEDGE_PROJECT"), "the flagedge project's id (env FLAGEDGE_PROJECT)")
 	dryRun := fs.Bool("dry-run", false, "print what the import would change and write nothing")
+	verify := fs.Int("verify", 0, "after the import, ask both sides' /flags for this many synthetic users and report every difference")
+	fromFlagsURL := fs.String("from-flags-url", "", "the source's /flags host for --verify, e.g. https://us.i.posthog.com (default --from-url)")
+	fromToken := fs.String("from-token", os.Getenv("POSTHOG_PROJECT_TOKEN"), "the source project's token (phc_…) for --verify (env POSTHOG_PROJECT_TOKEN)")
+	edgeURL := fs.String("edge-url", os.Getenv("FLAGEDGE_EDGE_URL"), "a flagedge edge serving the project, for --verify (env FLAGEDGE_EDGE_URL)")
+	edgeToken := fs.String("edge-token", os.Getenv("FLAGEDGE_PROJECT_TOKEN"), "the flagedge project's token (phc_…) for --verify (env FLAGEDGE_PROJECT_TOKEN)")
 	if err := fs.Parse(args[1:]); err != nil {
 		return err
 	}
 	if *fromProject == "" || *fromKey == "" || *key == "" || *project == "" {
 		return errors.New("--from-project, --from-key, --api-key and --project are required\n" + importUsage)
+	}
+	if *verify > 0 && (*fromToken == "" || *edgeURL == "" || *edgeToken == "") {
+		return errors.New("--verify needs --from-token, --edge-url and --edge-token")
+	}
+	if *fromFlagsURL == "" {
+		*fromFlagsURL = *fromURL
 	}
 	src, err := posthogimport.NewSource(*fromURL, *fromKey, *fromProject)
 	if err != nil {
@@ -55,6 +66,54 @@ func importCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err != nil {
 		return fmt.Errorf("import stopped (re-run it: it resumes where it stopped): %w", err)
 	}
-	fmt.Fprintf(stderr, "done in %s\n", time.Since(start).Round(time.Millisecond))
+	fmt.Fprintf(stderr, "imported in %s\n", time.Since(start).Round(time.Millisecond))
+	if *verify == 0 || *dryRun {
+		return nil
+	}
+	if err := waitImported(ctx, dst.Client, sum); err != nil {
+		return err
+	}
+	return verifyImport(ctx, sum, *verify, posthogimport.Endpoint{URL: *fromFlagsURL, Token: *fromToken},
+		posthogimport.Endpoint{URL: *edgeURL, Token: *edgeToken}, stdout)
+}
+
+// waitImported waits (two minutes at most) until every connected edge serves what the
+// import wrote, so that --verify compares the imported flags.
+func waitImported(ctx context.Context, client *flagsascode.Client, sum *posthogimport.Summary) error {
+	if sum.Result == nil || len(sum.Result.Applied) == 0 {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	version, err := client.CurrentVersion(ctx)
+	if err != nil {
+		return err
+	}
+	_, err = client.WaitLive(ctx, max(version, sum.Result.Version))
+	return err
+}
+
+// errDifferences is --verify's answer when some flag answered differently: exit status 2.
+var errDifferences = &exitError{code: 2}
+
+// verifyImport waits until the edge serves the import, compares both sides for n synthetic
+// users and prints every difference; flags imported inactive on purpose are left out.
+func verifyImport(ctx context.Context, sum *posthogimport.Summary, n int, source, target posthogimport.Endpoint, stdout io.Writer) error {
+	var skip []string
+	for _, w := range sum.Translation.Warnings {
+		skip = append(skip, w.Flag)
+	}
+	diffs, err := posthogimport.Verify(ctx, sum.Translation.State, n, source, target, skip)
+	for _, d := range diffs {
+		fmt.Fprintf(stdout, "difference: %s for %s: source %q, flagedge %q\n", d.Flag, d.DistinctID, d.Source, d.Target)
+	}
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "verify: %d users, %d flags compared (%d imported inactive left out), %d differences\n",
+		n, len(sum.Translation.State.Flags)-len(skip), len(skip), len(diffs))
+	if len(diffs) > 0 {
+		return errDifferences
+	}
 	return nil
 }
