@@ -29,36 +29,47 @@ type Difference struct {
 	Source, Target string
 }
 
+// Verification is what Verify found.
+type Verification struct {
+	// Compared counts the (user, flag) answers the source gave and the target was compared on.
+	Compared int
+	// Differences are the answers that differ.
+	Differences []Difference
+}
+
 // Verify asks both endpoints' /flags?v=2 for n synthetic users and returns every flag whose
 // answer (enabled and variant) differs. The users carry the person properties the flags and
 // cohorts of state use, each with one of the values the filters name or without it, so that
 // every condition is met by some users and missed by others. Flags listed in skip (those
 // imported inactive on purpose) are not compared.
-func Verify(ctx context.Context, state *flagsascode.State, n int, source, target Endpoint, skip []string) ([]Difference, error) {
+func Verify(ctx context.Context, state *flagsascode.State, n int, source, target Endpoint, skip []string) (*Verification, error) {
 	props := usedProperties(state)
 	c := &http.Client{Timeout: 30 * time.Second}
-	var diffs []Difference
+	v := &Verification{}
 	for i := range n {
 		id := fmt.Sprintf("flagedge-verify-%d", i)
 		person := syntheticPerson(props, i)
 		a, err := askFlags(ctx, c, source, id, person)
 		if err != nil {
-			return diffs, fmt.Errorf("the source: %w", err)
+			return v, fmt.Errorf("the source: %w", err)
 		}
 		b, err := askFlags(ctx, c, target, id, person)
 		if err != nil {
-			return diffs, fmt.Errorf("the target: %w", err)
+			return v, fmt.Errorf("the target: %w", err)
 		}
 		for _, key := range sortedFlagKeys(state) {
 			if slices.Contains(skip, key) {
 				continue
 			}
+			if _, ok := a[key]; ok {
+				v.Compared++
+			}
 			if a[key] != b[key] {
-				diffs = append(diffs, Difference{DistinctID: id, Flag: key, Source: a[key], Target: b[key]})
+				v.Differences = append(v.Differences, Difference{DistinctID: id, Flag: key, Source: a[key], Target: b[key]})
 			}
 		}
 	}
-	return diffs, nil
+	return v, nil
 }
 
 func sortedFlagKeys(s *flagsascode.State) []string {

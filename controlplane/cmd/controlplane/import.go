@@ -103,16 +103,16 @@ func verifyImport(ctx context.Context, sum *posthogimport.Summary, n int, source
 	for _, w := range sum.Translation.Warnings {
 		skip = append(skip, w.Flag)
 	}
-	diffs, err := posthogimport.Verify(ctx, sum.Translation.State, n, source, target, skip)
-	for _, d := range diffs {
+	v, err := posthogimport.Verify(ctx, sum.Translation.State, n, source, target, skip)
+	for _, d := range v.Differences {
 		fmt.Fprintf(stdout, "difference: %s for %s: source %q, flagedge %q\n", d.Flag, d.DistinctID, d.Source, d.Target)
 	}
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "verify: %d users, %d flags compared (%d imported inactive left out), %d differences\n",
-		n, len(sum.Translation.State.Flags)-len(skip), len(skip), len(diffs))
-	if len(diffs) > 0 {
+	fmt.Fprintf(stdout, "verify: %d users, %d flags compared (%d imported inactive left out), %d answers compared, %d differences\n",
+		n, len(sum.Translation.State.Flags)-len(skip), len(skip), v.Compared, len(v.Differences))
+	if len(v.Differences) > 0 {
 		return errDifferences
 	}
 	return nil
