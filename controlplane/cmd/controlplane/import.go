@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -17,7 +18,17 @@ const importUsage = `usage: controlplane import posthog --from-url URL --from-pr
 
 // importCmd runs import posthog: it reads a PostHog project over its API and applies it to a
 // flagedge project (see posthogimport), printing progress on stderr and a summary on stdout.
+// As flags apply's, every error is exit status 1; differences --verify found are 2.
 func importCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	err := runImport(ctx, args, stdout, stderr)
+	var ee *exitError
+	if err == nil || errors.Is(err, flag.ErrHelp) || errors.As(err, &ee) {
+		return err
+	}
+	return &exitError{code: 1, err: err}
+}
+
+func runImport(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 || args[0] != "posthog" {
 		return errors.New(importUsage)
 	}
