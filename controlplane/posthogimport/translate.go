@@ -28,9 +28,10 @@ type Translation struct {
 
 // Translate turns a PostHog project into a State. Flag keys are kept. A flag that uses a
 // cohort flagedge cannot serve exactly (behavioural filters, which need event queries; a
-// static cohort, whose members the import does not copy; a cohort using either), or that
-// has encrypted payloads (flagedge has none), is imported inactive with a Warning, its
-// targeting otherwise unchanged: it is never served differently from PostHog.
+// static cohort, whose members the import does not copy; a cohort using either), that
+// aggregates by group (group type indexes are per installation), or that has encrypted
+// payloads (flagedge has none), is imported inactive with a Warning, its targeting otherwise
+// unchanged: it is never served differently from PostHog.
 func Translate(p *Project) (*Translation, error) {
 	t := &Translation{State: flagsascode.NewState(), Unservable: map[string]string{}}
 	names := cohortNames(p.Cohorts)
@@ -91,6 +92,9 @@ func Translate(p *Project) (*Translation, error) {
 			} else if why := t.Unservable[names[co.ID]]; why != "" {
 				reasons = append(reasons, fmt.Sprintf("uses cohort %q: %s", names[co.ID], why))
 			}
+		}
+		if hasKey(filters, "aggregation_group_type_index") {
+			reasons = append(reasons, "aggregates by group: PostHog's group type indexes need not name the same group types in flagedge, check them before activating it")
 		}
 		if f.HasEncryptedPayloads {
 			reasons = append(reasons, "has encrypted payloads, which flagedge does not serve: set its payloads again before activating it")
