@@ -187,6 +187,9 @@ func (s *Summary) Write(w io.Writer, dryRun bool) error {
 			fmt.Fprintf(&b, "  %s: %s\n", wn.Flag, strings.Join(wn.Reasons, "; "))
 		}
 	}
+	for _, f := range t.SkippedFeatures {
+		fmt.Fprintf(&b, "early access feature not imported: %s\n", f)
+	}
 	for _, a := range s.AnnotationsSkipped {
 		fmt.Fprintf(&b, "annotation not imported: %s\n", a)
 	}

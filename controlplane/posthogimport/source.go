@@ -75,13 +75,17 @@ func sleep(ctx context.Context, d time.Duration) error {
 	}
 }
 
-// retryAfter reads a Retry-After header (seconds or an HTTP date); without one, a second.
+// maxRetryAfter caps the wait one Retry-After may ask for.
+const maxRetryAfter = 5 * time.Minute
+
+// retryAfter reads a Retry-After header (seconds or an HTTP date), at most maxRetryAfter;
+// without one, a second.
 func retryAfter(h string) time.Duration {
 	if secs, err := strconv.Atoi(strings.TrimSpace(h)); err == nil && secs >= 0 {
-		return time.Duration(secs) * time.Second
+		return min(time.Duration(secs)*time.Second, maxRetryAfter)
 	}
 	if t, err := http.ParseTime(h); err == nil {
-		return time.Until(t)
+		return min(time.Until(t), maxRetryAfter)
 	}
 	return time.Second
 }

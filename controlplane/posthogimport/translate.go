@@ -24,6 +24,8 @@ type Translation struct {
 	Warnings []Warning
 	// Unservable are the cohorts flagedge cannot serve exactly, by name, with why.
 	Unservable map[string]string
+	// SkippedFeatures are the early access features not imported, with why.
+	SkippedFeatures []string
 }
 
 // Translate turns a PostHog project into a State. Flag keys are kept. A flag that uses a
@@ -133,10 +135,12 @@ func Translate(p *Project) (*Translation, error) {
 	})
 	for _, f := range p.Features {
 		if f.FeatureFlag == nil || t.State.Flags[f.FeatureFlag.Key] == nil {
-			return nil, fmt.Errorf("early access feature %q: its flag is not among the source's flags", f.Name)
+			t.SkippedFeatures = append(t.SkippedFeatures, fmt.Sprintf("%q: its flag is not among the source's flags", f.Name))
+			continue
 		}
 		if _, dup := t.State.Features[f.Name]; dup {
-			return nil, fmt.Errorf("early access feature %q: two features have this name", f.Name)
+			t.SkippedFeatures = append(t.SkippedFeatures, fmt.Sprintf("%q: another feature has this name (flagedge tells features apart by name)", f.Name))
+			continue
 		}
 		t.State.Features[f.Name] = &flagsascode.Feature{Description: f.Description, Stage: f.Stage,
 			DocumentationURL: f.DocumentationURL, Flag: f.FeatureFlag.Key}

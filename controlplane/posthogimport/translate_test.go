@@ -25,6 +25,7 @@ func TestTranslateKeepsWhatItCannotServeInactive(t *testing.T) {
 			{ID: 13, Key: "after-twins", Active: true, Filters: json.RawMessage(`{"groups": [{"properties": [{"key": "10", "type": "flag", "value": true, "operator": "flag_evaluates_to"}]}]}`)},
 		},
 	}
+	p.Features = []Feature{{Name: "Orphan", Stage: "beta"}}
 	tr, err := Translate(p)
 	if err != nil {
 		t.Fatal(err)
@@ -47,6 +48,9 @@ func TestTranslateKeepsWhatItCannotServeInactive(t *testing.T) {
 		if tr.State.Flags[key].Active {
 			t.Errorf("flag %s was imported active", key)
 		}
+	}
+	if len(tr.SkippedFeatures) != 1 || len(tr.State.Features) != 0 {
+		t.Errorf("a feature without its flag: skipped %v, imported %v", tr.SkippedFeatures, tr.State.Features)
 	}
 	if len(tr.Warnings) != 2 || !strings.Contains(tr.Warnings[1].Reasons[0], "legacy action or event groups") ||
 		!strings.Contains(tr.Warnings[0].Reasons[0], "aggregates by group") {
