@@ -11,6 +11,7 @@
 //	controlplane wait-for-edges  wait until every connected edge serves a project version
 //	controlplane snapshots keygen|export  signed snapshot bundles for edges that start offline
 //	controlplane flags export|plan|apply  keep a project's flags in a YAML file, through the API
+//	controlplane import posthog           bring a PostHog project in, through both APIs
 //	controlplane --version  print the build
 package main
 
@@ -64,6 +65,10 @@ Commands:
   flags apply -f FILE [--prune] [--wait]
                         make the project match the file; changes held for approval are printed
                         with their change requests; --wait returns once the edges serve it
+  import posthog --from-url URL --from-project N --from-key phx_… [--dry-run]
+                        bring a PostHog project's flags, cohorts, early access features and
+                        annotations into the project (--url, --api-key, --project); re-run it
+                        to sync; flags flagedge cannot serve exactly are imported inactive
 
 Run "controlplane <command> -h" for the flags of a command, "controlplane --version" for the
 build.
@@ -119,6 +124,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return snapshotsCmd(ctx, args[1:], stdout, stderr)
 	case "flags":
 		return flagsCmd(ctx, args[1:], stdout, stderr)
+	case "import":
+		return importCmd(ctx, args[1:], stdout, stderr)
 	case "users":
 		if len(args) >= 2 && args[1] == "set-password" {
 			return setPassword(ctx, args[2:], os.Stdin, stdout, stderr)

@@ -1,0 +1,262 @@
+package posthogimport_test
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"golang.org/x/crypto/bcrypt"
+
+	"github.com/flagedge/flagedge/controlplane/flageval"
+	"github.com/flagedge/flagedge/controlplane/flagsascode"
+	"github.com/flagedge/flagedge/controlplane/httpapi"
+	"github.com/flagedge/flagedge/controlplane/postgres"
+	"github.com/flagedge/flagedge/controlplane/posthogimport"
+	"github.com/flagedge/flagedge/controlplane/rollout"
+	"github.com/flagedge/flagedge/internal/pgtest"
+)
+
+func TestMain(m *testing.M) {
+	flag.Parse()
+	os.Exit(pgtest.Main(m, postgres.Migrate))
+}
+
+// target is a real flagedge control plane (REST API on a real database, served on
+// 127.0.0.1) with a bootstrapped admin's key and project: where an import writes.
+type target struct {
+	t       *testing.T
+	db      *postgres.DB
+	url     string
+	key     string
+	project string
+}
+
+func newTarget(t *testing.T) *target {
+	t.Helper()
+	ctx := context.Background()
+	db, err := postgres.Open(ctx, pgtest.NewDatabase(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(db.Close)
+	res, err := postgres.Bootstrap(ctx, db, bcrypt.MinCost, "admin@example.com", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	persons := postgres.NewPersonStore(db)
+	sessions := postgres.NewEdgeSessionStore(db)
+	api := httpapi.New(httpapi.Config{
+		Services:  postgres.NewServices(db, bcrypt.MinCost),
+		Evaluator: &flageval.Evaluator{Snapshots: postgres.NewSnapshotStore(db), Persons: persons, Scanner: persons},
+		Ready:     db.Ping, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		EdgeSessions: sessions, Rollout: rollout.New(sessions), Usage: postgres.NewEvaluationStore(db),
+	})
+	srv := httptest.NewServer(api)
+	t.Cleanup(srv.Close)
+	return &target{t: t, db: db, url: srv.URL, key: res.PersonalAPIKey, project: fmt.Sprint(res.ProjectID)}
+}
+
+// dst is the import's target, its flag writes sent through httpClient (nil: a plain client).
+func (tg *target) dst(httpClient *http.Client) posthogimport.Target {
+	return posthogimport.Target{Client: flagsascode.NewClient(tg.url, tg.key, tg.project, httpClient),
+		URL: tg.url, Key: tg.key, Project: tg.project}
+}
+
+func (tg *target) count(query string) int {
+	tg.t.Helper()
+	var n int
+	if err := tg.db.Pool.QueryRow(context.Background(), query).Scan(&n); err != nil {
+		tg.t.Fatal(err)
+	}
+	return n
+}
+
+// source is a test server speaking PostHog's REST API from the fixtures in testdata (PostHog's
+// answer shapes): GET /api/projects/1/<list>/?offset=N answers <list>_N.json, each page's
+// next link pointing back at the server. The first request of the second flags page is
+// answered 429 with Retry-After: 1.
+type source struct {
+	srv       *httptest.Server
+	requests  atomic.Int64
+	mu        sync.Mutex
+	limitedAt time.Time
+	retriedAt time.Time
+}
+
+func newSource(t *testing.T) *source {
+	s := &source{}
+	s.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s.requests.Add(1)
+		if r.Header.Get("Authorization") != "Bearer phx_test" {
+			http.Error(w, `{"type":"authentication_error","code":"authentication_failed"}`, http.StatusUnauthorized)
+			return
+		}
+		name, ok := strings.CutPrefix(r.URL.Path, "/api/projects/1/")
+		if !ok || r.URL.Query().Get("limit") != "100" {
+			http.NotFound(w, r)
+			return
+		}
+		file := fmt.Sprintf("testdata/%s_%s.json", strings.Trim(name, "/"), r.URL.Query().Get("offset"))
+		if strings.HasPrefix(name, "feature_flags") && r.URL.Query().Get("offset") == "100" {
+			s.mu.Lock()
+			first := s.limitedAt.IsZero()
+			if first {
+				s.limitedAt = time.Now()
+			} else if s.retriedAt.IsZero() {
+				s.retriedAt = time.Now()
+			}
+			s.mu.Unlock()
+			if first {
+				w.Header().Set("Retry-After", "1")
+				w.WriteHeader(http.StatusTooManyRequests)
+				_, _ = io.WriteString(w, `{"type":"throttled_error","code":"throttled","detail":"Request was throttled."}`)
+				return
+			}
+		}
+		data, err := os.ReadFile(file)
+		if err != nil {
+			http.NotFound(w, r)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(strings.ReplaceAll(string(data), "{{BASE}}", s.srv.URL)))
+	}))
+	t.Cleanup(s.srv.Close)
+	return s
+}
+
+func (s *source) reader(t *testing.T) *posthogimport.Source {
+	t.Helper()
+	src, err := posthogimport.NewSource(s.srv.URL, "phx_test", "1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	src.MinInterval = time.Millisecond
+	return src
+}
+
+func TestImportFromPostHog(t *testing.T) {
+	ctx := context.Background()
+	tg := newTarget(t)
+	src := newSource(t)
+	sum, err := posthogimport.Import(ctx, src.reader(t), tg.dst(nil), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := src.retriedAt.Sub(src.limitedAt); src.retriedAt.IsZero() || d < time.Second {
+		t.Errorf("the 429 was retried after %v, want Retry-After's 1s", d)
+	}
+	// Keys kept, targeting and activity as in the source.
+	for key, active := range map[string]bool{"new-checkout": true, "pricing-test": true, "re-engage": false, "service-config": false} {
+		if got := tg.count(fmt.Sprintf(`SELECT count(*) FROM feature_flags WHERE key = '%s' AND active = %v AND NOT deleted`, key, active)); got != 1 {
+			t.Errorf("flag %s active=%v: %d rows", key, active, got)
+		}
+	}
+	if n := tg.count(`SELECT count(*) FROM feature_flags WHERE key = 'service-config' AND filters::text LIKE '%s3cret%'`); n != 0 {
+		t.Error("the encrypted payload was imported in plain text")
+	}
+	if n := tg.count(`SELECT count(*) FROM feature_flags WHERE key = 'pricing-test' AND ensure_experience_continuity`); n != 1 {
+		t.Error("pricing-test lost its experience continuity")
+	}
+	if n := tg.count(`SELECT count(*) FROM cohorts WHERE name IN ('Paying users', 'Lapsed', 'Beta testers') AND NOT deleted`); n != 3 {
+		t.Errorf("%d of the 3 cohorts imported", n)
+	}
+	if n := tg.count(`SELECT count(*) FROM early_access_features WHERE name = 'New checkout'`); n != 1 {
+		t.Errorf("%d early access features", n)
+	}
+	if n := tg.count(`SELECT count(*) FROM annotations WHERE content = 'Launched v2' AND scope = 'project'`); n != 1 {
+		t.Errorf("%d annotations 'Launched v2'", n)
+	}
+	var out strings.Builder
+	if err := sum.Write(&out, false); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		`re-engage: uses cohort "Lapsed": behavioural filters`,
+		"service-config: has encrypted payloads",
+		"WARNING: 2 flags imported INACTIVE",
+		`annotation not imported: "Dip explained" (scope dashboard_item)`,
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("summary lacks %q:\n%s", want, out.String())
+		}
+	}
+
+	// A second import changes nothing and writes no activity.
+	before := tg.count(`SELECT count(*) FROM activity_log`)
+	again, err := posthogimport.Import(ctx, src.reader(t), tg.dst(nil), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !again.Plan.Empty() || again.AnnotationsCreated != 0 {
+		var b strings.Builder
+		_ = again.Plan.Write(&b)
+		t.Errorf("the second import changed something (%d annotations):\n%s", again.AnnotationsCreated, b.String())
+	}
+	if after := tg.count(`SELECT count(*) FROM activity_log`); after != before {
+		t.Errorf("the second import wrote %d activity entries", after-before)
+	}
+}
+
+// cutAfter lets n POSTs through to the target, then fails every request as a lost
+// connection: an import interrupted part way through its writes.
+type cutAfter struct {
+	n     atomic.Int64
+	posts atomic.Int64
+}
+
+func (c *cutAfter) RoundTrip(r *http.Request) (*http.Response, error) {
+	if r.Method == http.MethodPost && c.posts.Add(1) > c.n.Load() {
+		return nil, errors.New("connection lost")
+	}
+	return http.DefaultTransport.RoundTrip(r)
+}
+
+func TestInterruptedImportResumesWithoutDuplicates(t *testing.T) {
+	ctx := context.Background()
+	tg := newTarget(t)
+	src := newSource(t)
+	cut := &cutAfter{}
+	cut.n.Store(3)
+	if _, err := posthogimport.Import(ctx, src.reader(t), tg.dst(&http.Client{Transport: cut}), false); err == nil {
+		t.Fatal("the interrupted import did not fail")
+	}
+	if n := tg.count(`SELECT count(*) FROM cohorts`) + tg.count(`SELECT count(*) FROM feature_flags`); n != 3 {
+		t.Fatalf("the interrupted import wrote %d objects, want 3", n)
+	}
+	if _, err := posthogimport.Import(ctx, src.reader(t), tg.dst(nil), false); err != nil {
+		t.Fatal(err)
+	}
+	if n := tg.count(`SELECT count(*) FROM feature_flags`); n != 4 {
+		t.Errorf("%d flags after the re-run, want the source's 4", n)
+	}
+	if n := tg.count(`SELECT count(*) FROM cohorts`); n != 3 {
+		t.Errorf("%d cohorts after the re-run, want the source's 3", n)
+	}
+}
+
+func TestDryRunWritesNothing(t *testing.T) {
+	tg := newTarget(t)
+	src := newSource(t)
+	sum, err := posthogimport.Import(context.Background(), src.reader(t), tg.dst(nil), true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if create, _, _ := sum.Plan.Counts(); create != 8 || sum.AnnotationsCreated != 1 {
+		t.Errorf("the dry run plans %d creations and %d annotations, want 8 and 1", create, sum.AnnotationsCreated)
+	}
+	if n := tg.count(`SELECT count(*) FROM feature_flags`) + tg.count(`SELECT count(*) FROM cohorts`) + tg.count(`SELECT count(*) FROM annotations`); n != 0 {
+		t.Errorf("the dry run wrote %d objects", n)
+	}
+}
