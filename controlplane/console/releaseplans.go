@@ -127,8 +127,8 @@ type guardrailChart struct {
 	Interval          string
 }
 
-// Chart geometry: bars from chartLeft over chartWidth; the interval axis spans ±chartSpan of
-// the largest bound shown.
+// Chart geometry (releaseplan.html draws the same box): bars and the interval axis run from
+// chartLeft over chartWidth; the axis is centred on zero and spans the larger bound either way.
 const (
 	chartLeft  = 80.0
 	chartWidth = 210.0
