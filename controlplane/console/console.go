@@ -134,6 +134,9 @@ func (c *Console) routes() {
 	c.mux.HandleFunc("GET "+p+"/feature_flags/{id}/blast", c.withSession(c.handleFlagBlast))
 	c.mux.HandleFunc("POST "+p+"/feature_flags/{id}/schedule", c.withSession(c.handleScheduleChange))
 	c.mux.HandleFunc("POST "+p+"/feature_flags/{id}/schedule/{sid}/delete", c.withSession(c.handleCancelScheduledChange))
+	c.mux.HandleFunc("GET "+p+"/feature_flags/{id}/release_plan", c.withSession(c.handleReleasePlan))
+	c.mux.HandleFunc("POST "+p+"/feature_flags/{id}/release_plan", c.withSession(c.handleStartReleasePlan))
+	c.mux.HandleFunc("POST "+p+"/feature_flags/{id}/release_plan/{action}", c.withSession(c.handleSetReleasePlanState))
 	c.mux.HandleFunc("POST "+p+"/feature_flags/{id}/role_access", c.withSession(c.handleAddRoleAccess))
 	c.mux.HandleFunc("POST "+p+"/feature_flags/{id}/role_access/{aid}/delete", c.withSession(c.handleRemoveRoleAccess))
 

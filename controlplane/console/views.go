@@ -177,10 +177,11 @@ var funcs = template.FuncMap{
 		_ = json.Unmarshal(raw, &m)
 		return sortedProperties(m)
 	},
-	"propmap":  sortedProperties,
-	"join":     strings.Join,
-	"add":      func(a, b int) int { return a + b },
-	"initials": initials,
+	"propmap":   sortedProperties,
+	"join":      strings.Join,
+	"add":       func(a, b int) int { return a + b },
+	"hasPrefix": strings.HasPrefix,
+	"initials":  initials,
 }
 
 // initials are up to two letters for an avatar.
