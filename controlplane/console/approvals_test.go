@@ -2,6 +2,7 @@ package console_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -205,5 +206,78 @@ func TestConsoleApprovalPolicies(t *testing.T) {
 	}
 	if p := a.get(base); !strings.Contains(p.body, "No approval policies") {
 		t.Error("the policy is still listed after its deletion")
+	}
+}
+
+func TestConsolePromote(t *testing.T) {
+	t.Parallel()
+	s := newSite(t)
+	ctx, admin := s.admin(t)
+	services := postgres.NewServices(s.db, 4)
+	staging, err := services.Projects.CreateProject(ctx, admin.OrganizationID, "Staging")
+	if err != nil {
+		t.Fatal(err)
+	}
+	prod, err := services.Projects.CreateProject(ctx, admin.OrganizationID, "Production")
+	if err != nil {
+		t.Fatal(err)
+	}
+	depKey, key := "checkout-base", "checkout-v2"
+	dep, err := services.Flags.CreateFlag(ctx, s.project, controlplane.FlagUpdate{Key: &depKey})
+	if err != nil {
+		t.Fatal(err)
+	}
+	filters := json.RawMessage(fmt.Sprintf(`{"groups": [{"properties": [{"key": "%d", "type": "flag", "value": true, "operator": "flag_evaluates_to"}], "rollout_percentage": 50}]}`, dep.ID))
+	flag, err := services.Flags.CreateFlag(ctx, s.project, controlplane.FlagUpdate{Key: &key, Filters: filters})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Production gates enabling: the copy there waits for review.
+	enable := controlplane.ActionFlagEnable
+	if _, err := services.Approvals.CreateApprovalPolicy(ctx, prod.ID, controlplane.ApprovalPolicyUpdate{ActionKey: &enable,
+		ApproverConfig: &controlplane.ApproverConfig{Users: []int64{admin.ID}, Quorum: 1}}); err != nil {
+		t.Fatal(err)
+	}
+
+	a := s.browser()
+	tok := a.login("admin@example.com", s.password)
+	flagPath := fmt.Sprintf("/project/%d/feature_flags/%d", s.project, flag.ID)
+	if p := a.get(flagPath); !strings.Contains(p.body, flagPath+"/promote") {
+		t.Fatalf("the flag page does not link its promotion: %.3000s", p.body)
+	}
+	form := a.get(flagPath + "/promote")
+	if form.status != 200 || !strings.Contains(form.body, "> Staging</label>") || strings.Contains(form.body, fmt.Sprintf(`name="targets" value="%d"`, s.project)) {
+		t.Fatalf("promote form: %d %.3000s", form.status, form.body)
+	}
+	targets := func(op string) url.Values {
+		return url.Values{"csrf_token": {tok}, "op": {op}, "copy_dependencies": {"on"},
+			"targets": {fmt.Sprint(staging.ID), fmt.Sprint(prod.ID)}}
+	}
+	preview := a.post(flagPath+"/promote", targets("preview"))
+	if preview.status != 200 || !strings.Contains(preview.body, "1 dependency flag can be copied.") || !strings.Contains(preview.body, "copies checkout-base") {
+		t.Errorf("preview: %d %.4000s", preview.status, preview.body)
+	}
+	if flags, _, _ := services.Flags.FindFlags(ctx, controlplane.FlagFilter{ProjectID: staging.ID, Limit: 10}); len(flags) != 0 {
+		t.Fatalf("the preview copied: %v", flags)
+	}
+	if p := a.post(flagPath+"/promote", url.Values{"csrf_token": {"forged"}, "targets": {fmt.Sprint(staging.ID)}}); p.status != http.StatusForbidden {
+		t.Errorf("a forged promotion: %d", p.status)
+	}
+	if p := a.post(flagPath+"/promote", url.Values{"csrf_token": {tok}, "op": {"copy"}}); p.status != http.StatusBadRequest ||
+		!strings.Contains(p.body, "Ensure this field has at least 1 elements.") {
+		t.Errorf("a promotion without targets: %d %.2000s", p.status, p.body)
+	}
+	done := a.post(flagPath+"/promote", targets("copy"))
+	if done.status != 200 {
+		t.Fatalf("promote: %d %.3000s", done.status, done.body)
+	}
+	staged, _, err := services.Flags.FindFlags(ctx, controlplane.FlagFilter{ProjectID: staging.ID, Limit: 10})
+	if err != nil || len(staged) != 2 {
+		t.Fatalf("staging's flags: %v %v", staged, err)
+	}
+	for _, want := range []string{"promote-success", "with checkout-base", "held for approval", fmt.Sprintf("/project/%d/change_requests/", prod.ID)} {
+		if !strings.Contains(done.body, want) {
+			t.Errorf("the result lacks %q: %.5000s", want, done.body)
+		}
 	}
 }

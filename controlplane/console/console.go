@@ -132,6 +132,8 @@ func (c *Console) routes() {
 	c.mux.HandleFunc("POST "+p+"/feature_flags/{id}/restore", c.withSession(c.handleDeleteFlag(false)))
 	c.mux.HandleFunc("GET "+p+"/feature_flags/{id}/activity", c.withSession(c.handleFlagActivity))
 	c.mux.HandleFunc("GET "+p+"/feature_flags/{id}/blast", c.withSession(c.handleFlagBlast))
+	c.mux.HandleFunc("GET "+p+"/feature_flags/{id}/promote", c.withSession(c.handlePromote))
+	c.mux.HandleFunc("POST "+p+"/feature_flags/{id}/promote", c.withSession(c.handleCreatePromotion))
 	c.mux.HandleFunc("POST "+p+"/feature_flags/{id}/schedule", c.withSession(c.handleScheduleChange))
 	c.mux.HandleFunc("POST "+p+"/feature_flags/{id}/schedule/{sid}/delete", c.withSession(c.handleCancelScheduledChange))
 	c.mux.HandleFunc("POST "+p+"/feature_flags/{id}/role_access", c.withSession(c.handleAddRoleAccess))
