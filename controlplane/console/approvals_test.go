@@ -58,10 +58,11 @@ func TestConsoleChangeRequests(t *testing.T) {
 	atok := a.login("admin@example.com", s.password)
 	flagPath := fmt.Sprintf("/project/%d/feature_flags/%d", s.project, flag.ID)
 
-	// The member's gated save is held: the console leads to its change request.
-	held := m.post(flagPath+"/active", url.Values{"csrf_token": {mtok}, "active": {"true"}})
+	// The member's gated save of the flag form is held: the console leads to its change request.
+	held := m.post(flagPath, url.Values{"csrf_token": {mtok}, "key": {key}, "active": {"on"}, "cond_count": {"1"}, "c0_rollout": {"100"},
+		"var_count": {"0"}, "action": {"save"}})
 	if held.status != http.StatusSeeOther || !strings.Contains(held.location, "/change_requests/") {
-		t.Fatalf("gated toggle: %d %q %.500s", held.status, held.location, held.body)
+		t.Fatalf("gated save: %d %q %.500s", held.status, held.location, held.body)
 	}
 	review := m.get(held.location)
 	for _, want := range []string{"Sent for review", "Enable feature flag &#39;reviewed-flag&#39;", ">pending<", "Cancel the request", `diff-line diff-add`} {
@@ -78,7 +79,7 @@ func TestConsoleChangeRequests(t *testing.T) {
 	if list := m.get(fmt.Sprintf("/project/%d/change_requests", s.project)); !strings.Contains(list.body, held.location) {
 		t.Errorf("the list does not link the request: %.3000s", list.body)
 	}
-	// The same change again finds the pending request.
+	// The same change again, from the list's switch, finds the pending request.
 	if again := m.post(flagPath+"/active", url.Values{"csrf_token": {mtok}, "active": {"true"}}); again.location != held.location {
 		t.Errorf("the same change again: %d %q", again.status, again.location)
 	} else if p := m.get(again.location); !strings.Contains(p.body, "already waiting for review") {
