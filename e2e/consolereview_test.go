@@ -13,7 +13,9 @@ import (
 // against the real binaries and an edge: a member's save of a gated flag says "sent for
 // review" on the change request's page and changes nothing at the edge; the approver's
 // rejection without a reason is refused beside the form; the approval applies the change, the
-// edge serves it and the page says on how many edges it is live.
+// edge serves it and the page says on how many edges it is live. Then a flag is promoted to two
+// projects from its page: the preview names the dependency that comes along, and the result
+// shows the copy into one and the other's policy holding it for approval.
 func TestConsoleReviewInBrowser(t *testing.T) {
 	s := newStack(t)
 	e := s.startEdge("edge-review", "", true)
@@ -26,6 +28,11 @@ func TestConsoleReviewInBrowser(t *testing.T) {
 	adminID := me["id"]
 	id := s.createFlag(map[string]any{"key": "reviewed", "active": false,
 		"filters": map[string]any{"groups": []any{map[string]any{"properties": []any{}, "rollout_percentage": 100}}}})
+	// The flag to promote later, made before the policy gates enabling: its dependency is on.
+	dep := s.createFlag(map[string]any{"key": "promo-base", "active": true})
+	promo := s.createFlag(map[string]any{"key": "promo", "active": false, "filters": map[string]any{"groups": []any{map[string]any{
+		"properties":         []any{map[string]any{"key": fmt.Sprint(dep), "type": "flag", "value": true, "operator": "flag_evaluates_to"}},
+		"rollout_percentage": 100}}}})
 	if code, out := call(t, "POST", fmt.Sprintf("%s/api/projects/%d/approval_policies/", base, s.projectID), s.personal,
 		map[string]any{"action_key": "feature_flag.enable", "approver_config": map[string]any{"users": []any{adminID}, "quorum": 1}}); code != 201 {
 		t.Fatalf("policy: %d %v", code, out)
@@ -76,5 +83,42 @@ func TestConsoleReviewInBrowser(t *testing.T) {
 	state := value(t, ctx, "state", chromedp.Text(chromedp.CSS(`.cr-state`)))
 	if !strings.Contains(state, "applied") {
 		t.Errorf("state after the approval: %q", state)
+	}
+
+	// Promotion: staging takes the copy; production's policy gates rollout changes.
+	projects := map[string]int64{}
+	for _, name := range []string{"Staging", "Production"} {
+		code, out := call(t, "POST", base+"/api/projects/", s.personal, map[string]any{"name": name})
+		if code != 201 {
+			t.Fatalf("create project: %d %v", code, out)
+		}
+		projects[name] = int64(out["id"].(float64))
+	}
+	if code, out := call(t, "POST", fmt.Sprintf("%s/api/projects/%d/approval_policies/", base, projects["Production"]), s.personal,
+		map[string]any{"action_key": "feature_flag.update", "approver_config": map[string]any{"users": []any{adminID}, "quorum": 1}}); code != 201 {
+		t.Fatalf("production's policy: %d %v", code, out)
+	}
+	run(t, ctx, "preview the promotion",
+		chromedp.Navigate(fmt.Sprintf("%s/project/%d/feature_flags/%d", base, s.projectID, promo)),
+		chromedp.WaitVisible(link("Promote")),
+		chromedp.Click(link("Promote")),
+		chromedp.WaitVisible(`//label[normalize-space()="Staging"]/input`),
+		chromedp.Click(`//label[normalize-space()="Staging"]/input`),
+		chromedp.Click(`//label[normalize-space()="Production"]/input`),
+		chromedp.Click(`//label[normalize-space()="Copy the flags it depends on that a target lacks"]/input`),
+		chromedp.Click(button("Preview what comes along")),
+		chromedp.WaitVisible(chromedp.CSS(`#promote-preview`)))
+	if preview := value(t, ctx, "preview", chromedp.Text(chromedp.CSS(`#promote-preview`))); !strings.Contains(preview, "1 dependency flag can be copied.") ||
+		!strings.Contains(preview, "copies promo-base") {
+		t.Errorf("preview: %q", preview)
+	}
+	run(t, ctx, "promote", chromedp.Click(button("Promote")), chromedp.WaitVisible(`//h2[normalize-space()="Result"]`))
+	result := value(t, ctx, "result", chromedp.Text(`//h2[normalize-space()="Result"]/../..`))
+	if !regexp.MustCompile(`Staging\s+copied`).MatchString(result) || !regexp.MustCompile(`Production\s+held for approval`).MatchString(result) {
+		t.Errorf("promotion result: %q", result)
+	}
+	code, copied := call(t, "GET", fmt.Sprintf("%s/api/projects/%d/feature_flags/?key=promo", base, projects["Staging"]), s.personal, nil)
+	if code != 200 || !strings.Contains(fmt.Sprint(copied["results"]), "key:promo ") {
+		t.Errorf("staging's copy: %d %v", code, copied)
 	}
 }
