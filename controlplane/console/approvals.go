@@ -104,10 +104,14 @@ func (c *Console) changeRequestPage(q *request, status int, formError string) er
 	d := cr.IntentDisplay
 	data.Changes = append(data.Changes, describeChange("gated fields", "changed", jsonOf(d.Before), jsonOf(d.After)))
 	if filters := cr.Intent.FullRequestData.Filters; filters != nil && cr.State == controlplane.StatePending {
-		var before []byte
+		var before []byte // a flag to create, or one deleted since: every line is new
 		if data.FlagID != 0 {
-			if f, err := c.cfg.Flags.FindFlagByID(q.ctx, cr.ProjectID, data.FlagID); err == nil {
+			f, err := c.cfg.Flags.FindFlagByID(q.ctx, cr.ProjectID, data.FlagID)
+			switch {
+			case err == nil:
 				before = f.Filters
+			case controlplane.ErrorKind(err) != controlplane.NotFound:
+				return err
 			}
 		}
 		data.Changes = append(data.Changes, describeChange("filters", "changed", before, filters))
