@@ -3,7 +3,6 @@ package console
 import (
 	"errors"
 	"net/http"
-	"slices"
 	"strings"
 
 	"github.com/flagedge/flagedge/controlplane"
@@ -38,24 +37,21 @@ func (c *Console) handleChangeRequests(q *request) error {
 	if err != nil {
 		return err
 	}
-	list, total, err := c.cfg.Approvals.FindChangeRequests(q.ctx, controlplane.ChangeRequestFilter{ProjectID: p.Project.ID, Limit: maxListed})
-	if err != nil {
-		return err
+	data := &changeRequestsPage{}
+	// Two reads, so that pending requests come first however many others there are.
+	others := []string{controlplane.StateApproved, controlplane.StateApplied, controlplane.StateRejected, controlplane.StateExpired,
+		controlplane.StateFailed}
+	for _, states := range [][]string{{controlplane.StatePending}, others} {
+		list, total, err := c.cfg.Approvals.FindChangeRequests(q.ctx, controlplane.ChangeRequestFilter{ProjectID: p.Project.ID,
+			States: states, Limit: maxListed})
+		if err != nil {
+			return err
+		}
+		data.Requests, data.Total = append(data.Requests, list...), data.Total+total
 	}
-	slices.SortStableFunc(list, func(a, b *controlplane.ChangeRequest) int {
-		return pendingRank(a) - pendingRank(b)
-	})
-	p.Data = &changeRequestsPage{Requests: list, Total: total}
+	p.Data = data
 	c.render(q.w, http.StatusOK, "changerequests", p)
 	return nil
-}
-
-// pendingRank sorts pending requests before the others.
-func pendingRank(c *controlplane.ChangeRequest) int {
-	if c.State == controlplane.StatePending {
-		return 0
-	}
-	return 1
 }
 
 // changeRequestPage is one change request under review.
