@@ -232,6 +232,9 @@ func (c *Console) handleCreateFlag(q *request) error {
 		return c.showFormError(q, p, data, err)
 	}
 	created, err := q.c.cfg.Flags.CreateFlag(q.ctx, p.Project.ID, upd)
+	if q.heldForReview(err) {
+		return nil
+	}
 	if err != nil {
 		return c.showFormError(q, p, data, err)
 	}
@@ -511,6 +514,9 @@ func (c *Console) handleSaveFlag(q *request) error {
 			if saved, err = q.c.cfg.Flags.UpdateFlag(q.ctx, f.ProjectID, f.ID, upd); err == nil {
 				return q.redirect(livePath(q.projectPath("/feature_flags/%d", f.ID), saved.SnapshotVersion), "success", "Feature flag "+data.Key+" saved.")
 			}
+			if q.heldForReview(err) {
+				return nil
+			}
 		}
 		if controlplane.ErrorKind(err) == controlplane.Forbidden {
 			return err
@@ -544,6 +550,9 @@ func (c *Console) handleToggleFlag(q *request) error {
 	vals := q.r.PostForm["active"]
 	on := len(vals) > 0 && vals[len(vals)-1] == "true"
 	saved, err := q.c.cfg.Flags.UpdateFlag(q.ctx, pid, id, controlplane.FlagUpdate{Active: &on})
+	if q.heldForReview(err) {
+		return nil
+	}
 	if err != nil {
 		return err
 	}

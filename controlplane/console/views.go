@@ -182,6 +182,13 @@ var funcs = template.FuncMap{
 	"add":       func(a, b int) int { return a + b },
 	"hasPrefix": strings.HasPrefix,
 	"initials":  initials,
+	// expiry is how long a policy's requests wait, in days when whole.
+	"expiry": func(d time.Duration) string {
+		if d%(24*time.Hour) == 0 {
+			return fmt.Sprintf("%d days", d/(24*time.Hour))
+		}
+		return d.String()
+	},
 }
 
 // initials are up to two letters for an avatar.
