@@ -102,9 +102,11 @@ func (s *FlagService) FindFlagByID(ctx context.Context, projectID, id int64) (*c
 	}
 	q := s.db.conn(ctx)
 	var access controlplane.FlagRoleAccess
-	f, err := scanFlag(q.QueryRow(ctx, `SELECT `+flagColumns+`, `+flagRoleAccessColumns+flagFrom("feature_flags")+`
-		JOIN projects p ON p.id = f.project_id WHERE f.project_id = $1 AND f.id = $2 AND p.organization_id = $5`,
-		projectID, id, u.ID, controlplane.AccessLevelEdit, u.OrganizationID), &access.Restricted, &access.Editor)
+	accessColumns, args := roleAccessFacts(u, projectID, id)
+	args = append(args, u.OrganizationID)
+	f, err := scanFlag(q.QueryRow(ctx, `SELECT `+flagColumns+`, `+accessColumns+flagFrom("feature_flags")+`
+		JOIN projects p ON p.id = f.project_id WHERE f.project_id = $1 AND f.id = $2 AND p.organization_id = $`+strconv.Itoa(len(args)),
+		args...), &access.Restricted, &access.Editor)
 	if errors.Is(err, pgx.ErrNoRows) {
 		err = missingInProject(ctx, q, u, projectID)
 	}
@@ -419,11 +421,12 @@ type lockedFlag struct {
 func lockFlag(ctx context.Context, tx pgx.Tx, u *controlplane.User, projectID, id int64) (*lockedFlag, error) {
 	var l lockedFlag
 	var err error
-	l.Flag, err = scanFlag(tx.QueryRow(ctx, `SELECT `+flagColumns+`, p.organization_id, p.snapshot_version, `+flagRoleAccessColumns+`,
+	accessColumns, args := roleAccessFacts(u, projectID, id)
+	l.Flag, err = scanFlag(tx.QueryRow(ctx, `SELECT `+flagColumns+`, p.organization_id, p.snapshot_version, `+accessColumns+`,
 		EXISTS (SELECT 1 FROM approval_policies ap WHERE ap.project_id = f.project_id AND ap.enabled)`+
 		flagFrom("feature_flags")+` JOIN projects p ON p.id = f.project_id
 		WHERE f.project_id = $1 AND f.id = $2 FOR UPDATE OF f FOR NO KEY UPDATE OF p`,
-		projectID, id, u.ID, controlplane.AccessLevelEdit), &l.orgID, &l.snapshotVersion, &l.access.Restricted, &l.access.Editor, &l.gated)
+		args...), &l.orgID, &l.snapshotVersion, &l.access.Restricted, &l.access.Editor, &l.gated)
 	if err != nil {
 		return nil, notFoundIfNoRows(err)
 	}
@@ -439,9 +442,10 @@ func lockEditableFlag(ctx context.Context, tx pgx.Tx, u *controlplane.User, proj
 	var orgID int64
 	var creatorID *int64
 	var access controlplane.FlagRoleAccess
-	err := tx.QueryRow(ctx, `SELECT p.organization_id, f.created_by, `+flagRoleAccessColumns+`
+	accessColumns, args := roleAccessFacts(u, projectID, id)
+	err := tx.QueryRow(ctx, `SELECT p.organization_id, f.created_by, `+accessColumns+`
 		FROM feature_flags f JOIN projects p ON p.id = f.project_id
-		WHERE f.project_id = $1 AND f.id = $2 FOR NO KEY UPDATE OF f`, projectID, id, u.ID, controlplane.AccessLevelEdit).
+		WHERE f.project_id = $1 AND f.id = $2 FOR NO KEY UPDATE OF f`, args...).
 		Scan(&orgID, &creatorID, &access.Restricted, &access.Editor)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return missingInProject(ctx, tx, u, projectID)
@@ -462,6 +466,17 @@ func createdBy(creatorID *int64) *controlplane.Flag {
 		return &controlplane.Flag{}
 	}
 	return &controlplane.Flag{CreatedBy: &controlplane.User{ID: *creatorID}}
+}
+
+// roleAccessFacts returns the columns of a flag's role access facts about u and the arguments
+// of a query reading the flag id of the project ($1, $2) with them. An admin may change every
+// flag whatever its role access (controlplane.CanEditFlag), so for an admin the facts are
+// constants and cost the query nothing.
+func roleAccessFacts(u *controlplane.User, projectID, id int64) (string, []any) {
+	if u.IsAdmin() {
+		return `false, false`, []any{projectID, id}
+	}
+	return flagRoleAccessColumns, []any{projectID, id, u.ID, controlplane.AccessLevelEdit}
 }
 
 // flagRoleAccessColumns are the facts of controlplane.FlagRoleAccess about the flag f and the
