@@ -48,15 +48,7 @@ func (s *EventDestinationService) FindEventDestinations(ctx context.Context, pro
 	if err != nil {
 		return nil, 0, err
 	}
-	total, err := countInReach(ctx, s.db.Pool, u, controlplane.CanAdminOrg, projectID, `SELECT count(*) FROM event_destinations WHERE project_id = $1`, projectID)
-	if err != nil {
-		return nil, 0, opError("count event destinations", err)
-	}
-	rows, err := s.db.Pool.Query(ctx, destinationSelect+` WHERE d.project_id = $1 ORDER BY d.id LIMIT $2 OFFSET $3`, projectID, limit, offset)
-	if err != nil {
-		return nil, 0, opError("find event destinations", err)
-	}
-	list, err := pgx.CollectRows(rows, scanDestination)
+	list, total, err := pageInReach(ctx, s.db.Pool, u, controlplane.CanAdminOrg, "event_destinations", destinationSelect, "d", projectID, limit, offset, scanDestination)
 	if err != nil {
 		return nil, 0, opError("find event destinations", err)
 	}
@@ -75,18 +67,11 @@ func (s *EventDestinationService) FindEventDestinationByID(ctx context.Context, 
 // findDestination reads a destination of the project, when u administers the project's
 // organisation.
 func findDestination(ctx context.Context, q dbConn, u *controlplane.User, projectID, id int64, forUpdate bool) (*controlplane.EventDestination, error) {
-	sql := destinationSelect + ` WHERE d.project_id = $1 AND d.id = $2 AND ` + inReach("d.project_id", 3)
+	lock := ""
 	if forUpdate {
-		sql += ` FOR NO KEY UPDATE OF d`
+		lock = ` FOR NO KEY UPDATE OF d`
 	}
-	rows, err := q.Query(ctx, sql, projectID, id, reachableOrg(u, controlplane.CanAdminOrg))
-	if err != nil {
-		return nil, opError("find event destination", err)
-	}
-	d, err := pgx.CollectExactlyOneRow(rows, scanDestination)
-	if errors.Is(err, pgx.ErrNoRows) {
-		err = notFoundIn(ctx, q, u, controlplane.CanAdminOrg, projectID)
-	}
+	d, err := findInReach(ctx, q, u, controlplane.CanAdminOrg, destinationSelect, "d", lock, projectID, id, scanDestination)
 	if err != nil {
 		return nil, opError("find event destination", err)
 	}

@@ -12,8 +12,8 @@ import (
 )
 
 // The objects of a project (annotations, early access features, events, persons, groups,
-// webhooks) are reached through the project's organisation, checked by a predicate of
-// controlplane/access.go (can: CanReadOrg, or CanAdminOrg for webhooks). A read is scoped to
+// webhooks, event destinations) are reached through the project's organisation, checked by a predicate of
+// controlplane/access.go (can: CanReadOrg, or CanAdminOrg for webhooks and destinations). A read is scoped to
 // the organisation in its own SQL (inReach), so that reaching the project costs no look-up;
 // only when it finds nothing does notFoundIn tell a project the user does not reach, a 403
 // whether it exists or not (ids of other organisations' projects cannot be probed), from a
@@ -70,4 +70,40 @@ func countInReach(ctx context.Context, q dbConn, u *controlplane.User, can acces
 		return 0, controlplane.ErrPermissionDenied
 	}
 	return total, err
+}
+
+// findInReach reads the object id of the project with sel (a SELECT of the object's table
+// aliased alias, rows scanned by scan), scoped by inReach to the organisation u may act in
+// under can, with lock appended (empty, or a FOR … UPDATE clause): notFoundIn when it finds
+// nothing.
+func findInReach[T any](ctx context.Context, q dbConn, u *controlplane.User, can accessCheck, sel, alias, lock string,
+	projectID, id int64, scan pgx.RowToFunc[T]) (T, error) {
+	var none T
+	rows, err := q.Query(ctx, sel+` WHERE `+alias+`.project_id = $1 AND `+alias+`.id = $2 AND `+inReach(alias+".project_id", 3)+lock,
+		projectID, id, reachableOrg(u, can))
+	if err != nil {
+		return none, err
+	}
+	v, err := pgx.CollectExactlyOneRow(rows, scan)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return none, notFoundIn(ctx, q, u, can, projectID)
+	}
+	return v, err
+}
+
+// pageInReach returns a page of the project's objects in table, oldest (lowest id) first, read
+// with sel (a SELECT of table aliased alias, rows scanned by scan), and their total, when u may
+// act on the project under can (countInReach).
+func pageInReach[T any](ctx context.Context, q dbConn, u *controlplane.User, can accessCheck, table, sel, alias string,
+	projectID int64, limit, offset int, scan pgx.RowToFunc[T]) ([]T, int, error) {
+	total, err := countInReach(ctx, q, u, can, projectID, `SELECT count(*) FROM `+table+` WHERE project_id = $1`, projectID)
+	if err != nil {
+		return nil, 0, err
+	}
+	rows, err := q.Query(ctx, sel+` WHERE `+alias+`.project_id = $1 ORDER BY `+alias+`.id LIMIT $2 OFFSET $3`, projectID, limit, offset)
+	if err != nil {
+		return nil, 0, err
+	}
+	list, err := pgx.CollectRows(rows, scan)
+	return list, total, err
 }

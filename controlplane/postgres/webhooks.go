@@ -57,15 +57,7 @@ func (s *WebhookService) FindWebhooks(ctx context.Context, projectID int64, limi
 	if err != nil {
 		return nil, 0, err
 	}
-	total, err := countInReach(ctx, s.db.Pool, u, controlplane.CanAdminOrg, projectID, `SELECT count(*) FROM webhooks WHERE project_id = $1`, projectID)
-	if err != nil {
-		return nil, 0, opError("count webhooks", err)
-	}
-	rows, err := s.db.Pool.Query(ctx, webhookSelect+` WHERE w.project_id = $1 ORDER BY w.id LIMIT $2 OFFSET $3`, projectID, limit, offset)
-	if err != nil {
-		return nil, 0, opError("find webhooks", err)
-	}
-	list, err := pgx.CollectRows(rows, scanWebhook)
+	list, total, err := pageInReach(ctx, s.db.Pool, u, controlplane.CanAdminOrg, "webhooks", webhookSelect, "w", projectID, limit, offset, scanWebhook)
 	if err != nil {
 		return nil, 0, opError("find webhooks", err)
 	}
@@ -83,18 +75,11 @@ func (s *WebhookService) FindWebhookByID(ctx context.Context, projectID, id int6
 
 // findWebhook reads a hook of the project, when u administers the project's organisation.
 func findWebhook(ctx context.Context, q dbConn, u *controlplane.User, projectID, id int64, forUpdate bool) (*controlplane.Webhook, error) {
-	sql := webhookSelect + ` WHERE w.project_id = $1 AND w.id = $2 AND ` + inReach("w.project_id", 3)
+	lock := ""
 	if forUpdate {
-		sql += ` FOR UPDATE OF w`
+		lock = ` FOR UPDATE OF w`
 	}
-	rows, err := q.Query(ctx, sql, projectID, id, reachableOrg(u, controlplane.CanAdminOrg))
-	if err != nil {
-		return nil, opError("find webhook", err)
-	}
-	h, err := pgx.CollectExactlyOneRow(rows, scanWebhook)
-	if errors.Is(err, pgx.ErrNoRows) {
-		err = notFoundIn(ctx, q, u, controlplane.CanAdminOrg, projectID)
-	}
+	h, err := findInReach(ctx, q, u, controlplane.CanAdminOrg, webhookSelect, "w", lock, projectID, id, scanWebhook)
 	if err != nil {
 		return nil, opError("find webhook", err)
 	}
