@@ -1,7 +1,10 @@
 package e2e
 
 import (
+	"bytes"
+	"compress/gzip"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -49,7 +52,8 @@ func envDuration(t *testing.T, name string, def time.Duration) time.Duration {
 
 // faultProxy stands between the forwarding control plane and the receiving edge: it passes
 // requests on, refuses bodies larger than maxBody with 413, answers 429 with Retry-After while
-// throttling, and, while down, has no listener at all (connection refused).
+// throttling, and, while down, has no listener at all (connection refused). It counts the
+// events of the batches the receiver accepted, duplicates included, and when the last arrived.
 type faultProxy struct {
 	t          *testing.T
 	addr       string
@@ -59,6 +63,29 @@ type faultProxy struct {
 	mu         sync.Mutex
 	srv        *http.Server
 	counts     sync.Map // outcome -> *atomic.Int64
+	accepted   atomic.Int64
+	lastAccept atomic.Int64 // unix nanoseconds
+}
+
+// batchLen is the context key of the number of events a passed request carries.
+type batchLen struct{}
+
+// countBatch reads the events of a gzip /batch/ body and gives the body back to the request.
+func countBatch(r *http.Request) (int, error) {
+	raw, err := io.ReadAll(r.Body)
+	if err != nil {
+		return 0, err
+	}
+	r.Body = io.NopCloser(bytes.NewReader(raw))
+	zr, err := gzip.NewReader(bytes.NewReader(raw))
+	if err != nil {
+		return 0, err
+	}
+	var body struct {
+		Batch []json.RawMessage `json:"batch"`
+	}
+	err = json.NewDecoder(zr).Decode(&body)
+	return len(body.Batch), err
 }
 
 func newFaultProxy(t *testing.T, target string, maxBody int64) *faultProxy {
@@ -98,6 +125,13 @@ func (p *faultProxy) up() {
 	}
 	p.addr = ln.Addr().String()
 	rp := httputil.NewSingleHostReverseProxy(p.target)
+	rp.ModifyResponse = func(resp *http.Response) error {
+		if n, ok := resp.Request.Context().Value(batchLen{}).(int); ok && resp.StatusCode == http.StatusOK {
+			p.accepted.Add(int64(n))
+			p.lastAccept.Store(time.Now().UnixNano())
+		}
+		return nil
+	}
 	p.srv = &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch {
 		case p.throttling.Load():
@@ -109,7 +143,11 @@ func (p *faultProxy) up() {
 			http.Error(w, `{"status": 413}`, http.StatusRequestEntityTooLarge)
 		default:
 			p.inc("passed")
-			rp.ServeHTTP(w, r)
+			n, err := countBatch(r)
+			if err != nil {
+				p.t.Errorf("the forwarded batch is not gzip JSON of PostHog's shape: %v", err)
+			}
+			rp.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), batchLen{}, n)))
 		}
 	}), ReadHeaderTimeout: 5 * time.Second}
 	go p.srv.Serve(ln) //nolint:errcheck // ends with ErrServerClosed when down
@@ -193,6 +231,7 @@ func TestForwardingToPostHog(t *testing.T) {
 	destination := fmt.Sprintf("%s%d/", cpAPI(), int64(created["id"].(float64)))
 
 	sent := make(chan []string, 1)
+	started := time.Now()
 	// The events keep coming through the outage, the 429s and the restart.
 	go func() { sent <- sendAll(t, src.token, []string{a.url, b.url}, events, outage+throttle+3*time.Second) }()
 	waitFor(t, "some events forwarded", func() bool { return proxy.count("passed") > 0 })
@@ -205,6 +244,12 @@ func TestForwardingToPostHog(t *testing.T) {
 	t.Logf("receiver answering 429 for %v", throttle)
 	time.Sleep(throttle)
 	proxy.throttling.Store(false)
+	// From here on the receiver takes everything: how fast the backlog built up during the
+	// faults is sent is what an operator wants to know.
+	recovered, acceptedBefore := time.Now(), proxy.accepted.Load()
+	_, backlog := call(t, "GET", destination, src.personal, nil)
+	t.Logf("faults over after %v: %v events queued for the destination, the oldest queued at %v",
+		time.Since(started).Round(time.Second), backlog["queued_events"], backlog["oldest_queued_at"])
 	metrics := httpGet(t, "http://"+src.httpAddr+"/metrics")
 	// Events kept coming while the receiver was down and throttling: this replica retried.
 	for _, sample := range []string{`flagedge_controlplane_forward_batches_total{outcome="retry"}`, `flagedge_controlplane_forward_events_total{outcome="retried"}`} {
@@ -217,20 +262,28 @@ func TestForwardingToPostHog(t *testing.T) {
 	src.startControlPlane(forwardFlags...)
 	ids := <-sent
 
-	// Every event arrives at the receiver, once per uuid.
+	// Every event arrives at the receiver, once per uuid. The receiver's count is watched
+	// until it is complete (or stops growing for a minute), then each uuid is looked up once.
 	pool := openDB(t, dst.dbURL)
 	deadline := time.Now().Add(5*time.Minute + time.Duration(events/100)*time.Second)
 	var stored, distinct, missing int
-	for {
-		if err := pool.QueryRow(context.Background(), `SELECT count(*), count(DISTINCT e.uuid),
-			(SELECT count(*) FROM unnest($1::uuid[]) AS a(id) WHERE NOT EXISTS (SELECT 1 FROM events x WHERE x.project_id = $2 AND x.uuid = a.id))
-			FROM events e WHERE e.project_id = $2 AND e.event = 'forwarded'`, ids, dst.projectID).Scan(&stored, &distinct, &missing); err != nil {
+	for last, since := -1, time.Now(); ; time.Sleep(500 * time.Millisecond) {
+		if err := pool.QueryRow(context.Background(), `SELECT count(*) FROM events WHERE project_id = $1 AND event = 'forwarded'`,
+			dst.projectID).Scan(&stored); err != nil {
 			t.Fatal(err)
 		}
-		if missing == 0 || time.Now().After(deadline) {
+		if stored != last {
+			last, since = stored, time.Now()
+		}
+		if stored >= events || time.Since(since) > time.Minute || time.Now().After(deadline) {
 			break
 		}
-		time.Sleep(500 * time.Millisecond)
+	}
+	drained := time.Unix(0, proxy.lastAccept.Load())
+	if err := pool.QueryRow(context.Background(), `SELECT count(*), count(DISTINCT e.uuid),
+		(SELECT count(*) FROM unnest($1::uuid[]) AS a(id) WHERE NOT EXISTS (SELECT 1 FROM events x WHERE x.project_id = $2 AND x.uuid = a.id))
+		FROM events e WHERE e.project_id = $2 AND e.event = 'forwarded'`, ids, dst.projectID).Scan(&stored, &distinct, &missing); err != nil {
+		t.Fatal(err)
 	}
 	if missing != 0 || stored != events || distinct != events {
 		_, d := call(t, "GET", destination, src.personal, nil)
@@ -245,7 +298,13 @@ func TestForwardingToPostHog(t *testing.T) {
 	if proxy.count("429") == 0 || proxy.count("413") == 0 {
 		t.Errorf("the proxy answered %d 429s and %d 413s: the faults were not exercised", proxy.count("429"), proxy.count("413"))
 	}
-	t.Logf("%d events forwarded; proxy: %d passed, %d 413, %d 429", events, proxy.count("passed"), proxy.count("413"), proxy.count("429"))
+	accepted := proxy.accepted.Load()
+	t.Logf("%d events forwarded in %v; the receiver accepted %d, %d duplicates before its de-duplication; proxy: %d requests passed, %d 413, %d 429",
+		events, drained.Sub(started).Round(time.Second), accepted, accepted-int64(events), proxy.count("passed"), proxy.count("413"), proxy.count("429"))
+	if after := drained.Sub(recovered); after > 0 {
+		t.Logf("after the faults (the control plane's restart included): %d events in %v, %.0f events/s",
+			accepted-acceptedBefore, after.Round(100*time.Millisecond), float64(accepted-acceptedBefore)/after.Seconds())
+	}
 }
 
 // metricValue reads a sample's value from a Prometheus text page (-1 when absent).
