@@ -58,28 +58,16 @@ func (c *Console) handleCreateDestination(q *request) error {
 	return q.redirect(q.projectPath("/destinations"), "success", "Event destination added: events captured from now on are forwarded to it.")
 }
 
-// loadDestination reads the path's destination of the path's project.
-func (q *request) loadDestination() (*controlplane.EventDestination, error) {
-	project, err := q.project()
-	if err != nil {
-		return nil, err
-	}
-	id, err := pathID(q.r, "id")
-	if err != nil {
-		return nil, err
-	}
-	return q.c.cfg.EventDestinations.FindEventDestinationByID(q.ctx, project.ID, id)
-}
-
 // handleEnableDestination enables or disables a destination (the form's enabled is "true" or
-// "false"); enabling also resumes a paused one.
+// "false"); enabling also resumes a paused one. The update itself refuses a destination the
+// user may not change and tells a missing one.
 func (c *Console) handleEnableDestination(q *request) error {
-	d, err := q.loadDestination()
+	pid, id, err := q.objectIDs()
 	if err != nil {
 		return err
 	}
 	enabled := q.r.PostFormValue("enabled") == "true"
-	if _, err := q.c.cfg.EventDestinations.UpdateEventDestination(q.ctx, d.ProjectID, d.ID, controlplane.EventDestinationUpdate{Enabled: &enabled}); err != nil {
+	if _, err := q.c.cfg.EventDestinations.UpdateEventDestination(q.ctx, pid, id, controlplane.EventDestinationUpdate{Enabled: &enabled}); err != nil {
 		return err
 	}
 	msg := "Event destination disabled: events are no longer queued for it."
@@ -89,12 +77,14 @@ func (c *Console) handleEnableDestination(q *request) error {
 	return q.redirect(q.projectPath("/destinations"), "success", msg)
 }
 
+// handleDeleteDestination deletes a destination, which the deletion itself checks as the
+// update does.
 func (c *Console) handleDeleteDestination(q *request) error {
-	d, err := q.loadDestination()
+	pid, id, err := q.objectIDs()
 	if err != nil {
 		return err
 	}
-	if err := q.c.cfg.EventDestinations.DeleteEventDestination(q.ctx, d.ProjectID, d.ID); err != nil {
+	if err := q.c.cfg.EventDestinations.DeleteEventDestination(q.ctx, pid, id); err != nil {
 		return err
 	}
 	return q.redirect(q.projectPath("/destinations"), "success", "Event destination deleted with the events still queued for it.")

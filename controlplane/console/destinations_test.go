@@ -7,8 +7,6 @@ import (
 	"net/url"
 	"strings"
 	"testing"
-
-	"github.com/flagedge/flagedge/controlplane/postgres"
 )
 
 func TestConsoleEventDestinations(t *testing.T) {
@@ -60,23 +58,37 @@ func TestConsoleEventDestinations(t *testing.T) {
 	if p := b.get(base); !strings.Contains(p.body, ">enabled<") || strings.Contains(p.body, "bad key") {
 		t.Errorf("not resumed: %.3000s", p.body)
 	}
+	// A member of the organisation who is not an admin is refused, and the destination stays
+	// as it was.
+	m, mtok, _ := s.member(t, "member@example.com")
+	if p := m.get(base); p.status != http.StatusForbidden {
+		t.Errorf("a member's destinations page: %d", p.status)
+	}
+	for _, path := range []string{one + "/enabled", one + "/delete"} {
+		if p := m.post(path, url.Values{"csrf_token": {mtok}, "enabled": {"false"}}); p.status != http.StatusForbidden {
+			t.Errorf("a member's POST %s: %d", path, p.status)
+		}
+	}
+	if p := b.get(base); !strings.Contains(p.body, ">enabled<") {
+		t.Errorf("a member's refused requests changed the destination: %.3000s", p.body)
+	}
+
 	if p := b.post(one+"/delete", url.Values{"csrf_token": {tok}}); p.status != http.StatusSeeOther {
 		t.Fatalf("delete: %d", p.status)
 	}
 	if p := b.get(base); !strings.Contains(p.body, "No event destinations yet") {
 		t.Error("the destination is still listed after its deletion")
 	}
-
-	// A member of the organisation who is not an admin is refused.
-	if _, err := postgres.CreateUser(context.Background(), s.db, "admin@example.com", "member@example.com", "", false); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := postgres.NewUserService(s.db, 4).SetPassword(context.Background(), "member@example.com", "member-password-1"); err != nil {
-		t.Fatal(err)
-	}
-	m := s.browser()
-	m.login("member@example.com", "member-password-1")
-	if p := m.get(base); p.status != http.StatusForbidden {
-		t.Errorf("a member's destinations page: %d", p.status)
+	// A deleted or malformed destination is not found; a project out of reach is refused.
+	for path, want := range map[string]int{
+		one + "/enabled":      http.StatusNotFound,
+		one + "/delete":       http.StatusNotFound,
+		base + "/0/delete":    http.StatusNotFound,
+		base + "/one/enabled": http.StatusNotFound,
+		fmt.Sprintf("/project/%d/destinations/%d/delete", s.project+1000, id): http.StatusForbidden,
+	} {
+		if p := b.post(path, url.Values{"csrf_token": {tok}, "enabled": {"true"}}); p.status != want {
+			t.Errorf("POST %s: %d, want %d", path, p.status, want)
+		}
 	}
 }

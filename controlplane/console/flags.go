@@ -241,8 +241,9 @@ func (c *Console) handleCreateFlag(q *request) error {
 	return q.redirect(livePath(q.projectPath("/feature_flags/%d", created.ID), created.SnapshotVersion), "success", "Feature flag "+created.Key+" created.")
 }
 
-// flagIDs are the path's project and flag ids.
-func (q *request) flagIDs() (projectID, id int64, err error) {
+// objectIDs are the path's project id and the id of the object of the project it names (a
+// flag, a webhook, a destination): the services say whether the user reaches them.
+func (q *request) objectIDs() (projectID, id int64, err error) {
 	if projectID, err = pathID(q.r, "pid"); err != nil {
 		return 0, 0, err
 	}
@@ -252,7 +253,7 @@ func (q *request) flagIDs() (projectID, id int64, err error) {
 
 // findFlag reads the path's flag.
 func (q *request) findFlag() (*controlplane.Flag, error) {
-	pid, id, err := q.flagIDs()
+	pid, id, err := q.objectIDs()
 	if err != nil {
 		return nil, err
 	}
@@ -543,7 +544,7 @@ func (c *Console) handleSaveFlag(q *request) error {
 
 // handleToggleFlag switches a flag on or off from the list.
 func (c *Console) handleToggleFlag(q *request) error {
-	pid, id, err := q.flagIDs()
+	pid, id, err := q.objectIDs()
 	if err != nil {
 		return err
 	}
@@ -570,7 +571,7 @@ func (c *Console) handleToggleFlag(q *request) error {
 // handleDeleteFlag soft-deletes or restores a flag.
 func (c *Console) handleDeleteFlag(deleted bool) sessionHandler {
 	return func(q *request) error {
-		pid, id, err := q.flagIDs()
+		pid, id, err := q.objectIDs()
 		if err != nil {
 			return err
 		}
@@ -589,7 +590,7 @@ func (c *Console) handleDeleteFlag(deleted bool) sessionHandler {
 }
 
 func (c *Console) handleAddRoleAccess(q *request) error {
-	pid, id, err := q.flagIDs()
+	pid, id, err := q.objectIDs()
 	if err != nil {
 		return err
 	}
@@ -604,7 +605,7 @@ func (c *Console) handleAddRoleAccess(q *request) error {
 }
 
 func (c *Console) handleRemoveRoleAccess(q *request) error {
-	pid, id, err := q.flagIDs()
+	pid, id, err := q.objectIDs()
 	if err != nil {
 		return err
 	}

@@ -155,3 +155,52 @@ func TestFlagStatements(t *testing.T) {
 		})
 	}
 }
+
+// TestDestinationClickStatements bounds the SQL statements of a click on an event
+// destination's buttons: the update or deletion checks the admin's reach in its own SQL, so
+// the click reads neither the project nor the destination before writing (the session's
+// look-up is the only other statement).
+func TestDestinationClickStatements(t *testing.T) {
+	t.Parallel()
+	counter := &statementCounter{}
+	cfg, err := pgxpool.ParseConfig(pgtest.NewDatabase(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.ConnConfig.Tracer = counter
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := newSiteOn(t, &postgres.DB{Pool: pool, Now: time.Now})
+	b := s.browser()
+	tok := b.login("admin@example.com", s.password)
+	base := fmt.Sprintf("/project/%d/destinations", s.project)
+	if p := b.post(base, url.Values{"csrf_token": {tok}, "url": {"https://93.184.215.14"}, "api_key": {"phc_statements_key"}}); p.status != http.StatusSeeOther {
+		t.Fatalf("create: %d %.300s", p.status, p.body)
+	}
+	var id int64
+	if err := s.db.Pool.QueryRow(context.Background(), `SELECT id FROM event_destinations`).Scan(&id); err != nil {
+		t.Fatal(err)
+	}
+	one := fmt.Sprintf("%s/%d", base, id)
+	for _, step := range []struct {
+		name string
+		max  int
+		path string
+		form url.Values
+	}{
+		{"disable", 6, one + "/enabled", url.Values{"csrf_token": {tok}, "enabled": {"false"}}},
+		{"delete", 2, one + "/delete", url.Values{"csrf_token": {tok}}},
+	} {
+		var p page
+		statements := counter.during(func() { p = b.post(step.path, step.form) })
+		t.Logf("%s: %d statements:\n\t%s", step.name, len(statements), strings.Join(statements, "\n\t"))
+		if p.status != http.StatusSeeOther {
+			t.Errorf("%s: status %d", step.name, p.status)
+		}
+		if len(statements) > step.max {
+			t.Errorf("%s: %d statements, want at most %d", step.name, len(statements), step.max)
+		}
+	}
+}

@@ -182,6 +182,20 @@ var funcs = template.FuncMap{
 	"add":       func(a, b int) int { return a + b },
 	"hasPrefix": strings.HasPrefix,
 	"initials":  initials,
+	// lag is how far behind a queue whose oldest entry was queued at t is, in seconds while
+	// under a minute: an operator watching a destination catch up reads it in seconds.
+	"lag": func(t time.Time) string {
+		switch d := time.Since(t); {
+		case d < time.Minute:
+			return fmt.Sprintf("%d s", int(max(d, 0).Seconds()))
+		case d < time.Hour:
+			return fmt.Sprintf("%d min", int(d.Minutes()))
+		case d < 48*time.Hour:
+			return fmt.Sprintf("%d h", int(d.Hours()))
+		default:
+			return fmt.Sprintf("%d days", int(d.Hours()/24))
+		}
+	},
 	// expiry is how long a policy's requests wait, in days when whole.
 	"expiry": func(d time.Duration) string {
 		if d%(24*time.Hour) == 0 {

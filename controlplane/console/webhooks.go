@@ -65,23 +65,21 @@ func (c *Console) handleCreateWebhook(q *request) error {
 
 // loadWebhook reads the path's webhook of the path's project.
 func (q *request) loadWebhook() (*controlplane.Webhook, error) {
-	project, err := q.project()
+	pid, id, err := q.objectIDs()
 	if err != nil {
 		return nil, err
 	}
-	id, err := pathID(q.r, "id")
-	if err != nil {
-		return nil, err
-	}
-	return q.c.cfg.Webhooks.FindWebhookByID(q.ctx, project.ID, id)
+	return q.c.cfg.Webhooks.FindWebhookByID(q.ctx, pid, id)
 }
 
+// handleDeleteWebhook deletes a webhook, which the deletion itself checks: a hook the user
+// may not change is refused, a missing one not found.
 func (c *Console) handleDeleteWebhook(q *request) error {
-	h, err := q.loadWebhook()
+	pid, id, err := q.objectIDs()
 	if err != nil {
 		return err
 	}
-	if err := q.c.cfg.Webhooks.DeleteWebhook(q.ctx, h.ProjectID, h.ID); err != nil {
+	if err := q.c.cfg.Webhooks.DeleteWebhook(q.ctx, pid, id); err != nil {
 		return err
 	}
 	return q.redirect(q.projectPath("/webhooks"), "success", "Webhook deleted with its delivery log.")

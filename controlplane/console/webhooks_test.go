@@ -55,23 +55,35 @@ func TestConsoleWebhooks(t *testing.T) {
 	if p := b.get(hookPath); p.status != 200 || !strings.Contains(p.body, "feature_flag.created") || !strings.Contains(p.body, ">pending<") {
 		t.Errorf("delivery log: %d %.3000s", p.status, p.body)
 	}
+	// A member of the organisation who is not an admin is refused, and the hook stays.
+	m, mtok, _ := s.member(t, "member@example.com")
+	if p := m.get(base); p.status != http.StatusForbidden {
+		t.Errorf("a member's webhooks page: %d", p.status)
+	}
+	if p := m.get(hookPath); p.status != http.StatusForbidden {
+		t.Errorf("a member's delivery log: %d", p.status)
+	}
+	if p := m.post(hookPath+"/delete", url.Values{"csrf_token": {mtok}}); p.status != http.StatusForbidden {
+		t.Errorf("a member's deletion: %d", p.status)
+	}
+	if p := b.get(hookPath); p.status != 200 {
+		t.Fatalf("the hook is gone after a member's refused deletion: %d", p.status)
+	}
+
 	if p := b.post(hookPath+"/delete", url.Values{"csrf_token": {tok}}); p.status != http.StatusSeeOther {
 		t.Fatalf("delete: %d", p.status)
 	}
 	if p := b.get(base); !strings.Contains(p.body, "No webhooks yet") {
 		t.Error("the hook is still listed after its deletion")
 	}
-
-	// A member of the organisation who is not an admin is refused.
-	if _, err := postgres.CreateUser(context.Background(), s.db, "admin@example.com", "member@example.com", "", false); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := postgres.NewUserService(s.db, 4).SetPassword(context.Background(), "member@example.com", "member-password-1"); err != nil {
-		t.Fatal(err)
-	}
-	m := s.browser()
-	m.login("member@example.com", "member-password-1")
-	if p := m.get(base); p.status != http.StatusForbidden {
-		t.Errorf("a member's webhooks page: %d", p.status)
+	// A deleted or malformed hook is not found; a project out of reach is refused.
+	for path, want := range map[string]int{
+		hookPath + "/delete":   http.StatusNotFound,
+		base + "/first/delete": http.StatusNotFound,
+		fmt.Sprintf("/project/%d/webhooks/%d/delete", s.project+1000, hooks[0].ID): http.StatusForbidden,
+	} {
+		if p := b.post(path, url.Values{"csrf_token": {tok}}); p.status != want {
+			t.Errorf("POST %s: %d, want %d", path, p.status, want)
+		}
 	}
 }
