@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -21,7 +22,9 @@ import (
 // that decodes each gzip batch and answers 200 at once (a PostHog that is never the
 // bottleneck), and --forward-events events sent to the edge's /batch/ in batches of 100 by 8
 // senders. It reports the capture rate (edge acknowledgements), the forwarding rate (first to
-// last event at the receiver), and the lag from the last acknowledgement to the last arrival.
+// last event at the receiver), the lag from the last acknowledgement to the last arrival, and
+// the destination's lag at its worst (the control plane's flagedge_controlplane_forward_lag_seconds,
+// the age of the oldest queued event, sampled every half second).
 // It needs no running flagedge: `go run ./bench --scenario forwarding --forward-events 100000`.
 
 // forwardingResult is the scenario's report.
@@ -35,6 +38,36 @@ type forwardingResult struct {
 	ForwardSeconds    float64 `json:"forward_seconds"`
 	ForwardPerSecond  float64 `json:"forward_events_per_second"`
 	DrainAfterCapture float64 `json:"drain_after_capture_seconds"`
+	MaxLag            float64 `json:"max_lag_seconds"`
+}
+
+// maxLag samples the control plane's forwarding lag every half second until stop is closed,
+// and then answers the largest it saw; it gives up when ctx ends.
+func maxLag(ctx context.Context, controlPlaneURL string, stop <-chan struct{}) <-chan float64 {
+	out := make(chan float64, 1)
+	go func() {
+		worst := 0.0
+		tick := time.NewTicker(500 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			if m, err := scrape(controlPlaneURL); err == nil {
+				for series, v := range m {
+					if strings.HasPrefix(series, "flagedge_controlplane_forward_lag_seconds{") {
+						worst = max(worst, v)
+					}
+				}
+			}
+			select {
+			case <-stop:
+				out <- worst
+				return
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	return out
 }
 
 // forwardingScenario is `--scenario forwarding`.
@@ -96,6 +129,8 @@ func forwardingScenario(cfg config) error {
 		return err
 	}
 
+	stopLag := make(chan struct{})
+	lag := maxLag(ctx, s.controlPlaneURL(), stopLag)
 	n := cfg.forwardEvents
 	edgeURL := "http://" + s.edge.httpAddr + "/batch/"
 	var next atomic.Int64
@@ -137,8 +172,10 @@ func forwardingScenario(cfg config) error {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
+	close(stopLag)
+	worstLag := <-lag
 	mu.Lock()
-	res := forwardingResult{Events: n, Received: len(seen), Requests: requests.Load(),
+	res := forwardingResult{MaxLag: worstLag, Events: n, Received: len(seen), Requests: requests.Load(),
 		CaptureSeconds: captured.Sub(start).Seconds(), ForwardSeconds: last.Sub(first).Seconds(),
 		DrainAfterCapture: last.Sub(captured).Seconds()}
 	for _, c := range seen {
@@ -154,10 +191,11 @@ func forwardingScenario(cfg config) error {
 | captured at the edge (8 senders, batches of 100) | %.0f events/s (%.1f s) |
 | forwarded, first to last at the receiver | %.0f events/s (%.1f s, %d requests) |
 | last arrival after the last acknowledgement | %.1f s |
+| the destination's lag at its worst (oldest queued event, every 0.5 s) | %.1f s |
 
 %d of %d events received, %d duplicates.
 `, n, res.CapturePerSecond, res.CaptureSeconds, res.ForwardPerSecond, res.ForwardSeconds, res.Requests, res.DrainAfterCapture,
-		res.Received, n, res.Duplicates)
+		res.MaxLag, res.Received, n, res.Duplicates)
 	fmt.Print("\n" + md)
 	if err := writeScenarioReport(cfg.out, "forwarding", "result", res, md); err != nil {
 		return err
