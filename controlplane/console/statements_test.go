@@ -47,13 +47,9 @@ func (c *statementCounter) during(fn func()) []string {
 	return c.statements
 }
 
-// TestFlagStatements bounds the SQL statements of the flag requests people make most, on a
-// flag with two conditions, made by its creator, in a project with thousands of stored
-// persons: the organisation's admin, and a member for whom the flag's role access (whether
-// they may change it) is read with the flag. Each reads and changes the flag with
-// the API (personal key) and the console (session).
-func TestFlagStatements(t *testing.T) {
-	t.Parallel()
+// newCountedSite is a site whose database pool records the statements it runs.
+func newCountedSite(t *testing.T) (*site, *statementCounter) {
+	t.Helper()
 	counter := &statementCounter{}
 	cfg, err := pgxpool.ParseConfig(pgtest.NewDatabase(t))
 	if err != nil {
@@ -64,7 +60,17 @@ func TestFlagStatements(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := newSiteOn(t, &postgres.DB{Pool: pool, Now: time.Now})
+	return newSiteOn(t, &postgres.DB{Pool: pool, Now: time.Now}), counter
+}
+
+// TestFlagStatements bounds the SQL statements of the flag requests people make most, on a
+// flag with two conditions, made by its creator, in a project with thousands of stored
+// persons: the organisation's admin, and a member for whom the flag's role access (whether
+// they may change it) is read with the flag. Each reads and changes the flag with
+// the API (personal key) and the console (session).
+func TestFlagStatements(t *testing.T) {
+	t.Parallel()
+	s, counter := newCountedSite(t)
 	ctx := context.Background()
 	if _, err := postgres.CreateUser(ctx, s.db, "admin@example.com", "member@example.com", "", false); err != nil {
 		t.Fatal(err)
@@ -162,17 +168,7 @@ func TestFlagStatements(t *testing.T) {
 // look-up is the only other statement).
 func TestDestinationClickStatements(t *testing.T) {
 	t.Parallel()
-	counter := &statementCounter{}
-	cfg, err := pgxpool.ParseConfig(pgtest.NewDatabase(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.ConnConfig.Tracer = counter
-	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := newSiteOn(t, &postgres.DB{Pool: pool, Now: time.Now})
+	s, counter := newCountedSite(t)
 	b := s.browser()
 	tok := b.login("admin@example.com", s.password)
 	base := fmt.Sprintf("/project/%d/destinations", s.project)
