@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protowire"
 	gproto "google.golang.org/protobuf/proto"
 
 	"github.com/flagedge/flagedge/edge/spool"
@@ -29,6 +30,7 @@ type Server struct {
 	upstream  syncpb.SyncClient
 	holder    *state.Holder
 	snapshots *Snapshots
+	members   *Members
 	auth      *Auth
 	sessions  *Sessions
 	spool     *spool.Spool
@@ -39,8 +41,8 @@ type Server struct {
 
 // NewServer returns the relay's sync service. Events the upstream cannot take at once are
 // appended to sp, which the relay's forwarder drains upstream.
-func NewServer(upstream syncpb.SyncClient, h *state.Holder, snaps *Snapshots, auth *Auth, sessions *Sessions, sp *spool.Spool, log *slog.Logger) *Server {
-	return &Server{upstream: upstream, holder: h, snapshots: snaps, auth: auth, sessions: sessions, spool: sp, log: log}
+func NewServer(upstream syncpb.SyncClient, h *state.Holder, snaps *Snapshots, members *Members, auth *Auth, sessions *Sessions, sp *spool.Spool, log *slog.Logger) *Server {
+	return &Server{upstream: upstream, holder: h, snapshots: snaps, members: members, auth: auth, sessions: sessions, spool: sp, log: log}
 }
 
 // GRPCServer returns a gRPC server of the relay's sync service, admitting live edges only.
@@ -98,22 +100,34 @@ func (s *Server) Watch(req *syncpb.WatchRequest, stream syncpb.Sync_WatchServer)
 	s.sessions.open(session, edge.Name, req.EdgeId, replaces)
 	defer s.sessions.close(session)
 	s.log.Info("edge watching through this relay", "edge", edge.Name, "edge_id", req.EdgeId, "known_projects", len(req.KnownVersions))
-	// No membership filters are relayed: the reset drops any the edge kept from a stream of the
-	// control plane's, and it looks up every key it needs.
+	// The reset drops any filters the edge kept from its last stream (it may have missed
+	// additions since); the relay's filters follow the catch-up, as the control plane's do.
 	if err := stream.Send(&syncpb.WatchResponse{DatabaseId: dbID, SessionId: session, AckDelayMs: s.ackDelayMs(),
 		MembershipReset: true}); err != nil {
 		return err
 	}
 	initial := true
+	var cursor Cursor
 	for {
 		if err := s.send(stream, edge, sent, projects, initial); err != nil {
 			return err
 		}
 		initial = false
+		var membersChanged <-chan struct{}
+		var err error
+		if cursor, membersChanged, err = s.sendMembers(stream, edge, cursor); err != nil {
+			return err
+		}
 		select {
 		case <-ctx.Done():
 			return nil
+		case <-membersChanged:
 		case <-changed:
+		}
+		select {
+		case <-changed: // taken before the membership the upstream sent after them
+		default:
+			continue
 		}
 		if s.holder.DatabaseID() != dbID {
 			// The relay's upstream replaced its database: the edge starts afresh with its
@@ -122,6 +136,48 @@ func (s *Server) Watch(req *syncpb.WatchRequest, stream syncpb.Sync_WatchServer)
 		}
 		projects, _, changed = s.snapshots.view()
 	}
+}
+
+// membershipMessageBytes is about the most filter bytes one Watch message carries, as the
+// control plane sends them; a larger filter goes alone.
+const membershipMessageBytes = 1 << 20
+
+// resetField is a WatchResponse's membership_reset (5) set.
+var resetField = protowire.AppendVarint(protowire.AppendTag(nil, 5, protowire.VarintType), 1)
+
+// sendMembers sends the edge the membership changes since cur of the projects it may
+// receive, after the snapshots sent before them, and returns its next cursor and the channel
+// closed at the next change.
+func (s *Server) sendMembers(stream syncpb.Sync_WatchServer, edge *syncpb.LiveEdge, cur Cursor) (Cursor, <-chan struct{}, error) {
+	fields, reset, next, changed := s.members.since(cur, func(id int64) bool { return serves(edge, id) })
+	var parts [][]byte
+	size := 0
+	flush := func() error {
+		if !reset && len(parts) == 0 {
+			return nil
+		}
+		var head []byte
+		if reset {
+			head = resetField
+		}
+		if err := stream.SendMsg(&syncpb.EncodedResponse{Parts: append([][]byte{head}, parts...)}); err != nil {
+			return err
+		}
+		parts, size, reset = parts[:0], 0, false
+		return nil
+	}
+	for _, f := range fields {
+		parts = append(parts, f)
+		if size += len(f); size >= membershipMessageBytes {
+			if err := flush(); err != nil {
+				return cur, nil, err
+			}
+		}
+	}
+	if err := flush(); err != nil {
+		return cur, nil, err
+	}
+	return next, changed, nil
 }
 
 // send makes the edge hold exactly the relay's projects that it may receive: every one whose

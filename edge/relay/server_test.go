@@ -46,12 +46,24 @@ func snapshot(id, version int64, token string) *syncpb.ProjectSnapshot {
 		Flags: []*syncpb.Flag{{Id: 1, Key: "f", Active: true, Filters: []byte(`{"groups": [{"rollout_percentage": 100}]}`)}}}
 }
 
+// testRelay is a relay's sync service on 127.0.0.1, fed as the edge's Watch feeds it (apply).
+type testRelay struct {
+	h       *state.Holder
+	snaps   *relay.Snapshots
+	members *relay.Members
+	addr    string
+}
+
 // relayFor starts a relay's sync service on 127.0.0.1 over a holder, with a list of live
 // edges kept on disk (its upstream, at an address where nothing listens, never answers).
-func relayFor(t *testing.T, edges ...*syncpb.LiveEdge) (h *state.Holder, snaps *relay.Snapshots, addr string) {
+func relayFor(t *testing.T, edges ...*syncpb.LiveEdge) *testRelay {
+	return relayIn(t, t.TempDir(), edges...)
+}
+
+// relayIn is relayFor keeping what the relay keeps on disk in dir.
+func relayIn(t *testing.T, dir string, edges ...*syncpb.LiveEdge) *testRelay {
 	t.Helper()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	dir := t.TempDir()
 	live, _ := proto.Marshal(&syncpb.ListEdgesResponse{Edges: edges})
 	if err := os.WriteFile(filepath.Join(dir, "live-edges.pb"), live, 0o600); err != nil {
 		t.Fatal(err)
@@ -62,14 +74,16 @@ func relayFor(t *testing.T, edges ...*syncpb.LiveEdge) (h *state.Holder, snaps *
 	}
 	t.Cleanup(func() { conn.Close() })
 	upstream := syncpb.NewSyncClient(conn)
-	h = state.NewHolder("", log, nil)
-	snaps = relay.NewSnapshots(h, log)
-	sp, err := spool.Open(spool.Options{Dir: filepath.Join(dir, "spool"), QuotaBytes: 1 << 20})
+	r := &testRelay{h: state.NewHolder("", log, nil)}
+	r.snaps = relay.NewSnapshots(r.h, log)
+	r.members = relay.NewMembers(filepath.Join(dir, "membership.pb"), 0, log)
+	t.Cleanup(r.members.Close)
+	sp, err := spool.Open(spool.Options{Dir: filepath.Join(t.TempDir(), "spool"), QuotaBytes: 1 << 20})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { sp.Close() })
-	srv := relay.NewServer(upstream, h, snaps, relay.NewAuth(upstream, filepath.Join(dir, "live-edges.pb"), log),
+	srv := relay.NewServer(upstream, r.h, r.snaps, r.members, relay.NewAuth(upstream, filepath.Join(dir, "live-edges.pb"), log),
 		relay.NewSessions(upstream, log), sp, log).GRPCServer(syncpb.ServerOptions(false)...)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -77,7 +91,8 @@ func relayFor(t *testing.T, edges ...*syncpb.LiveEdge) (h *state.Holder, snaps *
 	}
 	go srv.Serve(ln)
 	t.Cleanup(srv.Stop)
-	return h, snaps, ln.Addr().String()
+	r.addr = ln.Addr().String()
+	return r
 }
 
 // watch opens a Watch stream to addr with token.
@@ -103,12 +118,12 @@ func watch(t *testing.T, addr, token string) (syncpb.Sync_WatchClient, context.C
 // a token not in the relay's list of live edges gets nothing.
 func TestRelayPassesReceivedBytes(t *testing.T) {
 	sum := sha256.Sum256([]byte("fle_leaf"))
-	h, snaps, addr := relayFor(t, &syncpb.LiveEdge{TokenSha256: sum[:], Id: "e1", Name: "leaf", Projects: []int64{1}})
+	r := relayFor(t, &syncpb.LiveEdge{TokenSha256: sum[:], Id: "e1", Name: "leaf", Projects: []int64{1}})
 	one, two := deflatedFast(t, snapshot(1, 5, "phc_one")), deflatedFast(t, snapshot(2, 3, "phc_two"))
 	received := &syncpb.WatchResponse{DeflatedSnapshots: []*syncpb.DeflatedSnapshot{one, two}, InitialSyncDone: true}
-	apply(t, h, snaps, received)
+	r.apply(t, received)
 
-	stream, cancel := watch(t, addr, "fle_leaf")
+	stream, cancel := watch(t, r.addr, "fle_leaf")
 	defer cancel()
 	first, err := stream.Recv()
 	if err != nil {
@@ -125,7 +140,7 @@ func TestRelayPassesReceivedBytes(t *testing.T) {
 		t.Fatalf("catch-up %v: want project 1 alone, its received bytes, and the end of the catch-up", msg)
 	}
 	changed := deflatedFast(t, snapshot(1, 6, "phc_one"))
-	apply(t, h, snaps, &syncpb.WatchResponse{DeflatedSnapshots: []*syncpb.DeflatedSnapshot{changed}})
+	r.apply(t, &syncpb.WatchResponse{DeflatedSnapshots: []*syncpb.DeflatedSnapshot{changed}})
 	msg, err = stream.Recv()
 	if err != nil {
 		t.Fatal(err)
@@ -134,7 +149,7 @@ func TestRelayPassesReceivedBytes(t *testing.T) {
 		t.Fatalf("change %v: want version 6 as received", msg)
 	}
 
-	refused, cancel2 := watch(t, addr, "fle_unknown")
+	refused, cancel2 := watch(t, r.addr, "fle_unknown")
 	defer cancel2()
 	if _, err := refused.Recv(); status.Code(err) != codes.Unauthenticated {
 		t.Errorf("an unknown token: %v, want Unauthenticated", err)
@@ -142,8 +157,9 @@ func TestRelayPassesReceivedBytes(t *testing.T) {
 }
 
 // apply does what the edge's Watch does with a received message: the holder applies it
-// inflated, then the tap sees it as received.
-func apply(t *testing.T, h *state.Holder, snaps *relay.Snapshots, received *syncpb.WatchResponse) {
+// inflated, then the tap (the relay's snapshots, then its membership filters) sees it as
+// received.
+func (r *testRelay) apply(t *testing.T, received *syncpb.WatchResponse) {
 	t.Helper()
 	inflated := &syncpb.WatchResponse{InitialSyncDone: received.InitialSyncDone}
 	for _, d := range received.DeflatedSnapshots {
@@ -153,8 +169,9 @@ func apply(t *testing.T, h *state.Holder, snaps *relay.Snapshots, received *sync
 		}
 		inflated.Snapshots = append(inflated.Snapshots, pb)
 	}
-	if err := h.Apply(inflated); err != nil {
+	if err := r.h.Apply(inflated); err != nil {
 		t.Fatal(err)
 	}
-	snaps.Tap(received)
+	r.snaps.Tap(received)
+	r.members.Tap(received)
 }

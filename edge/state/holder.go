@@ -100,7 +100,8 @@ func NewHolder(dir string, log *slog.Logger, reg prometheus.Registerer) *Holder 
 }
 
 // Tap sees what the holder applied, as it came: each message of the Watch stream after the
-// holder applied it, its snapshots still deflated as received, and the snapshots read from
+// holder applied it, its snapshots still deflated as received (and its membership filters, which
+// the holder does not apply), and the snapshots read from
 // disk or a bundle (as a message with InitialSyncDone set). A relay (package relay) passes
 // the received bytes on to the edges behind it. The holder may have refused a snapshot
 // (ByID tells which version it serves).

@@ -70,7 +70,9 @@ func watchOnce(ctx context.Context, client syncpb.SyncClient, h *Holder, members
 		var raw *syncpb.WatchResponse
 		if h.tap != nil { // what inflate changes, as received
 			raw = &syncpb.WatchResponse{Snapshots: msg.Snapshots, DeflatedSnapshots: msg.DeflatedSnapshots,
-				RemovedProjects: msg.RemovedProjects, InitialSyncDone: msg.InitialSyncDone, SessionId: msg.SessionId}
+				RemovedProjects: msg.RemovedProjects, InitialSyncDone: msg.InitialSyncDone, SessionId: msg.SessionId,
+				DatabaseId: msg.DatabaseId, MembershipReset: msg.MembershipReset, MembershipFilters: msg.MembershipFilters,
+				MembershipAdditions: msg.MembershipAdditions}
 		}
 		inflate(msg, h.log)
 		if err := h.Apply(msg); err != nil {

@@ -364,6 +364,7 @@ func assemble(cfg *config, log *slog.Logger) (e *edge, err error) {
 		if e.relay, err = newRelaying(cfg, e.client, e.holder, log); err != nil {
 			return e, err
 		}
+		e.closers = append(e.closers, e.relay.members.Close)
 	}
 	n, err := e.holder.Load()
 	if err != nil {

@@ -28,6 +28,7 @@ type relaying struct {
 	upstream  syncpb.SyncClient
 	holder    *state.Holder
 	snapshots *relay.Snapshots
+	members   *relay.Members
 	sessions  *relay.Sessions
 	auth      *relay.Auth
 }
@@ -41,9 +42,11 @@ func newRelaying(cfg *config, upstream syncpb.SyncClient, h *state.Holder, log *
 	}
 	r := &relaying{cfg: cfg, log: log, tls: t, upstream: upstream, holder: h,
 		snapshots: relay.NewSnapshots(h, log), sessions: relay.NewSessions(upstream, log),
-		auth: relay.NewAuth(upstream, filepath.Join(cfg.DataDir, "live-edges.pb"), log)}
+		members: relay.NewMembers(filepath.Join(cfg.DataDir, "membership.pb"), cfg.MembershipMax, log),
+		auth:    relay.NewAuth(upstream, filepath.Join(cfg.DataDir, "live-edges.pb"), log)}
 	h.SetTap(func(msg *syncpb.WatchResponse) {
 		r.snapshots.Tap(msg)
+		r.members.Tap(msg) // after the snapshots: the streams send them first
 		if msg.SessionId != "" {
 			r.sessions.Upstream(msg.SessionId)
 		}
@@ -65,7 +68,7 @@ func (r *relaying) serve(ctx context.Context, g *errgroup.Group, background cont
 	if r.tls != nil {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(r.tls)))
 	}
-	srv := relay.NewServer(r.upstream, r.holder, r.snapshots, r.auth, r.sessions, sp, r.log).GRPCServer(opts...)
+	srv := relay.NewServer(r.upstream, r.holder, r.snapshots, r.members, r.auth, r.sessions, sp, r.log).GRPCServer(opts...)
 	r.log.Info("relay listening", "serve_edges_addr", ln.Addr().String(), "tls", r.tls != nil)
 	g.Go(func() error {
 		r.auth.Run(background)
