@@ -59,7 +59,9 @@ func hops(path string) int { return len(strings.Split(path, " → ")) }
 // its path; a token revoked two tiers down is cut within a second; events captured at the
 // leaves while the control plane restarts are stored exactly once; with the control plane
 // down the relays keep serving, a relay restarted then serves from its disk, and a new edge
-// behind it gets the snapshot.
+// behind it gets the snapshot. The membership filters pass through the tiers: a leaf two
+// tiers down answers strangers without a look-up and a person stored after it connected from
+// the stored properties, and a new edge gets the filters with the control plane down.
 func TestRelayTiers(t *testing.T) {
 	s := newStack(t)
 	flag := s.createFlag(map[string]any{"key": "tiers", "filters": map[string]any{"groups": []any{map[string]any{"rollout_percentage": 100}}}})
@@ -95,6 +97,48 @@ func TestRelayTiers(t *testing.T) {
 	if !strings.HasPrefix(paths["leaf-b"], paths["relay-2"]+" → ") || !strings.HasPrefix(paths["relay-2"], paths["relay-1"]+" → ") {
 		t.Errorf("paths do not chain: %v", paths)
 	}
+
+	// The membership filters pass through both relays: leaf-b, two tiers down, answers users
+	// nobody stored without a look-up, and a person stored after it connected (through /batch
+	// at leaf-a) from the stored properties as soon as the addition reaches it.
+	s.createFlag(map[string]any{"key": "pro-only", "filters": map[string]any{"groups": []any{map[string]any{
+		"properties": []any{map[string]any{"key": "plan", "value": "pro", "type": "person"}}, "rollout_percentage": 100}}}})
+	proOnly := func(e *edge, distinctID string) any {
+		out := s.decide(e, map[string]any{"distinct_id": distinctID})
+		if out["errorsWhileComputingFlags"] != false {
+			t.Errorf("%s at %s: errorsWhileComputingFlags %v", distinctID, e.name, out["errorsWhileComputingFlags"])
+		}
+		return featureFlags(out)["pro-only"]
+	}
+	waitFor(t, "pro-only at leaf-b", func() bool {
+		return hasKey(featureFlags(s.decide(leafB, map[string]any{"distinct_id": "x"})), "pro-only")
+	})
+	waitFor(t, "leaf-b's filter through two relays", func() bool {
+		before := lookups(t, leafB)
+		proOnly(leafB, fmt.Sprintf("probe-%d", time.Now().UnixNano()))
+		return lookups(t, leafB) == before
+	})
+	before := lookups(t, leafB)
+	for i := range 20 {
+		if v := proOnly(leafB, fmt.Sprintf("stranger-%d", i)); v != false {
+			t.Fatalf("a user nobody stored: pro-only %v", v)
+		}
+	}
+	if n := lookups(t, leafB) - before; n != 0 {
+		t.Errorf("leaf-b made %d look-ups for 20 users nobody stored", n)
+	}
+	announcedBefore := announced(t, leafB)
+	if code, out := post(t, "POST", leafA.url+"/batch/", mustJSON(t, map[string]any{"api_key": s.token, "batch": []any{map[string]any{
+		"event": "$identify", "distinct_id": "tier-buyer", "properties": map[string]any{"$set": map[string]any{"plan": "pro"}}}}})); code != 200 {
+		t.Fatalf("batch at leaf-a: %d %s", code, out)
+	}
+	waitFor(t, "tier-buyer stored", func() bool { return len(s.persons("distinct_id=tier-buyer")) == 1 })
+	storedAt := time.Now()
+	waitFor(t, "tier-buyer announced to leaf-b", func() bool { return announced(t, leafB) > announcedBefore })
+	if v := proOnly(leafB, "tier-buyer"); v != true {
+		t.Fatalf("leaf-b's first answer for a person stored through leaf-a: pro-only %v, want true", v)
+	}
+	t.Logf("a person stored through leaf-a reached leaf-b's filter, two relays down, %v after it was stored", time.Since(storedAt).Round(time.Millisecond))
 
 	// A token revoked behind two relays is cut within a second.
 	revokedName := "revoked-leaf"
@@ -142,6 +186,13 @@ func TestRelayTiers(t *testing.T) {
 			t.Errorf("with the control plane down %s answers from version %d, want %d", e.name, got, v)
 		}
 	}
+	// The new edge gets the filters relay-1 holds: it answers a new user without a look-up
+	// (which could not reach the control plane).
+	waitFor(t, "leaf-new's filter with the control plane down", func() bool {
+		before := lookups(t, leafNew)
+		out := s.decide(leafNew, map[string]any{"distinct_id": fmt.Sprintf("offline-stranger-%d", time.Now().UnixNano())})
+		return lookups(t, leafNew) == before && out["errorsWhileComputingFlags"] == false
+	})
 }
 
 // TestRelayKilled gives an edge two relays over TLS: when the one it uses is killed (kill -9)
