@@ -7,10 +7,10 @@ import (
 	"sync"
 	"time"
 
-	"github.com/bits-and-blooms/bloom/v3"
 	"google.golang.org/protobuf/encoding/protowire"
 	gproto "google.golang.org/protobuf/proto"
 
+	"github.com/flagedge/flagedge/shared/bloomkeys"
 	"github.com/flagedge/flagedge/shared/syncpb"
 )
 
@@ -157,26 +157,22 @@ func (m *Members) apply(num protowire.Number, content, raw []byte) int64 {
 // stays about the filter's size. The additions already sent stay in the log. m.mu is held.
 func (m *Members) fold(projectID int64, h *held) {
 	var f syncpb.MembershipFilter
-	b := &bloom.BloomFilter{}
-	_, content, _ := cutField(h.filter)
-	if gproto.Unmarshal(content, &f) != nil || b.UnmarshalBinary(f.Bloom) != nil {
+	if _, content, _ := cutField(h.filter); gproto.Unmarshal(content, &f) != nil {
 		return
 	}
+	var keys [][]byte
 	for _, raw := range h.additions {
 		var a syncpb.MembershipAdditions
-		_, content, _ := cutField(raw)
-		if gproto.Unmarshal(content, &a) == nil {
-			for _, k := range a.Keys {
-				b.Add(k)
-			}
-			f.Keys += int64(len(a.Keys))
+		if _, content, _ := cutField(raw); gproto.Unmarshal(content, &a) == nil {
+			keys = append(keys, a.Keys...)
 		}
 	}
-	enc, err := b.MarshalBinary()
+	enc, err := bloomkeys.Fold(f.Bloom, keys)
 	if err != nil {
+		m.log.Warn("fold membership additions", "project", projectID, "err", err)
 		return
 	}
-	f.Bloom = enc
+	f.Bloom, f.Keys = enc, f.Keys+int64(len(keys))
 	field, err := syncpb.EncodeField(filterField, &f)
 	if err != nil {
 		return

@@ -116,3 +116,17 @@ func IDString(v any) string {
 	}
 	return ""
 }
+
+// Fold returns a filter in its binary encoding (as MembershipFilter.bloom carries it) with
+// keys added: a relay folds the additions it holds into the filter it passes on, so that
+// what it holds stays about the filter's size.
+func Fold(encoded []byte, keys [][]byte) ([]byte, error) {
+	b := &bloom.BloomFilter{}
+	if err := b.UnmarshalBinary(encoded); err != nil {
+		return nil, err
+	}
+	for _, k := range keys {
+		b.Add(k)
+	}
+	return b.MarshalBinary()
+}

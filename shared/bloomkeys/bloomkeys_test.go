@@ -3,6 +3,8 @@ package bloomkeys
 import (
 	"fmt"
 	"testing"
+
+	"github.com/bits-and-blooms/bloom/v3"
 )
 
 func TestKeysRoundTrip(t *testing.T) {
@@ -76,5 +78,27 @@ func TestSizePerMillion(t *testing.T) {
 		float64(bytes)/1e6, 100*float64(fp)/probes, 100*FalsePositiveRate)
 	if bytes > 2_500_000 || float64(fp)/probes > FalsePositiveRate/4 {
 		t.Fatalf("%d bytes, %d false positives", bytes, fp)
+	}
+}
+
+// TestFold: a folded filter holds the keys it held and those added, keeps its size, and a
+// broken encoding is refused.
+func TestFold(t *testing.T) {
+	b := NewFilter(10)
+	b.Add(PersonKey(nil, "ann"))
+	raw, _ := b.MarshalBinary()
+	folded, err := Fold(raw, [][]byte{PersonKey(nil, "bob")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := &bloom.BloomFilter{}
+	if err := got.UnmarshalBinary(folded); err != nil {
+		t.Fatal(err)
+	}
+	if !got.Test(PersonKey(nil, "ann")) || !got.Test(PersonKey(nil, "bob")) || got.Cap() != b.Cap() {
+		t.Errorf("folded filter: ann %v, bob %v, %d bits (want both, %d bits)", got.Test(PersonKey(nil, "ann")), got.Test(PersonKey(nil, "bob")), got.Cap(), b.Cap())
+	}
+	if _, err := Fold([]byte{1, 2, 3}, nil); err == nil {
+		t.Error("a broken encoding folded")
 	}
 }
