@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"log/slog"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -12,10 +11,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	"github.com/flagedge/flagedge/controlplane"
+	"github.com/flagedge/flagedge/shared/edgeauth"
 )
 
 // EdgeAuth admits only edges with a live credential to the sync service: every call carries
@@ -33,22 +32,15 @@ type EdgeAuth struct {
 	reloadMu   sync.Mutex // serialises reloads and guards lastReload
 	lastReload time.Time
 
-	mu      sync.Mutex // guards streams
-	streams map[string]map[*edgeStream]struct{}
+	streams *edgeauth.Streams
 
 	connected *prometheus.GaugeVec
 	refused   prometheus.Counter
 }
 
-// edgeStream is one open stream of an edge, with the means to close it.
-type edgeStream struct {
-	cancel  context.CancelFunc
-	revoked atomic.Bool
-}
-
 // NewEdgeAuth returns the authenticator over edges. Run keeps it current.
 func NewEdgeAuth(edges controlplane.EdgeService, log *slog.Logger, reg prometheus.Registerer) *EdgeAuth {
-	a := &EdgeAuth{edges: edges, log: log, RefreshInterval: 500 * time.Millisecond, streams: map[string]map[*edgeStream]struct{}{},
+	a := &EdgeAuth{edges: edges, log: log, RefreshInterval: 500 * time.Millisecond, streams: edgeauth.NewStreams(log),
 		connected: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "flagedge_controlplane_connected_edges",
 			Help: "Snapshot streams open to this replica, by edge name."}, []string{"edge"}),
 		refused: prometheus.NewCounter(prometheus.CounterOpts{Name: "flagedge_controlplane_edge_auth_failures_total",
@@ -99,37 +91,18 @@ func (a *EdgeAuth) reload(ctx context.Context, notWithin time.Duration) error {
 	for _, e := range live {
 		ids[e.ID] = true
 	}
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	for id, streams := range a.streams {
-		if ids[id] {
-			continue
-		}
-		for s := range streams {
-			s.revoked.Store(true)
-			s.cancel()
-		}
-	}
+	a.streams.Cut(func(id string) bool { return ids[id] })
 	return nil
 }
-
-// errUnauthenticated is the answer to a call without a live edge token.
-var errUnauthenticated = status.Error(codes.Unauthenticated, "a live edge token is required: issue one with `controlplane edges create`")
 
 // authenticate returns the edge whose token the call carries. A token not seen yet (an edge
 // issued a moment ago) makes the live set be read again, at most every 50 ms, so that calls
 // with unknown tokens cannot load the database more than that.
 func (a *EdgeAuth) authenticate(ctx context.Context) (*controlplane.Edge, error) {
-	md, _ := metadata.FromIncomingContext(ctx)
-	var token string
-	for _, v := range md.Get("authorization") {
-		if t, ok := strings.CutPrefix(v, "Bearer "); ok {
-			token = strings.TrimSpace(t)
-		}
-	}
+	token := edgeauth.Token(ctx)
 	if token == "" {
 		a.refused.Inc()
-		return nil, errUnauthenticated
+		return nil, edgeauth.ErrUnauthenticated
 	}
 	sum := sha256.Sum256([]byte(token))
 	if e := (*a.live.Load())[sum]; e != nil {
@@ -142,7 +115,7 @@ func (a *EdgeAuth) authenticate(ctx context.Context) (*controlplane.Edge, error)
 		return e, nil
 	}
 	a.refused.Inc()
-	return nil, errUnauthenticated
+	return nil, edgeauth.ErrUnauthenticated
 }
 
 // UnaryInterceptor admits unary calls (look-ups, ingestion, acknowledgements) from live
@@ -165,36 +138,16 @@ func (a *EdgeAuth) StreamInterceptor() grpc.StreamServerInterceptor {
 		if err != nil {
 			return err
 		}
-		ctx, cancel := context.WithCancel(context.WithValue(ss.Context(), edgeKey{}, edge))
-		defer cancel()
-		s := &edgeStream{cancel: cancel}
-		a.mu.Lock()
-		if a.streams[edge.ID] == nil {
-			a.streams[edge.ID] = map[*edgeStream]struct{}{}
-		}
-		a.streams[edge.ID][s] = struct{}{}
-		a.mu.Unlock()
-		a.mu.Lock()
-		a.connected.WithLabelValues(edge.Name).Inc()
-		a.mu.Unlock()
-		defer func() {
-			a.mu.Lock()
-			delete(a.streams[edge.ID], s)
-			if len(a.streams[edge.ID]) == 0 {
-				delete(a.streams, edge.ID)
-				// A gone edge (revoked, renamed, retired) leaves no series behind.
+		// A gone edge (revoked, renamed, retired) leaves no series behind.
+		counted := func(open int) {
+			if open == 0 {
 				a.connected.DeleteLabelValues(edge.Name)
 			} else {
-				a.connected.WithLabelValues(edge.Name).Dec()
+				a.connected.WithLabelValues(edge.Name).Set(float64(open))
 			}
-			a.mu.Unlock()
-		}()
-		err = handler(srv, &contextStream{ServerStream: ss, ctx: ctx})
-		if s.revoked.Load() {
-			a.log.Info("closed the stream of a revoked edge", "edge", edge.Name)
-			return status.Error(codes.Unauthenticated, "this edge's token was revoked")
 		}
-		return err
+		return a.streams.Serve(context.WithValue(ss.Context(), edgeKey{}, edge), ss, edge.ID, edge.Name, counted,
+			func(ss grpc.ServerStream) error { return handler(srv, ss) })
 	}
 }
 
@@ -226,11 +179,3 @@ func edgeName(ctx context.Context) string {
 	}
 	return ""
 }
-
-// contextStream is a server stream with a context of our own.
-type contextStream struct {
-	grpc.ServerStream
-	ctx context.Context
-}
-
-func (s *contextStream) Context() context.Context { return s.ctx }

@@ -7,17 +7,14 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/metadata"
-	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/flagedge/flagedge/shared/edgeauth"
 	"github.com/flagedge/flagedge/shared/syncpb"
 )
 
@@ -41,20 +38,13 @@ type Auth struct {
 	fingerprint []byte
 	lastPoll    time.Time
 
-	mu      sync.Mutex // guards streams
-	streams map[string]map[*edgeStream]struct{}
-}
-
-// edgeStream is one open stream of a downstream edge, with the means to close it.
-type edgeStream struct {
-	cancel  context.CancelFunc
-	revoked atomic.Bool
+	streams *edgeauth.Streams
 }
 
 // NewAuth returns the authenticator of the edges behind the relay, its mirror read from file
 // (in the relay's data directory) when there is one.
 func NewAuth(upstream syncpb.SyncClient, file string, log *slog.Logger) *Auth {
-	a := &Auth{upstream: upstream, file: file, log: log, streams: map[string]map[*edgeStream]struct{}{}}
+	a := &Auth{upstream: upstream, file: file, log: log, streams: edgeauth.NewStreams(log)}
 	empty := map[[sha256.Size]byte]*syncpb.LiveEdge{}
 	a.live.Store(&empty)
 	if data, err := os.ReadFile(file); err == nil {
@@ -134,17 +124,7 @@ func (a *Auth) install(edges []*syncpb.LiveEdge) {
 		}
 	}
 	a.live.Store(&live)
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	for id, streams := range a.streams {
-		if ids[id] {
-			continue
-		}
-		for s := range streams {
-			s.revoked.Store(true)
-			s.cancel()
-		}
-	}
+	a.streams.Cut(func(id string) bool { return ids[id] })
 }
 
 // list returns the mirror as the caller may pass it on: each edge with the projects it may
@@ -173,21 +153,12 @@ func (a *Auth) list(caller *syncpb.LiveEdge) []*syncpb.LiveEdge {
 	return out
 }
 
-// errUnauthenticated is the answer to a call without a live edge token.
-var errUnauthenticated = status.Error(codes.Unauthenticated, "a live edge token is required: issue one with `controlplane edges create`")
-
 // authenticate returns the edge whose token the call carries. A token not in the mirror (an
 // edge issued a moment ago) makes the relay ask its upstream again, at most every 50 ms.
 func (a *Auth) authenticate(ctx context.Context) (*syncpb.LiveEdge, error) {
-	md, _ := metadata.FromIncomingContext(ctx)
-	var token string
-	for _, v := range md.Get("authorization") {
-		if t, ok := strings.CutPrefix(v, "Bearer "); ok {
-			token = strings.TrimSpace(t)
-		}
-	}
+	token := edgeauth.Token(ctx)
 	if token == "" {
-		return nil, errUnauthenticated
+		return nil, edgeauth.ErrUnauthenticated
 	}
 	sum := sha256.Sum256([]byte(token))
 	if e := (*a.live.Load())[sum]; e != nil {
@@ -199,7 +170,7 @@ func (a *Auth) authenticate(ctx context.Context) (*syncpb.LiveEdge, error) {
 	if e := (*a.live.Load())[sum]; e != nil {
 		return e, nil
 	}
-	return nil, errUnauthenticated
+	return nil, edgeauth.ErrUnauthenticated
 }
 
 // edgeKey keys the authenticated downstream edge in a call's context.
@@ -235,39 +206,10 @@ func (a *Auth) StreamInterceptor() grpc.StreamServerInterceptor {
 		if err != nil {
 			return err
 		}
-		ctx, cancel := context.WithCancel(context.WithValue(ss.Context(), edgeKey{}, edge))
-		defer cancel()
-		s := &edgeStream{cancel: cancel}
-		a.mu.Lock()
-		if a.streams[edge.Id] == nil {
-			a.streams[edge.Id] = map[*edgeStream]struct{}{}
-		}
-		a.streams[edge.Id][s] = struct{}{}
-		a.mu.Unlock()
-		defer func() {
-			a.mu.Lock()
-			delete(a.streams[edge.Id], s)
-			if len(a.streams[edge.Id]) == 0 {
-				delete(a.streams, edge.Id)
-			}
-			a.mu.Unlock()
-		}()
-		err = handler(srv, &contextStream{ServerStream: ss, ctx: ctx})
-		if s.revoked.Load() {
-			a.log.Info("closed the stream of a revoked edge", "edge", edge.Name)
-			return status.Error(codes.Unauthenticated, "this edge's token was revoked")
-		}
-		return err
+		return a.streams.Serve(context.WithValue(ss.Context(), edgeKey{}, edge), ss, edge.Id, edge.Name, nil,
+			func(ss grpc.ServerStream) error { return handler(srv, ss) })
 	}
 }
-
-// contextStream is a server stream with a context of our own.
-type contextStream struct {
-	grpc.ServerStream
-	ctx context.Context
-}
-
-func (s *contextStream) Context() context.Context { return s.ctx }
 
 // writeFileAtomic writes data to path through a temporary file, fsynced and renamed.
 func writeFileAtomic(path string, data []byte) error {
