@@ -11,7 +11,6 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/encoding/protowire"
 	gproto "google.golang.org/protobuf/proto"
 
 	"github.com/flagedge/flagedge/edge/spool"
@@ -138,43 +137,12 @@ func (s *Server) Watch(req *syncpb.WatchRequest, stream syncpb.Sync_WatchServer)
 	}
 }
 
-// membershipMessageBytes is about the most filter bytes one Watch message carries, as the
-// control plane sends them; a larger filter goes alone.
-const membershipMessageBytes = 1 << 20
-
-// resetField is a WatchResponse's membership_reset (5) set.
-var resetField = protowire.AppendVarint(protowire.AppendTag(nil, 5, protowire.VarintType), 1)
-
 // sendMembers sends the edge the membership changes since cur of the projects it may
 // receive, after the snapshots sent before them, and returns its next cursor and the channel
 // closed at the next change.
 func (s *Server) sendMembers(stream syncpb.Sync_WatchServer, edge *syncpb.LiveEdge, cur Cursor) (Cursor, <-chan struct{}, error) {
 	fields, reset, next, changed := s.members.since(cur, func(id int64) bool { return serves(edge, id) })
-	var parts [][]byte
-	size := 0
-	flush := func() error {
-		if !reset && len(parts) == 0 {
-			return nil
-		}
-		var head []byte
-		if reset {
-			head = resetField
-		}
-		if err := stream.SendMsg(&syncpb.EncodedResponse{Parts: append([][]byte{head}, parts...)}); err != nil {
-			return err
-		}
-		parts, size, reset = parts[:0], 0, false
-		return nil
-	}
-	for _, f := range fields {
-		parts = append(parts, f)
-		if size += len(f); size >= membershipMessageBytes {
-			if err := flush(); err != nil {
-				return cur, nil, err
-			}
-		}
-	}
-	if err := flush(); err != nil {
+	if err := syncpb.SendMembership(stream, reset, fields); err != nil {
 		return cur, nil, err
 	}
 	return next, changed, nil

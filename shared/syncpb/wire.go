@@ -86,3 +86,44 @@ func ServerOptions(tls bool) []grpc.ServerOption {
 // through in one round trip, and keeps 50 MB/s of snapshots flowing over a link of 80 ms
 // round trip. It is memory only while unread.
 const WindowBytes = 4 << 20
+
+// MembershipMessageBytes is about the most filter bytes or keys one Watch message carries; a
+// larger filter goes alone (up to shared/bloomkeys.MaxFilterBytes; edges accept messages of
+// twice that).
+const MembershipMessageBytes = 1 << 20
+
+// membershipResetField is a WatchResponse's membership_reset (5) set.
+var membershipResetField = protowire.AppendVarint(protowire.AppendTag(nil, 5, protowire.VarintType), 1)
+
+// SendMembership sends a stream's membership changes as the control plane and relays do:
+// fields (encoded membership_filters and membership_additions, each shared between streams)
+// in their order, in messages of about MembershipMessageBytes, the first led by
+// membership_reset when reset is set (sent even without fields). The stream must be served
+// by a server made with ServerOptions.
+func SendMembership(stream grpc.ServerStream, reset bool, fields [][]byte) error {
+	var parts [][]byte
+	size := 0
+	flush := func() error {
+		if !reset && len(parts) == 0 {
+			return nil
+		}
+		var head []byte
+		if reset {
+			head = membershipResetField
+		}
+		if err := stream.SendMsg(&EncodedResponse{Parts: append([][]byte{head}, parts...)}); err != nil {
+			return err
+		}
+		parts, size, reset = parts[:0], 0, false
+		return nil
+	}
+	for _, f := range fields {
+		parts = append(parts, f)
+		if size += len(f); size >= MembershipMessageBytes {
+			if err := flush(); err != nil {
+				return err
+			}
+		}
+	}
+	return flush()
+}
