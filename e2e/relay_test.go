@@ -61,7 +61,8 @@ func hops(path string) int { return len(strings.Split(path, " → ")) }
 // down the relays keep serving, a relay restarted then serves from its disk, and a new edge
 // behind it gets the snapshot. The membership filters pass through the tiers: a leaf two
 // tiers down answers strangers without a look-up and a person stored after it connected from
-// the stored properties, and a new edge gets the filters with the control plane down.
+// the stored properties, and a new edge gets the filters with the control plane down — from
+// a relay's disk when its upstream is down too.
 func TestRelayTiers(t *testing.T) {
 	s := newStack(t)
 	flag := s.createFlag(map[string]any{"key": "tiers", "filters": map[string]any{"groups": []any{map[string]any{"rollout_percentage": 100}}}})
@@ -171,8 +172,8 @@ func TestRelayTiers(t *testing.T) {
 
 	// The control plane down: the relays serve their subtree; relay-2 restarted serves from
 	// its disk, and a new edge behind it (its token issued before) gets the snapshot.
-	newToken := s.namedEdgeToken("leaf-new")
-	time.Sleep(time.Second) // the relays learn the new token
+	newToken, offlineToken := s.namedEdgeToken("leaf-new"), s.namedEdgeToken("leaf-offline")
+	time.Sleep(time.Second) // the relays learn the new tokens
 	v := s.patchFlagVersion(s.httpAddr, flag, map[string]any{"name": "last before the outage"})
 	if code, out := s.rolloutStatus(s.httpAddr, v, "10s"); code != 200 {
 		t.Fatalf("rollout_status: %d %v", code, out)
@@ -193,6 +194,23 @@ func TestRelayTiers(t *testing.T) {
 		out := s.decide(leafNew, map[string]any{"distinct_id": fmt.Sprintf("offline-stranger-%d", time.Now().UnixNano())})
 		return lookups(t, leafNew) == before && out["errorsWhileComputingFlags"] == false
 	})
+
+	// relay-1 down too: relay-2 restarted has only its disk, and passes the filters it kept
+	// to a new edge (once relay-1 has had its chance to send its own). A stranger is answered
+	// without a look-up; the person stored through leaf-a is not taken for one (its look-up
+	// cannot reach the control plane: the answer says it failed, never that plan is not pro).
+	r1.kill()
+	r2.kill()
+	r2 = s.startRelay("relay-2", r2.dataDir, r1.serveAddr)
+	leafOffline := s.startEdge("leaf-offline", "", true, "--control-plane", r2.serveAddr, "--edge-token", offlineToken)
+	waitFor(t, "leaf-offline's filter from relay-2's disk", func() bool {
+		before := lookups(t, leafOffline)
+		out := s.decide(leafOffline, map[string]any{"distinct_id": fmt.Sprintf("offline-stranger-%d", time.Now().UnixNano())})
+		return lookups(t, leafOffline) == before && out["errorsWhileComputingFlags"] == false
+	})
+	if out := s.decide(leafOffline, map[string]any{"distinct_id": "tier-buyer"}); featureFlags(out)["pro-only"] == false && out["errorsWhileComputingFlags"] != true {
+		t.Errorf("a stored person answered from relay-2's kept filters as a stranger: %v", out)
+	}
 }
 
 // TestRelayKilled gives an edge two relays over TLS: when the one it uses is killed (kill -9)
