@@ -62,8 +62,9 @@ type Cursor struct {
 // whole filter of each project and the additions since, encoded once for every stream. The
 // streams follow a log of changes from a cursor each, so a change costs one encoding however
 // many edges are behind. It is fed by the holder's tap (Tap), in the upstream stream's order,
-// bounded in memory as the edge's own filters are (--membership-max-bytes), and kept on disk
-// so that a relay restarted while its upstream is down still passes filters on.
+// bounded in memory as the edge's own filters are (--membership-max-bytes, and the log by
+// maxChangeBytes), and kept on disk so that a relay restarted while its upstream is down
+// still passes filters on.
 type Members struct {
 	file string // "" for none
 	max  int64  // 0: no cap
@@ -93,6 +94,9 @@ func NewMembers(file string, maxBytes int64, log *slog.Logger) *Members {
 		} else if !errors.Is(err, os.ErrNotExist) {
 			log.Warn("read the kept membership filters; passing none on until the upstream sends its own", "file", file, "err", err)
 		}
+	}
+	if m.max > 0 && m.bytes > m.max {
+		m.evict()
 	}
 	m.offered = len(m.projects) == 0
 	if !m.offered {

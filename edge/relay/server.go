@@ -124,9 +124,9 @@ func (s *Server) Watch(req *syncpb.WatchRequest, stream syncpb.Sync_WatchServer)
 		case <-changed:
 		}
 		select {
-		case <-changed: // taken before the membership the upstream sent after them
+		case <-changed: // snapshots that changed too go first: the upstream sent them earlier
 		default:
-			continue
+			continue // only membership changed
 		}
 		if s.holder.DatabaseID() != dbID {
 			// The relay's upstream replaced its database: the edge starts afresh with its
