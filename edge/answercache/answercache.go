@@ -163,6 +163,12 @@ type Key struct {
 // Reset empties the key, keeping its memory.
 func (k *Key) Reset() { k.b = k.b[:0] }
 
+// Len is the length of the key's bytes, to Truncate to.
+func (k *Key) Len() int { return len(k.b) }
+
+// Truncate drops what was appended after the key had n bytes.
+func (k *Key) Truncate(n int) { k.b = k.b[:n] }
+
 // Uint64 appends a number.
 func (k *Key) Uint64(v uint64) { k.b = binary.LittleEndian.AppendUint64(k.b, v) }
 

@@ -86,9 +86,11 @@ type scratch struct {
 	// body is the decoded request body (nil when there is none), valid until the request
 	// ends; the answer's key holds it.
 	body []byte
-	// key is the answer's key in the answer cache; keyed what it says of the stored layers,
-	// used what evaluation read of them: the answer is kept only when they are the same.
+	// key is the answer's key in the answer cache: the request's inputs (keyLen bytes), then
+	// what the stored layers were (keyed, as they are now, to look for a kept answer; used,
+	// as evaluation read them, to keep the answer computed).
 	key         answercache.Key
+	keyLen      int
 	keyed, used storedRead
 	slots       []int32 // the answer's evaluations, for the answer cache
 }
@@ -106,17 +108,20 @@ func (r *storedRead) reset() {
 	*r = storedRead{groups: r.groups[:0]}
 }
 
-// same reports whether two reads saw the same stored state.
-func (r *storedRead) same(o *storedRead) bool {
-	if r.person != o.person || r.personRev != o.personRev || len(r.groups) != len(o.groups) {
-		return false
+// appendTo appends the read to an answer's key.
+func (r *storedRead) appendTo(k *answercache.Key) {
+	if r.person {
+		k.Uint64(1)
+		k.Uint64(r.personRev.Stored)
+		k.Uint64(r.personRev.Overlay)
+	} else {
+		k.Uint64(0)
 	}
+	k.Uint64(uint64(len(r.groups)))
 	for i := range r.groups {
-		if r.groups[i].TypeIndex != o.groups[i].TypeIndex || r.groups[i].Revision != o.groups[i].Revision {
-			return false
-		}
+		k.Uint64(uint64(r.groups[i].TypeIndex))
+		k.Uint64(r.groups[i].Revision)
 	}
-	return true
 }
 
 // NewHandler returns the decide handler. store, locator, ips, budget and limiter may be nil
@@ -167,8 +172,8 @@ func (d *Handler) Serve(ctx *fasthttp.RequestCtx, ep Endpoint) error {
 	s.in.runtime, s.in.selective = rt, true
 	sh := shapeOf(ctx.QueryArgs(), ep)
 	req := d.request(ctx, &s.in)
-	keep := d.answers != nil && d.keyAnswer(ctx, s, project, sh, &req)
-	if keep {
+	keep := d.answers != nil && d.keyRequest(ctx, s, project, sh)
+	if keep && d.readStored(s, project, &req) {
 		if e := d.answers.Get(&s.key); e != nil {
 			project.Counts.CountSlots(e.Slots)
 			writeKept(ctx, s, project, e)
@@ -186,7 +191,10 @@ func (d *Handler) Serve(ctx *fasthttp.RequestCtx, ep Endpoint) error {
 	errored := answerErrored(s.results, want, lookupFailed)
 	Count(project, s.results, want)
 	s.out = encode(s.out[:0], project, sh, s.results, want, errored)
-	if keep && !errored && !s.used.changed && (s.in.disableFlags || s.used.same(&s.keyed)) {
+	if keep && !errored && !s.used.changed {
+		// Kept under what evaluation read: a request that finds the stored layers so gets it.
+		s.key.Truncate(s.keyLen)
+		s.used.appendTo(&s.key)
 		s.slots = project.Counts.AnswerSlots(s.slots[:0], s.results, want)
 		kept, fresh := s.out, false
 		if sh.flagsV2 {
@@ -215,13 +223,11 @@ func writeKept(ctx *fasthttp.RequestCtx, s *scratch, project *state.Project, e *
 	ctx.SetBody(s.out)
 }
 
-// keyAnswer writes in s.key every input of the answer to the request (the list is in
-// edge/answercache's documentation) and reports whether the answer may be kept or given from
-// the cache: the snapshot's flags read no clock, and what the flags need of the stored person
-// and groups is cached at the edge, without a look-up or a hash key override to write.
-func (d *Handler) keyAnswer(ctx *fasthttp.RequestCtx, s *scratch, project *state.Project, sh shape, req *flags.Request) bool {
-	snap := project.Snapshot
-	if snap.ReadsClock() {
+// keyRequest writes in s.key the inputs of the answer that the request carries (the list is
+// in edge/answercache's documentation) and reports whether the answer may be kept or given
+// from the cache: the snapshot's flags read no clock.
+func (d *Handler) keyRequest(ctx *fasthttp.RequestCtx, s *scratch, project *state.Project, sh shape) bool {
+	if project.Snapshot.ReadsClock() {
 		return false
 	}
 	k := &s.key
@@ -238,31 +244,36 @@ func (d *Handler) keyAnswer(ctx *fasthttp.RequestCtx, s *scratch, project *state
 	} else {
 		k.Bytes(nil)
 	}
+	s.keyLen = k.Len()
+	return true
+}
+
+// readStored appends to s.key what the stored person and groups that the flags need are at
+// the edge now, as gather would read them, and reports whether it can tell without a look-up
+// (they are cached, or the control plane stores nothing about them) and without a hash key
+// override to write: else no kept answer can be known current.
+func (d *Handler) readStored(s *scratch, project *state.Project, req *flags.Request) bool {
 	s.keyed.reset()
-	if d.persons == nil || s.in.disableFlags {
-		return true
-	}
-	if s.keyed.person = needsPerson(project, req); s.keyed.person {
-		rev, overrides, ok := d.persons.PersonRevision(project.ID, project.Version, snap.UsesStaticCohorts(), req.DistinctID)
-		if !ok || writesOverrides(project, s.in.anonDistinctID, req.DistinctID, overrides) {
-			return false
+	if d.persons != nil && !s.in.disableFlags {
+		snap := project.Snapshot
+		if s.keyed.person = needsPerson(project, req); s.keyed.person {
+			rev, overrides, ok := d.persons.PersonRevision(project.ID, project.Version, snap.UsesStaticCohorts(), req.DistinctID)
+			if !ok || writesOverrides(project, s.in.anonDistinctID, req.DistinctID, overrides) {
+				return false
+			}
+			s.keyed.personRev = rev
 		}
-		s.keyed.personRev = rev
-		k.Uint64(rev.Stored)
-		k.Uint64(rev.Overlay)
-	}
-	s.keyed.groups = groupRefs(s.keyed.groups, snap, req)
-	k.Uint64(uint64(len(s.keyed.groups)))
-	for i := range s.keyed.groups {
-		r := &s.keyed.groups[i]
-		rev, ok := d.persons.GroupRevision(project.ID, *r)
-		if !ok {
-			return false
+		s.keyed.groups = groupRefs(s.keyed.groups, snap, req)
+		for i := range s.keyed.groups {
+			r := &s.keyed.groups[i]
+			rev, ok := d.persons.GroupRevision(project.ID, *r)
+			if !ok {
+				return false
+			}
+			r.Revision = rev
 		}
-		r.Revision = rev
-		k.Uint64(uint64(r.TypeIndex))
-		k.Uint64(rev)
 	}
+	s.keyed.appendTo(&s.key)
 	return true
 }
 
