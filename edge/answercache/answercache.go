@@ -29,12 +29,17 @@
 // The key's bytes are kept in the entry and compared on a hit, so that two keys with one
 // 64-bit hash never give one user another's answer.
 //
-// What is not reused: an answer of a snapshot whose flags read the clock
-// (flags.Snapshot.ReadsClock: relative dates, and patterns matched with a time limit) — such
-// requests bypass the cache rather than expire in it, since a relative date can change the
-// answer at any second; an answer computed while stored properties were not cached (the
-// look-up is made and the next request may be served from the cache), or that changed what is
-// stored (a hash key override written); an answer with errorsWhileComputingFlags. The parts of
+// Answers that depend on the clock expire: a relative date ("-7d", on the filter's side or
+// the person's) moves with it, so the engine tells, for the dates an answer compared, the
+// first instant at which one comparison could come out otherwise (flags.Request.Until), and
+// the entry expires then; an answer whose comparisons it cannot bound is not kept.
+//
+// What is never kept: an answer of a snapshot with a pattern matched with a time limit
+// (flags.Snapshot.TimeLimited: its answer depends on how fast it was computed); an answer that
+// changed what is stored (a hash key override written); an answer with
+// errorsWhileComputingFlags (a look-up failed). Such requests bypass the cache. A request
+// whose stored person or groups are not cached at the edge is computed (the look-up made) and
+// kept under what the look-up found. The parts of
 // an answer that are new for every request (the flags v2 requestId and evaluatedAt) are
 // written afresh on each hit, and each hit counts its flag evaluations as the first answer did
 // (evalcount.Project.CountSlots).
@@ -44,6 +49,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"hash/maphash"
+	"time"
 	"unsafe"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -85,8 +91,9 @@ type Cache struct {
 }
 
 // New returns a cache of at most maxBytes of answers (nil when maxBytes is 0: no cache). Its
-// entries do not expire: their keys say when they are no longer current, and what is no
-// longer asked for is evicted by the bound. reg may be nil.
+// entries expire only when their answers read the clock (Put's until): their keys say when
+// they are no longer current, and what is no longer asked for is evicted by the bound. reg
+// may be nil.
 func New(maxBytes int64, m *cache.Metrics, reg prometheus.Registerer) (*Cache, error) {
 	if maxBytes <= 0 {
 		return nil, nil
@@ -119,8 +126,9 @@ func (c *Cache) Get(k *Key) *Entry {
 	return e
 }
 
-// Put keeps an answer under k (copied; ristretto may decline it) and counts a miss.
-func (c *Cache) Put(k *Key, answer []byte, fresh bool, slots []int32) {
+// Put keeps an answer under k (copied; ristretto may decline it) until until (zero: until
+// evicted), and counts a miss.
+func (c *Cache) Put(k *Key, answer []byte, fresh bool, slots []int32, until time.Time) {
 	if c == nil {
 		return
 	}
@@ -129,7 +137,15 @@ func (c *Cache) Put(k *Key, answer []byte, fresh bool, slots []int32) {
 	copy(buf, k.b)
 	copy(buf[len(k.b):], answer)
 	e := &Entry{key: buf[:len(k.b):len(k.b)], Answer: buf[len(k.b):], Fresh: fresh, Slots: append([]int32(nil), slots...)}
-	c.c.Set(k.Sum(), e)
+	if until.IsZero() {
+		c.c.Set(k.Sum(), e)
+		return
+	}
+	// Expired a little early rather than late: the expiry is counted from a later clock
+	// reading than until was.
+	if ttl := time.Until(until) - time.Millisecond; ttl > 0 {
+		c.c.SetWithTTL(k.Sum(), e, ttl)
+	}
 }
 
 // Bypass counts a request whose answer may not be reused.

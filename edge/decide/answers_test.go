@@ -107,8 +107,9 @@ func serveStored(t *testing.T, c *storedProps) syncpb.SyncClient {
 }
 
 const (
-	answersToken = "phc_answers"
-	clockToken   = "phc_clock"
+	answersToken   = "phc_answers"
+	clockToken     = "phc_clock"
+	backtrackToken = "phc_backtrack"
 )
 
 // answersSnapshot is a project whose flags read every input an answer has: stored person and
@@ -136,6 +137,13 @@ func clockSnapshot() *syncpb.ProjectSnapshot {
 		Filters: []byte(`{"groups": [{"properties": [{"key": "signup", "operator": "is_date_after", "value": "-7d"}]}]}`)}}}
 }
 
+// backtrackSnapshot is a project with a pattern only a backtracking engine matches, with a
+// time limit: its answers depend on how fast they are computed.
+func backtrackSnapshot() *syncpb.ProjectSnapshot {
+	return &syncpb.ProjectSnapshot{ProjectId: 10, Version: 1, ApiToken: backtrackToken, Flags: []*syncpb.Flag{{Id: 100, Key: "lookahead", Active: true, Version: 1,
+		Filters: []byte(`{"groups": [{"properties": [{"key": "email", "operator": "regex", "value": "^(?=.*@example)"}]}]}`)}}}
+}
+
 // answersEnv is an edge's /decide handler with its own holder, counters and persons store
 // over the shared control plane, with an answer cache or without.
 type answersEnv struct {
@@ -153,7 +161,7 @@ func newAnswersEnv(t *testing.T, cp syncpb.SyncClient, cached bool) *answersEnv 
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	e := &answersEnv{t: t, holder: state.NewHolder("", log, nil), counts: evalcount.NewRegistry(), reg: prometheus.NewRegistry()}
 	e.holder.CountEvaluations(e.counts)
-	e.apply(answersSnapshot(1, `{"groups": [{"rollout_percentage": 100}]}`), clockSnapshot())
+	e.apply(answersSnapshot(1, `{"groups": [{"rollout_percentage": 100}]}`), clockSnapshot(), backtrackSnapshot())
 	cfg := persons.DefaultConfig()
 	cfg.TTL, cfg.NegativeTTL = time.Minute, time.Minute
 	store, err := persons.NewStore(cp, cfg, nil, log, nil)
@@ -379,9 +387,10 @@ func TestAnswerCacheFollowsStoredPerson(t *testing.T) {
 	}
 }
 
-// A snapshot with a relative date bypasses the cache: the same request is answered anew as
-// the date it counts back from moves.
-func TestAnswerCacheBypassesRelativeDates(t *testing.T) {
+// An answer that compared a relative date expires when the comparison could come out
+// otherwise: the same request is answered anew once the date it counts back from has moved
+// past the person's.
+func TestAnswerCacheExpiresWithRelativeDates(t *testing.T) {
 	e := newAnswersEnv(t, serveStored(t, &storedProps{}), true)
 	signup := time.Now().Add(-7*24*time.Hour + 1500*time.Millisecond).UTC().Format(time.RFC3339Nano)
 	body := `{"token": "` + clockToken + `", "distinct_id": "u", "person_properties": {"signup": "` + signup + `"}}`
@@ -396,10 +405,25 @@ func TestAnswerCacheBypassesRelativeDates(t *testing.T) {
 		t.Fatal("signed up less than 7 days ago: recent should be on")
 	}
 	time.Sleep(2 * time.Second)
-	if recent() {
+	if recent() || recent() {
 		t.Error("a week and a second later, recent is still on: a stale answer")
 	}
-	if got := e.results(); got["bypass"] != 3 || got["hit"] != 0 || got["miss"] != 0 {
+	if got := e.results(); got["bypass"] != 0 || got["hit"] != 2 || got["miss"] != 2 {
+		t.Errorf("results %v, want 2 misses and 2 hits", got)
+	}
+}
+
+// A snapshot whose answers depend on how fast they are computed (a pattern matched with a
+// time limit) bypasses the cache.
+func TestAnswerCacheBypassesTimeLimitedPatterns(t *testing.T) {
+	e := newAnswersEnv(t, serveStored(t, &storedProps{}), true)
+	body := `{"token": "` + backtrackToken + `", "distinct_id": "u", "person_properties": {"email": "a@example.com"}}`
+	for range 3 {
+		if answer := e.call(Decide, "v=3", body); !strings.Contains(string(answer), `"lookahead":true`) {
+			t.Fatalf("lookahead off: %s", answer)
+		}
+	}
+	if got := e.results(); got["bypass"] != 3 || got["hit"] != 0 {
 		t.Errorf("results %v, want 3 bypasses", got)
 	}
 }

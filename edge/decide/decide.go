@@ -92,7 +92,8 @@ type scratch struct {
 	key         answercache.Key
 	keyLen      int
 	keyed, used storedRead
-	slots       []int32 // the answer's evaluations, for the answer cache
+	slots       []int32   // the answer's evaluations, for the answer cache
+	until       time.Time // when the answer's date comparisons could change (flags.Request.Until)
 }
 
 // storedRead is what an answer read of the stored layers: the revisions of the person (when
@@ -183,6 +184,9 @@ func (d *Handler) Serve(ctx *fasthttp.RequestCtx, ep Endpoint) error {
 	lookupFailed := false
 	s.results = s.results[:0]
 	s.used.reset()
+	if s.until = (time.Time{}); keep {
+		req.Until = &s.until
+	}
 	if !s.in.disableFlags {
 		lookupFailed = d.gather(ctx, project, &req, &s.in, &s.used)
 		s.results = project.Snapshot.Evaluate(&req, s.results)
@@ -191,7 +195,7 @@ func (d *Handler) Serve(ctx *fasthttp.RequestCtx, ep Endpoint) error {
 	errored := answerErrored(s.results, want, lookupFailed)
 	Count(project, s.results, want)
 	s.out = encode(s.out[:0], project, sh, s.results, want, errored)
-	if keep && !errored && !s.used.changed {
+	if keep && !errored && !s.used.changed && (s.until.IsZero() || s.until.After(req.Now)) {
 		// Kept under what evaluation read: a request that finds the stored layers so gets it.
 		s.key.Truncate(s.keyLen)
 		s.used.appendTo(&s.key)
@@ -200,7 +204,7 @@ func (d *Handler) Serve(ctx *fasthttp.RequestCtx, ep Endpoint) error {
 		if sh.flagsV2 {
 			kept, fresh = s.out[:bytes.LastIndex(s.out, []byte(freshMembers))], true
 		}
-		d.answers.Put(&s.key, kept, fresh, s.slots)
+		d.answers.Put(&s.key, kept, fresh, s.slots, s.until)
 	} else if d.answers != nil {
 		d.answers.Bypass()
 	}
@@ -225,9 +229,9 @@ func writeKept(ctx *fasthttp.RequestCtx, s *scratch, project *state.Project, e *
 
 // keyRequest writes in s.key the inputs of the answer that the request carries (the list is
 // in edge/answercache's documentation) and reports whether the answer may be kept or given
-// from the cache: the snapshot's flags read no clock.
+// from the cache: the snapshot matches no pattern with a time limit.
 func (d *Handler) keyRequest(ctx *fasthttp.RequestCtx, s *scratch, project *state.Project, sh shape) bool {
-	if project.Snapshot.ReadsClock() {
+	if project.Snapshot.TimeLimited() {
 		return false
 	}
 	k := &s.key

@@ -77,7 +77,7 @@ type Snapshot struct {
 	personKeys    []string
 	groupKeys     [maxGroupTypes][]string
 	staticCohorts bool
-	readsClock    bool // see ReadsClock
+	timeLimited   bool // see TimeLimited
 	// runtimeScoped is set when a flag is for one runtime only, tagged when a flag has
 	// evaluation tags (see Filters).
 	runtimeScoped, tagged bool
@@ -205,7 +205,7 @@ func Compile(p Project) (*Snapshot, error) {
 	}
 	sort.Strings(s.personKeys)
 	for _, m := range c.matchers {
-		s.readsClock = s.readsClock || m.readsClock()
+		s.timeLimited = s.timeLimited || m.timeLimited()
 		if i, ok := slices.BinarySearch(s.personKeys, m.key); ok && m.source == sourcePerson && i < maxPersonSlots {
 			m.personSlot = uint8(i + 1)
 		}
@@ -496,10 +496,10 @@ func (c *compiler) propertyMatcher(p Property, groupIndex int) (*matcher, error)
 		Group               int
 		Value               any
 	}{typ, defaultOperator(typ, p.Operator), p.Key, p.Negation, groupIndex, p.Value})
-	if err != nil { // not in c.matchers: ReadsClock is told here
+	if err != nil { // not in c.matchers: TimeLimited is told here
 		m, err := newMatcher(p)
 		if err == nil {
-			c.snap.readsClock = c.snap.readsClock || m.readsClock()
+			c.snap.timeLimited = c.snap.timeLimited || m.timeLimited()
 		}
 		return m, err
 	}
