@@ -223,8 +223,10 @@ func writeKept(ctx *fasthttp.RequestCtx, s *scratch, project *state.Project, e *
 		ctx.Response.SetBodyRaw(e.Answer)
 		return
 	}
-	s.out = appendFresh(append(s.out[:0], e.Answer...))
-	ctx.SetBody(s.out)
+	ctx.Response.ResetBody()
+	ctx.Response.AppendBody(e.Answer) // one copy, into the response
+	s.out = appendFresh(s.out[:0])
+	ctx.Response.AppendBody(s.out)
 }
 
 // keyRequest writes in s.key the inputs of the answer that the request carries (the list is
