@@ -120,6 +120,8 @@ func answersSnapshot(version int64, everyone string) *syncpb.ProjectSnapshot {
 	}
 	continuity := f(6, "continuity", `{"groups": [{"rollout_percentage": 50}]}`)
 	continuity.EnsureExperienceContinuity = true
+	browserOnly := f(7, "browser-only", `{"groups": [{"rollout_percentage": 100}]}`)
+	browserOnly.EvaluationRuntime = "client"
 	return &syncpb.ProjectSnapshot{ProjectId: 7, Version: version, ApiToken: answersToken, GroupTypes: map[int32]string{0: "company"},
 		Flags: []*syncpb.Flag{
 			f(1, "everyone", everyone),
@@ -128,6 +130,7 @@ func answersSnapshot(version int64, everyone string) *syncpb.ProjectSnapshot {
 			f(4, "mv", `{"groups": [{"rollout_percentage": 100}], "multivariate": {"variants": [{"key": "blue", "rollout_percentage": 50}, {"key": "red", "rollout_percentage": 50}]}, "payloads": {"blue": "{\"c\": 1}"}}`),
 			f(5, "enterprise", `{"aggregation_group_type_index": 0, "groups": [{"properties": [{"key": "tier", "value": "enterprise", "type": "group", "group_type_index": 0}]}]}`),
 			continuity,
+			browserOnly,
 		}}
 }
 
@@ -284,7 +287,8 @@ func TestAnswerCacheAnswersAsComputed(t *testing.T) {
 		{name: "from France", query: "v=2&config=true", body: known, headers: []string{"X-Forwarded-For: 203.0.113.9"}, want: "miss"},
 		{name: "from France again", query: "v=2&config=true", body: known, headers: []string{"X-Forwarded-For: 203.0.113.9"}, want: "hit"},
 		{name: "from Australia", query: "v=2&config=true", body: known, headers: []string{"X-Forwarded-For: 198.51.100.9"}, want: "miss"},
-		{name: "browser runtime told by headers", query: "v=2&config=true", body: known, headers: []string{"Origin: https://example.com"}, want: "hit"},
+		{name: "browser runtime told by headers", query: "v=2&config=true", body: known, headers: []string{"Origin: https://example.com"}, want: "miss"},
+		{name: "another browser page", query: "v=2&config=true", body: known, headers: []string{"Referer: https://example.com/b"}, want: "hit"},
 		{name: "group", query: "v=2&config=true", body: withGroup, want: "miss"},
 		{name: "group again", query: "v=2&config=true", body: withGroup, want: "hit"},
 		{name: "new snapshot", before: func() {
