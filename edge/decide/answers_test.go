@@ -220,7 +220,8 @@ func (e *answersEnv) call(ep Endpoint, query, body string, headers ...string) []
 	if got := string(ctx.Response.Header.Peek(string(state.VersionHeader))); got == "" {
 		e.t.Errorf("%s %s: no %s header", query, body, state.VersionHeader)
 	}
-	e.answers.Wait() // what the request kept is found by the next
+	e.answers.Wait() // what the request kept, and looked up, is found by the next
+	e.handler.persons.Wait()
 	return append([]byte(nil), ctx.Response.Body()...)
 }
 

@@ -229,6 +229,14 @@ func (s *Store) observe(kind string, start time.Time, err error) {
 	s.calls.WithLabelValues(kind, result).Observe(time.Since(start).Seconds())
 }
 
+// Wait applies pending cache writes, so that what the store just cached is seen by the next
+// read (for tests of what is built on the store).
+func (s *Store) Wait() {
+	s.persons.Wait()
+	s.groups.Wait()
+	s.overlays.Wait()
+}
+
 // Close releases the caches.
 func (s *Store) Close() {
 	s.persons.Close()
