@@ -151,7 +151,16 @@ func appendFlagsV2(b, members, snapshotVersion []byte, keys [][]byte, results []
 	}
 	b = append(b, `},"errorsWhileComputingFlags":`...)
 	b = jsonenc.AppendBool(b, errored)
-	b = append(b, `,"requestId":`...)
+	return appendFresh(b)
+}
+
+// freshMembers starts what appendFresh writes.
+const freshMembers = `,"requestId":`
+
+// appendFresh ends a flags v2 answer with the members that are new for every request, its
+// requestId and evaluatedAt: a kept answer given again (edge/answercache) gets them afresh.
+func appendFresh(b []byte) []byte {
+	b = append(b, freshMembers...)
 	b = jsonenc.AppendUUID(b, rand.Uint64(), rand.Uint64())
 	b = append(b, `,"evaluatedAt":`...)
 	b = jsonenc.AppendInt(b, time.Now().UnixMilli())

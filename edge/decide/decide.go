@@ -8,6 +8,7 @@ import (
 	"bytes"
 	"context"
 	"log/slog"
+	"net/netip"
 	"slices"
 	"strconv"
 	"sync"
@@ -16,6 +17,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/flagedge/flagedge/edge/admit"
+	"github.com/flagedge/flagedge/edge/answercache"
 	"github.com/flagedge/flagedge/edge/apierror"
 	"github.com/flagedge/flagedge/edge/geocache"
 	"github.com/flagedge/flagedge/edge/persons"
@@ -64,8 +66,9 @@ type Handler struct {
 	persons *persons.Store
 	geo     *geocache.Locator
 	ips     *clientip.Resolver
-	budget  *reqbody.Budget // nil: unbounded
-	limiter *admit.Limiter  // nil: no rate limits
+	budget  *reqbody.Budget    // nil: unbounded
+	limiter *admit.Limiter     // nil: no rate limits
+	answers *answercache.Cache // nil: every answer is computed
 	log     *slog.Logger
 	pool    sync.Pool // *scratch
 }
@@ -80,6 +83,46 @@ type scratch struct {
 	out        []byte
 	lease      reqbody.Lease // of the in-flight budget, here so that it is not allocated
 	want       []bool        // selection's marks, reused
+	// body is the decoded request body (nil when there is none), valid until the request
+	// ends; the answer's key holds it.
+	body []byte
+	// key is the answer's key in the answer cache: the request's inputs (keyLen bytes), then
+	// what the stored layers were (keyed, as they are now, to look for a kept answer; used,
+	// as evaluation read them, to keep the answer computed).
+	key         answercache.Key
+	keyLen      int
+	keyed, used storedRead
+	slots       []int32   // the answer's evaluations, for the answer cache
+	until       time.Time // when the answer's date comparisons could change (flags.Request.Until)
+}
+
+// storedRead is what an answer read of the stored layers: the revisions of the person (when
+// the flags need it) and of the groups whose stored properties they need.
+type storedRead struct {
+	person    bool
+	personRev persons.Revision
+	groups    []persons.GroupRef // with their revisions
+	changed   bool               // a hash key override was written: the answer is not kept
+}
+
+func (r *storedRead) reset() {
+	*r = storedRead{groups: r.groups[:0]}
+}
+
+// appendTo appends the read to an answer's key.
+func (r *storedRead) appendTo(k *answercache.Key) {
+	if r.person {
+		k.Uint64(1)
+		k.Uint64(r.personRev.Stored)
+		k.Uint64(r.personRev.Overlay)
+	} else {
+		k.Uint64(0)
+	}
+	k.Uint64(uint64(len(r.groups)))
+	for i := range r.groups {
+		k.Uint64(uint64(r.groups[i].TypeIndex))
+		k.Uint64(r.groups[i].Revision)
+	}
 }
 
 // NewHandler returns the decide handler. store, locator, ips, budget and limiter may be nil
@@ -93,6 +136,10 @@ func NewHandler(h *state.Holder, store *persons.Store, locator *geocache.Locator
 	}
 	return d
 }
+
+// KeepAnswers makes the handler answer returning users from c (nil: never); call it before
+// serving.
+func (d *Handler) KeepAnswers(c *answercache.Cache) { d.answers = c }
 
 // Endpoint says which path a request came in on.
 type Endpoint int
@@ -124,19 +171,116 @@ func (d *Handler) Serve(ctx *fasthttp.RequestCtx, ep Endpoint) error {
 		rt = RequestRuntime(&ctx.Request.Header, rt)
 	}
 	s.in.runtime, s.in.selective = rt, true
+	sh := shapeOf(ctx.QueryArgs(), ep)
+	req := d.request(ctx, &s.in)
+	keep := d.answers != nil && d.keyRequest(ctx, s, project, sh)
+	if keep && d.readStored(s, project, &req) {
+		if e := d.answers.Get(&s.key); e != nil {
+			project.Counts.CountSlots(e.Slots)
+			writeKept(ctx, s, project, e)
+			return nil
+		}
+	}
 	lookupFailed := false
 	s.results = s.results[:0]
+	s.used.reset()
+	if s.until = (time.Time{}); keep {
+		req.Until = &s.until
+	}
 	if !s.in.disableFlags {
-		s.results, lookupFailed = d.evaluate(ctx, project, &s.in, s.results)
+		lookupFailed = d.gather(ctx, project, &req, &s.in, &s.used)
+		s.results = project.Snapshot.Evaluate(&req, s.results)
 	}
 	want := selection(s.results, project.Snapshot, &s.in, rt, &s.want)
 	errored := answerErrored(s.results, want, lookupFailed)
 	Count(project, s.results, want)
-	s.out = encode(s.out[:0], project, ctx.QueryArgs(), ep, s.results, want, errored)
+	s.out = encode(s.out[:0], project, sh, s.results, want, errored)
+	if keep && !errored && !s.used.changed && (s.until.IsZero() || s.until.After(req.Now)) {
+		// Kept under what evaluation read: a request that finds the stored layers so gets it.
+		s.key.Truncate(s.keyLen)
+		s.used.appendTo(&s.key)
+		s.slots = project.Counts.AnswerSlots(s.slots[:0], s.results, want)
+		kept, fresh := s.out, false
+		if sh.flagsV2 {
+			kept, fresh = s.out[:bytes.LastIndex(s.out, []byte(freshMembers))], true
+		}
+		d.answers.Put(&s.key, kept, fresh, s.slots, s.until)
+	} else if d.answers != nil {
+		d.answers.Bypass()
+	}
 	ctx.SetContentType("application/json")
 	ctx.Response.Header.SetCanonical(state.VersionHeader, project.VersionText)
 	ctx.SetBody(s.out)
 	return nil
+}
+
+// writeKept answers with a kept answer, as the answer computed would be written: with fresh
+// members when it has them, else its bytes as they are (immutable, so not copied).
+func writeKept(ctx *fasthttp.RequestCtx, s *scratch, project *state.Project, e *answercache.Entry) {
+	ctx.SetContentType("application/json")
+	ctx.Response.Header.SetCanonical(state.VersionHeader, project.VersionText)
+	if !e.Fresh {
+		ctx.Response.SetBodyRaw(e.Answer)
+		return
+	}
+	ctx.Response.ResetBody()
+	ctx.Response.AppendBody(e.Answer) // one copy, into the response
+	s.out = appendFresh(s.out[:0])
+	ctx.Response.AppendBody(s.out)
+}
+
+// keyRequest writes in s.key the inputs of the answer that the request carries (the list is
+// in edge/answercache's documentation) and reports whether the answer may be kept or given
+// from the cache: the snapshot matches no pattern with a time limit.
+func (d *Handler) keyRequest(ctx *fasthttp.RequestCtx, s *scratch, project *state.Project, sh shape) bool {
+	if project.Snapshot.TimeLimited() {
+		return false
+	}
+	k := &s.key
+	k.Reset()
+	k.Uint64(uint64(project.ID))
+	k.Uint64(project.Generation)
+	k.Uint64(sh.bits())
+	k.Uint64(uint64(s.in.runtime))
+	k.Bytes(s.body)
+	if d.geo != nil && !s.in.geoipDisable {
+		var buf [16]byte
+		ip, _ := d.clientIP(ctx).Unmap().AppendBinary(buf[:0])
+		k.Bytes(ip)
+	} else {
+		k.Bytes(nil)
+	}
+	s.keyLen = k.Len()
+	return true
+}
+
+// readStored appends to s.key what the stored person and groups that the flags need are at
+// the edge now, as gather would read them, and reports whether it can tell without a look-up
+// (they are cached, or the control plane stores nothing about them) and without a hash key
+// override to write: else no kept answer can be known current.
+func (d *Handler) readStored(s *scratch, project *state.Project, req *flags.Request) bool {
+	s.keyed.reset()
+	if d.persons != nil && !s.in.disableFlags {
+		snap := project.Snapshot
+		if s.keyed.person = needsPerson(project, req); s.keyed.person {
+			rev, overrides, ok := d.persons.PersonRevision(project.ID, project.Version, snap.UsesStaticCohorts(), req.DistinctID)
+			if !ok || writesOverrides(project, s.in.anonDistinctID, req.DistinctID, overrides) {
+				return false
+			}
+			s.keyed.personRev = rev
+		}
+		s.keyed.groups = groupRefs(s.keyed.groups, snap, req)
+		for i := range s.keyed.groups {
+			r := &s.keyed.groups[i]
+			rev, ok := d.persons.GroupRevision(project.ID, *r)
+			if !ok {
+				return false
+			}
+			r.Revision = rev
+		}
+	}
+	s.keyed.appendTo(&s.key)
+	return true
 }
 
 // done gives back what a request held: the scratch to the pool (unless it parsed a large
@@ -152,6 +296,7 @@ func (d *Handler) done(s *scratch, large bool) {
 // parses it into s.in, holding what a large body costs in lease. It reports whether the
 // body was large.
 func decodeInto(ctx *fasthttp.RequestCtx, s *scratch, lease *reqbody.Lease) (large bool, err error) {
+	s.body = nil
 	var raw []byte
 	if ctx.IsGet() {
 		raw = ctx.QueryArgs().Peek("data") // bounded by the header size limit
@@ -171,6 +316,7 @@ func decodeInto(ctx *fasthttp.RequestCtx, s *scratch, lease *reqbody.Lease) (lar
 	if err := s.parse(decoded); err != nil {
 		return false, apierror.Malformed(err.Error())
 	}
+	s.body = decoded
 	return len(decoded) > largeBody, nil
 }
 
@@ -237,24 +383,31 @@ type Context struct {
 func (d *Handler) Evaluate(ctx *fasthttp.RequestCtx, project *state.Project, c *Context, results []flags.Result) []flags.Result {
 	in := input{distinctID: c.DistinctID, personProperties: c.PersonProperties, groups: c.Groups,
 		groupProperties: c.GroupProperties, geoipDisable: c.GeoIPDisable}
-	results, _ = d.evaluate(ctx, project, &in, results)
-	return results
+	req := d.request(ctx, &in)
+	d.gather(ctx, project, &req, &in, &storedRead{})
+	return project.Snapshot.Evaluate(&req, results)
 }
 
-// evaluate adds GeoIP and the stored layers the project's flags need to the request and
-// evaluates the snapshot into results. It reports whether a look-up (or the write of a
-// continuity override) failed.
-func (d *Handler) evaluate(ctx *fasthttp.RequestCtx, project *state.Project, in *input, results []flags.Result) (_ []flags.Result, lookupFailed bool) {
+// request is the engine's request for the parsed body, with the GeoIP properties of the
+// client's address; gather adds the stored layers.
+func (d *Handler) request(ctx *fasthttp.RequestCtx, in *input) flags.Request {
 	// Relative dates count back from the time fasthttp read when the request came (the
 	// engine would read the clock again).
 	req := flags.Request{DistinctID: in.distinctID, DeviceID: in.deviceID, PersonProperties: in.personProperties,
 		GroupProperties: in.groupProperties, Selective: in.selective, Runtime: in.runtime, EvaluationContexts: in.contexts,
 		Now: ctx.Time()}
-	if !in.geoipDisable {
-		req.GeoIP = d.geo.Lookup(d.ips.ClientIP(ctx.Request.Header.PeekAll("X-Forwarded-For"), ctx.RemoteIP()))
+	if len(in.groups) > 0 {
+		req.Groups = in.groups
 	}
-	lookupFailed = d.gather(ctx, project, &req, in)
-	return project.Snapshot.Evaluate(&req, results), lookupFailed
+	if !in.geoipDisable && d.geo != nil {
+		req.GeoIP = d.geo.Lookup(d.clientIP(ctx))
+	}
+	return req
+}
+
+// clientIP is the request's client address, as --trusted-proxies finds it.
+func (d *Handler) clientIP(ctx *fasthttp.RequestCtx) netip.Addr {
+	return d.ips.ClientIP(ctx.Request.Header.PeekAll("X-Forwarded-For"), ctx.RemoteIP())
 }
 
 // answerErrored tells an answer's errorsWhileComputingFlags: a flag it gives could not be
@@ -274,42 +427,93 @@ func answerErrored(results []flags.Result, want []bool, lookupFailed bool) bool 
 	return false
 }
 
-// encode writes the answer in the shape the endpoint and its ?v= and ?config= ask for.
-// The /flags shape gives each flag's metadata the snapshot version too.
-func encode(b []byte, project *state.Project, args *fasthttp.Args, ep Endpoint, results []flags.Result, want []bool, errored bool) []byte {
-	members, keys := project.ConfigMembers, project.AnswerKeys
+// shape is the form of an answer, as the endpoint and its ?v= and ?config= ask for it.
+type shape struct {
+	flagsV2 bool
+	config  bool // flagsV2: with the client configuration members
+	version int  // not flagsV2: the /decide version, 1 to 3 (appendDecide reads no other)
+}
+
+func shapeOf(args *fasthttp.Args, ep Endpoint) shape {
 	version, _ := strconv.Atoi(bytesString(args.Peek("v")))
 	switch {
 	case ep == Flags && (version >= 2 || (version == 0 && !args.Has("config"))):
-		return appendFlagsV2(b, members, project.VersionText, keys, results, want, errored, args.GetBool("config"))
+		return shape{flagsV2: true, config: args.GetBool("config")}
 	case ep == Flags:
-		return appendDecide(b, members, keys, results, want, errored, 3)
+		return shape{version: 3}
 	case version >= 4:
-		return appendFlagsV2(b, members, project.VersionText, keys, results, want, errored, true)
+		return shape{flagsV2: true, config: true}
 	}
-	return appendDecide(b, members, keys, results, want, errored, version)
+	return shape{version: min(max(version, 1), 3)}
+}
+
+// bits is the shape as a number, for the answer's key.
+func (sh shape) bits() uint64 {
+	n := uint64(sh.version) << 2
+	if sh.flagsV2 {
+		n |= 1
+	}
+	if sh.config {
+		n |= 2
+	}
+	return n
+}
+
+// encode writes the answer in its shape. The /flags shape gives each flag's metadata the
+// snapshot version too.
+func encode(b []byte, project *state.Project, sh shape, results []flags.Result, want []bool, errored bool) []byte {
+	members, keys := project.ConfigMembers, project.AnswerKeys
+	if sh.flagsV2 {
+		return appendFlagsV2(b, members, project.VersionText, keys, results, want, errored, sh.config)
+	}
+	return appendDecide(b, members, keys, results, want, errored, sh.version)
+}
+
+// needsPerson reports whether evaluating req needs the stored person: its properties or
+// static cohorts, or its hash key overrides for experience continuity.
+func needsPerson(project *state.Project, req *flags.Request) bool {
+	return len(project.ContinuityFlags) > 0 || project.Snapshot.NeedsPersonLookup(req.PersonProperties, req.GeoIP)
+}
+
+// writesOverrides reports whether a request with anonDistinctID makes the person's hash key
+// overrides (as stored: overrides) be written: after an identify, the flags with experience
+// continuity keep hashing the anonymous id.
+func writesOverrides(project *state.Project, anonDistinctID, distinctID string, overrides map[string]string) bool {
+	return len(project.ContinuityFlags) > 0 && anonDistinctID != "" && anonDistinctID != distinctID && !covers(overrides, project.ContinuityFlags)
+}
+
+// groupRefs returns, in refs' memory, the groups of the request whose stored properties its
+// flags need.
+func groupRefs(refs []persons.GroupRef, snap *flags.Snapshot, req *flags.Request) []persons.GroupRef {
+	refs = refs[:0]
+	for i := range 5 {
+		name := snap.GroupTypeName(i)
+		if key, ok := req.Groups[name]; ok && name != "" && snap.NeedsGroupLookup(i, req.GroupProperties[name]) {
+			refs = append(refs, persons.GroupRef{TypeIndex: i, Name: name, Key: key})
+		}
+	}
+	return refs
 }
 
 // gather fills the request's stored layers (person, groups, continuity overrides) when the
-// project's flags need them. It reports whether a look-up failed.
-func (d *Handler) gather(ctx context.Context, project *state.Project, req *flags.Request, in *input) (errored bool) {
+// project's flags need them, and records in read what it read of them. It reports whether a
+// look-up failed.
+func (d *Handler) gather(ctx context.Context, project *state.Project, req *flags.Request, in *input, read *storedRead) (errored bool) {
 	snap := project.Snapshot
-	if len(in.groups) > 0 {
-		req.Groups = in.groups
-	}
 	if d.persons == nil {
 		return false
 	}
-	continuity := len(project.ContinuityFlags) > 0
-	if continuity || snap.NeedsPersonLookup(req.PersonProperties, req.GeoIP) {
+	if read.person = needsPerson(project, req); read.person {
 		person, err := d.persons.Person(ctx, project.ID, project.Version, snap.UsesStaticCohorts(), req.DistinctID)
 		if err != nil {
 			d.log.Warn("person look-up failed", "project", project.ID, "err", err)
 			req.PersonLookupFailed, errored = true, true
 		} else {
 			req.StoredPerson, req.StaticCohorts, req.HashKeyOverrides = person.Properties, person.StaticCohorts, person.HashKeyOverrides
+			read.personRev = person.Revision
 		}
-		if anon := in.anonDistinctID; continuity && anon != "" && anon != req.DistinctID && !covers(req.HashKeyOverrides, project.ContinuityFlags) {
+		if anon := in.anonDistinctID; writesOverrides(project, anon, req.DistinctID, req.HashKeyOverrides) {
+			read.changed = true
 			overrides, err := d.persons.SetHashKeyOverrides(ctx, project.ID, req.DistinctID, anon, project.ContinuityFlags)
 			if err != nil {
 				d.log.Warn("hash key override failed", "project", project.ID, "err", err)
@@ -323,13 +527,8 @@ func (d *Handler) gather(ctx context.Context, project *state.Project, req *flags
 			req.HashKeyOverrides = overrides
 		}
 	}
-	var refs []persons.GroupRef
-	for i := range 5 {
-		name := snap.GroupTypeName(i)
-		if key, ok := req.Groups[name]; ok && name != "" && snap.NeedsGroupLookup(i, req.GroupProperties[name]) {
-			refs = append(refs, persons.GroupRef{TypeIndex: i, Name: name, Key: key})
-		}
-	}
+	refs := groupRefs(read.groups, snap, req)
+	read.groups = refs
 	if len(refs) > 0 {
 		groups, err := d.persons.Groups(ctx, project.ID, refs)
 		if err != nil {

@@ -4,6 +4,7 @@ import (
 	"math/rand/v2"
 	"runtime"
 	"slices"
+	"sort"
 	"sync/atomic"
 
 	"github.com/flagedge/flagedge/shared/flags"
@@ -101,4 +102,39 @@ func (r *Registry) settle() {
 		t.move()
 		t.busy.Store(false)
 	}
+}
+
+// AnswerSlots appends to dst what CountAnswer counts of an answer, as value slots of the
+// project's counters (an index into a tally's counts), so that an answer kept and given again
+// (edge/answercache) is counted as when it was computed, by CountSlots, without its results.
+func (p *Project) AnswerSlots(dst []int32, results []flags.Result, want []bool) []int32 {
+	if p == nil {
+		return dst
+	}
+	for i, b := range p.base[:min(len(p.base), len(results))] {
+		if r := &results[i]; r.Active && !r.Failed && (want == nil || want[i]) {
+			dst = append(dst, b+int32(p.flags[i].slot(r.Enabled, r.Variant)))
+		}
+	}
+	return dst
+}
+
+// CountSlots counts an answer of the project's snapshot by its AnswerSlots: one evaluation
+// for each slot.
+func (p *Project) CountSlots(slots []int32) {
+	if p == nil {
+		return
+	}
+	t := p.tally()
+	if t == nil { // every tally in use
+		for _, s := range slots {
+			i := sort.Search(len(p.base), func(i int) bool { return p.base[i] > s }) - 1
+			p.flags[i].counts[s-p.base[i]].Add(1)
+		}
+		return
+	}
+	for _, s := range slots {
+		t.counts[s]++
+	}
+	t.busy.Store(false)
 }

@@ -43,11 +43,24 @@ type Person struct {
 	version int64
 	// epoch is the store's replaced count when a "not found" was fetched: it is not used once
 	// filters were replaced whole since.
-	epoch            uint64
+	epoch uint64
+	// Revision is what this answer about the person was read from (see Revision).
+	Revision         Revision
 	Found            bool
 	Properties       flags.Properties
 	StaticCohorts    []int64
 	HashKeyOverrides map[string]string
+}
+
+// Revision identifies the state of a person or group that the store answered from: the
+// cached look-up (Stored; 0 when the control plane stores nothing about the key, as its
+// membership filter says, so nothing was looked up) and the overlay of what this edge captured
+// (Overlay; 0 when there is none). Every look-up cached and every overlay written takes a new
+// number from one counter, so two answers of one key with equal revisions are equal: an answer
+// computed from stored properties (edge/answercache) can be given again while the revisions
+// its key holds are current.
+type Revision struct {
+	Stored, Overlay uint64
 }
 
 // group is a cached group's properties.
@@ -57,6 +70,7 @@ type group struct {
 	key        string
 	properties flags.Properties // nil when the group does not exist
 	epoch      uint64           // as Person's, for a group that does not exist
+	revision   uint64           // Revision.Stored of answers from this entry
 }
 
 // Config tunes the store.
@@ -113,6 +127,8 @@ type Store struct {
 	// (the overlay) until it announces them. They are answered without a look-up meanwhile.
 	originated *marks
 	calls      *prometheus.HistogramVec // control-plane calls by kind and result
+	// revisions numbers what is cached and every overlay (Revision).
+	revisions atomic.Uint64
 }
 
 // overlay is what this edge captured about a person's properties and the control plane may
@@ -120,6 +136,7 @@ type Store struct {
 type overlay struct {
 	projectID  int64
 	distinctID string
+	revision   uint64 // Revision.Overlay of answers it is applied to
 	set        flags.Properties
 	setOnce    flags.Properties
 	unset      []string
@@ -212,6 +229,14 @@ func (s *Store) observe(kind string, start time.Time, err error) {
 	s.calls.WithLabelValues(kind, result).Observe(time.Since(start).Seconds())
 }
 
+// Wait applies pending cache writes, so that what the store just cached is seen by the next
+// read (for tests of what is built on the store).
+func (s *Store) Wait() {
+	s.persons.Wait()
+	s.groups.Wait()
+	s.overlays.Wait()
+}
+
 // Close releases the caches.
 func (s *Store) Close() {
 	s.persons.Close()
@@ -224,15 +249,9 @@ func (s *Store) Close() {
 // flags use static cohorts), a person fetched under an older version is fetched again, since
 // cohort membership changes come with a new snapshot.
 func (s *Store) Person(ctx context.Context, projectID, version int64, memberships bool, distinctID string) (*Person, error) {
-	r := s.members.CheckPerson(projectID, distinctID)
-	s.members.Count(r)
-	if r == bloomset.Absent || (r == bloomset.Present && s.createdHere(projectID, distinctID)) {
-		return s.unstored(projectID, distinctID), nil
-	}
 	key := cache.Key(projectID, distinctID)
-	if p, ok := s.persons.Get(key); ok && p.projectID == projectID && p.distinctID == distinctID && (!memberships || p.version >= version) &&
-		(p.Found || p.epoch == s.replaced.Load()) {
-		return s.withOverlay(key, p), nil
+	if p, ok := s.cachedPerson(key, projectID, version, memberships, distinctID); ok {
+		return s.withOverlay(key, projectID, distinctID, p), nil
 	}
 	v, err, _ := s.flight.Do("p"+strconv.FormatInt(projectID, 10)+":"+strconv.FormatInt(version, 10)+":"+distinctID, func() (any, error) {
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.Timeout)
@@ -244,7 +263,7 @@ func (s *Store) Person(ctx context.Context, projectID, version int64, membership
 			return nil, err
 		}
 		p := &Person{projectID: projectID, distinctID: strings.Clone(distinctID), version: version, epoch: epoch, Found: resp.Found, StaticCohorts: resp.StaticCohortIds,
-			HashKeyOverrides: resp.HashKeyOverrides}
+			HashKeyOverrides: resp.HashKeyOverrides, Revision: Revision{Stored: s.revisions.Add(1)}}
 		if len(resp.Properties) > 0 {
 			if err := json.Unmarshal(resp.Properties, &p.Properties); err != nil {
 				return nil, err
@@ -261,22 +280,45 @@ func (s *Store) Person(ctx context.Context, projectID, version int64, membership
 	if err != nil {
 		return nil, err
 	}
-	return s.withOverlay(key, v.(*Person)), nil
+	return s.withOverlay(key, projectID, distinctID, v.(*Person)), nil
 }
 
-// nobody is a person with nothing stored.
-var nobody = &Person{}
-
-// unstored returns the person behind distinctID when the control plane stores nothing about
-// it (its membership filter says so): only what this edge captured about it, without a
-// look-up.
-func (s *Store) unstored(projectID int64, distinctID string) *Person {
-	key := cache.Key(projectID, distinctID)
-	if ov, ok := s.overlays.Get(key); ok && ov.projectID == projectID && ov.distinctID == distinctID {
-		return ov.apply(&Person{projectID: projectID, distinctID: distinctID})
+// cachedPerson returns what Person answers without asking the control plane, before the
+// overlay: nobody when the control plane stores nothing about the person (its membership
+// filter says so, or this edge created it and it was not announced since), else the cached
+// look-up; false when the control plane must be asked.
+func (s *Store) cachedPerson(key uint64, projectID, version int64, memberships bool, distinctID string) (*Person, bool) {
+	r := s.members.CheckPerson(projectID, distinctID)
+	s.members.Count(r)
+	if r == bloomset.Absent || (r == bloomset.Present && s.createdHere(projectID, distinctID)) {
+		return nobody, true
 	}
-	return nobody
+	if p, ok := s.persons.Get(key); ok && p.projectID == projectID && p.distinctID == distinctID && (!memberships || p.version >= version) &&
+		(p.Found || p.epoch == s.replaced.Load()) {
+		return p, true
+	}
+	return nil, false
 }
+
+// PersonRevision returns the revision of what Person would answer now, and the person's hash
+// key overrides, when Person would answer without asking the control plane (ok false when it
+// would ask: then nothing computed before from the person can be known current). It takes
+// the same arguments and consults the same filters and caches, without allocating.
+func (s *Store) PersonRevision(projectID, version int64, memberships bool, distinctID string) (rev Revision, overrides map[string]string, ok bool) {
+	key := cache.Key(projectID, distinctID)
+	p, ok := s.cachedPerson(key, projectID, version, memberships, distinctID)
+	if !ok {
+		return Revision{}, nil, false
+	}
+	rev = p.Revision
+	if ov, found := s.overlays.Get(key); found && ov.projectID == projectID && ov.distinctID == distinctID {
+		rev.Overlay = ov.revision
+	}
+	return rev, p.HashKeyOverrides, true
+}
+
+// nobody is a person with nothing stored: its Revision is zero.
+var nobody = &Person{}
 
 // forgetPerson drops what is cached about distinctID: the control plane has just stored it
 // (a cached "not found" would now be wrong).
@@ -293,11 +335,11 @@ func (s *Store) forgetGroup(projectID int64, typeIndex int, key string) {
 	s.groups.Delete(groupKey(projectID, GroupRef{TypeIndex: typeIndex, Key: key}))
 }
 
-// withOverlay returns p with what this edge captured about the person applied. The overlay
-// is applied as the person is read, never baked into the cache: an update captured while a
-// look-up was in flight is then not lost for the cache's lifetime.
-func (s *Store) withOverlay(key uint64, p *Person) *Person {
-	if ov, ok := s.overlays.Get(key); ok && ov.projectID == p.projectID && ov.distinctID == p.distinctID {
+// withOverlay returns p, the person behind distinctID, with what this edge captured about
+// it applied. The overlay is applied as the person is read, never baked into the cache: an
+// update captured while a look-up was in flight is then not lost for the cache's lifetime.
+func (s *Store) withOverlay(key uint64, projectID int64, distinctID string, p *Person) *Person {
+	if ov, ok := s.overlays.Get(key); ok && ov.projectID == projectID && ov.distinctID == distinctID {
 		return ov.apply(p)
 	}
 	return p
@@ -321,7 +363,8 @@ func (s *Store) ApplyPersonUpdate(projectID int64, distinctID string, set, setOn
 	mu := &s.overlayLocks[key%uint64(len(s.overlayLocks))]
 	mu.Lock()
 	defer mu.Unlock()
-	ov := &overlay{projectID: projectID, distinctID: strings.Clone(distinctID), set: flags.Properties{}, setOnce: flags.Properties{}}
+	ov := &overlay{projectID: projectID, distinctID: strings.Clone(distinctID), set: flags.Properties{}, setOnce: flags.Properties{},
+		revision: s.revisions.Add(1)}
 	if old, ok := s.overlays.Get(key); ok && old.projectID == projectID && old.distinctID == distinctID {
 		for k, v := range old.set {
 			ov.set[k] = v
@@ -353,7 +396,7 @@ func (s *Store) ApplyPersonUpdate(projectID int64, distinctID string, set, setOn
 // apply returns a copy of p with the overlay's changes.
 func (ov *overlay) apply(p *Person) *Person {
 	out := *p
-	out.Found = true
+	out.Found, out.Revision.Overlay = true, ov.revision
 	out.Properties = make(flags.Properties, len(p.Properties)+len(ov.set)+len(ov.setOnce))
 	for k, v := range p.Properties {
 		out.Properties[k] = v
@@ -390,7 +433,7 @@ func (s *Store) SetHashKeyOverrides(ctx context.Context, projectID int64, distin
 	key := cache.Key(projectID, distinctID)
 	if old, ok := s.persons.Get(key); ok && old.projectID == projectID && old.distinctID == distinctID {
 		p := *old
-		p.Found, p.HashKeyOverrides = true, resp.HashKeyOverrides
+		p.Found, p.HashKeyOverrides, p.Revision = true, resp.HashKeyOverrides, Revision{Stored: s.revisions.Add(1)}
 		s.persons.Set(key, &p)
 	}
 	return resp.HashKeyOverrides, nil
@@ -401,29 +444,28 @@ type GroupRef struct {
 	TypeIndex int
 	Name      string // the group type's name
 	Key       string
+	// Revision is set by Groups to the Revision.Stored of what it answered about the group.
+	Revision uint64
 }
 
 // Groups returns the stored properties of the given groups by group type name; groups that
-// do not exist are absent. Cached groups are not asked for again.
+// do not exist are absent. Cached groups are not asked for again. It sets each ref's Revision.
 func (s *Store) Groups(ctx context.Context, projectID int64, refs []GroupRef) (map[string]flags.Properties, error) {
 	out := make(map[string]flags.Properties, len(refs))
 	req := &syncpb.LookupGroupsRequest{ProjectId: projectID}
-	var missing []GroupRef
-	for _, r := range refs {
-		m := s.members.CheckGroup(projectID, r.TypeIndex, r.Key)
-		s.members.Count(m)
-		if m == bloomset.Absent {
-			continue // nothing stored: the group has no properties
-		}
-		if g, ok := s.groups.Get(groupKey(projectID, r)); ok && g.projectID == projectID && g.typeIndex == r.TypeIndex && g.key == r.Key &&
-			(g.properties != nil || g.epoch == s.replaced.Load()) {
-			if g.properties != nil {
-				out[r.Name] = g.properties
-			}
+	var missing []int // indexes in refs
+	for i := range refs {
+		r := &refs[i]
+		g, ok := s.cachedGroup(projectID, *r)
+		if !ok {
+			missing = append(missing, i)
+			req.Groups = append(req.Groups, &syncpb.GroupKey{GroupTypeIndex: int32(r.TypeIndex), GroupKey: r.Key})
 			continue
 		}
-		missing = append(missing, r)
-		req.Groups = append(req.Groups, &syncpb.GroupKey{GroupTypeIndex: int32(r.TypeIndex), GroupKey: r.Key})
+		r.Revision = g.revision
+		if g.properties != nil {
+			out[r.Name] = g.properties
+		}
 	}
 	if len(missing) == 0 {
 		return out, nil
@@ -447,20 +489,53 @@ func (s *Store) Groups(ctx context.Context, projectID int64, refs []GroupRef) (m
 		}
 		found[GroupRef{TypeIndex: int(g.GroupTypeIndex), Key: g.GroupKey}] = props
 	}
-	for _, r := range missing {
+	for _, i := range missing {
+		r := &refs[i]
 		props := found[GroupRef{TypeIndex: r.TypeIndex, Key: r.Key}]
-		entry := &group{projectID: projectID, typeIndex: r.TypeIndex, key: strings.Clone(r.Key), properties: props, epoch: epoch}
+		entry := &group{projectID: projectID, typeIndex: r.TypeIndex, key: strings.Clone(r.Key), properties: props, epoch: epoch,
+			revision: s.revisions.Add(1)}
+		r.Revision = entry.revision
 		if props != nil {
 			out[r.Name] = props // r.Name is the snapshot's, not the request's
-			s.groups.Set(groupKey(projectID, r), entry)
+			s.groups.Set(groupKey(projectID, *r), entry)
 		} else {
-			s.groups.SetWithTTL(groupKey(projectID, r), entry, s.cfg.NegativeTTL)
+			s.groups.SetWithTTL(groupKey(projectID, *r), entry, s.cfg.NegativeTTL)
 			if s.forgotten.Load() != forgotten { // as in Person
-				s.groups.Delete(groupKey(projectID, r))
+				s.groups.Delete(groupKey(projectID, *r))
 			}
 		}
 	}
 	return out, nil
+}
+
+// absentGroup is what is known of a group the control plane stores nothing about: its
+// revision is zero.
+var absentGroup = &group{}
+
+// cachedGroup returns what Groups answers about r without asking the control plane:
+// absentGroup when the membership filter says nothing is stored, else the cached look-up;
+// false when the control plane must be asked.
+func (s *Store) cachedGroup(projectID int64, r GroupRef) (*group, bool) {
+	m := s.members.CheckGroup(projectID, r.TypeIndex, r.Key)
+	s.members.Count(m)
+	if m == bloomset.Absent {
+		return absentGroup, true // nothing stored: the group has no properties
+	}
+	if g, ok := s.groups.Get(groupKey(projectID, r)); ok && g.projectID == projectID && g.typeIndex == r.TypeIndex && g.key == r.Key &&
+		(g.properties != nil || g.epoch == s.replaced.Load()) {
+		return g, true
+	}
+	return nil, false
+}
+
+// GroupRevision returns the Revision.Stored that Groups would set on r now, when Groups would
+// answer r without asking the control plane (ok false when it would ask), without allocating.
+func (s *Store) GroupRevision(projectID int64, r GroupRef) (rev uint64, ok bool) {
+	g, ok := s.cachedGroup(projectID, r)
+	if !ok {
+		return 0, false
+	}
+	return g.revision, true
 }
 
 func groupKey(projectID int64, r GroupRef) uint64 {

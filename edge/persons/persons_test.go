@@ -122,11 +122,7 @@ func newStore(t *testing.T, cfg Config) (*Store, *controlPlane) {
 }
 
 // settle applies pending cache writes, so that what the store just cached is visible.
-func (s *Store) settle() {
-	s.persons.Wait()
-	s.groups.Wait()
-	s.overlays.Wait()
-}
+func (s *Store) settle() { s.Wait() }
 
 var testConfig = Config{Timeout: time.Second, TTL: time.Minute, NegativeTTL: time.Minute, PersonMaxBytes: 1 << 20, GroupMaxBytes: 1 << 20, OverlayMaxBytes: 1 << 20}
 

@@ -33,12 +33,14 @@ type Holder struct {
 	dir     string // where snapshots are kept; empty: memory only
 	log     *slog.Logger
 
-	mu sync.Mutex // serialises Apply and Load, and guards databaseID and pendingDatabaseID
+	mu sync.Mutex // serialises Apply and Load, and guards databaseID, pendingDatabaseID and generations
 	// databaseID is the identity of the database the held snapshots came from; it is kept on
 	// disk with them. pendingDatabaseID is the control plane's, from the start of the current
 	// stream: it becomes databaseID once that stream's catch-up is complete, and not before,
 	// so a copy on disk is never labelled with a database it is only partly from.
 	databaseID, pendingDatabaseID string
+	// generations counts the projects Apply compiled (Project.Generation); guarded by mu.
+	generations uint64
 
 	version  *prometheus.GaugeVec
 	age      prometheus.GaugeFunc
@@ -170,6 +172,8 @@ func (h *Holder) Apply(msg *syncpb.WatchResponse) error {
 			errs = append(errs, err)
 			continue
 		}
+		h.generations++
+		p.Generation = h.generations
 		if h.counts != nil {
 			p.Counts = h.counts.Install(p.ID, countDefinitions(p.Snapshot))
 		}

@@ -24,6 +24,11 @@ import (
 type Project struct {
 	ID      int64
 	Version int64
+	// Generation tells this compilation from every other the holder made, of any project
+	// and version: one version may be compiled twice with different contents (a control
+	// plane restored from a backup hands out versions again), so what is derived from a
+	// snapshot and kept beyond it (edge/answercache) is keyed on the generation.
+	Generation uint64
 	// VersionText is Version in decimal, prepared once so that every answer computed from this
 	// snapshot can carry it (VersionHeader) without formatting or allocating.
 	VersionText []byte

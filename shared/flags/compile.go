@@ -77,6 +77,7 @@ type Snapshot struct {
 	personKeys    []string
 	groupKeys     [maxGroupTypes][]string
 	staticCohorts bool
+	timeLimited   bool // see TimeLimited
 	// runtimeScoped is set when a flag is for one runtime only, tagged when a flag has
 	// evaluation tags (see Filters).
 	runtimeScoped, tagged bool
@@ -204,6 +205,7 @@ func Compile(p Project) (*Snapshot, error) {
 	}
 	sort.Strings(s.personKeys)
 	for _, m := range c.matchers {
+		s.timeLimited = s.timeLimited || m.timeLimited()
 		if i, ok := slices.BinarySearch(s.personKeys, m.key); ok && m.source == sourcePerson && i < maxPersonSlots {
 			m.personSlot = uint8(i + 1)
 		}
@@ -494,8 +496,12 @@ func (c *compiler) propertyMatcher(p Property, groupIndex int) (*matcher, error)
 		Group               int
 		Value               any
 	}{typ, defaultOperator(typ, p.Operator), p.Key, p.Negation, groupIndex, p.Value})
-	if err != nil {
-		return newMatcher(p)
+	if err != nil { // not in c.matchers: TimeLimited is told here
+		m, err := newMatcher(p)
+		if err == nil {
+			c.snap.timeLimited = c.snap.timeLimited || m.timeLimited()
+		}
+		return m, err
 	}
 	if m, ok := c.matchers[string(key)]; ok {
 		return m, nil

@@ -38,6 +38,11 @@ type Request struct {
 
 	// Now is the time relative dates count back from; zero means time.Now().
 	Now time.Time
+	// Until, when set, is lowered by Evaluate to the earliest instant after Now at which a
+	// date comparison it made could come out otherwise (a relative date moves with the
+	// clock), and to Now itself when it cannot tell; it is left alone when none could. An
+	// answer kept for later (edge/answercache) is good until then.
+	Until *time.Time
 
 	// Selective says that the answer gives only the flags Snapshot.Selected keeps for
 	// Runtime and EvaluationContexts: a filter on a flag left out then never matches, as

@@ -298,15 +298,19 @@ func (m *matcher) compareOrdered(v any) bool {
 
 func (m *matcher) matchDate(v any, e *evaluation) bool {
 	pt, ok := e.parsed.date(v)
+	var prel dateFilter // the person's value when it is a relative date
 	if !ok {
 		s, isString := v.(string)
 		rel, isRelative := parseRelativeDate(s)
 		if !isString || !isRelative {
 			return false
 		}
-		pt = rel.resolve(e.clock())
+		pt, prel = rel.resolve(e.clock()), rel
 	}
 	ft := m.date.resolve(e.clock())
+	if e.req.Until != nil {
+		e.dateBound(m.date, prel, pt, ft)
+	}
 	switch m.op {
 	case opDateBefore:
 		return pt.Before(ft)
