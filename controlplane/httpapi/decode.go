@@ -88,6 +88,35 @@ func (f fields) ints(name string, dst **[]int64) error {
 	return decode(f, name, dst, "a list of integers")
 }
 
+// boundedStrings reads field name, a list of strings, counting its elements against *budget
+// as it decodes them: one more than the budget is refused at once, so a long list is never
+// held whole. The budget left is written back, so that several lists can share one.
+func (f fields) boundedStrings(name string, budget *int) ([]string, error) {
+	raw, ok := f[name]
+	if !ok {
+		return nil, nil
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	notList := typeError(name, "Must be a list of strings.")
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('[') {
+		return nil, notList
+	}
+	var out []string
+	for dec.More() {
+		if *budget == 0 {
+			return nil, controlplane.FieldError(name, "max_length", fmt.Sprintf("At most %d ids can be sent at once.", controlplane.MaxStaticCohortAdd))
+		}
+		tok, err := dec.Token()
+		s, isString := tok.(string)
+		if err != nil || !isString {
+			return nil, notList
+		}
+		out = append(out, s)
+		*budget--
+	}
+	return out, nil
+}
+
 // object reads a field that must be a JSON object.
 func (f fields) object(name string, dst *json.RawMessage) error {
 	raw, ok := f[name]
