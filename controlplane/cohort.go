@@ -118,7 +118,8 @@ type CohortService interface {
 	// persons of the project with those uuids, and the persons behind those distinct ids,
 	// created (empty, as ingestion creates them) when the project has none, so that a
 	// membership can be given before the user is first seen. Adding a member twice changes
-	// nothing. A property cohort and a deleted one are refused.
+	// nothing. A property cohort and a deleted one are refused, and so are person uuids
+	// none of which names a person of the project (with no distinct ids), as PostHog does.
 	AddPersonsToStaticCohort(ctx context.Context, projectID, id int64, m StaticCohortMembers) (StaticCohortAdded, error)
 	// RemovePersonFromStaticCohort takes the person with the uuid out of a static cohort;
 	// removing one that is not a member changes nothing, ErrNotFound when the project has no

@@ -174,22 +174,16 @@ func (s *Server) handleAddPersonsToStaticCohort(r *http.Request, c *call) (answe
 		return answer{}, err
 	}
 	var m controlplane.StaticCohortMembers
-	budget := controlplane.MaxStaticCohortAdd
-	if m.PersonUUIDs, err = f.boundedStrings("person_ids", &budget); err != nil {
+	left := controlplane.MaxStaticCohortAdd
+	if m.PersonUUIDs, err = f.memberIDs("person_ids", &left); err != nil {
 		return answer{}, err
 	}
-	if m.DistinctIDs, err = f.boundedStrings("distinct_ids", &budget); err != nil {
-		return answer{}, err
-	}
-	if err := m.Validate(); err != nil {
+	if m.DistinctIDs, err = f.memberIDs("distinct_ids", &left); err != nil {
 		return answer{}, err
 	}
 	added, err := s.cfg.Cohorts.AddPersonsToStaticCohort(r.Context(), c.project.ID, id, m)
 	if err != nil {
 		return answer{}, err
-	}
-	if added.Added == 0 && added.Created == 0 && len(m.DistinctIDs) == 0 && added.Unknown == len(m.PersonUUIDs) {
-		return answer{}, controlplane.FieldError("person_ids", "invalid_input", "No valid users to add to cohort.")
 	}
 	return ok(staticCohortAddedJSON{Success: true, PersonsAdded: added.Added, PersonsCreated: added.Created, UnknownPersons: added.Unknown}), nil
 }

@@ -117,6 +117,7 @@ func TestStaticCohortMembers(t *testing.T) {
 		t.Errorf("add by uuid (-want +got):\n%s", diff)
 	}
 
+	nobody := uuid.NewString()
 	tooMany := make([]string, 10_001)
 	for i := range tooMany {
 		tooMany[i] = fmt.Sprintf("d%d", i)
@@ -138,6 +139,7 @@ func TestStaticCohortMembers(t *testing.T) {
 		{"over the limit", add(static, map[string]any{"distinct_ids": tooMany}), 400, "max_length", "distinct_ids"},
 		{"over the limit together", add(static, map[string]any{"person_ids": []string{uuid.NewString()}, "distinct_ids": tooMany[1:]}), 400, "max_length", "distinct_ids"},
 		{"no valid person", add(static, map[string]any{"person_ids": []string{uuid.NewString()}}), 400, "invalid_input", "person_ids"},
+		{"no valid person twice", add(static, map[string]any{"person_ids": []string{nobody, nobody}}), 400, "invalid_input", "person_ids"},
 		{"unknown cohort", add(static+100, map[string]any{"distinct_ids": []string{"u1"}}), 404, "not_found", ""},
 		{"remove without person", remove(map[string]any{}), 400, "required", "person_id"},
 		{"remove bad uuid", remove(map[string]any{"person_id": "u1"}), 400, "invalid_input", "person_id"},

@@ -88,10 +88,11 @@ func (f fields) ints(name string, dst **[]int64) error {
 	return decode(f, name, dst, "a list of integers")
 }
 
-// boundedStrings reads field name, a list of strings, counting its elements against *budget
-// as it decodes them: one more than the budget is refused at once, so a long list is never
-// held whole. The budget left is written back, so that several lists can share one.
-func (f fields) boundedStrings(name string, budget *int) ([]string, error) {
+// memberIDs reads field name, a list of ids to add to a static cohort, counting its elements
+// against *left (of controlplane.MaxStaticCohortAdd for the request) as it decodes them: one
+// more than are left is refused at once, so a long list is never held whole. What is left is
+// written back, so that the request's lists share the maximum.
+func (f fields) memberIDs(name string, left *int) ([]string, error) {
 	raw, ok := f[name]
 	if !ok {
 		return nil, nil
@@ -103,8 +104,8 @@ func (f fields) boundedStrings(name string, budget *int) ([]string, error) {
 	}
 	var out []string
 	for dec.More() {
-		if *budget == 0 {
-			return nil, controlplane.FieldError(name, "max_length", fmt.Sprintf("At most %d ids can be sent at once.", controlplane.MaxStaticCohortAdd))
+		if *left == 0 {
+			return nil, controlplane.FieldError(name, "max_length", fmt.Sprintf("At most %d ids can be added at once.", controlplane.MaxStaticCohortAdd))
 		}
 		tok, err := dec.Token()
 		s, isString := tok.(string)
@@ -112,7 +113,7 @@ func (f fields) boundedStrings(name string, budget *int) ([]string, error) {
 			return nil, notList
 		}
 		out = append(out, s)
-		*budget--
+		*left--
 	}
 	return out, nil
 }

@@ -343,6 +343,9 @@ func (s *CohortService) AddPersonsToStaticCohort(ctx context.Context, projectID,
 				return err
 			}
 			out.Unknown = len(uniqueStrings(m.PersonUUIDs)) - len(persons)
+			if len(persons) == 0 && len(m.DistinctIDs) == 0 {
+				return controlplane.FieldError("person_ids", "invalid_input", "No valid users to add to cohort.")
+			}
 		}
 		if len(m.DistinctIDs) > 0 {
 			ids, created, err := personsBehind(ctx, tx, projectID, m.DistinctIDs)
