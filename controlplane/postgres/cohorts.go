@@ -312,19 +312,19 @@ func (s *CohortService) AddPersonsToStaticCohort(ctx context.Context, projectID,
 		return out, err
 	}
 	err = s.db.inTx(ctx, func(tx pgx.Tx) error {
-		// The cohort is read first to refuse a stranger before any lock is taken; then, when
-		// persons may be created, the ingest lock, and only after it the cohort's row: ingestion
-		// takes that lock first and then, merging persons, references cohorts' rows.
+		// The cohort is read first to refuse a stranger before any lock is taken; then the
+		// project's ingest lock, and only after it the cohort's row. Ingestion takes that lock
+		// first and then, merging persons, locks persons' rows and references cohorts' rows, as
+		// an add does the other way round: one order for both, so neither waits on the other
+		// holding what it needs (and distinct ids are created by one of them at a time).
 		if _, err := findCohort(ctx, tx, u, projectID, id, false); err != nil {
 			return err
 		}
 		if err := m.Validate(); err != nil {
 			return err
 		}
-		if len(m.DistinctIDs) > 0 {
-			if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1, $2::int)`, ingestLockClass, projectID); err != nil {
-				return err
-			}
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1, $2::int)`, ingestLockClass, projectID); err != nil {
+			return err
 		}
 		c, err := findCohort(ctx, tx, u, projectID, id, true)
 		if err != nil {
