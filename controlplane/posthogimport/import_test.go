@@ -84,18 +84,21 @@ func (tg *target) count(query string) int {
 
 // source is a test server speaking PostHog's REST API from the fixtures in testdata (PostHog's
 // answer shapes): GET /api/projects/1/<list>/?offset=N answers <list>_N.json, each page's
-// next link pointing back at the server. The first request of the second flags page is
-// answered 429 with Retry-After: 1.
+// next link pointing back at the server. The first request of the second page of the flags,
+// and of the static cohort's members, is answered 429 with Retry-After: 1.
 type source struct {
-	srv       *httptest.Server
-	requests  atomic.Int64
-	mu        sync.Mutex
-	limitedAt time.Time
-	retriedAt time.Time
+	srv      *httptest.Server
+	requests atomic.Int64
+	mu       sync.Mutex
+	// throttled are the lists whose second page is answered 429 first: when it was, and when
+	// it was asked again.
+	throttled map[string]*throttle
 }
 
+type throttle struct{ limitedAt, retriedAt time.Time }
+
 func newSource(t *testing.T) *source {
-	s := &source{}
+	s := &source{throttled: map[string]*throttle{"feature_flags": {}, "cohorts/23/persons": {}}}
 	s.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		s.requests.Add(1)
 		if r.Header.Get("Authorization") != "Bearer phx_test" {
@@ -107,14 +110,15 @@ func newSource(t *testing.T) *source {
 			http.NotFound(w, r)
 			return
 		}
-		file := fmt.Sprintf("testdata/%s_%s.json", strings.Trim(name, "/"), r.URL.Query().Get("offset"))
-		if strings.HasPrefix(name, "feature_flags") && r.URL.Query().Get("offset") == "100" {
+		list := strings.Trim(name, "/")
+		file := fmt.Sprintf("testdata/%s_%s.json", list, r.URL.Query().Get("offset"))
+		if th := s.throttled[list]; th != nil && r.URL.Query().Get("offset") == "100" {
 			s.mu.Lock()
-			first := s.limitedAt.IsZero()
+			first := th.limitedAt.IsZero()
 			if first {
-				s.limitedAt = time.Now()
-			} else if s.retriedAt.IsZero() {
-				s.retriedAt = time.Now()
+				th.limitedAt = time.Now()
+			} else if th.retriedAt.IsZero() {
+				th.retriedAt = time.Now()
 			}
 			s.mu.Unlock()
 			if first {
@@ -154,8 +158,10 @@ func TestImportFromPostHog(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d := src.retriedAt.Sub(src.limitedAt); src.retriedAt.IsZero() || d < time.Second {
-		t.Errorf("the 429 was retried after %v, want Retry-After's 1s", d)
+	for list, th := range src.throttled {
+		if d := th.retriedAt.Sub(th.limitedAt); th.retriedAt.IsZero() || d < time.Second {
+			t.Errorf("the 429 of %s was retried after %v, want Retry-After's 1s", list, d)
+		}
 	}
 	// Keys kept, targeting and activity as in the source.
 	for key, active := range map[string]bool{"new-checkout": true, "pricing-test": true, "re-engage": false, "service-config": false, "beta-banner": true} {
