@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"time"
+	"unicode/utf8"
 
 	"github.com/flagedge/flagedge/shared/flags"
 )
@@ -108,6 +110,72 @@ type CohortService interface {
 	CreateStaticCohort(ctx context.Context, projectID, flagID int64, name string, persons func(yield func([]int64) error) error) (*Cohort, error)
 	// SetCount stores a property cohort's size.
 	SetCount(ctx context.Context, projectID, id int64, count int) error
+	// FindCohortPersons returns a page of a static cohort's members, in the order they were
+	// stored, and how many it holds; a property cohort is refused (its members are whoever
+	// matches its filters now: its count says how many).
+	FindCohortPersons(ctx context.Context, projectID, id int64, limit, offset int) ([]*Person, int, error)
+	// AddPersonsToStaticCohort makes the persons m names members of a static cohort: the
+	// persons of the project with those uuids, and the persons behind those distinct ids,
+	// created (empty, as ingestion creates them) when the project has none, so that a
+	// membership can be given before the user is first seen. Adding a member twice changes
+	// nothing. A property cohort and a deleted one are refused, and so are person uuids
+	// none of which names a person of the project (with no distinct ids), as PostHog does.
+	AddPersonsToStaticCohort(ctx context.Context, projectID, id int64, m StaticCohortMembers) (StaticCohortAdded, error)
+	// RemovePersonFromStaticCohort takes the person with the uuid out of a static cohort;
+	// removing one that is not a member changes nothing, ErrNotFound when the project has no
+	// such person.
+	RemovePersonFromStaticCohort(ctx context.Context, projectID, id int64, personUUID string) error
+}
+
+// MaxStaticCohortAdd bounds the ids one request may add to a static cohort, uuids and distinct
+// ids together: 10,000 distinct ids of the longest length capture keeps (200 characters) fit
+// in the API's body limit, and one transaction of that size commits in well under a second.
+const MaxStaticCohortAdd = 10_000
+
+// maxDistinctIDLength is the longest distinct id stored: capture and /decide cut longer ones
+// to it, so a longer one given here could never be looked up.
+const maxDistinctIDLength = 200
+
+// StaticCohortMembers names persons to add to a static cohort.
+type StaticCohortMembers struct {
+	// PersonUUIDs are persons of the project (PostHog's person_ids); unknown ones are left out.
+	PersonUUIDs []string
+	// DistinctIDs are users by their distinct id (flagedge's extension): the person behind
+	// each, created when the project has none.
+	DistinctIDs []string
+}
+
+// Validate checks the ids: at least one, at most MaxStaticCohortAdd, uuids well formed,
+// distinct ids neither empty nor longer than capture keeps them.
+func (m StaticCohortMembers) Validate() error {
+	n := len(m.PersonUUIDs) + len(m.DistinctIDs)
+	if n == 0 {
+		return FieldError("person_ids", "required", "person_ids or distinct_ids must name at least one person.")
+	}
+	if n > MaxStaticCohortAdd {
+		return FieldError("person_ids", "max_length", fmt.Sprintf("At most %d persons can be added at once.", MaxStaticCohortAdd))
+	}
+	for _, id := range m.PersonUUIDs {
+		if !ValidUUID(id) {
+			return FieldError("person_ids", "invalid_input", fmt.Sprintf("%.60q is not a valid UUID.", id))
+		}
+	}
+	for _, id := range m.DistinctIDs {
+		if id == "" || utf8.RuneCountInString(id) > maxDistinctIDLength {
+			return FieldError("distinct_ids", "invalid_input", fmt.Sprintf("A distinct id is 1 to %d characters.", maxDistinctIDLength))
+		}
+	}
+	return nil
+}
+
+// StaticCohortAdded is what AddPersonsToStaticCohort did.
+type StaticCohortAdded struct {
+	// Added counts the persons that became members (those already members are not counted).
+	Added int
+	// Created counts the persons created for distinct ids the project did not have.
+	Created int
+	// Unknown counts the person uuids that name no person of the project.
+	Unknown int
 }
 
 // StoredPersonRow is one person as the flag actions scan them.

@@ -9,6 +9,23 @@ import (
 	"testing"
 )
 
+// runBinary runs a built binary to its end and returns what it wrote and its exit status.
+func runBinary(t *testing.T, bin string, args ...string) (stdout, stderr string, code int) {
+	t.Helper()
+	cmd := exec.Command(bin, args...)
+	var out, errOut bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	err := cmd.Run()
+	var exit *exec.ExitError
+	switch {
+	case errors.As(err, &exit):
+		code = exit.ExitCode()
+	case err != nil:
+		t.Fatal(err)
+	}
+	return out.String(), errOut.String(), code
+}
+
 // TestImportFromFlagedgeAsPostHog imports a project from a second flagedge stack, which
 // serves PostHog's REST API and /flags, with the built binary: flags of several kinds
 // (rollouts, properties, a cohort, variants with payloads, a dependency, an inactive one),
@@ -57,19 +74,7 @@ func TestImportFromFlagedgeAsPostHog(t *testing.T) {
 		t.Helper()
 		args := append([]string{"import", "posthog", "--from-url", "http://" + src.httpAddr, "--from-project", fmt.Sprint(src.projectID),
 			"--from-key", src.personal, "--url", "http://" + dst.httpAddr, "--api-key", dst.personal, "--project", fmt.Sprint(dst.projectID)}, extra...)
-		cmd := exec.Command(binaries.controlplane, args...)
-		var out, errOut bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &out, &errOut
-		err := cmd.Run()
-		var exit *exec.ExitError
-		code := 0
-		switch {
-		case errors.As(err, &exit):
-			code = exit.ExitCode()
-		case err != nil:
-			t.Fatal(err)
-		}
-		return out.String(), errOut.String(), code
+		return runBinary(t, binaries.controlplane, args...)
 	}
 	out, stderr, code := importCmd("--verify", "200", "--from-flags-url", srcEdge.url, "--from-token", src.token,
 		"--edge-url", dstEdge.url, "--edge-token", dst.token)

@@ -134,3 +134,78 @@ func (s *Server) withCount(r *http.Request, co *controlplane.Cohort) (*controlpl
 	co.Count = &n
 	return co, nil
 }
+
+func (s *Server) handleListCohortPersons(r *http.Request, c *call) (answer, error) {
+	id, err := s.cohortID(r)
+	if err != nil {
+		return answer{}, err
+	}
+	limit, offset, err := pageParams(r)
+	if err != nil {
+		return answer{}, err
+	}
+	list, total, err := s.cfg.Cohorts.FindCohortPersons(r.Context(), c.project.ID, id, limit, offset)
+	if err != nil {
+		return answer{}, err
+	}
+	out := make([]personJSON, len(list))
+	for i, p := range list {
+		out[i] = newPersonJSON(p)
+	}
+	return ok(s.newPage(r, total, limit, offset, out)), nil
+}
+
+// staticCohortAddedJSON is the answer of add_persons_to_static_cohort: PostHog's success, and
+// what was done (flagedge's extension).
+type staticCohortAddedJSON struct {
+	Success        bool `json:"success"`
+	PersonsAdded   int  `json:"persons_added"`
+	PersonsCreated int  `json:"persons_created"`
+	UnknownPersons int  `json:"unknown_person_ids"`
+}
+
+func (s *Server) handleAddPersonsToStaticCohort(r *http.Request, c *call) (answer, error) {
+	id, err := s.cohortID(r)
+	if err != nil {
+		return answer{}, err
+	}
+	f, err := decodeObject(r)
+	if err != nil {
+		return answer{}, err
+	}
+	var m controlplane.StaticCohortMembers
+	left := controlplane.MaxStaticCohortAdd
+	if m.PersonUUIDs, err = f.memberIDs("person_ids", &left); err != nil {
+		return answer{}, err
+	}
+	if m.DistinctIDs, err = f.memberIDs("distinct_ids", &left); err != nil {
+		return answer{}, err
+	}
+	added, err := s.cfg.Cohorts.AddPersonsToStaticCohort(r.Context(), c.project.ID, id, m)
+	if err != nil {
+		return answer{}, err
+	}
+	return ok(staticCohortAddedJSON{Success: true, PersonsAdded: added.Added, PersonsCreated: added.Created, UnknownPersons: added.Unknown}), nil
+}
+
+func (s *Server) handleRemovePersonFromStaticCohort(r *http.Request, c *call) (answer, error) {
+	id, err := s.cohortID(r)
+	if err != nil {
+		return answer{}, err
+	}
+	f, err := decodeObject(r)
+	if err != nil {
+		return answer{}, err
+	}
+	var person *string
+	if err := f.str("person_id", &person); err != nil {
+		return answer{}, err
+	}
+	if person == nil || *person == "" {
+		return answer{}, controlplane.FieldError("person_id", "required", "person_id is required.")
+	}
+	if err := s.cfg.Cohorts.RemovePersonFromStaticCohort(r.Context(), c.project.ID, id, *person); err != nil {
+		return answer{}, err
+	}
+	return ok(map[string]bool{"success": true}), nil
+}

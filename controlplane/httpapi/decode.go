@@ -88,6 +88,36 @@ func (f fields) ints(name string, dst **[]int64) error {
 	return decode(f, name, dst, "a list of integers")
 }
 
+// memberIDs reads field name, a list of ids to add to a static cohort, counting its elements
+// against *left (of controlplane.MaxStaticCohortAdd for the request) as it decodes them: one
+// more than are left is refused at once, so a long list is never held whole. What is left is
+// written back, so that the request's lists share the maximum.
+func (f fields) memberIDs(name string, left *int) ([]string, error) {
+	raw, ok := f[name]
+	if !ok {
+		return nil, nil
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	notList := typeError(name, "Must be a list of strings.")
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('[') {
+		return nil, notList
+	}
+	var out []string
+	for dec.More() {
+		if *left == 0 {
+			return nil, controlplane.FieldError(name, "max_length", fmt.Sprintf("At most %d ids can be added at once.", controlplane.MaxStaticCohortAdd))
+		}
+		tok, err := dec.Token()
+		s, isString := tok.(string)
+		if err != nil || !isString {
+			return nil, notList
+		}
+		out = append(out, s)
+		*left--
+	}
+	return out, nil
+}
+
 // object reads a field that must be a JSON object.
 func (f fields) object(name string, dst *json.RawMessage) error {
 	raw, ok := f[name]

@@ -34,6 +34,10 @@ type personJSON struct {
 	CreatedAt   timeJSON        `json:"created_at"`
 }
 
+func newPersonJSON(p *controlplane.Person) personJSON {
+	return personJSON{ID: p.ID, UUID: p.UUID, DistinctIDs: nonNil(p.DistinctIDs), Properties: p.Properties, CreatedAt: timeJSON(p.CreatedAt)}
+}
+
 // groupJSON is a stored group.
 type groupJSON struct {
 	GroupTypeIndex int             `json:"group_type_index"`
@@ -99,7 +103,7 @@ func (s *Server) handleListPersons(r *http.Request, c *call) (answer, error) {
 	}
 	out := make([]personJSON, len(list))
 	for i, p := range list {
-		out[i] = personJSON{ID: p.ID, UUID: p.UUID, DistinctIDs: nonNil(p.DistinctIDs), Properties: p.Properties, CreatedAt: timeJSON(p.CreatedAt)}
+		out[i] = newPersonJSON(p)
 	}
 	return ok(s.newPage(r, total, limit, offset, out)), nil
 }
@@ -113,7 +117,7 @@ func (s *Server) handleGetPerson(r *http.Request, c *call) (answer, error) {
 	if err != nil {
 		return answer{}, err
 	}
-	return ok(personJSON{ID: p.ID, UUID: p.UUID, DistinctIDs: nonNil(p.DistinctIDs), Properties: p.Properties, CreatedAt: timeJSON(p.CreatedAt)}), nil
+	return ok(newPersonJSON(p)), nil
 }
 
 func (s *Server) handleListGroups(r *http.Request, c *call) (answer, error) {

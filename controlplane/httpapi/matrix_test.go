@@ -29,6 +29,7 @@ type matrixFixtures struct {
 	cohort     int64
 	event      string
 	person     int64
+	personUUID string
 	feature    string
 	hook       int64
 	dest       int64
@@ -238,6 +239,15 @@ func matrixTable() map[string]matrixEntry {
 		"PATCH /api/projects/{project_id}/cohorts/{id}": {200, func(f *matrixFixtures) (string, any) {
 			return proj(f, "/cohorts/%d/", f.cohort), map[string]any{"name": f.unique("cohort")}
 		}},
+		"GET /api/projects/{project_id}/cohorts/{id}/persons": get(200, func(f *matrixFixtures) string {
+			return proj(f, "/cohorts/%d/persons/", f.cohort)
+		}),
+		"PATCH /api/projects/{project_id}/cohorts/{id}/add_persons_to_static_cohort": {200, func(f *matrixFixtures) (string, any) {
+			return proj(f, "/cohorts/%d/add_persons_to_static_cohort/", f.cohort), map[string]any{"person_ids": []string{f.personUUID}}
+		}},
+		"PATCH /api/projects/{project_id}/cohorts/{id}/remove_person_from_static_cohort": {200, func(f *matrixFixtures) (string, any) {
+			return proj(f, "/cohorts/%d/remove_person_from_static_cohort/", f.cohort), map[string]any{"person_id": f.personUUID}
+		}},
 		"GET " + flags + "/{id}/role_access": get(200, func(f *matrixFixtures) string { return flag(f, "/role_access/") }),
 		"POST " + flags + "/{id}/role_access": {201, func(f *matrixFixtures) (string, any) {
 			return flag(f, "/role_access/"), map[string]any{"role_id": f.freshRole()}
@@ -446,7 +456,7 @@ func TestRouteAuthorisationMatrix(t *testing.T) {
 	if err != nil || len(persons) != 1 {
 		t.Fatalf("person: %v %v", persons, err)
 	}
-	fx.person = persons[0].ID
+	fx.person, fx.personUUID = persons[0].ID, persons[0].UUID
 
 	// Keys that must not reach this project or organisation.
 	other, err := postgres.Bootstrap(ctx, e.db, bcrypt.MinCost, "outsider@elsewhere.org", "")

@@ -130,6 +130,11 @@ func (s *Server) routes() {
 	s.projectRoute("POST", cohorts, controlplane.ScopeCohortWrite, s.handleCreateCohort)
 	s.projectRoute("GET", cohorts+"/{id}", controlplane.ScopeCohortRead, s.handleGetCohort)
 	s.projectRoute("PATCH", cohorts+"/{id}", controlplane.ScopeCohortWrite, s.handlePatchCohort)
+	// A cohort's members are persons, properties and all: reading them takes person:read
+	// (PostHog asks for cohort:read as well; one scope per route here, the stricter one).
+	s.projectRoute("GET", cohorts+"/{id}/persons", controlplane.ScopePersonRead, s.handleListCohortPersons)
+	s.projectRoute("PATCH", cohorts+"/{id}/add_persons_to_static_cohort", controlplane.ScopeCohortWrite, s.handleAddPersonsToStaticCohort)
+	s.projectRoute("PATCH", cohorts+"/{id}/remove_person_from_static_cohort", controlplane.ScopeCohortWrite, s.handleRemovePersonFromStaticCohort)
 
 	s.projectRoute("GET", flags+"/{id}/role_access", controlplane.ScopeFlagRead, s.handleListRoleAccess)
 	s.projectRoute("POST", flags+"/{id}/role_access", controlplane.ScopeFlagWrite, s.handleCreateRoleAccess)

@@ -263,3 +263,177 @@ func (s *FlagService) EnsureUsageDashboard(ctx context.Context, projectID, flagI
 	}
 	return out, nil
 }
+
+// errNotStatic refuses a member change or listing of a property cohort.
+var errNotStatic = controlplane.FieldError("is_static", "invalid_input",
+	"Only static cohorts hold a list of persons: a property cohort's members are whoever matches its filters.")
+
+// FindCohortPersons returns a page of a static cohort's members, by person id, when the
+// project is of the user's organisation.
+func (s *CohortService) FindCohortPersons(ctx context.Context, projectID, id int64, limit, offset int) ([]*controlplane.Person, int, error) {
+	u, err := controlplane.CurrentUser(ctx)
+	if err != nil {
+		return nil, 0, err
+	}
+	c, err := findCohort(ctx, s.db.Pool, u, projectID, id, false)
+	if err != nil {
+		return nil, 0, opError("find cohort persons", err)
+	}
+	if !c.IsStatic {
+		return nil, 0, errNotStatic
+	}
+	var total int
+	if c.Count != nil {
+		total = *c.Count
+	}
+	rows, err := s.db.Pool.Query(ctx, personSelect+` JOIN cohort_people cp ON cp.person_id = p.id
+		WHERE cp.cohort_id = $1 AND p.project_id = $2 ORDER BY cp.person_id LIMIT $3 OFFSET $4`, id, projectID, limit, offset)
+	if err != nil {
+		return nil, 0, opError("find cohort persons", err)
+	}
+	list, err := pgx.CollectRows(rows, scanPerson)
+	if err != nil {
+		return nil, 0, opError("find cohort persons", err)
+	}
+	return list, total, nil
+}
+
+// AddPersonsToStaticCohort adds members to a static cohort in one transaction, on the
+// cohort's row locked and scoped by the user's organisation (CanReadOrg: any member may change
+// the organisation's cohorts). Distinct ids the project lacks get a new empty person each,
+// as ingestion would make them: their insertion announces them to the edges' membership
+// filters (migration 011's trigger) in the same commit as the new snapshot version, which
+// makes edges look the members up again. Nothing new (every person already a member) writes
+// nothing, not even a snapshot.
+func (s *CohortService) AddPersonsToStaticCohort(ctx context.Context, projectID, id int64, m controlplane.StaticCohortMembers) (controlplane.StaticCohortAdded, error) {
+	var out controlplane.StaticCohortAdded
+	u, err := controlplane.CurrentUser(ctx)
+	if err != nil {
+		return out, err
+	}
+	err = s.db.inTx(ctx, func(tx pgx.Tx) error {
+		// The cohort is read first to refuse a stranger before any lock is taken; then the
+		// project's ingest lock, and only after it the cohort's row. Ingestion takes that lock
+		// first and then, merging persons, locks persons' rows and references cohorts' rows, as
+		// an add does the other way round: one order for both, so neither waits on the other
+		// holding what it needs (and distinct ids are created by one of them at a time).
+		if _, err := findCohort(ctx, tx, u, projectID, id, false); err != nil {
+			return err
+		}
+		if err := m.Validate(); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1, $2::int)`, ingestLockClass, projectID); err != nil {
+			return err
+		}
+		c, err := findCohort(ctx, tx, u, projectID, id, true)
+		if err != nil {
+			return err
+		}
+		if !c.IsStatic || c.Deleted {
+			return errNotStatic
+		}
+		var persons []int64
+		if len(m.PersonUUIDs) > 0 {
+			rows, err := tx.Query(ctx, `SELECT id FROM persons WHERE project_id = $1 AND uuid = ANY($2::uuid[])`, projectID, m.PersonUUIDs)
+			if err != nil {
+				return err
+			}
+			if persons, err = pgx.CollectRows(rows, pgx.RowTo[int64]); err != nil {
+				return err
+			}
+			out.Unknown = len(uniqueStrings(m.PersonUUIDs)) - len(persons)
+			if len(persons) == 0 && len(m.DistinctIDs) == 0 {
+				return controlplane.FieldError("person_ids", "invalid_input", "No valid users to add to cohort.")
+			}
+		}
+		if len(m.DistinctIDs) > 0 {
+			ids, created, err := personsBehind(ctx, tx, projectID, m.DistinctIDs)
+			if err != nil {
+				return err
+			}
+			persons, out.Created = append(persons, ids...), created
+		}
+		tag, err := tx.Exec(ctx, `INSERT INTO cohort_people (cohort_id, person_id) SELECT $1, unnest($2::bigint[]) ON CONFLICT DO NOTHING`, id, persons)
+		if err != nil {
+			return err
+		}
+		out.Added = int(tag.RowsAffected())
+		if out.Added == 0 && out.Created == 0 {
+			return nil
+		}
+		return bumpSnapshot(ctx, tx, projectID)
+	})
+	if err != nil {
+		return controlplane.StaticCohortAdded{}, opError("add persons to static cohort", err)
+	}
+	return out, nil
+}
+
+// personsBehind returns the persons behind distinctIDs, each once, creating as ingestion does
+// (createMissingPersons) a person for every distinct id the project lacks, and how many it
+// created. The caller holds the project's ingest lock, so that no batch being ingested
+// creates or merges one of them meanwhile.
+func personsBehind(ctx context.Context, tx pgx.Tx, projectID int64, distinctIDs []string) ([]int64, int, error) {
+	created, err := createMissingPersons(ctx, tx, projectID, distinctIDs)
+	if err != nil {
+		return nil, 0, err
+	}
+	rows, err := tx.Query(ctx, `SELECT DISTINCT person_id FROM person_distinct_ids WHERE project_id = $1 AND distinct_id = ANY($2::text[])`, projectID, distinctIDs)
+	if err != nil {
+		return nil, 0, err
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	return ids, created, err
+}
+
+// uniqueStrings returns ss without repeats, in their first order.
+func uniqueStrings(ss []string) []string {
+	seen := make(map[string]bool, len(ss))
+	out := make([]string, 0, len(ss))
+	for _, s := range ss {
+		if !seen[s] {
+			seen[s] = true
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// RemovePersonFromStaticCohort takes a person out of a static cohort, on the cohort's row
+// locked and scoped by the user's organisation, re-streaming the snapshot when it was a member.
+func (s *CohortService) RemovePersonFromStaticCohort(ctx context.Context, projectID, id int64, personUUID string) error {
+	u, err := controlplane.CurrentUser(ctx)
+	if err != nil {
+		return err
+	}
+	err = s.db.inTx(ctx, func(tx pgx.Tx) error {
+		c, err := findCohort(ctx, tx, u, projectID, id, true)
+		if err != nil {
+			return err
+		}
+		if !controlplane.ValidUUID(personUUID) {
+			return controlplane.FieldError("person_id", "invalid_input", "person_id must be a valid UUID.")
+		}
+		if !c.IsStatic || c.Deleted {
+			return errNotStatic
+		}
+		var person int64
+		err = tx.QueryRow(ctx, `SELECT id FROM persons WHERE project_id = $1 AND uuid = $2::uuid`, projectID, personUUID).Scan(&person)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return controlplane.Errorf(controlplane.NotFound, "not_found", "No person of this project has this UUID.")
+		}
+		if err != nil {
+			return err
+		}
+		tag, err := tx.Exec(ctx, `DELETE FROM cohort_people WHERE cohort_id = $1 AND person_id = $2`, id, person)
+		if err != nil || tag.RowsAffected() == 0 {
+			return err
+		}
+		return bumpSnapshot(ctx, tx, projectID)
+	})
+	if err != nil {
+		return opError("remove person from static cohort", err)
+	}
+	return nil
+}

@@ -179,6 +179,10 @@ var asMember = map[string]memberRule{
 	"Cohorts.SetCount":           memberMay,
 	"Cohorts.CreateStaticCohort": flagEdit, // the persons flag 1 is enabled for
 
+	"Cohorts.FindCohortPersons":            memberMay,
+	"Cohorts.AddPersonsToStaticCohort":     memberMay, // as any other change of a cohort
+	"Cohorts.RemovePersonFromStaticCohort": memberMay,
+
 	"EarlyAccess.FindEarlyAccessFeatures":    memberMay,
 	"EarlyAccess.FindEarlyAccessFeatureByID": memberMay,
 	"EarlyAccess.CreateEarlyAccessFeature":   flagEdit, // linking a restricted flag (overrides) gives its feature's stage a say in its filters
@@ -1035,7 +1039,7 @@ func newFixture(t, owner *testing.T) *fixture {
 	check("role access", err)
 	_, err = fx.s.ReleasePlans.CreateReleasePlan(va, 1, 1, victimPlan())
 	check("release plan", err)
-	cohort, err := fx.s.Cohorts.CreateCohort(va, 1, controlplane.CohortUpdate{Name: ptr("victims")})
+	cohort, err := fx.s.Cohorts.CreateCohort(va, 1, controlplane.CohortUpdate{Name: ptr("victims"), IsStatic: ptr(true)})
 	check("cohort", err)
 	annotation, err := fx.s.Annotations.CreateAnnotation(va, 1, controlplane.AnnotationUpdate{Content: ptr("victim")})
 	check("annotation", err)
@@ -1069,6 +1073,9 @@ func newFixture(t, owner *testing.T) *fixture {
 	}}
 	if _, err := postgres.NewEventStore(db, slog.New(slog.NewTextHandler(io.Discard, nil))).Ingest(ctx, []controlplane.EventBatch{batch}); err != nil {
 		t.Fatal(err)
+	}
+	if _, err := fx.s.Cohorts.AddPersonsToStaticCohort(va, 1, cohort.ID, controlplane.StaticCohortMembers{DistinctIDs: []string{"victim-person"}}); err != nil {
+		t.Fatalf("cohort member: %v", err)
 	}
 	var person, key int64
 	if err := db.Pool.QueryRow(ctx, `SELECT (SELECT min(id) FROM persons WHERE project_id = 1),

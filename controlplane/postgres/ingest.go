@@ -253,16 +253,24 @@ func ensurePersons(ctx context.Context, tx pgx.Tx, projectID int64, events []con
 	for i, e := range events {
 		ids[i] = e.DistinctID
 	}
-	_, err := tx.Exec(ctx, `
+	_, err := createMissingPersons(ctx, tx, projectID, ids)
+	return err
+}
+
+// createMissingPersons creates an empty person for every distinct id among ids that the
+// project lacks, in one statement, and returns how many it created. The caller holds the
+// project's ingest lock (ingestLockClass), so no other transaction stores one of them meanwhile.
+func createMissingPersons(ctx context.Context, tx pgx.Tx, projectID int64, ids []string) (int, error) {
+	tag, err := tx.Exec(ctx, `
 		WITH wanted AS (SELECT DISTINCT unnest($2::text[]) AS d),
 		missing AS (SELECT d, nextval(pg_get_serial_sequence('persons', 'id')) AS id FROM wanted w
 			WHERE NOT EXISTS (SELECT 1 FROM person_distinct_ids x WHERE x.project_id = $1 AND x.distinct_id = w.d)),
 		created AS (INSERT INTO persons (id, project_id) SELECT id, $1 FROM missing)
 		INSERT INTO person_distinct_ids (project_id, distinct_id, person_id) SELECT $1, d, id FROM missing`, projectID, ids)
 	if err != nil {
-		return fmt.Errorf("ensure persons: %w", err)
+		return 0, fmt.Errorf("ensure persons: %w", err)
 	}
-	return nil
+	return int(tag.RowsAffected()), nil
 }
 
 // applyState loads the persons and groups the events touch, applies the events in order and

@@ -67,10 +67,10 @@ func newTarget(t *testing.T) *target {
 	return &target{t: t, db: db, url: srv.URL, key: res.PersonalAPIKey, project: fmt.Sprint(res.ProjectID)}
 }
 
-// dst is the import's target, its flag writes sent through httpClient (nil: a plain client).
+// dst is the import's target, its requests sent through httpClient (nil: a plain client).
 func (tg *target) dst(httpClient *http.Client) posthogimport.Target {
 	return posthogimport.Target{Client: flagsascode.NewClient(tg.url, tg.key, tg.project, httpClient),
-		URL: tg.url, Key: tg.key, Project: tg.project}
+		URL: tg.url, Key: tg.key, Project: tg.project, HTTP: httpClient}
 }
 
 func (tg *target) count(query string) int {
@@ -84,18 +84,21 @@ func (tg *target) count(query string) int {
 
 // source is a test server speaking PostHog's REST API from the fixtures in testdata (PostHog's
 // answer shapes): GET /api/projects/1/<list>/?offset=N answers <list>_N.json, each page's
-// next link pointing back at the server. The first request of the second flags page is
-// answered 429 with Retry-After: 1.
+// next link pointing back at the server. The first request of the second page of the flags,
+// and of the static cohort's members, is answered 429 with Retry-After: 1.
 type source struct {
-	srv       *httptest.Server
-	requests  atomic.Int64
-	mu        sync.Mutex
-	limitedAt time.Time
-	retriedAt time.Time
+	srv      *httptest.Server
+	requests atomic.Int64
+	mu       sync.Mutex
+	// throttled are the lists whose second page is answered 429 first: when it was, and when
+	// it was asked again.
+	throttled map[string]*throttle
 }
 
+type throttle struct{ limitedAt, retriedAt time.Time }
+
 func newSource(t *testing.T) *source {
-	s := &source{}
+	s := &source{throttled: map[string]*throttle{"feature_flags": {}, "cohorts/23/persons": {}}}
 	s.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		s.requests.Add(1)
 		if r.Header.Get("Authorization") != "Bearer phx_test" {
@@ -107,14 +110,15 @@ func newSource(t *testing.T) *source {
 			http.NotFound(w, r)
 			return
 		}
-		file := fmt.Sprintf("testdata/%s_%s.json", strings.Trim(name, "/"), r.URL.Query().Get("offset"))
-		if strings.HasPrefix(name, "feature_flags") && r.URL.Query().Get("offset") == "100" {
+		list := strings.Trim(name, "/")
+		file := fmt.Sprintf("testdata/%s_%s.json", list, r.URL.Query().Get("offset"))
+		if th := s.throttled[list]; th != nil && r.URL.Query().Get("offset") == "100" {
 			s.mu.Lock()
-			first := s.limitedAt.IsZero()
+			first := th.limitedAt.IsZero()
 			if first {
-				s.limitedAt = time.Now()
-			} else if s.retriedAt.IsZero() {
-				s.retriedAt = time.Now()
+				th.limitedAt = time.Now()
+			} else if th.retriedAt.IsZero() {
+				th.retriedAt = time.Now()
 			}
 			s.mu.Unlock()
 			if first {
@@ -154,11 +158,13 @@ func TestImportFromPostHog(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d := src.retriedAt.Sub(src.limitedAt); src.retriedAt.IsZero() || d < time.Second {
-		t.Errorf("the 429 was retried after %v, want Retry-After's 1s", d)
+	for list, th := range src.throttled {
+		if d := th.retriedAt.Sub(th.limitedAt); th.retriedAt.IsZero() || d < time.Second {
+			t.Errorf("the 429 of %s was retried after %v, want Retry-After's 1s", list, d)
+		}
 	}
 	// Keys kept, targeting and activity as in the source.
-	for key, active := range map[string]bool{"new-checkout": true, "pricing-test": true, "re-engage": false, "service-config": false} {
+	for key, active := range map[string]bool{"new-checkout": true, "pricing-test": true, "re-engage": false, "service-config": false, "beta-banner": true} {
 		if got := tg.count(fmt.Sprintf(`SELECT count(*) FROM feature_flags WHERE key = '%s' AND active = %v AND NOT deleted`, key, active)); got != 1 {
 			t.Errorf("flag %s active=%v: %d rows", key, active, got)
 		}
@@ -171,6 +177,16 @@ func TestImportFromPostHog(t *testing.T) {
 	}
 	if n := tg.count(`SELECT count(*) FROM cohorts WHERE name IN ('Paying users', 'Lapsed', 'Beta testers') AND NOT deleted`); n != 3 {
 		t.Errorf("%d of the 3 cohorts imported", n)
+	}
+	// The static cohort's 150 members (15 of them with a second distinct id) are members in
+	// flagedge: a person for each distinct id, as capture would have made them.
+	if n := tg.count(`SELECT count(*) FROM cohort_people cp JOIN cohorts c ON c.id = cp.cohort_id
+		JOIN person_distinct_ids d ON d.person_id = cp.person_id WHERE c.name = 'Beta testers'
+		AND (d.distinct_id LIKE 'beta-%' OR d.distinct_id LIKE 'anon-beta-%')`); n != 165 {
+		t.Errorf("%d distinct ids are members of Beta testers, want 165", n)
+	}
+	if sum.Members.Read != 150 || sum.Members.Pages != 2 || sum.Members.Added != 165 || sum.Members.Created != 165 {
+		t.Errorf("members copied: %+v", sum.Members)
 	}
 	if n := tg.count(`SELECT count(*) FROM early_access_features WHERE name = 'New checkout'`); n != 1 {
 		t.Errorf("%d early access features", n)
@@ -186,6 +202,7 @@ func TestImportFromPostHog(t *testing.T) {
 		`re-engage: uses cohort "Lapsed": behavioural filters`,
 		"service-config: has encrypted payloads",
 		"WARNING: 2 flags imported INACTIVE",
+		"static cohorts: 150 members of 1 cohorts read in 2 pages, 165 distinct ids written",
 		`annotation not imported: "Dip explained" (scope dashboard_item)`,
 	} {
 		if !strings.Contains(out.String(), want) {
@@ -193,8 +210,15 @@ func TestImportFromPostHog(t *testing.T) {
 		}
 	}
 
-	// A second import changes nothing and writes no activity.
+	for _, w := range sum.Translation.Warnings {
+		if w.Flag == "beta-banner" {
+			t.Errorf("the flag of the static cohort is imported with a warning: %v", w.Reasons)
+		}
+	}
+
+	// A second import changes nothing, writes no activity and adds no member.
 	before := tg.count(`SELECT count(*) FROM activity_log`)
+	version := tg.count(`SELECT snapshot_version FROM projects WHERE id = ` + tg.project)
 	again, err := posthogimport.Import(ctx, src.reader(t), tg.dst(nil), false)
 	if err != nil {
 		t.Fatal(err)
@@ -207,17 +231,23 @@ func TestImportFromPostHog(t *testing.T) {
 	if after := tg.count(`SELECT count(*) FROM activity_log`); after != before {
 		t.Errorf("the second import wrote %d activity entries", after-before)
 	}
+	if again.Members.Added != 0 || again.Members.Created != 0 || again.Members.Read != 150 {
+		t.Errorf("the second import's members: %+v", again.Members)
+	}
+	if after := tg.count(`SELECT snapshot_version FROM projects WHERE id = ` + tg.project); after != version {
+		t.Errorf("the second import re-streamed the snapshot %d times", after-version)
+	}
 }
 
-// cutAfter lets n POSTs through to the target, then fails every request as a lost
-// connection: an import interrupted part way through its writes.
+// cutAfter lets n writes (POST, PATCH) through to the target, then fails every write as a
+// lost connection: an import interrupted part way through its writes.
 type cutAfter struct {
-	n     atomic.Int64
-	posts atomic.Int64
+	n      atomic.Int64
+	writes atomic.Int64
 }
 
 func (c *cutAfter) RoundTrip(r *http.Request) (*http.Response, error) {
-	if r.Method == http.MethodPost && c.posts.Add(1) > c.n.Load() {
+	if (r.Method == http.MethodPost || r.Method == http.MethodPatch) && c.writes.Add(1) > c.n.Load() {
 		return nil, errors.New("connection lost")
 	}
 	return http.DefaultTransport.RoundTrip(r)
@@ -225,24 +255,41 @@ func (c *cutAfter) RoundTrip(r *http.Request) (*http.Response, error) {
 
 func TestInterruptedImportResumesWithoutDuplicates(t *testing.T) {
 	ctx := context.Background()
-	tg := newTarget(t)
-	src := newSource(t)
-	cut := &cutAfter{}
-	cut.n.Store(3)
-	if _, err := posthogimport.Import(ctx, src.reader(t), tg.dst(&http.Client{Transport: cut}), false); err == nil {
-		t.Fatal("the interrupted import did not fail")
-	}
-	if n := tg.count(`SELECT count(*) FROM cohorts`) + tg.count(`SELECT count(*) FROM feature_flags`); n != 3 {
-		t.Fatalf("the interrupted import wrote %d objects, want 3", n)
-	}
-	if _, err := posthogimport.Import(ctx, src.reader(t), tg.dst(nil), false); err != nil {
-		t.Fatal(err)
-	}
-	if n := tg.count(`SELECT count(*) FROM feature_flags`); n != 4 {
-		t.Errorf("%d flags after the re-run, want the source's 4", n)
-	}
-	if n := tg.count(`SELECT count(*) FROM cohorts`); n != 3 {
-		t.Errorf("%d cohorts after the re-run, want the source's 3", n)
+	for _, c := range []struct {
+		name            string
+		writes          int // let through before the cut
+		objects, member int // written by then: cohorts and flags, cohort members
+	}{
+		{"while creating flags", 4, 3, 165}, // the three cohorts, then the members (one batch)
+		{"while copying members", 3, 3, 0},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			tg := newTarget(t)
+			src := newSource(t)
+			cut := &cutAfter{}
+			cut.n.Store(int64(c.writes))
+			if _, err := posthogimport.Import(ctx, src.reader(t), tg.dst(&http.Client{Transport: cut}), false); err == nil {
+				t.Fatal("the interrupted import did not fail")
+			}
+			if n := tg.count(`SELECT count(*) FROM cohorts`) + tg.count(`SELECT count(*) FROM feature_flags`); n != c.objects {
+				t.Fatalf("the interrupted import wrote %d objects, want %d", n, c.objects)
+			}
+			if n := tg.count(`SELECT count(*) FROM cohort_people`); n != c.member {
+				t.Fatalf("the interrupted import wrote %d members, want %d", n, c.member)
+			}
+			if _, err := posthogimport.Import(ctx, src.reader(t), tg.dst(nil), false); err != nil {
+				t.Fatal(err)
+			}
+			if n := tg.count(`SELECT count(*) FROM feature_flags`); n != 5 {
+				t.Errorf("%d flags after the re-run, want the source's 5", n)
+			}
+			if n := tg.count(`SELECT count(*) FROM cohorts`); n != 3 {
+				t.Errorf("%d cohorts after the re-run, want the source's 3", n)
+			}
+			if n, m := tg.count(`SELECT count(*) FROM persons`), tg.count(`SELECT count(*) FROM cohort_people`); n != 165 || m != 165 {
+				t.Errorf("%d persons and %d members after the re-run, want 165 of each", n, m)
+			}
+		})
 	}
 }
 
@@ -253,10 +300,11 @@ func TestDryRunWritesNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if create, _, _ := sum.Plan.Counts(); create != 8 || sum.AnnotationsCreated != 1 {
-		t.Errorf("the dry run plans %d creations and %d annotations, want 8 and 1", create, sum.AnnotationsCreated)
+	if create, _, _ := sum.Plan.Counts(); create != 9 || sum.AnnotationsCreated != 1 || sum.StaticMembers != 150 {
+		t.Errorf("the dry run plans %d creations, %d annotations and %d members, want 9, 1 and 150", create, sum.AnnotationsCreated, sum.StaticMembers)
 	}
-	if n := tg.count(`SELECT count(*) FROM feature_flags`) + tg.count(`SELECT count(*) FROM cohorts`) + tg.count(`SELECT count(*) FROM annotations`); n != 0 {
+	if n := tg.count(`SELECT count(*) FROM feature_flags`) + tg.count(`SELECT count(*) FROM cohorts`) + tg.count(`SELECT count(*) FROM annotations`) +
+		tg.count(`SELECT count(*) FROM persons`); n != 0 {
 		t.Errorf("the dry run wrote %d objects", n)
 	}
 }

@@ -16,12 +16,18 @@ import (
 )
 
 // Target is the flagedge project an import writes to: the flags as code client for flags,
-// cohorts and features, and the same API, key and project for annotations.
+// cohorts and features, and the same API, key and project for annotations and static
+// cohorts' members.
 type Target struct {
 	Client  *flagsascode.Client
 	URL     string
 	Key     string
 	Project string
+	// HTTP sends the requests made here (annotations, members); nil is http.DefaultClient.
+	HTTP *http.Client
+	// OnMembers, when set, is told how the copy of a static cohort's members goes, after
+	// every page read and every batch written.
+	OnMembers func(MembersProgress)
 }
 
 // Summary is what an import did.
@@ -35,12 +41,20 @@ type Summary struct {
 	AnnotationsCreated int
 	// AnnotationsSkipped are the source's annotations not imported, with why.
 	AnnotationsSkipped []string
+	// Members is what the copy of static cohorts' members did (nothing on a dry run).
+	Members MembersCopied
+	// StaticMembers counts, on a dry run, the members the source's static cohorts hold (by
+	// their counts): those the import would copy.
+	StaticMembers int
 }
 
 // Import reads the source project, translates it and, unless dryRun, applies it to the
-// target: flags, cohorts and early access features through flagsascode.Apply (so a re-run
-// changes nothing that already matches, and gated changes come back as change requests),
-// then the annotations the target lacks. Nothing is deleted from the target.
+// target: the cohorts first (through flagsascode.Apply), then the members of the static
+// ones (copyMembers), then the flags and early access features (Apply again), so that no
+// flag using a static cohort is served before its members are there; then the annotations
+// the target lacks. Every step leaves alone what already matches, so a re-run changes
+// nothing and an interrupted import run again completes without duplicates; gated changes
+// come back as change requests. Nothing is deleted from the target.
 func Import(ctx context.Context, src *Source, dst Target, dryRun bool) (*Summary, error) {
 	p, err := src.Read(ctx)
 	if err != nil {
@@ -55,16 +69,41 @@ func Import(ctx context.Context, src *Source, dst Target, dryRun bool) (*Summary
 		if s.Plan, err = flagsascode.NewPlan(ctx, dst.Client, t.State, false); err != nil {
 			return s, err
 		}
-	} else {
-		s.Result, err = flagsascode.Apply(ctx, dst.Client, t.State, false)
-		if s.Result != nil {
-			s.Plan = s.Result.Plan
+		for _, co := range p.Cohorts {
+			if co.IsStatic && !co.Deleted && co.Count != nil {
+				s.StaticMembers += *co.Count
+			}
 		}
-		if err != nil {
-			return s, err
-		}
+		return s, importAnnotations(ctx, dst, p.Annotations, dryRun, s)
+	}
+	cohorts := flagsascode.NewState()
+	cohorts.Cohorts = t.State.Cohorts
+	first, err := flagsascode.Apply(ctx, dst.Client, cohorts, false)
+	s.Result, s.Plan = first, planOf(first)
+	if err != nil {
+		return s, err
+	}
+	if err := copyMembers(ctx, src, dst, p, cohortNames(p.Cohorts), &s.Members); err != nil {
+		return s, err
+	}
+	rest, err := flagsascode.Apply(ctx, dst.Client, t.State, false)
+	if rest != nil {
+		s.Result = &flagsascode.Result{Plan: &flagsascode.Plan{Changes: append(first.Plan.Changes, rest.Plan.Changes...)},
+			Applied: append(first.Applied, rest.Applied...), Gated: append(first.Gated, rest.Gated...), Version: rest.Version}
+		s.Plan = s.Result.Plan
+	}
+	if err != nil {
+		return s, err
 	}
 	return s, importAnnotations(ctx, dst, p.Annotations, dryRun, s)
+}
+
+// planOf is r's plan, nil without a result.
+func planOf(r *flagsascode.Result) *flagsascode.Plan {
+	if r == nil {
+		return nil
+	}
+	return r.Plan
 }
 
 // annotationKey identifies an annotation across the two systems: its text, instant and scope.
@@ -141,7 +180,11 @@ func (t Target) do(ctx context.Context, method, path string, body, out any) erro
 	}
 	req.Header.Set("Authorization", "Bearer "+t.Key)
 	req.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(req)
+	c := t.HTTP
+	if c == nil {
+		c = http.DefaultClient
+	}
+	resp, err := c.Do(req)
 	if err != nil {
 		return err
 	}
@@ -192,6 +235,13 @@ func (s *Summary) Write(w io.Writer, dryRun bool) error {
 	}
 	for _, a := range s.AnnotationsSkipped {
 		fmt.Fprintf(&b, "annotation not imported: %s\n", a)
+	}
+	if m := s.Members; m.Cohorts > 0 {
+		fmt.Fprintf(&b, "static cohorts: %d members of %d cohorts read in %d pages, %d distinct ids written in %s: %d persons became members (%d created)\n",
+			m.Read, m.Cohorts, m.Pages, m.DistinctIDs, m.Took.Round(time.Millisecond), m.Added, m.Created)
+	}
+	if s.StaticMembers > 0 {
+		fmt.Fprintf(&b, "static cohorts: about %d members would be copied\n", s.StaticMembers)
 	}
 	verb := "imported"
 	if dryRun {

@@ -28,9 +28,9 @@ type Translation struct {
 	SkippedFeatures []string
 }
 
-// Translate turns a PostHog project into a State. Flag keys are kept. A flag that uses a
-// cohort flagedge cannot serve exactly (behavioural filters, which need event queries; a
-// static cohort, whose members the import does not copy; a cohort using either), that
+// Translate turns a PostHog project into a State. Flag keys are kept; static cohorts are
+// kept as such (Import copies their members). A flag that uses a cohort flagedge cannot serve
+// exactly (behavioural filters, which need event queries; a cohort using one), that
 // aggregates by group (group type indexes are per installation), or that has encrypted
 // payloads (flagedge has none), is imported inactive with a Warning, its targeting otherwise
 // unchanged: it is never served differently from PostHog.
@@ -171,11 +171,11 @@ func cohortNames(cohorts []Cohort) map[int64]string {
 }
 
 // unservable says why flagedge cannot serve a cohort exactly, "" when it can: behavioural
-// filters (or legacy action and event groups) need event queries, a static cohort's members
-// are not imported, and a cohort inherits the reason of a cohort it uses.
+// filters (or legacy action and event groups) need event queries, and a cohort inherits the
+// reason of a cohort it uses. A static cohort is served: its members are copied.
 func unservable(co *Cohort, byID map[int64]*Cohort, visiting map[int64]bool) string {
 	if co.IsStatic {
-		return "a static cohort: its members are not imported"
+		return ""
 	}
 	filters, _ := decode(co.Filters)
 	if hasType(filters, "behavioral") {

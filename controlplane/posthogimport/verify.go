@@ -40,14 +40,18 @@ type Verification struct {
 // Verify asks both endpoints' /flags?v=2 for n synthetic users and returns every flag whose
 // answer (enabled and variant) differs. The users carry the person properties the flags and
 // cohorts of state use, each with one of the values the filters name or without it, so that
-// every condition is met by some users and missed by others. Flags listed in skip (those
-// imported inactive on purpose) are not compared.
-func Verify(ctx context.Context, state *flagsascode.State, n int, source, target Endpoint, skip []string) (*Verification, error) {
+// every condition is met by some users and missed by others. Every other user, while they
+// last, is one of members (distinct ids of static cohorts' members), so that membership is
+// compared too. Flags listed in skip (those imported inactive on purpose) are not compared.
+func Verify(ctx context.Context, state *flagsascode.State, n int, source, target Endpoint, members, skip []string) (*Verification, error) {
 	props := usedProperties(state)
 	c := &http.Client{Timeout: 30 * time.Second}
 	v := &Verification{}
 	for i := range n {
 		id := fmt.Sprintf("flagedge-verify-%d", i)
+		if i%2 == 1 && i/2 < len(members) {
+			id = members[i/2]
+		}
 		person := syntheticPerson(props, i)
 		a, err := askFlags(ctx, c, source, id, person)
 		if err != nil {

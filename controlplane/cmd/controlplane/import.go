@@ -35,7 +35,7 @@ func runImport(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	fs := newFlagSet("import posthog", stderr)
 	fromURL := fs.String("from-url", envOr("POSTHOG_URL", "https://us.posthog.com"), "PostHog's API, e.g. https://us.posthog.com or https://eu.posthog.com (env POSTHOG_URL)")
 	fromProject := fs.String("from-project", os.Getenv("POSTHOG_PROJECT"), "the PostHog project's id (env POSTHOG_PROJECT)")
-	fromKey := fs.String("from-key", os.Getenv("POSTHOG_API_KEY"), "a PostHog personal API key (phx_…) with feature_flag:read, cohort:read, early_access_feature:read and annotation:read (env POSTHOG_API_KEY)")
+	fromKey := fs.String("from-key", os.Getenv("POSTHOG_API_KEY"), "a PostHog personal API key (phx_…) with feature_flag:read, cohort:read, person:read (static cohorts' members), early_access_feature:read and annotation:read (env POSTHOG_API_KEY)")
 	apiURL := fs.String("url", envOr("FLAGEDGE_URL", "http://127.0.0.1:8000"), "the flagedge control plane's API (env FLAGEDGE_URL)")
 	key := fs.String("api-key", os.Getenv("FLAGEDGE_API_KEY"), "a flagedge personal API key: feature_flag, cohort, early_access_feature and annotation read and write (env FLAGEDGE_API_KEY)")
 	project := fs.String("project", os.Getenv("FLAGEDGE_PROJECT"), "the flagedge project's id (env FLAGEDGE_PROJECT)")
@@ -67,7 +67,8 @@ func runImport(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		objects += n
 		fmt.Fprintf(stderr, "read %s page: %d pages, %d objects, %.1f requests/s\n", path, pages, objects, float64(pages)/time.Since(start).Seconds())
 	}
-	dst := posthogimport.Target{Client: flagsascode.NewClient(*apiURL, *key, *project, nil), URL: *apiURL, Key: *key, Project: *project}
+	dst := posthogimport.Target{Client: flagsascode.NewClient(*apiURL, *key, *project, nil), URL: *apiURL, Key: *key, Project: *project,
+		OnMembers: membersProgress(stderr)}
 	sum, err := posthogimport.Import(ctx, src, dst, *dryRun)
 	if sum != nil {
 		if werr := sum.Write(stdout, *dryRun); werr != nil && err == nil {
@@ -88,10 +89,41 @@ func runImport(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		posthogimport.Endpoint{URL: *edgeURL, Token: *edgeToken}, stdout)
 }
 
+// membersProgress returns what prints the copy of static cohorts' members: on a terminal,
+// one line rewritten in place (pages read, members written, rate, time left); elsewhere (a
+// CI log), a line every 100 pages and one when a cohort is done.
+func membersProgress(stderr io.Writer) func(posthogimport.MembersProgress) {
+	terminal := false
+	if f, ok := stderr.(*os.File); ok {
+		if st, err := f.Stat(); err == nil && st.Mode()&os.ModeCharDevice != 0 {
+			terminal = true
+		}
+	}
+	return func(p posthogimport.MembersProgress) {
+		done := p.Done
+		if !terminal && p.Pages%100 != 0 && !done {
+			return
+		}
+		left := "?"
+		if d := p.Left(); d > 0 {
+			left = d.Round(time.Second).String()
+		}
+		line := fmt.Sprintf("static cohort %q: %d pages read, %d of %d members written, %.0f/s, %s left", p.Cohort, p.Pages, p.Written, p.Total, p.Rate(), left)
+		switch {
+		case terminal && done:
+			fmt.Fprintf(stderr, "\r\033[K%s\n", line)
+		case terminal:
+			fmt.Fprintf(stderr, "\r\033[K%s", line)
+		default:
+			fmt.Fprintln(stderr, line)
+		}
+	}
+}
+
 // waitImported waits (two minutes at most) until every connected edge serves what the
-// import wrote, so that --verify compares the imported flags.
+// import wrote, so that --verify compares the imported flags and members.
 func waitImported(ctx context.Context, client *flagsascode.Client, sum *posthogimport.Summary) error {
-	if sum.Result == nil || len(sum.Result.Applied) == 0 {
+	if (sum.Result == nil || len(sum.Result.Applied) == 0) && sum.Members.Added == 0 && sum.Members.Created == 0 {
 		return nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
@@ -100,7 +132,10 @@ func waitImported(ctx context.Context, client *flagsascode.Client, sum *posthogi
 	if err != nil {
 		return err
 	}
-	_, err = client.WaitLive(ctx, max(version, sum.Result.Version))
+	if sum.Result != nil {
+		version = max(version, sum.Result.Version)
+	}
+	_, err = client.WaitLive(ctx, version)
 	return err
 }
 
@@ -114,7 +149,7 @@ func verifyImport(ctx context.Context, sum *posthogimport.Summary, n int, source
 	for _, w := range sum.Translation.Warnings {
 		skip = append(skip, w.Flag)
 	}
-	v, err := posthogimport.Verify(ctx, sum.Translation.State, n, source, target, skip)
+	v, err := posthogimport.Verify(ctx, sum.Translation.State, n, source, target, sum.Members.Sample, skip)
 	for _, d := range v.Differences {
 		fmt.Fprintf(stdout, "difference: %s for %s: source %q, flagedge %q\n", d.Flag, d.DistinctID, d.Source, d.Target)
 	}
