@@ -5,6 +5,9 @@ package flagstest
 import (
 	"encoding/json"
 	"fmt"
+	"regexp"
+	"strconv"
+	"strings"
 
 	"github.com/flagedge/flagedge/shared/flags"
 )
@@ -55,3 +58,52 @@ func RealisticPersonProperties() flags.Properties {
 	return flags.Properties{"email": "alice42@example.com", "plan": "pro", "age": 31.0, "country": "FR",
 		"$current_url": "https://shop.example.com/checkout/v2", "signup_date": "2024-11-02T10:00:00Z", "app_version": "2.5.1"}
 }
+
+// RealisticProjectOf is a project of n flags of RealisticProject's mix: its 50 flags, then
+// copies of them (keys suffixed "-c1", "-c2", …) until there are n. Each copy has rollout
+// percentages and an age threshold of its own, so that copies are not one filter repeated
+// (an evaluation tests a repeated filter once), and its dependency on its own copy of
+// experiment-00. Of 50 or fewer flags it is RealisticProject's first n.
+func RealisticProjectOf(n int) flags.Project {
+	base := RealisticProject()
+	p := flags.Project{GroupTypes: base.GroupTypes, Cohorts: base.Cohorts}
+	for c := 0; len(p.Flags) < n; c++ {
+		for _, f := range base.Flags {
+			if len(p.Flags) == n {
+				break
+			}
+			if c > 0 {
+				f.Key = fmt.Sprintf("%s-c%d", f.Key, c)
+				f.Filters = json.RawMessage(varied(string(f.Filters), c))
+			}
+			f.ID = int64(len(p.Flags) + 1)
+			p.Flags = append(p.Flags, f)
+		}
+	}
+	return p
+}
+
+// varied is the filters of copy c of one of RealisticProject's flags: the rollout of each
+// condition below 100% moved by 7c (within 1–99), the age threshold by c (within 18–77), and
+// a dependency on experiment-00 made one on copy c's.
+func varied(filters string, c int) string {
+	out := rolloutRe.ReplaceAllStringFunc(filters, func(m string) string {
+		pct, _ := strconv.Atoi(rolloutRe.FindStringSubmatch(m)[1])
+		if pct == 100 || pct == 0 {
+			return m // everyone and no one stay what they are
+		}
+		return fmt.Sprintf(`], "rollout_percentage": %d`, 1+(pct+7*c)%99)
+	})
+	out = ageRe.ReplaceAllStringFunc(out, func(m string) string {
+		age, _ := strconv.Atoi(ageRe.FindStringSubmatch(m)[1])
+		return fmt.Sprintf(`"value": %d, "operator": "gt"`, 18+(age+c)%60)
+	})
+	return strings.ReplaceAll(out, `"key": "experiment-00"`, fmt.Sprintf(`"key": "experiment-00-c%d"`, c))
+}
+
+// A condition's rollout (after its properties: a variant's share is not one) and the age
+// filter's threshold.
+var (
+	rolloutRe = regexp.MustCompile(`\], "rollout_percentage": (\d+)`)
+	ageRe     = regexp.MustCompile(`"value": (\d+), "operator": "gt"`)
+)
