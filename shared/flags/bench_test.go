@@ -2,6 +2,7 @@ package flags_test
 
 import (
 	"fmt"
+	"strconv"
 	"testing"
 
 	"github.com/flagedge/flagedge/shared/flags"
@@ -32,5 +33,32 @@ func BenchmarkEvaluate50Flags(b *testing.B) {
 	for i := 0; i < b.N; i++ {
 		req.DistinctID = ids[i%len(ids)]
 		out = snap.Evaluate(&req, out)
+	}
+}
+
+// BenchmarkEvaluateFlags is BenchmarkEvaluate50Flags at 50, 200 and 1,000 flags of the same
+// mix (flagstest.RealisticProjectOf): the engine's per-flag cost.
+func BenchmarkEvaluateFlags(b *testing.B) {
+	for _, n := range []int{50, 200, 1000} {
+		b.Run(fmt.Sprintf("flags=%d", n), func(b *testing.B) {
+			snap, err := flags.Compile(flagstest.RealisticProjectOf(n))
+			if err != nil {
+				b.Fatal(err)
+			}
+			req := flags.Request{PersonProperties: flagstest.RealisticPersonProperties(), Groups: map[string]string{"company": "acme"},
+				GroupProperties: map[string]flags.Properties{"company": {"seats": 120.0}}}
+			ids := make([]string, 1024)
+			for i := range ids {
+				ids[i] = "user-" + strconv.Itoa(i)
+			}
+			var out []flags.Result
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				req.DistinctID = ids[i%len(ids)]
+				out = snap.Evaluate(&req, out)
+				i++
+			}
+		})
 	}
 }

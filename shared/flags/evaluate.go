@@ -2,7 +2,6 @@ package flags
 
 import (
 	"encoding/json"
-	"math/bits"
 	"strconv"
 	"time"
 )
@@ -142,9 +141,6 @@ func (s *Snapshot) Evaluate(req *Request, out []Result) []Result {
 	out = out[:len(s.flags)]
 	e := evaluation{snap: s, req: *req, results: out, now: req.Now}
 	e.selective = req.Selective && s.Filters(req.Runtime, req.EvaluationContexts)
-	if blocksAvailable && s.sure != 0 {
-		e.hashSure()
-	}
 	if s.evalOrder == nil {
 		for i := range s.flags {
 			e.flag(&s.flags[i], &out[i])
@@ -189,10 +185,10 @@ type evaluation struct {
 	variantHash uint64
 	haveVariant bool
 	blocks      [2]block // sha1block's inputs
-	// hashes are the rollout hashes of the snapshot's hashed flags (Snapshot.hashed), where
-	// bit i of haveHashes is set.
-	hashes     [maxHashed]uint64
-	haveHashes uint64
+	// pending is the flag whose rollout hash was computed with an earlier flag's, as its
+	// hashPartner, and pendingHash that hash; nil when there is none.
+	pending     *compiledFlag
+	pendingHash uint64
 
 	hasher *hasher // taken from hashers at the first hash
 	memo   memo
@@ -260,8 +256,8 @@ func (e *evaluation) flag(f *compiledFlag, r *Result) {
 		return
 	}
 	e.current, e.failed, e.groupIndex, e.haveRollout, e.haveVariant, e.noSubject = f, false, int(f.groupIndex), false, false, false
-	if f.hashSlot >= 0 && e.haveHashes&(1<<f.hashSlot) != 0 {
-		e.rolloutHash, e.haveRollout = int64(e.hashes[f.hashSlot]), true
+	if e.pending == f {
+		e.rolloutHash, e.haveRollout, e.pending = int64(e.pendingHash), true, nil
 	}
 	e.hashSubj = e.req.DistinctID
 	if f.groupIndex >= 0 {
@@ -388,57 +384,6 @@ func (e *evaluation) hash(prefix string, sep bool, salt string) uint64 {
 	return e.hasher.hash(prefix, sep, e.hashSubj, salt)
 }
 
-// hashSure computes the rollout hashes of the snapshot's sure flags two at a time (the CPU
-// runs two independent SHA-1 blocks in about 1.6 times the time of one), an odd one out
-// with the first other hashed flag; those whose input is longer than a block are left to
-// the flag's evaluation.
-func (e *evaluation) hashSure() {
-	var pending [2]int
-	n := 0
-	for rest := e.snap.sure; rest != 0; rest &= rest - 1 {
-		slot := bits.TrailingZeros64(rest)
-		if !e.fillHashed(&e.blocks[n], slot) {
-			continue
-		}
-		pending[n] = slot
-		if n++; n == 2 {
-			e.hashPair(pending[0], pending[1])
-			n = 0
-		}
-	}
-	if n == 1 {
-		e.hashWithNext(pending[0], -1)
-	}
-}
-
-// fillHashed pads the rollout hash input of flag Snapshot.hashed[slot] into b.
-func (e *evaluation) fillHashed(b *block, slot int) bool {
-	return b.fill(e.snap.flags[e.snap.hashed[slot]].key, true, e.req.DistinctID, "")
-}
-
-// hashPair computes the hashes of slots a and b, whose inputs are in e.blocks.
-func (e *evaluation) hashPair(a, b int) {
-	x, y := values(&e.blocks[0], &e.blocks[1])
-	e.hashes[a], e.hashes[b] = x, y
-	e.haveHashes |= 1<<a | 1<<b
-}
-
-// hashWithNext computes the hash of slot, whose input is in e.blocks[0], with that of the
-// first hashed flag after slot after (in evaluation order: one not evaluated yet) that has
-// none, when there is one.
-func (e *evaluation) hashWithNext(slot, after int) {
-	done := e.haveHashes | 1<<slot | (uint64(1)<<(after+1) - 1)
-	rest := ^done & (1<<len(e.snap.hashed) - 1)
-	for ; rest != 0; rest &= rest - 1 {
-		if next := bits.TrailingZeros64(rest); e.fillHashed(&e.blocks[1], next) {
-			e.hashPair(slot, next)
-			return
-		}
-	}
-	e.hashes[slot] = e.blocks[0].value()
-	e.haveHashes |= 1 << slot
-}
-
 // rolloutAndVariant computes the current flag's rollout hash and, when it has variants to
 // hash, its variant hash with it, which enable then uses.
 func (e *evaluation) rolloutAndVariant(c *condition) {
@@ -449,11 +394,14 @@ func (e *evaluation) rolloutAndVariant(c *condition) {
 		e.rolloutHash, e.haveRollout, e.variantHash, e.haveVariant = int64(r), true, v, true
 		return
 	}
-	// A flag on the hashed list buckets by the distinct id (markHashed), as its partner does.
-	if slot := int(f.hashSlot); slot >= 0 && blocksAvailable && e.fillHashed(&e.blocks[0], slot) {
-		e.hashWithNext(slot, slot)
-		e.rolloutHash, e.haveRollout = int64(e.hashes[slot]), true
-		return
+	// A hashed flag buckets by the distinct id (markHashed), as its partner does.
+	if f.hashed && f.hashPartner >= 0 && blocksAvailable && e.blocks[0].fill(f.key, true, e.hashSubj, "") {
+		partner := &e.snap.flags[f.hashPartner]
+		if e.blocks[1].fill(partner.key, true, e.req.DistinctID, "") {
+			r, p := values(&e.blocks[0], &e.blocks[1])
+			e.rolloutHash, e.haveRollout, e.pending, e.pendingHash = int64(r), true, partner, p
+			return
+		}
 	}
 	e.rolloutHash, e.haveRollout = int64(e.hash(f.key, true, "")), true
 }

@@ -1,7 +1,5 @@
 package flags
 
-import "math/bits"
-
 // UseSHABlocks turns the engine's use of the CPU's SHA extensions on or off (off: the
 // crypto/sha1 path of CPUs without them), and returns the function that restores it.
 func UseSHABlocks(on bool) (restore func()) {
@@ -10,8 +8,16 @@ func UseSHABlocks(on bool) (restore func()) {
 	return func() { blocksAvailable = was }
 }
 
-// HashedSlots reports how many flags s lists in its hashed flags, and how many of those are
-// sure (needed in every evaluation).
-func HashedSlots(s *Snapshot) (hashed, sure int) {
-	return len(s.hashed), bits.OnesCount64(s.sure)
+// HashedFlags reports how many flags of s are hashed with a partner (markHashed), and how
+// many have one.
+func HashedFlags(s *Snapshot) (hashed, partnered int) {
+	for i := range s.flags {
+		if s.flags[i].hashed {
+			hashed++
+			if s.flags[i].hashPartner >= 0 {
+				partnered++
+			}
+		}
+	}
+	return hashed, partnered
 }

@@ -10,8 +10,8 @@ import (
 	"github.com/flagedge/flagedge/shared/flags"
 )
 
-// TestHashedPairsMatchCryptoSHA1 evaluates projects with more than 64 flags that may need
-// their rollout hash, in an evaluation order other than the key order (dependencies on
+// TestHashedPairsMatchCryptoSHA1 evaluates projects with many flags that may need their
+// rollout hash (hashed with a partner), in an evaluation order other than the key order (dependencies on
 // flags with later keys), mixed with flags whose subject is not the distinct id (group,
 // continuity with overrides, device bucketing, holdouts, super conditions, multivariate),
 // for distinct ids around the 55-byte limit of a block, and compares every answer with
@@ -60,12 +60,12 @@ func TestHashedPairsMatchCryptoSHA1(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		hashed, sure := flags.HashedSlots(snap)
+		hashed, partnered := flags.HashedFlags(snap)
 		if seed == 1 {
-			t.Logf("hashed %d, sure %d", hashed, sure)
+			t.Logf("hashed %d, with a partner %d", hashed, partnered)
 		}
-		if hashed != 64 {
-			t.Fatalf("seed %d: %d hashed flags, want the test to fill all 64", seed, hashed)
+		if hashed < 64 || partnered != hashed-1 {
+			t.Fatalf("seed %d: %d hashed flags, %d with a partner; want the test to have more than 64, all but the last partnered", seed, hashed, partnered)
 		}
 		var with, without []flags.Result
 		for u := range 300 {
@@ -98,23 +98,31 @@ func TestHashedPairsMatchCryptoSHA1(t *testing.T) {
 	}
 }
 
-// TestSureFlagsTakeHashedSlotsFirst: with more candidates than the 64 places, the flags that
-// need their hash in every evaluation keep theirs, whatever their keys' order.
-func TestSureFlagsTakeHashedSlotsFirst(t *testing.T) {
+// TestEveryHashedFlagHasAPartner: however many flags may need their rollout hash (here 140,
+// more than the 64 places the engine once had), each but the last in evaluation order is
+// hashed with the next; the others (multivariate flags with properties, group flags) are
+// not on the list.
+func TestEveryHashedFlagHasAPartner(t *testing.T) {
 	var p flags.Project
-	for i := range 100 { // first by key: a property filter and a rollout
-		p.Flags = append(p.Flags, flags.FlagDefinition{ID: int64(i + 1), Key: fmt.Sprintf("a-%03d", i), Active: true,
-			Filters: json.RawMessage(`{"groups": [{"properties": [{"key": "plan", "value": "pro", "operator": "exact"}], "rollout_percentage": 50}]}`)})
+	p.GroupTypes = map[int]string{0: "company"}
+	add := func(key, filters string) {
+		p.Flags = append(p.Flags, flags.FlagDefinition{ID: int64(len(p.Flags) + 1), Key: key, Active: true, Filters: json.RawMessage(filters)})
 	}
-	for i := range 40 { // then plain rollouts, hashed in every evaluation
-		p.Flags = append(p.Flags, flags.FlagDefinition{ID: int64(200 + i), Key: fmt.Sprintf("b-%03d", i), Active: true,
-			Filters: json.RawMessage(`{"groups": [{"rollout_percentage": 30}]}`)})
+	for i := range 100 {
+		add(fmt.Sprintf("a-%03d", i), `{"groups": [{"properties": [{"key": "plan", "value": "pro", "operator": "exact"}], "rollout_percentage": 50}]}`)
 	}
+	for i := range 40 {
+		add(fmt.Sprintf("b-%03d", i), `{"groups": [{"rollout_percentage": 30}]}`)
+	}
+	add("c-multivariate", `{"groups": [{"properties": [{"key": "plan", "value": "pro", "operator": "exact"}], "rollout_percentage": 50}],
+		"multivariate": {"variants": [{"key": "a", "rollout_percentage": 50}, {"key": "b", "rollout_percentage": 50}]}}`)
+	add("d-group", `{"aggregation_group_type_index": 0, "groups": [{"rollout_percentage": 30}]}`)
+	add("e-everyone", `{"groups": [{"rollout_percentage": 100}]}`)
 	snap, err := flags.Compile(p)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if hashed, sure := flags.HashedSlots(snap); hashed != 64 || sure != 40 {
-		t.Errorf("%d hashed flags, %d of them sure; want 64 and all 40 sure flags", hashed, sure)
+	if hashed, partnered := flags.HashedFlags(snap); hashed != 140 || partnered != 139 {
+		t.Errorf("%d hashed flags, %d with a partner; want 140 and 139", hashed, partnered)
 	}
 }
