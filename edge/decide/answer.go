@@ -12,8 +12,9 @@ func wanted(want []bool, i int) bool { return want == nil || want[i] }
 
 // appendDecide writes the /decide answer of versions 1 to 3, with the project's client
 // configuration members; keys[i] is the JSON string of results[i].Key, followed by `:true`
-// in its capacity (state.Project's AnswerKeys).
-func appendDecide(b, members []byte, keys [][]byte, results []flags.Result, want []bool, errored bool, version int) []byte {
+// in its capacity (state.Project's AnswerKeys), and payloaded the indices of the results
+// that may carry a payload (flags.Snapshot.Payloaded).
+func appendDecide(b, members []byte, keys [][]byte, results []flags.Result, payloaded []int, want []bool, errored bool, version int) []byte {
 	b = append(b, '{')
 	b = append(b, members...)
 	b = append(b, `,"errorComputingFlags":`...)
@@ -60,7 +61,10 @@ func appendDecide(b, members []byte, keys [][]byte, results []flags.Result, want
 	if version >= 3 {
 		b = append(b, `,"featureFlagPayloads":{`...)
 		n := 0
-		for i := range results {
+		for _, i := range payloaded {
+			if i >= len(results) { // none, with disable_flags; payloaded is in order
+				break
+			}
 			r := &results[i]
 			if !r.Enabled || r.Payload == nil || !wanted(want, i) {
 				continue

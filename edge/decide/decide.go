@@ -466,7 +466,7 @@ func encode(b []byte, project *state.Project, sh shape, results []flags.Result, 
 	if sh.flagsV2 {
 		return appendFlagsV2(b, members, project.VersionText, keys, results, want, errored, sh.config)
 	}
-	return appendDecide(b, members, keys, results, want, errored, sh.version)
+	return appendDecide(b, members, keys, results, project.Snapshot.Payloaded(), want, errored, sh.version)
 }
 
 // needsPerson reports whether evaluating req needs the stored person: its properties or

@@ -67,6 +67,9 @@ type Snapshot struct {
 	evalOrder  []int          // dependencies before dependents; nil when that is the output order
 	groupTypes [maxGroupTypes]string
 
+	// payloaded lists, by index, the flags with a payload for some value (Payloaded).
+	payloaded []int
+
 	personKeys    []string
 	groupKeys     [maxGroupTypes][]string
 	staticCohorts bool
@@ -211,6 +214,11 @@ func Compile(p Project) (*Snapshot, error) {
 	}
 	s.assignMemoSlots()
 	s.markHashed()
+	for i := range s.flags {
+		if s.flags[i].hasPayload() {
+			s.payloaded = append(s.payloaded, i)
+		}
+	}
 	return s, nil
 }
 
@@ -249,6 +257,22 @@ func (s *Snapshot) markHashed() {
 		}
 		prev = i
 	}
+}
+
+// hasPayload reports whether some value of f has a payload.
+func (f *compiledFlag) hasPayload() bool {
+	if f.values == nil {
+		return false
+	}
+	if f.values.payloadTrue != nil {
+		return true
+	}
+	for i := range f.values.variants {
+		if f.values.variants[i].payload != nil {
+			return true
+		}
+	}
+	return false
 }
 
 // hasRollout reports whether a condition of f has a rollout below 100%.
@@ -693,6 +717,11 @@ func (s *Snapshot) Len() int { return len(s.flags) }
 
 // Key returns the key of the flag whose result Evaluate writes at index i.
 func (s *Snapshot) Key(i int) string { return s.flags[i].key }
+
+// Payloaded lists, in increasing order, the indices in results of the flags that have a
+// payload for some value: only their results can carry one, so that an answer's payloads
+// are found without a pass over every result. It is shared: callers must not change it.
+func (s *Snapshot) Payloaded() []int { return s.payloaded }
 
 // Lookup returns the index of the flag with the given key in results, or -1.
 func (s *Snapshot) Lookup(key string) int {
