@@ -215,7 +215,7 @@ func edgesRun(cfg config, cpBin string, nth int) (*edgesResult, error) {
 	}
 	a := stack.api()
 	progress("edges: creating a project of 50 flags")
-	p, err := createProject(a, "edges")
+	p, err := createProject(a, "edges", 50)
 	if err != nil {
 		return nil, err
 	}

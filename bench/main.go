@@ -67,6 +67,10 @@ type config struct {
 	sseStreams int
 	// profile takes a CPU profile of the edge in the pinned scenario.
 	profile bool
+	// pinnedFlags is how many flags of the realistic mix the pinned scenario's project holds,
+	// and pinnedRepeat makes every request of a run the same (a returning user).
+	pinnedFlags  int
+	pinnedRepeat bool
 }
 
 func main() {
@@ -112,6 +116,8 @@ func runBench(args []string) error {
 	fs.StringVar(&cfg.edgeBin, "edge-bin", "", "pinned, regions, eventlog and rss --self-contained: run this edge binary instead of one built from the tree (compare builds)")
 	combine := fs.String("plot", "", "only draw combined-* plots into --out from these report.json / pinned.json files (comma-separated)")
 	fs.BoolVar(&cfg.profile, "profile", false, "pinned: also take a CPU profile of the edge under load (pinned-edge-cpu.pprof and .txt); edges: of each control plane during the changes (edges-cp-N-cpu.pprof and .txt); eventlog: of the edge and the control plane in the flat-out phase")
+	fs.IntVar(&cfg.pinnedFlags, "pinned-flags", 50, "pinned: flags in the bench project (flagstest.RealisticProjectOf: RealisticProject's mix of 50, repeated with rollouts of their own)")
+	fs.BoolVar(&cfg.pinnedRepeat, "pinned-repeat", false, "pinned: every request of a run the same user and body (a returning user), instead of a new user each request")
 	fs.IntVar(&cfg.sseStreams, "sse-streams", 10_000, "OFREP change streams the sse scenario opens on its edge")
 	fs.IntVar(&cfg.eventLogRounds, "eventlog-rounds", 3, "eventlog: runs of each build at stream replication 1 and 3, interleaved (the report gives medians)")
 	fs.IntVar(&cfg.edgesCount, "edges", 10_000, "edges: simulated edges, each with its own gRPC connection and Watch stream")

@@ -27,7 +27,8 @@ import (
 // The pinned scenario measures /decide throughput and tail with the server alone on one
 // core: `go run ./bench --scenario pinned`. It is self-contained: it builds the control plane
 // and the edge, starts a throwaway PostgreSQL, the control plane and one edge, and creates
-// the 50-flag bench project through the REST API. The server under test — the edge, or a bare
+// the bench project through the REST API: --pinned-flags of the realistic mix (50 by default).
+// Every request is a new user, or with --pinned-repeat the same returning user and body. The server under test — the edge, or a bare
 // fasthttp responder in a process of its own answering a body of the same size — runs on
 // CPU 1 with GOMAXPROCS=1; the load generator runs on CPU 0: wrk (one thread, 16
 // connections) for the closed-loop runs, alternating bare, edge, bare, edge, and bench's own
@@ -62,16 +63,19 @@ type pinnedRun struct {
 
 // pinnedReport is what pinned.json holds.
 type pinnedReport struct {
-	Machine    string      `json:"machine"`
-	StartedAt  string      `json:"started_at"`
-	Command    string      `json:"command"`
-	LoadBefore string      `json:"load_average_before"`
-	LoadAfter  string      `json:"load_average_after"`
-	Commit     string      `json:"commit"`
-	Wrk        string      `json:"wrk"`
-	GeoIP      bool        `json:"geoip"`
-	BodyBytes  int         `json:"body_bytes"`
-	Seed       uint64      `json:"seed"`
+	Machine    string `json:"machine"`
+	StartedAt  string `json:"started_at"`
+	Command    string `json:"command"`
+	LoadBefore string `json:"load_average_before"`
+	LoadAfter  string `json:"load_average_after"`
+	Commit     string `json:"commit"`
+	Wrk        string `json:"wrk"`
+	GeoIP      bool   `json:"geoip"`
+	BodyBytes  int    `json:"body_bytes"`
+	Seed       uint64 `json:"seed"`
+	Flags      int    `json:"flags"`
+	// Repeat is set when every request of a run was the same (--pinned-repeat).
+	Repeat     bool        `json:"repeat"`
 	Runs       []pinnedRun `json:"runs"`
 	EdgeMedian float64     `json:"edge_median_rps"`
 	BareMedian float64     `json:"bare_median_rps"`
@@ -128,8 +132,8 @@ func serveBare(args []string) error {
 	return nil
 }
 
-// openLoopChild runs the decide workload (all properties sent, a new user each request) at
-// a fixed rate against an edge and prints the result as JSON on stdout.
+// openLoopChild runs the decide workload (all properties sent, a new user each request, or
+// with --repeat the same request every time) at a fixed rate against an edge and prints the result as JSON on stdout.
 func openLoopChild(args []string) error {
 	fs := flag.NewFlagSet("open-loop-child", flag.ContinueOnError)
 	addr := fs.String("edge", "", "edge host:port")
@@ -138,13 +142,17 @@ func openLoopChild(args []string) error {
 	rate := fs.Int("rate", pinnedOpenLoopRate, "requests per second")
 	duration := fs.Duration("duration", 10*time.Second, "how long")
 	name := fs.String("name", "open loop", "the result's name")
+	repeat := fs.Bool("repeat", false, "send the workload's first request every time (a returning user)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	w := newWorkload(*seed, *token, *addr, 1, 1)
+	next := func(i int64) *request { return w.decide(i, "/decide/?v=3", 0) }
+	if *repeat {
+		next = func(int64) *request { return w.decide(0, "/decide/?v=3", 0) }
+	}
 	res := run(newClient(*addr, 64), load{name: *name, connections: 64, rate: *rate, duration: *duration,
-		maxRequests: int64(*rate) * int64(duration.Seconds()+1), expectStatus: 200,
-		next: func(i int64) *request { return w.decide(i, "/decide/?v=3", 0) }}, progress)
+		maxRequests: int64(*rate) * int64(duration.Seconds()+1), expectStatus: 200, next: next}, progress)
 	return json.NewEncoder(os.Stdout).Encode(res)
 }
 
@@ -159,7 +167,11 @@ func pinnedScenario(cfg config) error {
 			return fmt.Errorf("pinned: %s not found (make deps installs it): %w", tool, err)
 		}
 	}
+	if cfg.pinnedFlags < 1 {
+		return fmt.Errorf("pinned: --pinned-flags %d: the project needs a flag", cfg.pinnedFlags)
+	}
 	rep := &pinnedReport{Machine: machine(), StartedAt: time.Now().UTC().Format(time.RFC3339), Seed: cfg.seed,
+		Flags: cfg.pinnedFlags, Repeat: cfg.pinnedRepeat,
 		Command: "go run ./bench " + strings.Join(os.Args[1:], " "), LoadBefore: loadAverage(),
 		EdgeGOGC: os.Getenv("GOGC"), EdgeMemLim: os.Getenv("GOMEMLIMIT")}
 	wrkVersion, _ := exec.Command("wrk", "--version").CombinedOutput()
@@ -174,7 +186,7 @@ func pinnedScenario(cfg config) error {
 	if err != nil {
 		return err
 	}
-	if err := os.WriteFile(script, []byte(wrkScript(entries)), 0o644); err != nil {
+	if err := os.WriteFile(script, []byte(wrkScript(entries, cfg.pinnedRepeat)), 0o644); err != nil {
 		return err
 	}
 	wrkSeconds := max(int(cfg.duration.Round(time.Second)/time.Second), 1)
@@ -233,7 +245,7 @@ func pinnedScenario(cfg config) error {
 		rate = cfg.rate
 	}
 	progress(fmt.Sprintf("pinned: open loop at %d/s against the edge", rate))
-	open, err := openLoopRun(ctx, st, "edge", st.edge, rate, time.Duration(wrkSeconds)*time.Second)
+	open, err := openLoopRun(ctx, st, "edge", st.edge, rate, time.Duration(wrkSeconds)*time.Second, cfg.pinnedRepeat)
 	if err != nil {
 		return err
 	}
@@ -241,7 +253,7 @@ func pinnedScenario(cfg config) error {
 	// The same generator against the bare responder: the floor the generator and the loopback
 	// put under any server's open-loop latency on these cores.
 	progress(fmt.Sprintf("pinned: open loop at %d/s against the bare responder", rate))
-	bareOpen, err := openLoopRun(ctx, st, "bare", st.bare, rate, time.Duration(wrkSeconds)*time.Second)
+	bareOpen, err := openLoopRun(ctx, st, "bare", st.bare, rate, time.Duration(wrkSeconds)*time.Second, cfg.pinnedRepeat)
 	if err != nil {
 		return err
 	}
@@ -301,9 +313,9 @@ func startPinnedStack(ctx context.Context, seed uint64, edgeBin string, profile 
 			st.close()
 		}
 	}()
-	progress("pinned: creating a project of 50 flags through the REST API")
+	progress(fmt.Sprintf("pinned: creating a project of %d flags through the REST API", rep.Flags))
 	a := st.api()
-	p, err := createProject(a, fmt.Sprintf("bench pinned %d", seed))
+	p, err := createProject(a, fmt.Sprintf("bench pinned %d", seed), rep.Flags)
 	if err != nil {
 		return nil, err
 	}
@@ -354,12 +366,12 @@ func (r *pinnedReport) write(dir string) error {
 }
 
 // openLoopRun runs bench's open-loop generator in a child process on the client CPU with
-// GOMAXPROCS=1 against the stack's edge.
-func openLoopRun(ctx context.Context, st *pinnedStack, server string, proc *process, rate int, d time.Duration) (pinnedRun, error) {
+// GOMAXPROCS=1 against the stack's edge; with repeat, every request the same.
+func openLoopRun(ctx context.Context, st *pinnedStack, server string, proc *process, rate int, d time.Duration, repeat bool) (pinnedRun, error) {
 	before := sampleCPU(proc.cmd.Process.Pid)
 	cmd := exec.CommandContext(ctx, "taskset", "-c", clientCPU, st.self, "--open-loop-child", "--edge", proc.httpAddr, "--token", st.token,
 		"--seed", strconv.FormatUint(st.work.seed, 10), "--rate", strconv.Itoa(rate), "--duration", d.String(),
-		"--name", server+", pinned, open loop (bench generator)")
+		"--name", server+", pinned, open loop (bench generator)", "--repeat="+strconv.FormatBool(repeat))
 	cmd.Env = append(os.Environ(), "GOMAXPROCS=1")
 	cmd.Stderr = os.Stderr
 	out, err := cmd.Output()
@@ -462,10 +474,14 @@ func (r *pinnedReport) markdown() string {
 	if r.EdgeGOGC != "" || r.EdgeMemLim != "" {
 		gc = fmt.Sprintf("GOGC=%q GOMEMLIMIT=%q", r.EdgeGOGC, r.EdgeMemLim)
 	}
-	fmt.Fprintf(&b, "- server under test on CPU %s (taskset), GOMAXPROCS=1, %s: the edge (50 flags, GeoIP %v) or the bare responder (its own process, %d B answers, the edge's mean answer size)\n",
-		serverCPU, gc, r.GeoIP, r.BodyBytes)
-	fmt.Fprintf(&b, "- load generator on CPU %s: %s, `-t1 -c%d --latency`, Lua script generated from bench's workload (decide v3, a new user each request, all person properties sent, seed %d); the open-loop run: bench's own generator, GOMAXPROCS=1, latency counted from each request's scheduled time\n",
-		clientCPU, r.Wrk, pinnedConnections, r.Seed)
+	users := "a new user each request"
+	if r.Repeat {
+		users = "every request the same returning user and body (--pinned-repeat)"
+	}
+	fmt.Fprintf(&b, "- server under test on CPU %s (taskset), GOMAXPROCS=1, %s: the edge (%d flags, GeoIP %v) or the bare responder (its own process, %d B answers, the edge's mean answer size)\n",
+		serverCPU, gc, r.Flags, r.GeoIP, r.BodyBytes)
+	fmt.Fprintf(&b, "- load generator on CPU %s: %s, `-t1 -c%d --latency`, Lua script generated from bench's workload (decide v3, %s, all person properties sent, seed %d); the open-loop run: bench's own generator, GOMAXPROCS=1, latency counted from each request's scheduled time\n",
+		clientCPU, r.Wrk, pinnedConnections, users, r.Seed)
 	fmt.Fprintf(&b, "- control plane (CPU %s) and PostgreSQL idle during the runs\n", clientCPU)
 	fmt.Fprintf(&b, "- server and generator: the share of one core each process used during the run; CPU %s and CPU %s busy: with anything (other processes, steal) — busy well beyond the server's share means the machine was not quiet\n\n", serverCPU, clientCPU)
 	fmt.Fprintf(&b, "| run | req/s | p50 µs | p90 µs | p99 µs | p99.9 µs | max µs | errors | server | CPU %s busy | generator | CPU %s busy |\n", serverCPU, clientCPU)

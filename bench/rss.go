@@ -148,7 +148,7 @@ func (b *bench) createProjects(n int) ([]*project, error) {
 		go func() {
 			defer wg.Done()
 			for j := range jobs {
-				p, err := createProject(b.api, fmt.Sprintf("rss %d", j))
+				p, err := createProject(b.api, fmt.Sprintf("rss %d", j), 50)
 				if err != nil {
 					select {
 					case errs <- err:

@@ -36,7 +36,7 @@ func newBench(cfg config) (*bench, error) {
 	}
 	a := &api{base: strings.TrimRight(cfg.controlPlane, "/"), key: cfg.personalKey, http: httpClient}
 	progress("creating a project of 50 flags through the REST API")
-	p, err := createProject(a, fmt.Sprintf("bench %d %s", cfg.seed, time.Now().UTC().Format(time.RFC3339)))
+	p, err := createProject(a, fmt.Sprintf("bench %d %s", cfg.seed, time.Now().UTC().Format(time.RFC3339)), 50)
 	if err != nil {
 		return nil, err
 	}

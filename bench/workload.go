@@ -65,9 +65,10 @@ type project struct {
 	flags map[string]int64 // key → id
 }
 
-// createProject creates a project holding flagstest.RealisticProject's 50 flags (and its
-// cohort), through the REST API as a user would.
-func createProject(a *api, name string) (*project, error) {
+// createProject creates a project holding n flags of flagstest.RealisticProject's mix
+// (flagstest.RealisticProjectOf; its 50 flags for 50) and its cohort, through the REST API as
+// a user would.
+func createProject(a *api, name string, n int) (*project, error) {
 	var p struct {
 		ID       int64  `json:"id"`
 		APIToken string `json:"api_token"`
@@ -76,7 +77,7 @@ func createProject(a *api, name string) (*project, error) {
 		return nil, err
 	}
 	out := &project{id: p.ID, token: p.APIToken, flags: map[string]int64{}}
-	def := flagstest.RealisticProject()
+	def := flagstest.RealisticProjectOf(n)
 	cohortIDs := map[int64]int64{}
 	for _, c := range def.Cohorts {
 		var filters map[string]any

@@ -68,18 +68,24 @@ const wrkTestBase = 1e10 - 10_000
 
 // TestWrkScriptRuns drives a server with wrk and the generated script for one second on
 // loopback (skipped where wrk is not installed): every request is valid JSON with its
-// headers, a POST to /decide/?v=3 with a distinct id of its own, counted from the base given
-// after "--".
+// headers, a POST to /decide/?v=3 with a distinct id counted from the base given after
+// "--": each request's own, or with repeat one id and one body for them all.
 func TestWrkScriptRuns(t *testing.T) {
 	if _, err := exec.LookPath("wrk"); err != nil || testing.Short() {
 		t.Skip("wrk not installed")
 	}
+	for _, repeat := range []bool{false, true} {
+		t.Run(fmt.Sprintf("repeat=%v", repeat), func(t *testing.T) { testWrkScript(t, repeat) })
+	}
+}
+
+func testWrkScript(t *testing.T, repeat bool) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	var mu sync.Mutex
-	seen, bad := map[string]bool{}, []string{}
+	seen, bodies, bad := map[string]int{}, map[string]bool{}, []string{}
 	srv := &fasthttp.Server{Handler: func(ctx *fasthttp.RequestCtx) {
 		var body struct {
 			DistinctID string         `json:"distinct_id"`
@@ -88,12 +94,13 @@ func TestWrkScriptRuns(t *testing.T) {
 		err := json.Unmarshal(ctx.PostBody(), &body)
 		n, _ := strconv.ParseInt(strings.TrimPrefix(body.DistinctID, "user-42-"), 10, 64)
 		mu.Lock()
-		if err != nil || string(ctx.Method()) != "POST" || string(ctx.RequestURI()) != "/decide/?v=3" || seen[body.DistinctID] ||
+		if err != nil || string(ctx.Method()) != "POST" || string(ctx.RequestURI()) != "/decide/?v=3" ||
 			n < wrkTestBase || n >= wrkTestBase+1e9 || body.Props["plan"] == nil || string(ctx.Request.Header.ContentType()) != "application/json" ||
 			len(ctx.Request.Header.Peek("X-Forwarded-For")) == 0 {
 			bad = append(bad, fmt.Sprintf("%s %s %s (%v)", ctx.Method(), ctx.RequestURI(), ctx.PostBody(), err))
 		}
-		seen[body.DistinctID] = true
+		seen[body.DistinctID]++
+		bodies[string(ctx.PostBody())] = true
 		mu.Unlock()
 		ctx.SetBodyString("{}")
 	}}
@@ -104,7 +111,7 @@ func TestWrkScriptRuns(t *testing.T) {
 		t.Fatal(err)
 	}
 	script := filepath.Join(t.TempDir(), "decide.lua")
-	if err := os.WriteFile(script, []byte(wrkScript(entries)), 0o644); err != nil {
+	if err := os.WriteFile(script, []byte(wrkScript(entries, repeat)), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	out, err := exec.Command("wrk", "-t1", "-c2", "-d1s", "-s", script, "http://"+ln.Addr().String(), "--", strconv.Itoa(wrkTestBase)).CombinedOutput()
@@ -117,8 +124,20 @@ func TestWrkScriptRuns(t *testing.T) {
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	t.Logf("%d requests", res.Requests)
-	if res.Requests == 0 || len(res.Errors) > 0 || len(bad) > 0 || int64(len(seen)) < res.Requests {
-		t.Errorf("wrk: %d requests, errors %v, %d distinct ids, bad requests %d (first: %v)\n%s", res.Requests, res.Errors, len(seen), len(bad), bad[:min(1, len(bad))], out)
+	t.Logf("%d requests, %d distinct ids, %d distinct bodies", res.Requests, len(seen), len(bodies))
+	if res.Requests == 0 || len(res.Errors) > 0 || len(bad) > 0 {
+		t.Fatalf("wrk: %d requests, errors %v, bad requests %d (first: %v)\n%s", res.Requests, res.Errors, len(bad), bad[:min(1, len(bad))], out)
+	}
+	switch {
+	case repeat && (len(seen) != 1 || len(bodies) != 1):
+		t.Errorf("repeat: %d distinct ids and %d distinct bodies in %d requests, want 1 and 1", len(seen), len(bodies), res.Requests)
+	case !repeat && int64(len(seen)) < res.Requests:
+		t.Errorf("%d distinct ids in %d requests: ids were reused", len(seen), res.Requests)
+	}
+	for id, n := range seen {
+		if !repeat && n > 1 {
+			t.Errorf("distinct id %s sent %d times", id, n)
+			break
+		}
 	}
 }
