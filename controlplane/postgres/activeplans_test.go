@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -110,5 +111,32 @@ func waitUntil(t *testing.T, what string, cond func() bool) {
 			t.Fatalf("timed out waiting until %s", what)
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// keepActivePlans keeps store's set of projects with active plans by LISTEN, as serve does,
+// until tb ends, and returns once the set is read.
+func keepActivePlans(tb testing.TB, store *postgres.EventStore, url string) {
+	tb.Helper()
+	set := store.ActivePlans()
+	ctx, stop := context.WithCancel(context.Background())
+	done, ready := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	go func() {
+		defer close(done)
+		_ = postgres.Listen(ctx, url, postgres.PlanChannel, slog.New(slog.NewTextHandler(io.Discard, nil)), set.Notify,
+			func(ctx context.Context) error {
+				if err := set.Resync(ctx); err != nil {
+					return err
+				}
+				once.Do(func() { close(ready) })
+				return nil
+			}, set.Lost)
+	}()
+	tb.Cleanup(func() { stop(); <-done })
+	select {
+	case <-ready:
+	case <-time.After(10 * time.Second):
+		tb.Fatal("the set of active plans was not read within 10 s")
 	}
 }
