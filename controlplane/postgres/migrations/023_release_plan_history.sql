@@ -4,13 +4,13 @@
 -- release_plan_points holds a guardrail's state at an evaluation of its plan: the step, each
 -- arm's users and metric, the estimated change with its always-valid interval (null until
 -- there is one) and whether it was a regression. The evaluator writes a point only when it
--- differs from the guardrail's last one, and keeps at most controlplane.MaxPlanPoints per
--- guardrail by deleting every second point (the first and last kept) when a guardrail goes
--- over (postgres.recordPlanPoints).
+-- differs from the guardrail's last one, numbered from 0 by seq, and keeps at most
+-- controlplane.MaxPlanPoints per guardrail: only the points whose seq is a multiple of a
+-- stride that doubles as the plan goes on, and the latest (postgres.recordPlanPoints).
 CREATE TABLE release_plan_points (
-    id                bigserial PRIMARY KEY,
     plan_id           bigint NOT NULL REFERENCES release_plans (id) ON DELETE CASCADE,
     guardrail         integer NOT NULL,
+    seq               bigint NOT NULL,
     at                timestamptz NOT NULL,
     step              integer NOT NULL,
     control_users     bigint NOT NULL,
@@ -21,9 +21,9 @@ CREATE TABLE release_plan_points (
     estimate          double precision,
     lower_bound       double precision,
     upper_bound       double precision,
-    regression        boolean NOT NULL
+    regression        boolean NOT NULL,
+    PRIMARY KEY (plan_id, guardrail, seq)
 );
-CREATE INDEX release_plan_points_plan ON release_plan_points (plan_id, guardrail, id);
 
 -- A project's id is sent on flagedge_release_plans when one of its plans starts, changes
 -- state or is deleted, as the transaction commits: every replica's ingestion keeps the set of
