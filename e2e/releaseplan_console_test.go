@@ -89,15 +89,13 @@ func TestReleasePlanInBrowser(t *testing.T) {
 		chromedp.WaitVisible(chromedp.CSS(`svg.plan-chart line.interval`)))
 	// The plan was evaluated every 100 ms while the traffic came in: each guardrail's history
 	// chart draws a vertex per point on both arms' lines and the interval's band.
-	var drawn struct{ Points, Control, Treatment, Band int }
-	if err := chromedp.Run(ctx, chromedp.Evaluate(`(() => {
+	type chart struct{ Points, Control, Treatment, Band int }
+	drawn := value(t, ctx, "the history chart", chromedp.Evaluate[chart](`(() => {
 		const svg = document.querySelector('[data-guardrail] svg.plan-history');
 		if (!svg) return {};
 		const n = sel => ((svg.querySelector(sel) || {getAttribute: () => ''}).getAttribute('points') || '').trim().split(/\s+/).filter(Boolean).length;
 		return {Points: +svg.dataset.points, Control: n('.arm-control'), Treatment: n('.arm-treatment'), Band: n('.interval-band')};
-	})()`, &drawn)); err != nil {
-		t.Fatal(err)
-	}
+	})()`))
 	if drawn.Points < 3 || drawn.Control != drawn.Points || drawn.Treatment != drawn.Points || drawn.Band < 2 {
 		t.Errorf("the history chart after several evaluations: %+v", drawn)
 	}
