@@ -28,8 +28,8 @@ type ActivePlans struct {
 	projects map[int64]bool
 }
 
-// NewActivePlans returns a set that knows nothing until Resync.
-func NewActivePlans(db *DB) *ActivePlans { return &ActivePlans{db: db} }
+// newActivePlans returns a set that knows nothing until Resync.
+func newActivePlans(db *DB) *ActivePlans { return &ActivePlans{db: db} }
 
 // Resync reads every project with an active plan. Call it once the LISTEN on PlanChannel is
 // in place, and again whenever that connection was lost.

@@ -27,7 +27,7 @@ var _ controlplane.EventStore = (*EventStore)(nil)
 // NewEventStore returns an EventStore on db. It reads each batch's project's release plans
 // until its ActivePlans is kept by a listener.
 func NewEventStore(db *DB, log *slog.Logger) *EventStore {
-	return &EventStore{db: db, log: log, plans: NewActivePlans(db)}
+	return &EventStore{db: db, log: log, plans: newActivePlans(db)}
 }
 
 // ActivePlans returns the set of projects with an active release plan that the store skips
