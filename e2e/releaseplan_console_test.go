@@ -88,15 +88,16 @@ func TestReleasePlanInBrowser(t *testing.T) {
 		chromedp.WaitVisible(`//td/span[normalize-space()="rolled_back"]`),
 		chromedp.WaitVisible(chromedp.CSS(`svg.plan-chart line.interval`)))
 	// The plan was evaluated every 100 ms while the traffic came in: each guardrail's history
-	// chart draws a vertex per point on both arms' lines and the interval's band.
-	type chart struct{ Points, Control, Treatment, Band int }
+	// chart draws a vertex per point on both arms' lines and the interval's band, and the
+	// latest interval.
+	type chart struct{ Points, Control, Treatment, Band, Latest int }
 	drawn := value(t, ctx, "the history chart", chromedp.Evaluate[chart](`(() => {
 		const svg = document.querySelector('[data-guardrail] svg.plan-history');
 		if (!svg) return {};
 		const n = sel => ((svg.querySelector(sel) || {getAttribute: () => ''}).getAttribute('points') || '').trim().split(/\s+/).filter(Boolean).length;
-		return {Points: +svg.dataset.points, Control: n('.arm-control'), Treatment: n('.arm-treatment'), Band: n('.interval-band')};
+		return {Points: +svg.dataset.points, Control: n('.arm-control'), Treatment: n('.arm-treatment'), Band: n('.interval-band'), Latest: svg.querySelectorAll('line.interval').length};
 	})()`))
-	if drawn.Points < 3 || drawn.Control != drawn.Points || drawn.Treatment != drawn.Points || drawn.Band < 2 {
+	if drawn.Points < 3 || drawn.Control != drawn.Points || drawn.Treatment != drawn.Points || drawn.Band < 2 || drawn.Latest != 1 {
 		t.Errorf("the history chart after several evaluations: %+v", drawn)
 	}
 	if code, plan := call(t, "GET", s.planURL(flag, "?history=true"), s.personal, nil); code != 200 ||

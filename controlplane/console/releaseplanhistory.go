@@ -25,9 +25,15 @@ type historyChart struct {
 	Band, Estimate string
 	ZeroY          float64
 	SpanLabel      string
+	// Latest is the latest interval as a whisker at its point (a band of one point has no
+	// width), when there is one.
+	Latest *historyWhisker
 	Steps          []historyStep
 	From, To       string
 }
+
+// historyWhisker is an interval at one point: its bounds and estimate on the change axis.
+type historyWhisker struct{ X, LowY, HighY, EstY float64 }
 
 // historyStep marks where the plan moved to a step.
 type historyStep struct {
@@ -95,6 +101,7 @@ func newHistoryChart(points []controlplane.PlanPoint) historyChart {
 			upper = append(upper, coord(px, changeY(p.Upper)))
 			lower = append(lower, coord(px, changeY(p.Lower)))
 			estimate = append(estimate, coord(px, changeY(p.Estimate)))
+			c.Latest = &historyWhisker{X: px, LowY: changeY(p.Lower), HighY: changeY(p.Upper), EstY: changeY(p.Estimate)}
 		}
 		if i > 0 && p.Step != points[i-1].Step {
 			c.Steps = append(c.Steps, historyStep{X: px, Label: fmt.Sprintf("step %d", p.Step+1)})

@@ -11,7 +11,8 @@ import (
 // first point at the left edge to the last at the right; the arms' lines have a vertex per
 // point, the higher mean at the top; the interval's band and the estimate cover the points
 // that had an interval, a bound far beyond the latest interval's is drawn at the panel's
-// edge; a step the plan moved to is marked.
+// edge, and the latest interval is drawn at its point too; a step the plan moved to is
+// marked.
 func TestHistoryChart(t *testing.T) {
 	at := time.Date(2026, 11, 27, 10, 0, 0, 0, time.UTC)
 	points := []controlplane.PlanPoint{
@@ -29,6 +30,9 @@ func TestHistoryChart(t *testing.T) {
 	if c.Band != "167.5,82.0 295.0,103.0 295.0,109.0 167.5,138.0" || c.Estimate != "167.5,108.0 295.0,106.0" || c.SpanLabel != "+1400%" {
 		t.Errorf("interval: band %q, estimate %q, span %q", c.Band, c.Estimate, c.SpanLabel)
 	}
+	if c.Latest == nil || *c.Latest != (historyWhisker{X: 295, LowY: 109, HighY: 103, EstY: 106}) {
+		t.Errorf("the latest interval: %+v", c.Latest)
+	}
 	if len(c.Steps) != 1 || c.Steps[0] != (historyStep{X: 295, Label: "step 2"}) {
 		t.Errorf("steps: %+v", c.Steps)
 	}
@@ -37,7 +41,7 @@ func TestHistoryChart(t *testing.T) {
 	}
 
 	one := newHistoryChart(points[:1])
-	if one.Control != "167.5,36.0" || one.Band != "" || one.Estimate != "" || one.SpanLabel != "+0.01" {
+	if one.Control != "167.5,36.0" || one.Band != "" || one.Estimate != "" || one.Latest != nil || one.SpanLabel != "+0.01" {
 		t.Errorf("a single point without an interval: %+v", one)
 	}
 	if empty := newHistoryChart(nil); empty.Points != 0 || empty.Control != "" {
