@@ -18,3 +18,9 @@ func (a *ActivePlans) MayHave(projectID int64) bool { return a.mayHave(projectID
 func (s *ReleasePlanStore) RecordPlanPoints(ctx context.Context, p *controlplane.ReleasePlan, at time.Time) error {
 	return s.db.inTx(ctx, func(tx pgx.Tx) error { return recordPlanPoints(ctx, tx, p, at) })
 }
+
+// CountForPlans exposes countForPlans: BenchmarkIngest/plan-read measures what each batch
+// into a project without plans paid before ActivePlans let ingestion skip it.
+func CountForPlans(ctx context.Context, tx pgx.Tx, projectID int64, events []controlplane.Event) error {
+	return countForPlans(ctx, tx, projectID, events)
+}

@@ -68,10 +68,27 @@ func TestIngestDeduplicates(t *testing.T) {
 // without one pays for plans existing at all) and with ten running on those flags (plans=10,
 // each guarded by $exception per user and the mean $pageview duration: the cost of counting
 // for them). Ingestion keeps its set of projects with active plans by LISTEN, as serve does.
+//
+// plan-read is the read of the project's active plans (none) that every batch made before
+// ingestion kept its set of projects with plans, in a transaction, on its own.
 func BenchmarkIngest(b *testing.B) {
 	for _, plans := range []int{0, 10} {
 		b.Run(fmt.Sprintf("plans=%d", plans), func(b *testing.B) { benchmarkIngest(b, plans) })
 	}
+	b.Run("plan-read", func(b *testing.B) {
+		db, res, _ := mustOpen(b)
+		batch := sdkEvents(res.ProjectID, 1000, 200, 0)
+		tx, err := db.Pool.Begin(context.Background())
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer tx.Rollback(context.Background()) //nolint:errcheck // read only
+		for b.Loop() {
+			if err := postgres.CountForPlans(context.Background(), tx, res.ProjectID, batch); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 }
 
 func benchmarkIngest(b *testing.B, plans int) {
