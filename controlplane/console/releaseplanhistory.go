@@ -27,9 +27,9 @@ type historyChart struct {
 	SpanLabel      string
 	// Latest is the latest interval as a whisker at its point (a band of one point has no
 	// width), when there is one.
-	Latest *historyWhisker
-	Steps          []historyStep
-	From, To       string
+	Latest   *historyWhisker
+	Steps    []historyStep
+	From, To string
 }
 
 // historyWhisker is an interval at one point: its bounds and estimate on the change axis.
