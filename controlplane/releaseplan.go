@@ -397,6 +397,9 @@ type ReleasePlanService interface {
 	// SetReleasePlanState pauses (PlanPaused), resumes (PlanRunning) or cancels
 	// (PlanCancelled) the flag's active plan; cancelling leaves the rollout where it is.
 	SetReleasePlanState(ctx context.Context, projectID, flagID int64, state string) (*ReleasePlan, error)
+	// FindReleasePlanHistory returns the points of each of the plan's guardrails, oldest
+	// first: one slice per guardrail, in the plan's order (releaseplanhistory.go).
+	FindReleasePlanHistory(ctx context.Context, projectID, planID int64) ([][]PlanPoint, error)
 }
 
 // ReleasePlanRunner is the system side of release plans, held only by the plan evaluator

@@ -13,7 +13,7 @@ import (
 // guardrail starts from the form and is paused, resumed and cancelled with its buttons; a
 // second plan started from the form meets SDK-shaped traffic whose treatment raises
 // $exception, and the page shows it rolled back, with the guardrail's arms and interval
-// drawn and marked a regression.
+// drawn and marked a regression, and their history over the evaluations charted.
 func TestReleasePlanInBrowser(t *testing.T) {
 	s := newStack(t, "--release-plan-interval", "100ms")
 	e := s.startEdge("edge-plans", "", true)
@@ -87,6 +87,23 @@ func TestReleasePlanInBrowser(t *testing.T) {
 	run(t, ctx, "the rolled back plan", chromedp.Navigate(planPage), chromedp.WaitVisible(chromedp.CSS(`[data-state=rolled_back]`)),
 		chromedp.WaitVisible(`//td/span[normalize-space()="rolled_back"]`),
 		chromedp.WaitVisible(chromedp.CSS(`svg.plan-chart line.interval`)))
+	// The plan was evaluated every 100 ms while the traffic came in: each guardrail's history
+	// chart draws a vertex per point on both arms' lines and the interval's band, and the
+	// latest interval.
+	type chart struct{ Points, Control, Treatment, Band, Latest int }
+	drawn := value(t, ctx, "the history chart", chromedp.Evaluate[chart](`(() => {
+		const svg = document.querySelector('[data-guardrail] svg.plan-history');
+		if (!svg) return {};
+		const n = sel => ((svg.querySelector(sel) || {getAttribute: () => ''}).getAttribute('points') || '').trim().split(/\s+/).filter(Boolean).length;
+		return {Points: +svg.dataset.points, Control: n('.arm-control'), Treatment: n('.arm-treatment'), Band: n('.interval-band'), Latest: svg.querySelectorAll('line.interval').length};
+	})()`))
+	if drawn.Points < 3 || drawn.Control != drawn.Points || drawn.Treatment != drawn.Points || drawn.Band < 2 || drawn.Latest != 1 {
+		t.Errorf("the history chart after several evaluations: %+v", drawn)
+	}
+	if code, plan := call(t, "GET", s.planURL(flag, "?history=true"), s.personal, nil); code != 200 ||
+		len(plan["guardrails"].([]any)[0].(map[string]any)["history"].([]any)) != drawn.Points {
+		t.Errorf("the API's history (%d) does not hold the %d points the chart draws", code, drawn.Points)
+	}
 	shoot(t, ctx, "release-plan")
 	text := value(t, ctx, "guardrail", chromedp.Text(chromedp.CSS(`[data-guardrail]`)))
 	if !strings.Contains(text, "regression") || !strings.Contains(text, "sequence") {

@@ -125,6 +125,8 @@ type guardrailChart struct {
 	LowX, HighX, EstX float64
 	ZeroX             float64
 	Interval          string
+	// History draws the arms and the interval over time (releaseplanhistory.go).
+	History historyChart
 }
 
 // Chart geometry (releaseplan.html draws the same box): bars and the interval axis run from
@@ -173,8 +175,16 @@ func (c *Console) renderPlan(q *request, data *planPage, status int) error {
 	}
 	data.Plan = plan
 	if plan != nil {
-		for _, r := range plan.Results() {
-			data.Charts = append(data.Charts, newGuardrailChart(r))
+		history, err := q.c.cfg.ReleasePlans.FindReleasePlanHistory(q.ctx, plan.ProjectID, plan.ID)
+		if err != nil {
+			return err
+		}
+		for i, r := range plan.Results() {
+			c := newGuardrailChart(r)
+			if i < len(history) {
+				c.History = newHistoryChart(history[i])
+			}
+			data.Charts = append(data.Charts, c)
 		}
 	}
 	p, err := q.page("Release plan · "+data.Flag.Key, "flags")

@@ -203,6 +203,11 @@ func TestOpenAPIValidatesResponses(t *testing.T) {
 		{method: "POST", specPath: "/api/projects/{project_id}/feature_flags/{id}/release_plan/", path: p(proj("/feature_flags/{guarded}/release_plan/")),
 			body: map[string]any{"steps": []any{map[string]any{"rollout_percentage": 10, "min_exposure": 5}}, "guardrails": []any{map[string]any{"event": "$exception"}}}, want: 400},
 		{method: "GET", specPath: "/api/projects/{project_id}/feature_flags/{id}/release_plan/", path: p(proj("/feature_flags/{guarded}/release_plan/")), want: 200},
+		{method: "GET", specPath: "/api/projects/{project_id}/feature_flags/{id}/release_plan/", path: func() string {
+			e.evaluatePlans() // a point in each guardrail's history
+			return p(proj("/feature_flags/{guarded}/release_plan/?history=true"))()
+		}, want: 200},
+		{method: "GET", specPath: "/api/projects/{project_id}/feature_flags/{id}/release_plan/", path: p(proj("/feature_flags/{guarded}/release_plan/?history=maybe")), want: 400},
 		{method: "POST", specPath: "/api/projects/{project_id}/feature_flags/{id}/release_plan/pause/", path: p(proj("/feature_flags/{guarded}/release_plan/pause/")), want: 200},
 		{method: "POST", specPath: "/api/projects/{project_id}/feature_flags/{id}/release_plan/pause/", path: p(proj("/feature_flags/{guarded}/release_plan/pause/")), want: 400},
 		{method: "POST", specPath: "/api/projects/{project_id}/feature_flags/{id}/release_plan/resume/", path: p(proj("/feature_flags/{guarded}/release_plan/resume/")), want: 200},

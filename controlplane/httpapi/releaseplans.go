@@ -35,6 +35,8 @@ type guardrailJSON struct {
 	Treatment  armJSON     `json:"treatment"`
 	Change     *changeJSON `json:"change"`
 	Regression bool        `json:"regression"`
+	// History is the guardrail's points over time, with ?history=true (releaseplanhistory.go).
+	History *[]planPointJSON `json:"history,omitempty"`
 }
 
 type exposuresJSON struct {
@@ -118,11 +120,18 @@ func (s *Server) handleGetReleasePlan(r *http.Request, c *call) (answer, error) 
 	if err != nil {
 		return answer{}, err
 	}
+	history, err := wantsHistory(r)
+	if err != nil {
+		return answer{}, err
+	}
 	p, err := s.cfg.ReleasePlans.FindReleasePlan(r.Context(), c.project.ID, id)
 	if err != nil {
 		return answer{}, err
 	}
 	out, err := s.newReleasePlanJSON(r, p)
+	if err == nil && history {
+		err = s.addHistory(r, p, &out)
+	}
 	return ok(out), err
 }
 

@@ -212,6 +212,8 @@ var asMember = map[string]memberRule{
 	"ReleasePlans.CreateReleasePlan":   flagEdit, // starts a plan on flag 1 (its plan is running: refused for that too, but only after the check)
 	"ReleasePlans.SetReleasePlanState": flagEdit, // pauses flag 1's plan
 
+	"ReleasePlans.FindReleasePlanHistory": memberMay, // plan 1's points
+
 	"Webhooks.FindWebhooks":    adminOnly,
 	"Webhooks.FindWebhookByID": adminOnly,
 	"Webhooks.FindDeliveries":  adminOnly,

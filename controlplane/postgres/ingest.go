@@ -14,16 +14,25 @@ import (
 	"github.com/flagedge/flagedge/controlplane/personview"
 )
 
-// EventStore stores captured events and applies them to persons and groups.
+// EventStore stores captured events, applies them to persons and groups, and counts them for
+// the release plans of their project.
 type EventStore struct {
-	db  *DB
-	log *slog.Logger
+	db    *DB
+	log   *slog.Logger
+	plans *ActivePlans
 }
 
 var _ controlplane.EventStore = (*EventStore)(nil)
 
-// NewEventStore returns an EventStore on db.
-func NewEventStore(db *DB, log *slog.Logger) *EventStore { return &EventStore{db: db, log: log} }
+// NewEventStore returns an EventStore on db. It reads each batch's project's release plans
+// until its ActivePlans is kept by a listener.
+func NewEventStore(db *DB, log *slog.Logger) *EventStore {
+	return &EventStore{db: db, log: log, plans: newActivePlans(db)}
+}
+
+// ActivePlans returns the set of projects with an active release plan that the store skips
+// the others by: the caller keeps it with Listen on PlanChannel (Notify, Resync, Lost).
+func (s *EventStore) ActivePlans() *ActivePlans { return s.plans }
 
 // ingestLockClass is the first key of the per-project advisory lock that serialises
 // ingestion of one project (across control-plane replicas), so person merges never race.
@@ -225,8 +234,10 @@ func (s *EventStore) ingestEvents(ctx context.Context, tx pgx.Tx, projectID int6
 	if err := ensurePersons(ctx, tx, projectID, fresh); err != nil {
 		return 0, 0, err
 	}
-	if err := countForPlans(ctx, tx, projectID, fresh); err != nil {
-		return 0, 0, err
+	if s.plans.mayHave(projectID) {
+		if err := countForPlans(ctx, tx, projectID, fresh); err != nil {
+			return 0, 0, err
+		}
 	}
 	var special []personview.Event
 	for _, e := range fresh {

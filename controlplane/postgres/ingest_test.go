@@ -60,14 +60,59 @@ func TestIngestDeduplicates(t *testing.T) {
 	}
 }
 
-// BenchmarkIngest stores batches of 1,000 events (200 users, one in fifty an $identify with
-// $set) in a real PostgreSQL: what the control plane sustains from its edges.
+// BenchmarkIngest stores batches of 1,000 SDK-shaped events (200 users; one in fifty an
+// $identify with $set, one in ten a $feature_flag_called answering one of ten flags, one in
+// twenty-five an $exception, the rest $pageviews with a duration) in a real PostgreSQL: what
+// the control plane sustains from its edges. A micro-benchmark of the store alone. Its
+// sub-benchmarks ingest into a project with no release plan (plans=0: what every project
+// without one pays for plans existing at all) and with ten running on those flags (plans=10,
+// each guarded by $exception per user and the mean $pageview duration: the cost of counting
+// for them). Ingestion keeps its set of projects with active plans by LISTEN, as serve does.
+//
+// plan-read is the read of the project's active plans (none) that every batch made before
+// ingestion kept its set of projects with plans, in a transaction, on its own.
 func BenchmarkIngest(b *testing.B) {
-	db, res, _ := mustOpen(b)
+	for _, plans := range []int{0, 10} {
+		b.Run(fmt.Sprintf("plans=%d", plans), func(b *testing.B) { benchmarkIngest(b, plans) })
+	}
+	b.Run("plan-read", func(b *testing.B) {
+		db, res, _ := mustOpen(b)
+		batch := sdkEvents(res.ProjectID, 1000, 200, 0)
+		tx, err := db.Pool.Begin(context.Background())
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer tx.Rollback(context.Background()) //nolint:errcheck // read only
+		for b.Loop() {
+			if err := postgres.CountForPlans(context.Background(), tx, res.ProjectID, batch); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
+
+func benchmarkIngest(b *testing.B, plans int) {
+	db, res, url := mustOpen(b)
 	store := postgres.NewEventStore(db, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	ctx := controlplane.NewContextWithUser(context.Background(), &mustKey(b, db, res.PersonalAPIKey).User)
+	flagStore, planStore := postgres.NewFlagService(db), postgres.NewReleasePlanStore(db)
+	for i := range plans {
+		f, err := flagStore.CreateFlag(ctx, res.ProjectID, controlplane.FlagUpdate{Key: ptr(fmt.Sprintf("bench-%d", i)),
+			Filters: json.RawMessage(`{"groups": [{"properties": [], "rollout_percentage": 0}]}`)})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := planStore.CreateReleasePlan(ctx, res.ProjectID, f.ID, controlplane.NewReleasePlan{
+			Steps: []controlplane.ReleaseStep{{RolloutPercentage: 50, MinDurationSeconds: 86400}},
+			Guardrails: []controlplane.Guardrail{{Event: "$exception"},
+				{Event: "$pageview", Property: "$duration", Stat: controlplane.StatMean}}}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	keepActivePlans(b, store, url)
 	batches := make([][]controlplane.Event, b.N)
 	for i := range batches {
-		batches[i] = events(res.ProjectID, 1000, 200, i)
+		batches[i] = sdkEvents(res.ProjectID, 1000, 200, i)
 	}
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
@@ -76,4 +121,26 @@ func BenchmarkIngest(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(b.N)*1000/b.Elapsed().Seconds(), "events/s")
+}
+
+// sdkEvents is a batch as PostHog's SDKs send it: events() with one event in ten a
+// $feature_flag_called for one of the flags bench-0 to bench-9 (answering true for half the
+// users) and one in twenty-five an $exception; $pageviews carry a $duration.
+func sdkEvents(projectID int64, n, users int, seed int) []controlplane.Event {
+	out := events(projectID, n, users, seed)
+	for i := range out {
+		e := &out[i]
+		switch {
+		case e.Name == "$identify":
+		case i%10 == 5:
+			props, _ := json.Marshal(map[string]any{"$feature_flag": fmt.Sprintf("bench-%d", i/10%10),
+				"$feature_flag_response": (i%users)%2 == 0})
+			e.Name, e.Properties = "$feature_flag_called", props
+		case i%25 == 7:
+			e.Name, e.Properties = "$exception", json.RawMessage(`{"$exception_type": "TypeError"}`)
+		default:
+			e.Properties = json.RawMessage(fmt.Sprintf(`{"$current_url": "https://shop.example.com/p/42", "$duration": %d}`, 100+i%400))
+		}
+	}
+	return out
 }

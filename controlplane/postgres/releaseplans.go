@@ -293,6 +293,9 @@ func (s *ReleasePlanStore) EvaluatePlans(ctx context.Context) ([]controlplane.Re
 				return err
 			}
 			now := s.db.Now()
+			if err := recordPlanPoints(ctx, tx, p, now); err != nil {
+				return err
+			}
 			if d = p.Next(now); d == nil {
 				return nil
 			}

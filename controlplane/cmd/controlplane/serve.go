@@ -250,8 +250,10 @@ type controlPlane struct {
 	grpc     *grpc.Server
 	sync     *syncserver.Server
 	ingest   *ingest.Ingester // the one owner of ingestion: the sync service and the event log call it
-	members  *bloomhub.Hub
-	edges    *syncserver.EdgeAuth
+	// plans is ingestion's set of the projects with an active release plan, kept by LISTEN.
+	plans   *postgres.ActivePlans
+	members *bloomhub.Hub
+	edges   *syncserver.EdgeAuth
 	// sessions records this replica's edges and what they serve (replicaID: this process);
 	// rollout waits on every replica's.
 	sessions  *postgres.EdgeSessionStore
@@ -347,7 +349,9 @@ func assemble(cfg *serveConfig, db *postgres.DB, logger *slog.Logger) (*controlP
 		return nil, err
 	}
 	cp.members = bloomhub.NewHub(postgres.NewMemberStore(db), logger, cp.reg)
-	cp.ingest = ingest.New(postgres.NewEventStore(db, logger), logger, cp.reg)
+	events := postgres.NewEventStore(db, logger)
+	cp.plans = events.ActivePlans()
+	cp.ingest = ingest.New(events, logger, cp.reg)
 	cp.edges = syncserver.NewEdgeAuth(postgres.NewEdgeService(db), logger, cp.reg)
 	cp.sync = syncserver.NewServer(postgres.NewSnapshotStore(db), postgres.NewPersonStore(db), cp.ingest, logger, cp.reg,
 		syncserver.WithMembership(cp.members), syncserver.WithSessions(cp.sessions, cp.replicaID),
@@ -433,6 +437,9 @@ func (cp *controlPlane) run(ctx context.Context) error {
 	})
 	g.Go(func() error {
 		return postgres.Listen(gctx, cfg.DatabaseURL, postgres.MembershipChannel, cp.log, cp.announceMembers, cp.members.Resync, cp.members.Lost)
+	})
+	g.Go(func() error {
+		return postgres.Listen(gctx, cfg.DatabaseURL, postgres.PlanChannel, cp.log, cp.plans.Notify, cp.plans.Resync, cp.plans.Lost)
 	})
 	// A notification on channel, or a reconnection after which one may have been missed,
 	// wakes whoever waits for it.
