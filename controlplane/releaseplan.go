@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/flagedge/flagedge/shared/confseq"
@@ -74,13 +75,28 @@ type Guardrail struct {
 	Direction string `json:"direction"`
 }
 
-// NewReleasePlan holds what a user gives to start a plan.
+// NewReleasePlan holds what a user gives to start a plan; a change request that asks to
+// start one keeps it in its intent (FlagIntent.ReleasePlan), hence the JSON names.
 type NewReleasePlan struct {
-	Steps              []ReleaseStep
-	Guardrails         []Guardrail
-	Alpha              float64
-	OnRegression       string
-	MinExposuresPerArm int64
+	Steps              []ReleaseStep `json:"steps"`
+	Guardrails         []Guardrail   `json:"guardrails"`
+	Alpha              float64       `json:"alpha"`
+	OnRegression       string        `json:"on_regression"`
+	MinExposuresPerArm int64         `json:"min_exposures_per_arm"`
+}
+
+// Describe summarises the plan for the reviewers of a change request that asks to start it.
+func (n *NewReleasePlan) Describe(flagKey string) string {
+	steps := make([]string, len(n.Steps))
+	for i, s := range n.Steps {
+		steps[i] = strconv.FormatFloat(s.RolloutPercentage, 'f', -1, 64) + "%"
+	}
+	guardrails := make([]string, len(n.Guardrails))
+	for i, g := range n.Guardrails {
+		guardrails[i] = g.Describe()
+	}
+	return fmt.Sprintf("Start a release plan on feature flag '%s': rollout %s; guardrails %s (alpha %g); on regression %s",
+		flagKey, strings.Join(steps, " -> "), strings.Join(guardrails, ", "), n.Alpha, n.OnRegression)
 }
 
 // Validate checks the plan and fills its defaults (alpha 0.05, rollback, count, increase,
@@ -241,6 +257,14 @@ type ReleasePlan struct {
 	// version holding that last write: edges serving it or a later one serve the result
 	// (rollout_status says which do).
 	EndedSnapshotVersion int64
+	// ApprovedChangeRequest is the change request whose approval started the plan ("" when
+	// its start needed none): under a policy that allows approved plans
+	// (ApprovalPolicy.AllowApprovedReleasePlans) its advances need no further review.
+	ApprovedChangeRequest string
+	// WaitingChangeRequest is the change request an advance of the plan waits for ("" when
+	// none): the plan advances when it is applied, and pauses when it is rejected, expires
+	// or fails. Guardrails are still watched meanwhile, and a regression still rolls back.
+	WaitingChangeRequest string
 
 	Tally     PlanTally
 	Decisions []ReleaseDecision
@@ -318,6 +342,9 @@ const (
 	DecisionResumed    = "resumed"
 	DecisionCancelled  = "cancelled"
 	DecisionFailed     = "failed" // a flag write the plan tried was refused; it tries again
+	// DecisionAwaitingApproval: the approvals gate stopped an advance and filed a change
+	// request, which the decision's reason names; the plan advances once it is applied.
+	DecisionAwaitingApproval = "awaiting_approval"
 )
 
 // ReleaseDecision is one thing the plan, or a person, decided.
@@ -357,6 +384,9 @@ func (p *ReleasePlan) Next(now time.Time) *ReleaseDecision {
 		d.Reason = fmt.Sprintf("Guardrail %s regressed: %s (control %.4g over %d users, treatment %.4g over %d).",
 			r.Describe(), r.Verdict.Describe(), r.Arms.Control.Mean(), r.Arms.Control.N, r.Arms.Treatment.Mean(), r.Arms.Treatment.N)
 		return d
+	}
+	if p.WaitingChangeRequest != "" { // the advance is decided; its change request is not
+		return nil
 	}
 	step := p.Steps[p.Step]
 	var exposed int64
