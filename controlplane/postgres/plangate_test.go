@@ -79,7 +79,9 @@ func (g *gatedPlanEnv) plan(t *testing.T) *controlplane.ReleasePlan {
 	return p
 }
 
-func allowApprovedPlans(u *controlplane.ApprovalPolicyUpdate) { u.AllowApprovedReleasePlans = ptr(true) }
+func allowApprovedPlans(u *controlplane.ApprovalPolicyUpdate) {
+	u.AllowApprovedReleasePlans = ptr(true)
+}
 
 // TestReleasePlanStartIsGated: on a flag whose rollout changes need approval, starting a plan
 // files a change request for the plan (its steps and guardrails in the intent, described for
