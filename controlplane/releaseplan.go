@@ -169,26 +169,33 @@ func (n *NewReleasePlan) Validate() error {
 	return nil
 }
 
-// ErrPlanFlagShape refuses a plan on a flag whose false answers would not make a fair control
-// arm: with property filters, users who do not match also answer false; a multivariate
-// flag has no one rolled-out value.
+// ErrPlanFlagShape refuses a plan on a flag whose exposures cannot be put in arms by the
+// distinct id: a flag aggregated by groups (its unit is the group), with early access
+// (super) conditions or a holdout (users outside the rollout for another reason than it),
+// or without condition groups to roll out.
 var ErrPlanFlagShape = FieldError("feature_flag", "invalid_input",
-	"A release plan needs a boolean flag whose condition groups have no property filters: otherwise users who do not match also answer false and bias the control arm.")
+	"A release plan needs a flag of persons with condition groups, and without early access conditions, holdout or group aggregation.")
 
 // ErrPlanActive refuses a second plan on a flag while one is running or paused.
 var ErrPlanActive = FieldError("feature_flag", "invalid_input", "The flag already has a running or paused release plan: cancel it first.")
 
-// CheckPlanFlag reports ErrPlanFlagShape unless the flag's filters suit a plan.
+// CheckPlanFlag reports ErrPlanFlagShape unless the flag's filters suit a plan. Property
+// filters and variants do: the arms then follow ClassifyExposure (planarm.go).
 func CheckPlanFlag(filters json.RawMessage) error {
 	f, err := flags.ParseFilters(filters)
-	if err != nil || f.Multivariate != nil && len(f.Multivariate.Variants) > 0 || len(f.Groups) == 0 ||
-		len(f.SuperGroups) > 0 || len(f.HoldoutGroups) > 0 {
+	if err != nil || len(f.Groups) == 0 || len(f.SuperGroups) > 0 || len(f.HoldoutGroups) > 0 || f.AggregationGroupTypeIndex != nil {
 		return ErrPlanFlagShape
 	}
 	for _, g := range f.Groups {
-		if len(g.Properties) > 0 || g.Variant != nil {
+		if g.AggregationGroupTypeIndex.Index != nil {
 			return ErrPlanFlagShape
 		}
+	}
+	var doc struct {
+		Holdout json.RawMessage `json:"holdout"`
+	}
+	if json.Unmarshal(filters, &doc) == nil && len(doc.Holdout) > 0 && string(doc.Holdout) != "null" {
+		return ErrPlanFlagShape
 	}
 	return nil
 }
@@ -286,6 +293,10 @@ type PlanTally struct {
 	Exposed []ArmCounts
 	// Metrics[g] are guardrail g's arms; for a count, N is the arm's exposed users.
 	Metrics []ArmPair
+	// Undecided counts the false exposures of users in no arm yet that could not be placed:
+	// no reason said whether they were eligible, and their stored properties could not
+	// either (ClassifyExposure). They are in neither arm.
+	Undecided int64
 }
 
 // ArmCounts counts users by arm.

@@ -42,6 +42,9 @@ type exposuresJSON struct {
 	Treatment         int64   `json:"treatment"`
 	ExpectedTreatment float64 `json:"expected_treatment"`
 	SRMPValue         float64 `json:"srm_p_value"`
+	// Undecided counts the false exposures put in neither arm: nothing said whether their
+	// users were eligible for the flag's conditions.
+	Undecided int64 `json:"undecided"`
 }
 
 // endedJSON says where the write that ended the plan (a rollback) is live: the snapshot
@@ -97,7 +100,8 @@ func (s *Server) newReleasePlanJSON(r *http.Request, p *controlplane.ReleasePlan
 	}
 	control, treatment, expected := p.Totals()
 	pv, _ := confseq.SampleRatioMismatch(control, treatment, expected)
-	out.Exposures = exposuresJSON{Control: control, Treatment: treatment, ExpectedTreatment: expected, SRMPValue: pv}
+	out.Exposures = exposuresJSON{Control: control, Treatment: treatment, ExpectedTreatment: expected, SRMPValue: pv,
+		Undecided: p.Tally.Undecided}
 	for _, g := range p.Results() {
 		gj := guardrailJSON{Guardrail: g.Guardrail, Regression: g.Verdict.Regression,
 			Control:   armJSON{Users: g.Arms.Control.N, Mean: g.Arms.Control.Mean()},

@@ -18,12 +18,16 @@ import (
 type EventStore struct {
 	db  *DB
 	log *slog.Logger
+	// eligibility decides which users exposed to a release plan's flag were eligible for it.
+	eligibility *planEligibility
 }
 
 var _ controlplane.EventStore = (*EventStore)(nil)
 
 // NewEventStore returns an EventStore on db.
-func NewEventStore(db *DB, log *slog.Logger) *EventStore { return &EventStore{db: db, log: log} }
+func NewEventStore(db *DB, log *slog.Logger) *EventStore {
+	return &EventStore{db: db, log: log, eligibility: newPlanEligibility(db)}
+}
 
 // ingestLockClass is the first key of the per-project advisory lock that serialises
 // ingestion of one project (across control-plane replicas), so person merges never race.
@@ -225,7 +229,7 @@ func (s *EventStore) ingestEvents(ctx context.Context, tx pgx.Tx, projectID int6
 	if err := ensurePersons(ctx, tx, projectID, fresh); err != nil {
 		return 0, 0, err
 	}
-	if err := countForPlans(ctx, tx, projectID, fresh); err != nil {
+	if err := countForPlans(ctx, tx, s.eligibility, projectID, fresh); err != nil {
 		return 0, 0, err
 	}
 	var special []personview.Event

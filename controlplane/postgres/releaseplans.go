@@ -236,6 +236,9 @@ func loadPlanState(ctx context.Context, q dbConn, p *controlplane.ReleasePlan) e
 	if err := rows.Err(); err != nil {
 		return err
 	}
+	if err := q.QueryRow(ctx, `SELECT undecided FROM release_plan_tallies WHERE plan_id = $1`, p.ID).Scan(&p.Tally.Undecided); err != nil {
+		return err
+	}
 	rows, err = q.Query(ctx, `SELECT at, kind, step, reason FROM release_plan_decisions WHERE plan_id = $1 ORDER BY id`, p.ID)
 	if err != nil {
 		return err
@@ -394,10 +397,11 @@ type activePlan struct {
 	units      int64
 }
 
-// exposure is a $feature_flag_called event's answer.
+// exposure is a $feature_flag_called event's answer, and the reason the SDK gives for it.
 type exposure struct {
 	Flag     string          `json:"$feature_flag"`
 	Response json.RawMessage `json:"$feature_flag_response"`
+	Reason   json.RawMessage `json:"$feature_flag_reason"`
 }
 
 // countForPlans counts the project's freshly stored events for its active plans, in the
@@ -405,7 +409,7 @@ type exposure struct {
 // each user to a plan's flag puts them in an arm, up to controlplane.MaxPlanUnits per plan,
 // and each guardrail event of an exposed user, from their exposure on, adds to their row.
 // One statement a plan reads the plans; two a plan count, whatever the batch's size.
-func countForPlans(ctx context.Context, tx pgx.Tx, projectID int64, events []controlplane.Event) error {
+func countForPlans(ctx context.Context, tx pgx.Tx, elig *planEligibility, projectID int64, events []controlplane.Event) error {
 	if len(events) == 0 {
 		return nil
 	}
@@ -432,15 +436,20 @@ func countForPlans(ctx context.Context, tx pgx.Tx, projectID int64, events []con
 		return err
 	}
 	for _, p := range plans {
-		if err := countForPlan(ctx, tx, p, events); err != nil {
+		if err := countForPlan(ctx, tx, elig, projectID, p, events); err != nil {
 			return fmt.Errorf("count for release plan %d: %w", p.id, err)
 		}
 	}
 	return nil
 }
 
-func countForPlan(ctx context.Context, tx pgx.Tx, p activePlan, events []controlplane.Event) error {
+// countForPlan counts the batch for plan p: exposures go to an arm by
+// controlplane.ClassifyExposure, those whose false answer does not say whether the user was
+// eligible through elig (countUnknownExposures).
+func countForPlan(ctx context.Context, tx pgx.Tx, elig *planEligibility, projectID int64, p activePlan, events []controlplane.Event) error {
 	var ids []string
+	var unknown []string
+	var unknownTimes []time.Time
 	var treated []bool
 	var times []time.Time
 	var gs []int32
@@ -451,11 +460,15 @@ func countForPlan(ctx context.Context, tx pgx.Tx, p activePlan, events []control
 		if e.Name == "$feature_flag_called" && p.units < controlplane.MaxPlanUnits {
 			var x exposure
 			if json.Unmarshal(e.Properties, &x) == nil && x.Flag == p.flagKey {
-				switch string(x.Response) {
-				case "true", `"true"`:
+				var reason string
+				_ = json.Unmarshal(x.Reason, &reason) // not a string: no reason
+				switch controlplane.ClassifyExposure(x.Response, reason) {
+				case controlplane.ExposureTreatment:
 					ids, treated, times = append(ids, e.DistinctID), append(treated, true), append(times, e.Timestamp)
-				case "false", `"false"`:
+				case controlplane.ExposureControl:
 					ids, treated, times = append(ids, e.DistinctID), append(treated, false), append(times, e.Timestamp)
+				case controlplane.ExposureUnknown:
+					unknown, unknownTimes = append(unknown, e.DistinctID), append(unknownTimes, e.Timestamp)
 				}
 			}
 		}
@@ -473,6 +486,19 @@ func countForPlan(ctx context.Context, tx pgx.Tx, p activePlan, events []control
 			gs, gIDs, values, gTimes = append(gs, int32(g)), append(gIDs, e.DistinctID), append(values, v), append(gTimes, e.Timestamp)
 		}
 	}
+	var undecided []string
+	if len(unknown) > 0 {
+		eligible, u, err := decideUnknown(ctx, tx, elig, projectID, p, unknown)
+		if err != nil {
+			return err
+		}
+		undecided = u
+		for i, d := range unknown {
+			if eligible[d] {
+				ids, treated, times = append(ids, d), append(treated, false), append(times, unknownTimes[i])
+			}
+		}
+	}
 	if len(ids) > 0 {
 		if _, err := tx.Exec(ctx, `WITH x AS (SELECT DISTINCT ON (d) d, t, ts FROM unnest($2::text[], $3::bool[], $4::timestamptz[]) AS x(d, t, ts)
 				ORDER BY d, ts LIMIT $5),
@@ -482,6 +508,9 @@ func countForPlan(ctx context.Context, tx pgx.Tx, p activePlan, events []control
 			p.id, ids, treated, times, controlplane.MaxPlanUnits-p.units, p.step); err != nil {
 			return err
 		}
+	}
+	if err := countUndecided(ctx, tx, p.id, undecided); err != nil {
+		return err
 	}
 	if len(gs) > 0 {
 		if _, err := tx.Exec(ctx, `INSERT INTO release_plan_values AS v (plan_id, guardrail, distinct_id, events, total)
