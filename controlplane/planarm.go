@@ -27,10 +27,10 @@ type ExposureClass int
 // Exposure classes.
 const (
 	ExposureNone       ExposureClass = iota // not an answer of the flag (no response, an error): not counted
-	ExposureTreatment         // true, or a variant of a multivariate flag
-	ExposureControl           // false, and the user is eligible
-	ExposureIneligible        // false because the user matches no condition (or the flag is off)
-	ExposureUnknown           // false, and the reason does not say whether the user is eligible
+	ExposureTreatment                       // true, or a variant of a multivariate flag
+	ExposureControl                         // false, and the user is eligible
+	ExposureIneligible                      // false because the user matches no condition (or the flag is off)
+	ExposureUnknown                         // false, and the reason does not say whether the user is eligible
 )
 
 // ClassifyExposure reads an exposure's $feature_flag_response and $feature_flag_reason.

@@ -17,8 +17,8 @@ func TestClassifyExposure(t *testing.T) {
 		{`true`, "", controlplane.ExposureTreatment},
 		{`"true"`, "", controlplane.ExposureTreatment},
 		{`"variant-b"`, "Matched condition set 2", controlplane.ExposureTreatment}, // a multivariate flag's variant
-		{`false`, "Out of rollout bound", controlplane.ExposureControl},          // posthog-js, -python: the description
-		{`false`, "out_of_rollout_bound", controlplane.ExposureControl},          // posthog-node's fallback: the code
+		{`false`, "Out of rollout bound", controlplane.ExposureControl},            // posthog-js, -python: the description
+		{`false`, "out_of_rollout_bound", controlplane.ExposureControl},            // posthog-node's fallback: the code
 		{`"false"`, " OUT OF ROLLOUT BOUND ", controlplane.ExposureControl},
 		{`false`, "No matching condition set", controlplane.ExposureIneligible},
 		{`false`, "no_condition_match", controlplane.ExposureIneligible},

@@ -60,9 +60,9 @@ func TestReleasePlanEligibility(t *testing.T) {
 		exposed("reason-no-match", false, "No matching condition set"),
 		exposed("eval-in", false, "Evaluated locally"), // a local evaluation's reason says nothing: evaluated
 		exposed("eval-out", false, ""),
-		exposed("eval-none", false, ""),    // the person has no email: undecided
+		exposed("eval-none", false, ""),     // the person has no email: undecided
 		exposed("nobody-stored", false, ""), // a person made by this event, without properties: undecided
-		exposed("missing", nil, ""),        // the flag was missing: no answer
+		exposed("missing", nil, ""),         // the flag was missing: no answer
 	)
 	p, err := fx.plans.FindReleasePlan(fx.ctx, fx.pid, fx.flag.ID)
 	if err != nil {
