@@ -371,7 +371,8 @@ type ReleaseDecision struct {
 // completed, or nil to wait. A step at 100% has no control arm of its own: the control users
 // of the earlier steps keep being counted, so guardrails keep their verdict, and the step
 // completes on its minimum duration and exposures unless that verdict turns to regression
-// (flagedge keeps no holdout).
+// (flagedge keeps no holdout). A plan waiting for the change request of an advance
+// (WaitingChangeRequest) decides nothing more than a pause or a rollback.
 func (p *ReleasePlan) Next(now time.Time) *ReleaseDecision {
 	if p.State != PlanRunning {
 		return nil
