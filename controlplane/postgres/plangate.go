@@ -34,12 +34,12 @@ func gatePlanStart(ctx context.Context, tx pgx.Tx, u *controlplane.User, flag *l
 	upd := controlplane.FlagUpdate{Filters: filters}
 	after := *flag.Flag
 	upd.Apply(&after)
-	action, policy, err := matchGate(ctx, tx, u, flag.Flag, &after, &upd)
-	if err != nil || policy == nil {
+	m, err := matchGate(ctx, tx, u, flag.Flag, &after, &upd)
+	if err != nil || m.policy == nil {
 		return err
 	}
-	action.Intent.ReleasePlan = &n
-	return fileChangeRequest(ctx, tx, u, flag.Flag, &after, action, policy)
+	m.action.Intent.ReleasePlan = &n
+	return fileChangeRequest(ctx, tx, u, flag.Flag, &after, m)
 }
 
 // startPlan stores plan n on the locked flag, as u, and writes its first step's rollout to
