@@ -26,17 +26,31 @@ func newPlanEligibility(db *DB) *planEligibility {
 	return &planEligibility{eval: &flageval.Evaluator{Snapshots: NewSnapshotStore(db)}}
 }
 
-// decide splits ids, distinct ids exposed to the flag flagKey of the project, into the
-// eligible and the undecided; the rest are not eligible.
-func (e *planEligibility) decide(ctx context.Context, tx pgx.Tx, projectID int64, flagKey string, ids []string) (eligible, undecided []string, err error) {
-	p, err := e.eval.Compile(ctx, projectID)
-	if err != nil {
-		return nil, nil, err
+// forBatch returns the eligibility of one batch of the project's events: the project's
+// flags are looked up at most once for all its plans.
+func (e *planEligibility) forBatch(projectID int64) *batchEligibility {
+	return &batchEligibility{eval: e.eval, projectID: projectID}
+}
+
+// batchEligibility decides eligibility for one batch of a project's events.
+type batchEligibility struct {
+	eval      *flageval.Evaluator
+	projectID int64
+	project   *flageval.Project // compiled on first need
+}
+
+// decide splits ids, distinct ids exposed to the flag flagKey, into the eligible and the
+// undecided; the rest are not eligible.
+func (b *batchEligibility) decide(ctx context.Context, tx pgx.Tx, flagKey string, ids []string) (eligible, undecided []string, err error) {
+	if b.project == nil {
+		if b.project, err = b.eval.Compile(ctx, b.projectID); err != nil {
+			return nil, nil, err
+		}
 	}
 	var def *flags.FlagDefinition
-	for i := range p.Definition.Flags {
-		if p.Definition.Flags[i].Key == flagKey {
-			def = &p.Definition.Flags[i]
+	for i := range b.project.Definition.Flags {
+		if b.project.Definition.Flags[i].Key == flagKey {
+			def = &b.project.Definition.Flags[i]
 		}
 	}
 	switch {
@@ -45,7 +59,7 @@ func (e *planEligibility) decide(ctx context.Context, tx pgx.Tx, projectID int64
 	case !controlplane.HasPropertyFilters(def.Filters):
 		return ids, nil, nil
 	}
-	persons, err := storedPersons(ctx, tx, projectID, ids)
+	persons, err := storedPersons(ctx, tx, b.projectID, ids)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -59,7 +73,7 @@ func (e *planEligibility) decide(ctx context.Context, tx pgx.Tx, projectID int64
 		// PersonLookupFailed: a property the conditions read that is not stored fails the
 		// flag instead of not matching, since the SDK may have had it.
 		req := flags.Request{DistinctID: id, StoredPerson: person.props, StaticCohorts: person.cohorts, PersonLookupFailed: true}
-		results = p.Snapshot.Evaluate(&req, results)
+		results = b.project.Snapshot.Evaluate(&req, results)
 		decided := false
 		for i := range results {
 			if results[i].Key != flagKey {
@@ -115,9 +129,9 @@ func storedPersons(ctx context.Context, tx pgx.Tx, projectID int64, ids []string
 }
 
 // decideUnknown decides the users of false exposures whose reason did not say whether they
-// were eligible for plan p (elig.decide): it returns the eligible ones, control, and the
-// undecided ones, for countUndecided once the batch's arms are stored.
-func decideUnknown(ctx context.Context, tx pgx.Tx, elig *planEligibility, projectID int64, p activePlan,
+// were eligible for plan p (batchEligibility.decide): it returns the eligible ones, control,
+// and the undecided ones, for countUndecided once the batch's arms are stored.
+func decideUnknown(ctx context.Context, tx pgx.Tx, elig *batchEligibility, p activePlan,
 	ids []string) (eligible map[string]bool, undecided []string, err error) {
 	distinct := make([]string, 0, len(ids))
 	seen := make(map[string]bool, len(ids))
@@ -127,7 +141,7 @@ func decideUnknown(ctx context.Context, tx pgx.Tx, elig *planEligibility, projec
 			distinct = append(distinct, d)
 		}
 	}
-	list, undecided, err := elig.decide(ctx, tx, projectID, p.flagKey, distinct)
+	list, undecided, err := elig.decide(ctx, tx, p.flagKey, distinct)
 	if err != nil {
 		return nil, nil, err
 	}

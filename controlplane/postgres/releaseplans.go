@@ -435,8 +435,9 @@ func countForPlans(ctx context.Context, tx pgx.Tx, elig *planEligibility, projec
 	if err := rows.Err(); err != nil || len(plans) == 0 {
 		return err
 	}
+	batch := elig.forBatch(projectID)
 	for _, p := range plans {
-		if err := countForPlan(ctx, tx, elig, projectID, p, events); err != nil {
+		if err := countForPlan(ctx, tx, batch, p, events); err != nil {
 			return fmt.Errorf("count for release plan %d: %w", p.id, err)
 		}
 	}
@@ -445,8 +446,8 @@ func countForPlans(ctx context.Context, tx pgx.Tx, elig *planEligibility, projec
 
 // countForPlan counts the batch for plan p: exposures go to an arm by
 // controlplane.ClassifyExposure, those whose false answer does not say whether the user was
-// eligible through elig (countUnknownExposures).
-func countForPlan(ctx context.Context, tx pgx.Tx, elig *planEligibility, projectID int64, p activePlan, events []controlplane.Event) error {
+// eligible through elig (decideUnknown).
+func countForPlan(ctx context.Context, tx pgx.Tx, elig *batchEligibility, p activePlan, events []controlplane.Event) error {
 	var ids []string
 	var unknown []string
 	var unknownTimes []time.Time
@@ -488,7 +489,7 @@ func countForPlan(ctx context.Context, tx pgx.Tx, elig *planEligibility, project
 	}
 	var undecided []string
 	if len(unknown) > 0 {
-		eligible, u, err := decideUnknown(ctx, tx, elig, projectID, p, unknown)
+		eligible, u, err := decideUnknown(ctx, tx, elig, p, unknown)
 		if err != nil {
 			return err
 		}
