@@ -2,6 +2,7 @@ package postgres_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"testing"
 	"time"
 
@@ -106,5 +107,66 @@ func TestReleasePlanEligibility(t *testing.T) {
 	}
 	if got := p.Tally.Exposed[0]; got.Treatment != 3 || p.Tally.Undecided != 2 {
 		t.Errorf("after a deciding exposure: %+v, undecided %d", got, p.Tally.Undecided)
+	}
+}
+
+// BenchmarkIngestTargetedPlan stores batches of 1,000 events (200 users with stored emails,
+// one event in five an exposure answering false) for a project with a release plan on a flag
+// filtered by email: with the SDK's reason, and without one, when the control plane
+// evaluates the flag for each exposed user's stored properties.
+func BenchmarkIngestTargetedPlan(b *testing.B) {
+	for _, reason := range []string{"Out of rollout bound", ""} {
+		name := "sdk-reason"
+		if reason == "" {
+			name = "evaluated"
+		}
+		b.Run(name, func(b *testing.B) {
+			fx := newPlanFixture(b)
+			var err error
+			fx.flag, err = fx.flags.CreateFlag(fx.ctx, fx.pid, controlplane.FlagUpdate{Key: ptr("targeted"), Active: ptr(true),
+				Filters: json.RawMessage(`{"groups": [{"properties": [{"key": "email", "value": "@acme.com", "operator": "icontains", "type": "person"}], "rollout_percentage": 20}]}`)})
+			if err != nil {
+				b.Fatal(err)
+			}
+			fx.start(b, twoSteps())
+			now := time.Now()
+			ingest := func(evs []controlplane.Event) {
+				if _, err := fx.events.Ingest(b.Context(), []controlplane.EventBatch{{ProjectID: fx.pid, Events: evs}}); err != nil {
+					b.Fatal(err)
+				}
+			}
+			var seed []controlplane.Event
+			for u := range 200 {
+				email := "u@acme.com"
+				if u%2 == 1 {
+					email = "u@other.org"
+				}
+				raw, _ := json.Marshal(map[string]any{"$set": map[string]any{"email": email}})
+				seed = append(seed, controlplane.Event{UUID: uuid.NewString(), ProjectID: fx.pid, Name: "$identify",
+					DistinctID: fmt.Sprintf("user-%d", u), Properties: raw, Timestamp: now, ReceivedAt: now})
+			}
+			ingest(seed)
+			batches := make([][]controlplane.Event, b.N)
+			for i := range batches {
+				for j := range 1000 {
+					props := map[string]any{"$current_url": "https://shop.example.com/p/42"}
+					name := "$pageview"
+					if j%5 == 0 {
+						name, props = "$feature_flag_called", map[string]any{"$feature_flag": "targeted", "$feature_flag_response": false}
+						if reason != "" {
+							props["$feature_flag_reason"] = reason
+						}
+					}
+					raw, _ := json.Marshal(props)
+					batches[i] = append(batches[i], controlplane.Event{UUID: uuid.NewString(), ProjectID: fx.pid, Name: name,
+						DistinctID: fmt.Sprintf("user-%d", j%200), Properties: raw, Timestamp: now, ReceivedAt: now})
+				}
+			}
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				ingest(batches[i])
+			}
+			b.ReportMetric(float64(b.N)*1000/b.Elapsed().Seconds(), "events/s")
+		})
 	}
 }

@@ -28,7 +28,7 @@ type planFixture struct {
 	flag   *controlplane.Flag
 }
 
-func newPlanFixture(t *testing.T) *planFixture {
+func newPlanFixture(t testing.TB) *planFixture {
 	t.Helper()
 	db, res, _ := mustOpen(t)
 	fx := &planFixture{db: db, ctx: controlplane.NewContextWithUser(t.Context(), &mustKey(t, db, res.PersonalAPIKey).User),
@@ -43,7 +43,7 @@ func newPlanFixture(t *testing.T) *planFixture {
 	return fx
 }
 
-func (fx *planFixture) start(t *testing.T, n controlplane.NewReleasePlan) *controlplane.ReleasePlan {
+func (fx *planFixture) start(t testing.TB, n controlplane.NewReleasePlan) *controlplane.ReleasePlan {
 	t.Helper()
 	p, err := fx.plans.CreateReleasePlan(fx.ctx, fx.pid, fx.flag.ID, n)
 	if err != nil {
