@@ -1,6 +1,7 @@
 package postgres_test
 
 import (
+	"encoding/json"
 	"errors"
 	"io"
 	"log/slog"
@@ -295,5 +296,28 @@ func TestReleasePlanRollbackPassesGate(t *testing.T) {
 	}
 	if got := g.fx.rollout(t); got != 10.0 {
 		t.Errorf("rollout = %v after the stale request", got)
+	}
+}
+
+// TestReleasePlanAdvanceBehindAnotherRequest: an advance the gate stops while a person's
+// request to change the flag's rollout is pending cannot wait for a request of its own (one
+// open request per action and flag): the plan pauses, naming the pending one.
+func TestReleasePlanAdvanceBehindAnotherRequest(t *testing.T) {
+	t.Parallel()
+	g := newGatedPlanEnv(t)
+	g.policy(t, controlplane.ActionFlagUpdate, 1)
+	g.approvedPlan(t)
+	other := g.gated(t, g.reqCtx, controlplane.FlagUpdate{
+		Filters: json.RawMessage(`{"groups": [{"properties": [], "rollout_percentage": 70}]}`)}, "approval_required")
+	g.balanced(t, "")
+	decided := g.evaluate(t)
+	if len(decided) != 1 || decided[0].Kind != controlplane.DecisionPaused || !strings.Contains(decided[0].Reason, other.ID) {
+		t.Fatalf("decisions: %+v", decided)
+	}
+	if p := g.plan(t); p.State != controlplane.PlanPaused || p.WaitingChangeRequest != "" {
+		t.Errorf("plan: state %s, waiting %q", p.State, p.WaitingChangeRequest)
+	}
+	if got := g.fx.rollout(t); got != 50.0 {
+		t.Errorf("rollout = %v", got)
 	}
 }
