@@ -204,6 +204,9 @@ type FlagIntent struct {
 	FullRequestData FlagUpdate          `json:"full_request_data"`
 	Preconditions   IntentPreconditions `json:"preconditions"`
 	HTTPMethod      string              `json:"http_method"`
+	// ReleasePlan, when set, is a release plan to start on the flag (flagedge's, not
+	// PostHog's): applying the request starts it, and FullRequestData is its first step.
+	ReleasePlan *NewReleasePlan `json:"release_plan,omitempty"`
 }
 
 // IntentDisplay is a change request's summary for reviewers.
@@ -344,6 +347,9 @@ func sameValue(a, b *float64) bool {
 // Display is the intent's summary for reviewers (PostHog's get_display_data).
 func (a *FlagAction) Display() IntentDisplay {
 	in := &a.Intent
+	if in.ReleasePlan != nil {
+		return IntentDisplay{Description: in.ReleasePlan.Describe(in.FlagKey), Before: in.CurrentState, After: in.ReleasePlan}
+	}
 	switch a.Key {
 	case ActionFlagEnable, ActionFlagDisable:
 		verb := "Enable"
@@ -385,6 +391,10 @@ type ApprovalPolicy struct {
 	BypassRoles               []string
 	ExpiresAfter              time.Duration
 	Enabled                   bool
+	// AllowApprovedReleasePlans lets a release plan whose start was approved make its
+	// advances without review (flagedge's; PostHog has no release plans). Without it each
+	// advance is a change request of its own.
+	AllowApprovedReleasePlans bool
 	CreatedBy                 *User
 	CreatedAt, UpdatedAt      time.Time
 }
@@ -452,6 +462,7 @@ type ApprovalPolicyUpdate struct {
 	BypassRoles               *[]string
 	ExpiresAfter              *time.Duration
 	Enabled                   *bool
+	AllowApprovedReleasePlans *bool
 }
 
 // Validate checks the update of p (the zero policy with defaults when creating).
@@ -522,6 +533,7 @@ func (u *ApprovalPolicyUpdate) Apply(p *ApprovalPolicy) {
 	setIf(&p.BypassRoles, u.BypassRoles)
 	setIf(&p.ExpiresAfter, u.ExpiresAfter)
 	setIf(&p.Enabled, u.Enabled)
+	setIf(&p.AllowApprovedReleasePlans, u.AllowApprovedReleasePlans)
 }
 
 var uuidPattern = regexp.MustCompile(`^[0-9a-fA-F]{8}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{12}$`)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/flagedge/flagedge/shared/confseq"
@@ -74,13 +75,28 @@ type Guardrail struct {
 	Direction string `json:"direction"`
 }
 
-// NewReleasePlan holds what a user gives to start a plan.
+// NewReleasePlan holds what a user gives to start a plan; a change request that asks to
+// start one keeps it in its intent (FlagIntent.ReleasePlan), hence the JSON names.
 type NewReleasePlan struct {
-	Steps              []ReleaseStep
-	Guardrails         []Guardrail
-	Alpha              float64
-	OnRegression       string
-	MinExposuresPerArm int64
+	Steps              []ReleaseStep `json:"steps"`
+	Guardrails         []Guardrail   `json:"guardrails"`
+	Alpha              float64       `json:"alpha"`
+	OnRegression       string        `json:"on_regression"`
+	MinExposuresPerArm int64         `json:"min_exposures_per_arm"`
+}
+
+// Describe summarises the plan for the reviewers of a change request that asks to start it.
+func (n *NewReleasePlan) Describe(flagKey string) string {
+	steps := make([]string, len(n.Steps))
+	for i, s := range n.Steps {
+		steps[i] = strconv.FormatFloat(s.RolloutPercentage, 'f', -1, 64) + "%"
+	}
+	guardrails := make([]string, len(n.Guardrails))
+	for i, g := range n.Guardrails {
+		guardrails[i] = g.Describe()
+	}
+	return fmt.Sprintf("Start a release plan on feature flag '%s': rollout %s; guardrails %s (alpha %g); on regression %s",
+		flagKey, strings.Join(steps, " -> "), strings.Join(guardrails, ", "), n.Alpha, n.OnRegression)
 }
 
 // Validate checks the plan and fills its defaults (alpha 0.05, rollback, count, increase,
@@ -153,26 +169,33 @@ func (n *NewReleasePlan) Validate() error {
 	return nil
 }
 
-// ErrPlanFlagShape refuses a plan on a flag whose false answers would not make a fair control
-// arm: with property filters, users who do not match also answer false; a multivariate
-// flag has no one rolled-out value.
+// ErrPlanFlagShape refuses a plan on a flag whose exposures cannot be put in arms by the
+// distinct id: a flag aggregated by groups (its unit is the group), with early access
+// (super) conditions or a holdout (users outside the rollout for another reason than it),
+// or without condition groups to roll out.
 var ErrPlanFlagShape = FieldError("feature_flag", "invalid_input",
-	"A release plan needs a boolean flag whose condition groups have no property filters: otherwise users who do not match also answer false and bias the control arm.")
+	"A release plan needs a flag of persons with condition groups, and without early access conditions, holdout or group aggregation.")
 
 // ErrPlanActive refuses a second plan on a flag while one is running or paused.
 var ErrPlanActive = FieldError("feature_flag", "invalid_input", "The flag already has a running or paused release plan: cancel it first.")
 
-// CheckPlanFlag reports ErrPlanFlagShape unless the flag's filters suit a plan.
+// CheckPlanFlag reports ErrPlanFlagShape unless the flag's filters suit a plan. Property
+// filters and variants do: the arms then follow ClassifyExposure (planarm.go).
 func CheckPlanFlag(filters json.RawMessage) error {
 	f, err := flags.ParseFilters(filters)
-	if err != nil || f.Multivariate != nil && len(f.Multivariate.Variants) > 0 || len(f.Groups) == 0 ||
-		len(f.SuperGroups) > 0 || len(f.HoldoutGroups) > 0 {
+	if err != nil || len(f.Groups) == 0 || len(f.SuperGroups) > 0 || len(f.HoldoutGroups) > 0 || f.AggregationGroupTypeIndex != nil {
 		return ErrPlanFlagShape
 	}
 	for _, g := range f.Groups {
-		if len(g.Properties) > 0 || g.Variant != nil {
+		if g.AggregationGroupTypeIndex.Index != nil {
 			return ErrPlanFlagShape
 		}
+	}
+	var doc struct {
+		Holdout json.RawMessage `json:"holdout"`
+	}
+	if json.Unmarshal(filters, &doc) == nil && len(doc.Holdout) > 0 && string(doc.Holdout) != "null" {
+		return ErrPlanFlagShape
 	}
 	return nil
 }
@@ -241,6 +264,14 @@ type ReleasePlan struct {
 	// version holding that last write: edges serving it or a later one serve the result
 	// (rollout_status says which do).
 	EndedSnapshotVersion int64
+	// ApprovedChangeRequest is the change request whose approval started the plan ("" when
+	// its start needed none): under a policy that allows approved plans
+	// (ApprovalPolicy.AllowApprovedReleasePlans) its advances need no further review.
+	ApprovedChangeRequest string
+	// WaitingChangeRequest is the change request an advance of the plan waits for ("" when
+	// none): the plan advances when it is applied, and pauses when it is rejected, expires
+	// or fails. Guardrails are still watched meanwhile, and a regression still rolls back.
+	WaitingChangeRequest string
 
 	Tally     PlanTally
 	Decisions []ReleaseDecision
@@ -262,6 +293,10 @@ type PlanTally struct {
 	Exposed []ArmCounts
 	// Metrics[g] are guardrail g's arms; for a count, N is the arm's exposed users.
 	Metrics []ArmPair
+	// Undecided counts the false exposures of users in no arm yet that could not be placed:
+	// no reason said whether they were eligible, and their stored properties could not
+	// either (ClassifyExposure). They are in neither arm.
+	Undecided int64
 }
 
 // ArmCounts counts users by arm.
@@ -318,6 +353,9 @@ const (
 	DecisionResumed    = "resumed"
 	DecisionCancelled  = "cancelled"
 	DecisionFailed     = "failed" // a flag write the plan tried was refused; it tries again
+	// DecisionAwaitingApproval: the approvals gate stopped an advance and filed a change
+	// request, which the decision's reason names; the plan advances once it is applied.
+	DecisionAwaitingApproval = "awaiting_approval"
 )
 
 // ReleaseDecision is one thing the plan, or a person, decided.
@@ -333,7 +371,8 @@ type ReleaseDecision struct {
 // completed, or nil to wait. A step at 100% has no control arm of its own: the control users
 // of the earlier steps keep being counted, so guardrails keep their verdict, and the step
 // completes on its minimum duration and exposures unless that verdict turns to regression
-// (flagedge keeps no holdout).
+// (flagedge keeps no holdout). A plan waiting for the change request of an advance
+// (WaitingChangeRequest) decides nothing more than a pause or a rollback.
 func (p *ReleasePlan) Next(now time.Time) *ReleaseDecision {
 	if p.State != PlanRunning {
 		return nil
@@ -357,6 +396,9 @@ func (p *ReleasePlan) Next(now time.Time) *ReleaseDecision {
 		d.Reason = fmt.Sprintf("Guardrail %s regressed: %s (control %.4g over %d users, treatment %.4g over %d).",
 			r.Describe(), r.Verdict.Describe(), r.Arms.Control.Mean(), r.Arms.Control.N, r.Arms.Treatment.Mean(), r.Arms.Treatment.N)
 		return d
+	}
+	if p.WaitingChangeRequest != "" { // the advance is decided; its change request is not
+		return nil
 	}
 	step := p.Steps[p.Step]
 	var exposed int64

@@ -176,14 +176,18 @@ func TestConsoleApprovalPolicies(t *testing.T) {
 		!strings.Contains(p.body, "The quorum is more than the approvers listed.") {
 		t.Errorf("a quorum above the approvers: %d %.2000s", p.status, p.body)
 	}
-	if p := a.post(base, form("feature_flag.enable", "1", adminID)); p.status != http.StatusSeeOther {
+	create := form("feature_flag.enable", "1", adminID)
+	create.Set("allow_approved_release_plans", "on")
+	if p := a.post(base, create); p.status != http.StatusSeeOther {
 		t.Fatalf("create: %d %.2000s", p.status, p.body)
 	}
 	list, _, err := postgres.NewServices(s.db, 4).Approvals.FindApprovalPolicies(ctx, controlplane.ApprovalPolicyFilter{ProjectID: s.project, Limit: 10})
-	if err != nil || len(list) != 1 || list[0].ExpiresAfter != 3*24*time.Hour || !list[0].Enabled || list[0].ApproverConfig.Users[0] != admin.ID {
+	if err != nil || len(list) != 1 || list[0].ExpiresAfter != 3*24*time.Hour || !list[0].Enabled || list[0].ApproverConfig.Users[0] != admin.ID ||
+		!list[0].AllowApprovedReleasePlans {
 		t.Fatalf("stored policies: %+v %v", list, err)
 	}
-	if p := a.get(base); !strings.Contains(p.body, "feature_flag.enable") || !strings.Contains(p.body, "3 days") || !strings.Contains(p.body, ">admin@example.com</span>") {
+	if p := a.get(base); !strings.Contains(p.body, "feature_flag.enable") || !strings.Contains(p.body, "3 days") || !strings.Contains(p.body, ">admin@example.com</span>") ||
+		!strings.Contains(p.body, "advance without review") {
 		t.Errorf("the list: %.3000s", p.body)
 	}
 	polPath := base + "/" + list[0].ID

@@ -32,7 +32,9 @@ type policyForm struct {
 	Roles            map[string]bool
 	Quorum           string
 	AllowSelfApprove bool
-	ExpiryDays       string
+	// AllowApprovedPlans is the policy's allow_approved_release_plans.
+	AllowApprovedPlans bool
+	ExpiryDays         string
 }
 
 func (c *Console) policiesPage(q *request, status int, data *policiesPage) error {
@@ -81,7 +83,8 @@ func (c *Console) handleCreatePolicy(q *request) error {
 	}
 	f := policyForm{Action: q.r.PostFormValue("action_key"), Users: map[int64]bool{}, Roles: map[string]bool{},
 		Quorum: strings.TrimSpace(q.r.PostFormValue("quorum")), AllowSelfApprove: q.r.PostFormValue("allow_self_approve") == "on",
-		ExpiryDays: strings.TrimSpace(q.r.PostFormValue("expiry_days"))}
+		AllowApprovedPlans: q.r.PostFormValue("allow_approved_release_plans") == "on",
+		ExpiryDays:         strings.TrimSpace(q.r.PostFormValue("expiry_days"))}
 	cfg := controlplane.ApproverConfig{Users: []int64{}, Roles: []string{}}
 	for _, v := range q.r.PostForm["users"] {
 		if id, err := strconv.ParseInt(v, 10, 64); err == nil {
@@ -107,7 +110,7 @@ func (c *Console) handleCreatePolicy(q *request) error {
 	}
 	expiry := time.Duration(days) * 24 * time.Hour
 	_, err = c.cfg.Approvals.CreateApprovalPolicy(q.ctx, project.ID, controlplane.ApprovalPolicyUpdate{ActionKey: &f.Action,
-		ApproverConfig: &cfg, AllowSelfApprove: &f.AllowSelfApprove, ExpiresAfter: &expiry})
+		ApproverConfig: &cfg, AllowSelfApprove: &f.AllowSelfApprove, ExpiresAfter: &expiry, AllowApprovedReleasePlans: &f.AllowApprovedPlans})
 	if err != nil {
 		e := invalid(err)
 		if e == nil {

@@ -206,6 +206,9 @@ func (c *Console) handleStartReleasePlan(q *request) error {
 	if err == nil {
 		_, err = q.c.cfg.ReleasePlans.CreateReleasePlan(q.ctx, f.ProjectID, f.ID, n)
 	}
+	if q.heldForReview(err) { // a gated flag: the plan starts once its change request is approved
+		return nil
+	}
 	if e := invalid(err); e != nil {
 		data := &planPage{Flag: f, CanEdit: f.CanEdit && !f.Deleted, Form: form, Error: e.Detail, ErrorAttr: e.Attr}
 		return c.renderPlan(q, data, http.StatusBadRequest)

@@ -165,3 +165,47 @@ func TestConsoleReleasePlan(t *testing.T) {
 		t.Error("the viewer is offered the start form")
 	}
 }
+
+// TestConsoleReleasePlanThroughTheGate: on a flag whose rollout changes need approval, the
+// start form leads to the change request that now holds the plan; once it is approved, the
+// plan page shows the plan running and the request that started it.
+func TestConsoleReleasePlanThroughTheGate(t *testing.T) {
+	t.Parallel()
+	s := newSite(t)
+	ctx, admin := s.admin(t)
+	services := postgres.NewServices(s.db, 4)
+	key := "gated-plan"
+	flag, err := services.Flags.CreateFlag(ctx, s.project, controlplane.FlagUpdate{Key: &key})
+	if err != nil {
+		t.Fatal(err)
+	}
+	update := controlplane.ActionFlagUpdate
+	if _, err := services.Approvals.CreateApprovalPolicy(ctx, s.project, controlplane.ApprovalPolicyUpdate{ActionKey: &update,
+		ApproverConfig: &controlplane.ApproverConfig{Users: []int64{admin.ID}, Quorum: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	m, mtok, _ := s.member(t, "member@example.com")
+	planPath := fmt.Sprintf("/project/%d/feature_flags/%d/release_plan", s.project, flag.ID)
+	held := m.post(planPath, planForm(mtok, nil))
+	if held.status != http.StatusSeeOther || !strings.Contains(held.location, "/change_requests/") {
+		t.Fatalf("gated start: %d %q %.500s", held.status, held.location, held.body)
+	}
+	review := m.get(held.location)
+	for _, want := range []string{"Sent for review", "Start a release plan on feature flag &#39;gated-plan&#39;: rollout 5% -&gt; 100%"} {
+		if !strings.Contains(review.body, want) {
+			t.Errorf("the review page lacks %q: %.4000s", want, review.body)
+		}
+	}
+	if page := m.get(planPath); strings.Contains(page.body, "data-state=") {
+		t.Fatal("a plan exists before its approval")
+	}
+	id := held.location[strings.LastIndex(strings.TrimSuffix(held.location, "/"), "/")+1:]
+	id, _, _ = strings.Cut(id, "?")
+	if d, err := services.Approvals.ApproveChangeRequest(ctx, s.project, id, ""); err != nil || d.Status != controlplane.StateApplied {
+		t.Fatalf("approve %s: %+v, %v", id, d, err)
+	}
+	page := m.get(planPath)
+	if !strings.Contains(page.body, `data-state="running"`) || !strings.Contains(page.body, "Started on the approval of") {
+		t.Errorf("the approved plan's page: %.4000s", page.body)
+	}
+}

@@ -22,6 +22,7 @@ type policyJSON struct {
 	BypassRoles               []string                      `json:"bypass_roles"`
 	ExpiresAfter              string                        `json:"expires_after"`
 	Enabled                   bool                          `json:"enabled"`
+	AllowApprovedReleasePlans bool                          `json:"allow_approved_release_plans"`
 	CreatedBy                 *userJSON                     `json:"created_by"`
 	CreatedAt                 timeJSON                      `json:"created_at"`
 	UpdatedAt                 timeJSON                      `json:"updated_at"`
@@ -33,7 +34,7 @@ func newPolicyJSON(p *controlplane.ApprovalPolicy) policyJSON {
 	return policyJSON{ID: p.ID, ActionKey: p.ActionKey, Conditions: p.Conditions, ApproverConfig: cfg,
 		AllowSelfApprove: p.AllowSelfApprove, BypassOrgMembershipLevels: nonNil(p.BypassOrgMembershipLevels),
 		BypassRoles: nonNil(p.BypassRoles), ExpiresAfter: controlplane.FormatDuration(p.ExpiresAfter), Enabled: p.Enabled,
-		CreatedBy: newUserJSON(p.CreatedBy), CreatedAt: timeJSON(p.CreatedAt), UpdatedAt: timeJSON(p.UpdatedAt)}
+		AllowApprovedReleasePlans: p.AllowApprovedReleasePlans, CreatedBy: newUserJSON(p.CreatedBy), CreatedAt: timeJSON(p.CreatedAt), UpdatedAt: timeJSON(p.UpdatedAt)}
 }
 
 // approvalJSON is one vote.
@@ -188,6 +189,7 @@ func decodePolicyUpdate(r *http.Request) (controlplane.ApprovalPolicyUpdate, err
 		f.ints("bypass_org_membership_levels", &levels),
 		f.strings("bypass_roles", &u.BypassRoles),
 		f.boolean("enabled", &u.Enabled),
+		f.boolean("allow_approved_release_plans", &u.AllowApprovedReleasePlans),
 	} {
 		if step != nil {
 			return u, step

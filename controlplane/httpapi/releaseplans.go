@@ -44,6 +44,9 @@ type exposuresJSON struct {
 	Treatment         int64   `json:"treatment"`
 	ExpectedTreatment float64 `json:"expected_treatment"`
 	SRMPValue         float64 `json:"srm_p_value"`
+	// Undecided counts the false exposures put in neither arm: nothing said whether their
+	// users were eligible for the flag's conditions.
+	Undecided int64 `json:"undecided"`
 }
 
 // endedJSON says where the write that ended the plan (a rollback) is live: the snapshot
@@ -79,22 +82,28 @@ type releasePlanJSON struct {
 	Guardrails         []guardrailJSON            `json:"guardrails"`
 	Decisions          []planDecisionJSON         `json:"decisions"`
 	RolledBack         *endedJSON                 `json:"rollback"`
-	CreatedBy          *userJSON                  `json:"created_by"`
-	CreatedAt          timeJSON                   `json:"created_at"`
-	UpdatedAt          timeJSON                   `json:"updated_at"`
+	// ApprovedChangeRequest is the change request whose approval started the plan, and
+	// WaitingChangeRequest the one its next step waits for (null when none).
+	ApprovedChangeRequest *string   `json:"approved_change_request_id"`
+	WaitingChangeRequest  *string   `json:"waiting_change_request_id"`
+	CreatedBy             *userJSON `json:"created_by"`
+	CreatedAt             timeJSON  `json:"created_at"`
+	UpdatedAt             timeJSON  `json:"updated_at"`
 }
 
 func (s *Server) newReleasePlanJSON(r *http.Request, p *controlplane.ReleasePlan) (releasePlanJSON, error) {
 	out := releasePlanJSON{ID: p.ID, FeatureFlag: p.FlagID, FlagKey: p.FlagKey, State: p.State, Step: p.Step,
 		RolloutPercentage: p.Steps[p.Step].RolloutPercentage, StepStartedAt: timeJSON(p.StepStartedAt), Steps: p.Steps,
 		Alpha: p.Alpha, OnRegression: p.OnRegression, MinExposuresPerArm: p.MinExposuresPerArm, Decisions: []planDecisionJSON{},
-		CreatedBy: newUserJSON(p.CreatedBy), CreatedAt: timeJSON(p.CreatedAt), UpdatedAt: timeJSON(p.UpdatedAt)}
+		CreatedBy: newUserJSON(p.CreatedBy), CreatedAt: timeJSON(p.CreatedAt), UpdatedAt: timeJSON(p.UpdatedAt),
+		ApprovedChangeRequest: nonEmpty(p.ApprovedChangeRequest), WaitingChangeRequest: nonEmpty(p.WaitingChangeRequest)}
 	for _, d := range p.Decisions {
 		out.Decisions = append(out.Decisions, planDecisionJSON{At: timeJSON(d.At), Kind: d.Kind, Step: d.Step, Reason: d.Reason})
 	}
 	control, treatment, expected := p.Totals()
 	pv, _ := confseq.SampleRatioMismatch(control, treatment, expected)
-	out.Exposures = exposuresJSON{Control: control, Treatment: treatment, ExpectedTreatment: expected, SRMPValue: pv}
+	out.Exposures = exposuresJSON{Control: control, Treatment: treatment, ExpectedTreatment: expected, SRMPValue: pv,
+		Undecided: p.Tally.Undecided}
 	for _, g := range p.Results() {
 		gj := guardrailJSON{Guardrail: g.Guardrail, Regression: g.Verdict.Regression,
 			Control:   armJSON{Users: g.Arms.Control.N, Mean: g.Arms.Control.Mean()},
@@ -244,4 +253,12 @@ func strictList[T any](f fields, name string, dst **[]T, what string) error {
 	}
 	*dst = v
 	return nil
+}
+
+// nonEmpty is s, or nil (JSON null) when it is empty.
+func nonEmpty(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
 }

@@ -3,6 +3,7 @@ package httpapi_test
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"testing"
 
 	"github.com/flagedge/flagedge/controlplane/postgres"
@@ -95,5 +96,55 @@ func TestReleasePlanHistoryAnswer(t *testing.T) {
 	}
 	if r := e.do("GET", path+"?history=maybe", e.key, nil); r.status != 400 || r.body["attr"] != "history" {
 		t.Errorf("history=maybe: %d %s", r.status, r.raw)
+	}
+}
+
+// TestReleasePlanThroughTheGate: on a flag whose rollout changes a policy gates, POST
+// release_plan answers as a gated flag PATCH does — 409 approval_required naming the change
+// request, which holds the plan — and starts nothing; approving the request starts the plan,
+// which names it. The policy's allow_approved_release_plans is read and written as a boolean.
+func TestReleasePlanThroughTheGate(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	flag := e.mustCreateFlag(map[string]any{"key": "gated-plan", "active": true,
+		"filters": map[string]any{"groups": []any{map[string]any{"properties": []any{}, "rollout_percentage": 10}}}})
+	me := e.do("GET", "/api/users/@me/", e.key, nil)
+	policies := fmt.Sprintf("/api/projects/%d/approval_policies/", e.project)
+	policy := e.do("POST", policies, e.key, map[string]any{"action_key": "feature_flag.update", "allow_self_approve": true,
+		"approver_config": map[string]any{"users": []any{me.body["id"]}, "quorum": 1}, "allow_approved_release_plans": true})
+	if policy.status != http.StatusCreated || policy.body["allow_approved_release_plans"] != true {
+		t.Fatalf("policy: %d %s", policy.status, policy.raw)
+	}
+	if r := e.do("PATCH", policies+policy.str("id")+"/", e.key, map[string]any{"allow_approved_release_plans": "yes"}); r.status != 400 ||
+		r.body["attr"] != "allow_approved_release_plans" {
+		t.Errorf("a non-boolean option: %d %s", r.status, r.raw)
+	}
+
+	path := e.flagsPath(fmt.Sprintf("/%d/release_plan/", flag))
+	body := map[string]any{"steps": []any{map[string]any{"rollout_percentage": 25}, map[string]any{"rollout_percentage": 100}},
+		"guardrails": []any{map[string]any{"event": "$exception"}}}
+	r := e.do("POST", path, e.key, body)
+	id, _ := r.body["change_request_id"].(string)
+	cr, _ := r.body["change_request"].(map[string]any)
+	intent, _ := cr["intent"].(map[string]any)
+	plan, _ := intent["release_plan"].(map[string]any)
+	if r.status != http.StatusConflict || r.body["code"] != "approval_required" || id == "" || plan == nil || len(plan["steps"].([]any)) != 2 {
+		t.Fatalf("a gated start: %d %s", r.status, r.raw)
+	}
+	if r := e.do("GET", path, e.key, nil); r.status != http.StatusNotFound {
+		t.Errorf("a plan exists before its approval: %d %s", r.status, r.raw)
+	}
+	if r := e.do("POST", path, e.key, body); r.status != http.StatusConflict || r.body["code"] != "change_request_pending" ||
+		r.body["change_request_id"] != id {
+		t.Errorf("a second start: %d %s", r.status, r.raw)
+	}
+	approve := e.do("POST", fmt.Sprintf("/api/projects/%d/change_requests/%s/approve/", e.project, id), e.key, map[string]any{})
+	if approve.status != http.StatusOK || approve.body["status"] != "applied" {
+		t.Fatalf("approve: %d %s", approve.status, approve.raw)
+	}
+	got := e.do("GET", path, e.key, nil)
+	if got.status != http.StatusOK || got.body["state"] != "running" || got.body["approved_change_request_id"] != id ||
+		got.body["waiting_change_request_id"] != nil || got.body["rollout_percentage"] != 25.0 {
+		t.Errorf("the approved plan: %d %s", got.status, got.raw)
 	}
 }

@@ -27,7 +27,7 @@ func NewApprovalStore(db *DB) *ApprovalStore { return &ApprovalStore{db: db} }
 
 var policySelect = `SELECT a.id::text, a.project_id, a.action_key, a.conditions, a.approver_config, a.allow_self_approve,
 	a.bypass_org_membership_levels, a.bypass_roles::text[], ` + durationMicros("a.expires_after") + `, a.enabled,
-	` + userSummaryJSON("cu") + `, a.created_at, a.updated_at
+	a.allow_approved_release_plans, ` + userSummaryJSON("cu") + `, a.created_at, a.updated_at
 	FROM approval_policies a LEFT JOIN users cu ON cu.id = a.created_by`
 
 func scanPolicy(row pgx.Row) (*controlplane.ApprovalPolicy, error) {
@@ -35,7 +35,7 @@ func scanPolicy(row pgx.Row) (*controlplane.ApprovalPolicy, error) {
 	var createdBy *userRow
 	var expires int64
 	if err := row.Scan(&p.ID, &p.ProjectID, &p.ActionKey, &p.Conditions, &p.ApproverConfig, &p.AllowSelfApprove,
-		&p.BypassOrgMembershipLevels, &p.BypassRoles, &expires, &p.Enabled, &createdBy, &p.CreatedAt, &p.UpdatedAt); err != nil {
+		&p.BypassOrgMembershipLevels, &p.BypassRoles, &expires, &p.Enabled, &p.AllowApprovedReleasePlans, &createdBy, &p.CreatedAt, &p.UpdatedAt); err != nil {
 		return nil, err
 	}
 	p.ExpiresAfter, p.CreatedBy = micros(expires), createdBy.user()
@@ -179,10 +179,10 @@ func (s *ApprovalStore) CreateApprovalPolicy(ctx context.Context, projectID int6
 		}
 		var id string
 		err := tx.QueryRow(ctx, `INSERT INTO approval_policies (project_id, action_key, conditions, approver_config, allow_self_approve,
-				bypass_org_membership_levels, bypass_roles, expires_after, enabled, created_by)
-			VALUES ($1, $2, $3, $4, $5, $6, $7::uuid[], $8 * interval '1 microsecond', $9, $10) RETURNING id::text`,
+				bypass_org_membership_levels, bypass_roles, expires_after, enabled, created_by, allow_approved_release_plans)
+			VALUES ($1, $2, $3, $4, $5, $6, $7::uuid[], $8 * interval '1 microsecond', $9, $10, $11) RETURNING id::text`,
 			projectID, p.ActionKey, p.Conditions, p.ApproverConfig, p.AllowSelfApprove, p.BypassOrgMembershipLevels, p.BypassRoles,
-			p.ExpiresAfter.Microseconds(), p.Enabled, u.ID).Scan(&id)
+			p.ExpiresAfter.Microseconds(), p.Enabled, u.ID, p.AllowApprovedReleasePlans).Scan(&id)
 		if isUniqueViolation(err, "approval_policies_project_action") {
 			return controlplane.ErrPolicyExists
 		}
@@ -223,9 +223,10 @@ func (s *ApprovalStore) UpdateApprovalPolicy(ctx context.Context, projectID int6
 		}
 		_, err = tx.Exec(ctx, `UPDATE approval_policies SET action_key = $3, conditions = $4, approver_config = $5,
 				allow_self_approve = $6, bypass_org_membership_levels = $7, bypass_roles = $8::uuid[],
-				expires_after = $9 * interval '1 microsecond', enabled = $10, updated_at = clock_timestamp()
+				expires_after = $9 * interval '1 microsecond', enabled = $10, allow_approved_release_plans = $11,
+				updated_at = clock_timestamp()
 			WHERE project_id = $1 AND id = $2::uuid`, projectID, id, p.ActionKey, p.Conditions, p.ApproverConfig, p.AllowSelfApprove,
-			p.BypassOrgMembershipLevels, p.BypassRoles, p.ExpiresAfter.Microseconds(), p.Enabled)
+			p.BypassOrgMembershipLevels, p.BypassRoles, p.ExpiresAfter.Microseconds(), p.Enabled, p.AllowApprovedReleasePlans)
 		if isUniqueViolation(err, "approval_policies_project_action") {
 			return controlplane.ErrPolicyExists
 		}
@@ -561,6 +562,12 @@ func setState(ctx context.Context, tx pgx.Tx, c *controlplane.ChangeRequest, sta
 	}
 	c.State, c.ApplyError = state, applyError
 	switch state {
+	case controlplane.StateRejected, controlplane.StateExpired, controlplane.StateFailed, controlplane.StateApplied:
+		if err := settleWaitingPlan(ctx, tx, c); err != nil {
+			return err
+		}
+	}
+	switch state {
 	case controlplane.StateRejected, controlplane.StateExpired, controlplane.StateFailed:
 		return settleScheduledChanges(ctx, tx, c.ID, "Change request "+c.ID+" was "+state+".")
 	case controlplane.StateApplied:
@@ -601,6 +608,9 @@ func (e *errPreconditionFailed) Error() string {
 // was filed against. A refusal fails the request (its state and apply_error say why) and
 // writes nothing on the flag; only an internal error is returned.
 func (s *ApprovalStore) applyChangeRequest(ctx context.Context, tx pgx.Tx, c *controlplane.ChangeRequest) (*controlplane.ApplyResult, error) {
+	if err := lockWaitingPlan(ctx, tx, c.ID); err != nil { // before the flag, in the plan evaluator's order
+		return nil, err
+	}
 	sp, err := tx.Begin(ctx)
 	if err != nil {
 		return nil, err
@@ -682,6 +692,9 @@ func (s *ApprovalStore) applyIntent(ctx context.Context, tx pgx.Tx, c *controlpl
 	}
 	if want := c.Intent.Preconditions.Version; want != nil && *want != before.Version {
 		return nil, &errPreconditionFailed{expected: *want, got: before.Version}
+	}
+	if c.Intent.ReleasePlan != nil {
+		return startPlan(ctx, tx, s.db.Now(), requester, before, *c.Intent.ReleasePlan, c.ID)
 	}
 	return saveFlagChange(ctx, tx, s.db.Now(), requester, before, upd)
 }

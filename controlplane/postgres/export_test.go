@@ -21,6 +21,6 @@ func (s *ReleasePlanStore) RecordPlanPoints(ctx context.Context, p *controlplane
 
 // CountForPlans exposes countForPlans: BenchmarkIngest/plan-read measures what each batch
 // into a project without plans paid before ActivePlans let ingestion skip it.
-func CountForPlans(ctx context.Context, tx pgx.Tx, projectID int64, events []controlplane.Event) error {
-	return countForPlans(ctx, tx, projectID, events)
+func CountForPlans(ctx context.Context, db *DB, tx pgx.Tx, projectID int64, events []controlplane.Event) error {
+	return countForPlans(ctx, tx, newPlanEligibility(db), projectID, events)
 }

@@ -32,19 +32,60 @@ func approvedChange(ctx context.Context) bool {
 	return v
 }
 
+// planWrite marks the flag writes of a release plan (releaseplans.go): rollback writes
+// past the gate; approved lets the advances of a plan whose start was approved pass a
+// policy that allows approved plans.
+type planWrite struct{ rollback, approved bool }
+
+type planWriteKey struct{}
+
+// withPlanWrite returns ctx whose flag writes are a release plan's.
+func withPlanWrite(ctx context.Context, w planWrite) context.Context {
+	return context.WithValue(ctx, planWriteKey{}, w)
+}
+
+func planWriteOf(ctx context.Context) planWrite {
+	w, _ := ctx.Value(planWriteKey{}).(planWrite)
+	return w
+}
+
 // gateFlagWrite decides whether actor may write after (before is the stored flag, nil for a
 // creation) without approval: nil when no enabled policy of the project matches the write
-// (controlplane.FlagActions, PolicyConditions.Match) or the actor bypasses the one that does;
-// a PolicyConflictError when more than one matches; else an ApprovalRequiredError, naming the
-// pending request for the same change when there is one, or the request it files now.
+// (matchGate) or the actor bypasses the one that does; a PolicyConflictError when more than
+// one matches; else an ApprovalRequiredError, naming the pending request for the same change
+// when there is one, or the request it files now (fileChangeRequest).
+//
+// A release plan's rollback always passes: it restores the rollouts the flag had when the
+// plan started, a state the project had accepted (and, under a gate, approved with the
+// plan), and a regression must not wait for a reviewer. An advance of a plan whose start was
+// approved passes a policy with AllowApprovedReleasePlans.
 func gateFlagWrite(ctx context.Context, tx pgx.Tx, actor *controlplane.User, before, after *controlplane.Flag,
 	upd *controlplane.FlagUpdate) error {
-	if approvedChange(ctx) {
+	if approvedChange(ctx) || planWriteOf(ctx).rollback {
 		return nil
 	}
+	m, err := matchGate(ctx, tx, actor, before, after, upd)
+	if err != nil || m.policy == nil || m.policy.AllowApprovedReleasePlans && planWriteOf(ctx).approved {
+		return err
+	}
+	return fileChangeRequest(ctx, tx, actor, before, after, m)
+}
+
+// gateMatch is the action of a write that a policy gates for its actor, a member of roles.
+type gateMatch struct {
+	action *controlplane.FlagAction
+	policy *controlplane.ApprovalPolicy // nil: nothing gates the write
+	roles  []string
+}
+
+// matchGate returns the action of the write and the one enabled policy that gates it for
+// actor, or a nil policy when none does (no policy matches the write, or actor bypasses the
+// one that does); a PolicyConflictError when more than one matches.
+func matchGate(ctx context.Context, tx pgx.Tx, actor *controlplane.User, before, after *controlplane.Flag,
+	upd *controlplane.FlagUpdate) (gateMatch, error) {
 	actions := controlplane.FlagActions(before, after, upd)
 	if len(actions) == 0 {
-		return nil
+		return gateMatch{}, nil
 	}
 	keys := make([]string, len(actions))
 	for i, a := range actions {
@@ -53,7 +94,7 @@ func gateFlagWrite(ctx context.Context, tx pgx.Tx, actor *controlplane.User, bef
 	policies, err := findPolicies(ctx, tx, policySelect+` WHERE a.project_id = $1 AND a.enabled AND a.action_key = ANY($2)
 		ORDER BY a.created_at, a.id`, after.ProjectID, keys)
 	if err != nil {
-		return err
+		return gateMatch{}, err
 	}
 	type match struct {
 		action *controlplane.FlagAction
@@ -69,23 +110,31 @@ func gateFlagWrite(ctx context.Context, tx pgx.Tx, actor *controlplane.User, bef
 	}
 	switch len(matches) {
 	case 0:
-		return nil
+		return gateMatch{}, nil
 	case 1:
 	default:
 		conflict := &controlplane.PolicyConflictError{}
 		for _, m := range matches {
 			conflict.Policies = append(conflict.Policies, controlplane.ConflictingPolicy{ID: m.policy.ID, Name: m.policy.ActionKey + " policy"})
 		}
-		return conflict
+		return gateMatch{}, conflict
 	}
-	action, policy := matches[0].action, matches[0].policy
 	roles, err := userRoles(ctx, tx, actor.ID)
 	if err != nil {
-		return err
+		return gateMatch{}, err
 	}
-	if policy.Bypasses(actor, roles) {
-		return nil
+	m := gateMatch{action: matches[0].action, policy: matches[0].policy, roles: roles}
+	if m.policy.Bypasses(actor, roles) {
+		m.policy = nil
 	}
+	return m, nil
+}
+
+// fileChangeRequest files the action m's policy gates as a change request of actor and
+// returns the ApprovalRequiredError that names it; or, when a request for the same action
+// on the flag is already pending, the change_request_pending one naming that request.
+func fileChangeRequest(ctx context.Context, tx pgx.Tx, actor *controlplane.User, before, after *controlplane.Flag, m gateMatch) error {
+	action, policy, roles := m.action, m.policy, m.roles
 	var resourceID *string
 	if before != nil {
 		id := strconv.FormatInt(before.ID, 10)
@@ -104,7 +153,7 @@ func gateFlagWrite(ctx context.Context, tx pgx.Tx, actor *controlplane.User, bef
 		message = "A change request has been created and is pending approval from others."
 	}
 	var id string
-	err = tx.QueryRow(ctx, `INSERT INTO change_requests (project_id, action_key, resource_type, resource_id, intent, intent_display,
+	err := tx.QueryRow(ctx, `INSERT INTO change_requests (project_id, action_key, resource_type, resource_id, intent, intent_display,
 			policy_snapshot, created_by, expires_at)
 		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, clock_timestamp() + $9 * interval '1 microsecond') RETURNING id::text`,
 		after.ProjectID, action.Key, controlplane.ResourceFlag, resourceID, action.Intent, action.Display(), snapshot, actor.ID,

@@ -20,6 +20,8 @@ type EventStore struct {
 	db    *DB
 	log   *slog.Logger
 	plans *ActivePlans
+	// eligibility decides which users exposed to a release plan's flag were eligible for it.
+	eligibility *planEligibility
 }
 
 var _ controlplane.EventStore = (*EventStore)(nil)
@@ -27,7 +29,7 @@ var _ controlplane.EventStore = (*EventStore)(nil)
 // NewEventStore returns an EventStore on db. It reads each batch's project's release plans
 // until its ActivePlans is kept by a listener.
 func NewEventStore(db *DB, log *slog.Logger) *EventStore {
-	return &EventStore{db: db, log: log, plans: newActivePlans(db)}
+	return &EventStore{db: db, log: log, plans: newActivePlans(db), eligibility: newPlanEligibility(db)}
 }
 
 // ActivePlans returns the set of projects with an active release plan that the store skips
@@ -235,7 +237,7 @@ func (s *EventStore) ingestEvents(ctx context.Context, tx pgx.Tx, projectID int6
 		return 0, 0, err
 	}
 	if s.plans.mayHave(projectID) {
-		if err := countForPlans(ctx, tx, projectID, fresh); err != nil {
+		if err := countForPlans(ctx, tx, s.eligibility, projectID, fresh); err != nil {
 			return 0, 0, err
 		}
 	}

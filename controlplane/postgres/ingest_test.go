@@ -84,7 +84,7 @@ func BenchmarkIngest(b *testing.B) {
 		}
 		defer tx.Rollback(context.Background()) //nolint:errcheck // read only
 		for b.Loop() {
-			if err := postgres.CountForPlans(context.Background(), tx, res.ProjectID, batch); err != nil {
+			if err := postgres.CountForPlans(context.Background(), db, tx, res.ProjectID, batch); err != nil {
 				b.Fatal(err)
 			}
 		}

@@ -31,7 +31,8 @@ func NewReleasePlanStore(db *DB) *ReleasePlanStore { return &ReleasePlanStore{db
 // releasePlanSelect reads plans with their creator, who counts only while a member.
 var releasePlanSelect = `SELECT r.id, r.project_id, r.flag_id, r.flag_key, r.steps, r.guardrails, r.alpha, r.on_regression,
 	r.min_exposures_per_arm, r.state, r.step, r.step_started_at, r.before_rollouts, r.ended_snapshot_version,
-	r.created_at, r.updated_at, ` + userSummaryJSON("cu") + `
+	r.created_at, r.updated_at, ` + userSummaryJSON("cu") + `,
+	COALESCE(r.approved_change_request_id::text, ''), COALESCE(r.waiting_change_request_id::text, '')
 	FROM release_plans r LEFT JOIN users cu ON cu.id = r.created_by AND cu.removed_at IS NULL`
 
 func scanReleasePlan(row pgx.Row) (*controlplane.ReleasePlan, error) {
@@ -40,7 +41,7 @@ func scanReleasePlan(row pgx.Row) (*controlplane.ReleasePlan, error) {
 	var createdBy *userRow
 	if err := row.Scan(&p.ID, &p.ProjectID, &p.FlagID, &p.FlagKey, &steps, &guardrails, &p.Alpha, &p.OnRegression,
 		&p.MinExposuresPerArm, &p.State, &p.Step, &p.StepStartedAt, &before, &p.EndedSnapshotVersion,
-		&p.CreatedAt, &p.UpdatedAt, &createdBy); err != nil {
+		&p.CreatedAt, &p.UpdatedAt, &createdBy, &p.ApprovedChangeRequest, &p.WaitingChangeRequest); err != nil {
 		return nil, err
 	}
 	p.CreatedBy = createdBy.user()
@@ -58,13 +59,14 @@ func scanReleasePlan(row pgx.Row) (*controlplane.ReleasePlan, error) {
 // CreateReleasePlan starts a plan on a flag the user may change: the flag is locked and
 // checked (CanEditFlag) first, then the plan, then the first step's rollout is written to
 // the flag through the flag write path (saveFlagChange: activity log, webhooks), as the
-// user, marked as the plan's.
+// user, marked as the plan's. When an approval policy gates that write for the user, nothing
+// starts: a change request for the plan is filed instead (gatePlanStart), and the plan
+// starts when it is approved.
 func (s *ReleasePlanStore) CreateReleasePlan(ctx context.Context, projectID, flagID int64, n controlplane.NewReleasePlan) (*controlplane.ReleasePlan, error) {
 	u, err := controlplane.CurrentUser(ctx)
 	if err != nil {
 		return nil, err
 	}
-	var plan *controlplane.ReleasePlan
 	err = s.db.inTx(ctx, func(tx pgx.Tx) error {
 		flag, err := lockFlagForChange(ctx, tx, u, projectID, flagID)
 		if err != nil {
@@ -79,40 +81,16 @@ func (s *ReleasePlanStore) CreateReleasePlan(ctx context.Context, projectID, fla
 		if err := controlplane.CheckPlanFlag(flag.Filters); err != nil {
 			return err
 		}
-		before, err := controlplane.GroupRollouts(flag.Filters)
-		if err != nil {
-			return err
-		}
-		steps, _ := json.Marshal(n.Steps)
-		guardrails, _ := json.Marshal(n.Guardrails)
-		beforeJSON, _ := json.Marshal(before)
-		now := s.db.Now()
-		var id int64
-		err = tx.QueryRow(ctx, `INSERT INTO release_plans (project_id, flag_id, flag_key, steps, guardrails, alpha, on_regression,
-			min_exposures_per_arm, state, step_started_at, before_rollouts, created_by, created_at, updated_at)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 'running', $9, $10, $11, $9, $9) RETURNING id`,
-			projectID, flagID, flag.Key, steps, guardrails, n.Alpha, n.OnRegression, n.MinExposuresPerArm, now, beforeJSON, u.ID).Scan(&id)
-		if isUniqueViolation(err, "release_plans_one_active") {
-			return controlplane.ErrPlanActive
-		}
-		if err != nil {
-			return err
-		}
-		if _, err := tx.Exec(ctx, `INSERT INTO release_plan_tallies (plan_id) VALUES ($1)`, id); err != nil {
-			return err
-		}
-		plan = &controlplane.ReleasePlan{ID: id, ProjectID: projectID, FlagID: flagID}
 		r := n.Steps[0].RolloutPercentage
 		filters, err := controlplane.WithRollouts(flag.Filters, []*float64{&r})
 		if err != nil {
 			return err
 		}
-		if _, err := saveFlagChange(controlplane.NewContextWithTrigger(ctx, plan.Trigger()), tx, now, u, flag,
-			controlplane.FlagUpdate{Filters: filters}); err != nil {
+		if err := gatePlanStart(ctx, tx, u, flag, filters, n); err != nil {
 			return err
 		}
-		return recordDecision(ctx, tx, id, controlplane.ReleaseDecision{At: now, Kind: controlplane.DecisionStarted,
-			Reason: fmt.Sprintf("Started by %s at %g%%.", u.Name(), r)})
+		_, err = startPlan(ctx, tx, s.db.Now(), u, flag, n, "")
+		return err
 	})
 	if err != nil {
 		return nil, opError("create release plan", err)
@@ -258,6 +236,9 @@ func loadPlanState(ctx context.Context, q dbConn, p *controlplane.ReleasePlan) e
 	if err := rows.Err(); err != nil {
 		return err
 	}
+	if err := q.QueryRow(ctx, `SELECT undecided FROM release_plan_tallies WHERE plan_id = $1`, p.ID).Scan(&p.Tally.Undecided); err != nil {
+		return err
+	}
 	rows, err = q.Query(ctx, `SELECT at, kind, step, reason FROM release_plan_decisions WHERE plan_id = $1 ORDER BY id`, p.ID)
 	if err != nil {
 		return err
@@ -338,7 +319,10 @@ func (s *ReleasePlanStore) carryOut(ctx context.Context, tx pgx.Tx, p *controlpl
 	var ended int64
 	if rollouts != nil {
 		version, err := s.writeRollouts(ctx, tx, p, d, rollouts)
+		var gated *controlplane.ApprovalRequiredError
 		switch {
+		case errors.As(err, &gated):
+			return awaitApproval(ctx, tx, p, d, gated)
 		case controlplane.ErrorKind(err) != controlplane.Internal:
 			d.Reason = fmt.Sprintf("%s The plan could not change the flag and is paused: %s", d.Reason, err.Error())
 			d.Kind, state, step, startedAt = controlplane.DecisionFailed, controlplane.PlanPaused, p.Step, p.StepStartedAt
@@ -348,8 +332,12 @@ func (s *ReleasePlanStore) carryOut(ctx context.Context, tx pgx.Tx, p *controlpl
 			ended = version
 		}
 	}
+	// A rollback ends the wait for an advance's change request: it is stale now (the flag
+	// changed under it), and the plan is done with it.
 	if _, err := tx.Exec(ctx, `UPDATE release_plans SET state = $2, step = $3, step_started_at = $4, updated_at = $5,
-		ended_snapshot_version = GREATEST(ended_snapshot_version, $6) WHERE id = $1`, p.ID, state, step, startedAt, d.At, ended); err != nil {
+		ended_snapshot_version = GREATEST(ended_snapshot_version, $6),
+		waiting_change_request_id = CASE WHEN $2 = 'running' THEN waiting_change_request_id END WHERE id = $1`,
+		p.ID, state, step, startedAt, d.At, ended); err != nil {
 		return err
 	}
 	return recordDecision(ctx, tx, p.ID, *d)
@@ -357,7 +345,11 @@ func (s *ReleasePlanStore) carryOut(ctx context.Context, tx pgx.Tx, p *controlpl
 
 // writeRollouts sets the flag's condition groups to rollouts through the flag write path, as
 // the plan's creator (CanEditFlag decides on the locked flag, as for any write of theirs),
-// in a savepoint; it returns the snapshot version that holds the write.
+// in a savepoint; it returns the snapshot version that holds the write. The write is marked
+// as the plan's for the approvals gate (gateFlagWrite): a rollback passes it, an advance of an
+// approved plan passes a policy that allows approved plans; an advance the gate stops keeps
+// the change request it filed (the savepoint is committed) and returns its
+// ApprovalRequiredError.
 func (s *ReleasePlanStore) writeRollouts(ctx context.Context, tx pgx.Tx, p *controlplane.ReleasePlan, d *controlplane.ReleaseDecision,
 	rollouts []*float64) (int64, error) {
 	if p.CreatedBy == nil {
@@ -371,6 +363,7 @@ func (s *ReleasePlanStore) writeRollouts(ctx context.Context, tx pgx.Tx, p *cont
 	trigger := p.Trigger()
 	trigger.Payload = map[string]any{"release_plan_id": p.ID, "step": d.Step, "decision": d.Kind}
 	actx := controlplane.NewContextWithTrigger(controlplane.NewContextWithUser(ctx, p.CreatedBy), trigger)
+	actx = withPlanWrite(actx, planWrite{rollback: d.Kind == controlplane.DecisionRolledBack, approved: p.ApprovedChangeRequest != ""})
 	flag, err := lockFlagForChange(actx, sp, p.CreatedBy, p.ProjectID, p.FlagID)
 	if err != nil {
 		return 0, err
@@ -386,6 +379,12 @@ func (s *ReleasePlanStore) writeRollouts(ctx context.Context, tx pgx.Tx, p *cont
 		return 0, err
 	}
 	updated, err := saveFlagChange(actx, sp, d.At, p.CreatedBy, flag, controlplane.FlagUpdate{Filters: filters})
+	var gated *controlplane.ApprovalRequiredError
+	if errors.As(err, &gated) && gated.Code == "approval_required" {
+		if cerr := sp.Commit(ctx); cerr != nil {
+			return 0, cerr
+		}
+	}
 	if err != nil {
 		return 0, err
 	}
@@ -401,10 +400,11 @@ type activePlan struct {
 	units      int64
 }
 
-// exposure is a $feature_flag_called event's answer.
+// exposure is a $feature_flag_called event's answer, and the reason the SDK gives for it.
 type exposure struct {
 	Flag     string          `json:"$feature_flag"`
 	Response json.RawMessage `json:"$feature_flag_response"`
+	Reason   json.RawMessage `json:"$feature_flag_reason"`
 }
 
 // countForPlans counts the project's freshly stored events for its active plans, in the
@@ -412,7 +412,7 @@ type exposure struct {
 // each user to a plan's flag puts them in an arm, up to controlplane.MaxPlanUnits per plan,
 // and each guardrail event of an exposed user, from their exposure on, adds to their row.
 // One statement a plan reads the plans; two a plan count, whatever the batch's size.
-func countForPlans(ctx context.Context, tx pgx.Tx, projectID int64, events []controlplane.Event) error {
+func countForPlans(ctx context.Context, tx pgx.Tx, elig *planEligibility, projectID int64, events []controlplane.Event) error {
 	if len(events) == 0 {
 		return nil
 	}
@@ -438,16 +438,22 @@ func countForPlans(ctx context.Context, tx pgx.Tx, projectID int64, events []con
 	if err := rows.Err(); err != nil || len(plans) == 0 {
 		return err
 	}
+	batch := elig.forBatch(projectID)
 	for _, p := range plans {
-		if err := countForPlan(ctx, tx, p, events); err != nil {
+		if err := countForPlan(ctx, tx, batch, p, events); err != nil {
 			return fmt.Errorf("count for release plan %d: %w", p.id, err)
 		}
 	}
 	return nil
 }
 
-func countForPlan(ctx context.Context, tx pgx.Tx, p activePlan, events []controlplane.Event) error {
+// countForPlan counts the batch for plan p: exposures go to an arm by
+// controlplane.ClassifyExposure, those whose false answer does not say whether the user was
+// eligible through elig (decideUnknown).
+func countForPlan(ctx context.Context, tx pgx.Tx, elig *batchEligibility, p activePlan, events []controlplane.Event) error {
 	var ids []string
+	var unknown []string
+	var unknownTimes []time.Time
 	var treated []bool
 	var times []time.Time
 	var gs []int32
@@ -458,11 +464,15 @@ func countForPlan(ctx context.Context, tx pgx.Tx, p activePlan, events []control
 		if e.Name == "$feature_flag_called" && p.units < controlplane.MaxPlanUnits {
 			var x exposure
 			if json.Unmarshal(e.Properties, &x) == nil && x.Flag == p.flagKey {
-				switch string(x.Response) {
-				case "true", `"true"`:
+				var reason string
+				_ = json.Unmarshal(x.Reason, &reason) // not a string: no reason
+				switch controlplane.ClassifyExposure(x.Response, reason) {
+				case controlplane.ExposureTreatment:
 					ids, treated, times = append(ids, e.DistinctID), append(treated, true), append(times, e.Timestamp)
-				case "false", `"false"`:
+				case controlplane.ExposureControl:
 					ids, treated, times = append(ids, e.DistinctID), append(treated, false), append(times, e.Timestamp)
+				case controlplane.ExposureUnknown:
+					unknown, unknownTimes = append(unknown, e.DistinctID), append(unknownTimes, e.Timestamp)
 				}
 			}
 		}
@@ -480,6 +490,19 @@ func countForPlan(ctx context.Context, tx pgx.Tx, p activePlan, events []control
 			gs, gIDs, values, gTimes = append(gs, int32(g)), append(gIDs, e.DistinctID), append(values, v), append(gTimes, e.Timestamp)
 		}
 	}
+	var undecided []string
+	if len(unknown) > 0 {
+		eligible, u, err := decideUnknown(ctx, tx, elig, p, unknown)
+		if err != nil {
+			return err
+		}
+		undecided = u
+		for i, d := range unknown {
+			if eligible[d] {
+				ids, treated, times = append(ids, d), append(treated, false), append(times, unknownTimes[i])
+			}
+		}
+	}
 	if len(ids) > 0 {
 		if _, err := tx.Exec(ctx, `WITH x AS (SELECT DISTINCT ON (d) d, t, ts FROM unnest($2::text[], $3::bool[], $4::timestamptz[]) AS x(d, t, ts)
 				ORDER BY d, ts LIMIT $5),
@@ -489,6 +512,9 @@ func countForPlan(ctx context.Context, tx pgx.Tx, p activePlan, events []control
 			p.id, ids, treated, times, controlplane.MaxPlanUnits-p.units, p.step); err != nil {
 			return err
 		}
+	}
+	if err := countUndecided(ctx, tx, p.id, undecided); err != nil {
+		return err
 	}
 	if len(gs) > 0 {
 		if _, err := tx.Exec(ctx, `INSERT INTO release_plan_values AS v (plan_id, guardrail, distinct_id, events, total)

@@ -28,7 +28,7 @@ type planFixture struct {
 	flag   *controlplane.Flag
 }
 
-func newPlanFixture(t *testing.T) *planFixture {
+func newPlanFixture(t testing.TB) *planFixture {
 	t.Helper()
 	db, res, _ := mustOpen(t)
 	fx := &planFixture{db: db, ctx: controlplane.NewContextWithUser(t.Context(), &mustKey(t, db, res.PersonalAPIKey).User),
@@ -43,7 +43,7 @@ func newPlanFixture(t *testing.T) *planFixture {
 	return fx
 }
 
-func (fx *planFixture) start(t *testing.T, n controlplane.NewReleasePlan) *controlplane.ReleasePlan {
+func (fx *planFixture) start(t testing.TB, n controlplane.NewReleasePlan) *controlplane.ReleasePlan {
 	t.Helper()
 	p, err := fx.plans.CreateReleasePlan(fx.ctx, fx.pid, fx.flag.ID, n)
 	if err != nil {
@@ -142,13 +142,13 @@ func TestReleasePlanStartsAndValidates(t *testing.T) {
 		t.Errorf("activity entries of the plan: %d, %v", n, err)
 	}
 
-	multi, err := fx.flags.CreateFlag(fx.ctx, fx.pid, controlplane.FlagUpdate{Key: ptr("targeted"),
-		Filters: json.RawMessage(`{"groups": [{"properties": [{"key": "email", "value": "x", "type": "person"}], "rollout_percentage": 20}]}`)})
+	held, err := fx.flags.CreateFlag(fx.ctx, fx.pid, controlplane.FlagUpdate{Key: ptr("held-out"),
+		Filters: json.RawMessage(`{"groups": [{"properties": [], "rollout_percentage": 20}], "holdout": {"id": 1, "exclusion_percentage": 10}}`)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := fx.plans.CreateReleasePlan(fx.ctx, fx.pid, multi.ID, twoSteps()); !errors.Is(err, controlplane.ErrPlanFlagShape) {
-		t.Errorf("a plan on a flag with property filters: %v", err)
+	if _, err := fx.plans.CreateReleasePlan(fx.ctx, fx.pid, held.ID, twoSteps()); !errors.Is(err, controlplane.ErrPlanFlagShape) {
+		t.Errorf("a plan on a flag with a holdout: %v", err)
 	}
 }
 
