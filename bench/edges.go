@@ -231,8 +231,14 @@ func edgesRun(cfg config, cpBin string, nth int) (*edgesResult, error) {
 
 	upstreams := []string{stack.cp.grpcAddr}
 	var relays []*process
+	var relayPprof string // the first relay's, with --profile
 	if cfg.edgesRelays > 0 {
-		if relays, err = startRelays(ctx, cfg.edgesRelays, stack, dir, certFile, keyFile); err != nil {
+		if cfg.profile {
+			if relayPprof, err = freeAddr(); err != nil {
+				return nil, err
+			}
+		}
+		if relays, err = startRelays(ctx, cfg.edgesRelays, stack, dir, certFile, keyFile, relayPprof); err != nil {
 			return nil, err
 		}
 		defer func() {
@@ -296,6 +302,11 @@ func edgesRun(cfg config, cpBin string, nth int) (*edgesResult, error) {
 		// (one to two seconds with 10,000 edges), then a second at rest.
 		go func() { profiled <- fetchProfile(pprofAddr, 3*cfg.edgesRounds, profilePath) }()
 	}
+	relayProfiled := make(chan error, 1)
+	relayProfilePath := filepath.Join(cfg.out, fmt.Sprintf("edges-relay-%d-cpu.pprof", nth))
+	if relayPprof != "" {
+		go func() { relayProfiled <- fetchProfile(relayPprof, 3*cfg.edgesRounds, relayProfilePath) }()
+	}
 	_, cpu2 := procStat(pid)
 	for round := range cfg.edgesRounds {
 		progress(fmt.Sprintf("edges: change %d of %d", round+1, cfg.edgesRounds))
@@ -339,13 +350,22 @@ func edgesRun(cfg config, cpBin string, nth int) (*edgesResult, error) {
 			return nil, err
 		}
 	}
+	if relayPprof != "" {
+		if err := <-relayProfiled; err != nil {
+			return nil, fmt.Errorf("relay profile: %w", err)
+		}
+		if err := writeTop(ctx, relayProfilePath, strings.TrimSuffix(relayProfilePath, ".pprof")+".txt"); err != nil {
+			return nil, err
+		}
+	}
 	return res, nil
 }
 
 // startRelays builds the edge from the tree into dir and starts n relays of it (edge
 // --serve-edges), each with its own token, over TLS both ways with the scenario's
-// certificate, and waits until each holds the snapshots.
-func startRelays(ctx context.Context, n int, stack *selfStack, dir, certFile, keyFile string) ([]*process, error) {
+// certificate, and waits until each holds the snapshots. The first serves Go's pprof on
+// pprofAddr unless it is "".
+func startRelays(ctx context.Context, n int, stack *selfStack, dir, certFile, keyFile, pprofAddr string) ([]*process, error) {
 	if err := buildTree(ctx, "edges", dir, "./edge/cmd/edge"); err != nil {
 		return nil, err
 	}
@@ -357,11 +377,15 @@ func startRelays(ctx context.Context, n int, stack *selfStack, dir, certFile, ke
 		if err != nil {
 			return relays, err
 		}
-		r, err := startProcess(ctx, dir, command{name: name, bin: filepath.Join(dir, "edge"), listening: "edge listening", args: []string{
+		args := []string{
 			"--http-addr", "127.0.0.1:0", "--metrics-addr", "127.0.0.1:0", "--control-plane", stack.cp.grpcAddr,
 			"--control-plane-ca", certFile, "--edge-token", token, "--data-dir", filepath.Join(dir, name), "--edge-id", name,
 			"--drain-delay", "0s",
-			"--serve-edges", "127.0.0.1:0", "--serve-edges-tls-cert", certFile, "--serve-edges-tls-key", keyFile}})
+			"--serve-edges", "127.0.0.1:0", "--serve-edges-tls-cert", certFile, "--serve-edges-tls-key", keyFile}
+		if i == 0 && pprofAddr != "" {
+			args = append(args, "--pprof-addr", pprofAddr)
+		}
+		r, err := startProcess(ctx, dir, command{name: name, bin: filepath.Join(dir, "edge"), listening: "edge listening", args: args})
 		if err != nil {
 			return relays, err
 		}

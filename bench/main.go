@@ -115,7 +115,7 @@ func runBench(args []string) error {
 	fs.IntVar(&cfg.rssPersons, "rss-persons", 1_000_000, "distinct ids the rss scenario then has the control plane store, through the edge's /batch (0: none)")
 	fs.StringVar(&cfg.edgeBin, "edge-bin", "", "pinned, regions, eventlog and rss --self-contained: run this edge binary instead of one built from the tree (compare builds)")
 	combine := fs.String("plot", "", "only draw combined-* plots into --out from these report.json / pinned.json files (comma-separated)")
-	fs.BoolVar(&cfg.profile, "profile", false, "pinned: also take a CPU profile of the edge under load (pinned-edge-cpu.pprof and .txt); edges: of each control plane during the changes (edges-cp-N-cpu.pprof and .txt); eventlog: of the edge and the control plane in the flat-out phase")
+	fs.BoolVar(&cfg.profile, "profile", false, "pinned: also take a CPU profile of the edge under load (pinned-edge-cpu.pprof and .txt); edges: of each control plane during the changes (edges-cp-N-cpu.pprof and .txt), and of the first relay with --edges-relays (edges-relay-N-cpu.pprof and .txt); eventlog: of the edge and the control plane in the flat-out phase")
 	fs.IntVar(&cfg.pinnedFlags, "pinned-flags", 50, "pinned: flags in the bench project (flagstest.RealisticProjectOf: RealisticProject's mix of 50, repeated with rollouts of their own)")
 	fs.BoolVar(&cfg.pinnedRepeat, "pinned-repeat", false, "pinned: every request of a run the same user and body (a returning user), instead of a new user each request")
 	fs.IntVar(&cfg.sseStreams, "sse-streams", 10_000, "OFREP change streams the sse scenario opens on its edge")

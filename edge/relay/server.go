@@ -35,13 +35,27 @@ type Server struct {
 	spool     *spool.Spool
 	log       *slog.Logger
 
-	watching atomic.Int64 // the streams open now: the acknowledgement delay
+	watching   atomic.Int64 // the streams open now: the acknowledgement delay
+	onWatching func(streams int64)
 }
 
 // NewServer returns the relay's sync service. Events the upstream cannot take at once are
 // appended to sp, which the relay's forwarder drains upstream.
 func NewServer(upstream syncpb.SyncClient, h *state.Holder, snaps *Snapshots, members *Members, auth *Auth, sessions *Sessions, sp *spool.Spool, log *slog.Logger) *Server {
 	return &Server{upstream: upstream, holder: h, snapshots: snaps, members: members, auth: auth, sessions: sessions, spool: sp, log: log}
+}
+
+// OnWatching calls f with the number of Watch streams open whenever one opens or ends: each
+// holds some 50 KB of the relay's memory (the gRPC connection's floor), which the edge's
+// memory limit must make room for. Call it before serving.
+func (s *Server) OnWatching(f func(streams int64)) { s.onWatching = f }
+
+// streamsChanged counts a Watch stream opened (+1) or ended (-1).
+func (s *Server) streamsChanged(delta int64) {
+	n := s.watching.Add(delta)
+	if s.onWatching != nil {
+		s.onWatching(n)
+	}
 }
 
 // GRPCServer returns a gRPC server of the relay's sync service, admitting live edges only.
@@ -72,8 +86,8 @@ func (s *Server) Watch(req *syncpb.WatchRequest, stream syncpb.Sync_WatchServer)
 	}
 	ctx := stream.Context()
 	edge := caller(ctx)
-	s.watching.Add(1)
-	defer s.watching.Add(-1)
+	s.streamsChanged(1)
+	defer s.streamsChanged(-1)
 	projects, ready, changed := s.snapshots.view()
 	for !ready {
 		select {

@@ -147,7 +147,7 @@ func parseConfig(args []string, stderr io.Writer) (*config, error) {
 	fs.Int64(&cfg.AnswerCacheMax, "answer-cache-bytes", "FLAGEDGE_ANSWER_CACHE_BYTES", defaultAnswerCacheBytes,
 		"most bytes of /decide and /flags answers kept for returning users, who are then answered without evaluating (docs/operations.md, \"The answer cache\"); 0: off")
 	fs.Int64(&cfg.MemoryLimit, "memory-limit", "FLAGEDGE_MEMORY_LIMIT", defaultMemoryLimit(),
-		"Go's soft memory limit in bytes: the garbage collector works harder as the heap nears it, rather than letting it double (it is not a cap); 0: Go's own (GOMEMLIMIT, else none); default 128 MiB unless GOMEMLIMIT is set")
+		"Go's soft memory limit in bytes: the garbage collector works harder as the heap nears it, rather than letting it double (it is not a cap); 0: Go's own (GOMEMLIMIT, else none); default 128 MiB unless GOMEMLIMIT is set; a relay (--serve-edges) adds 64 KiB for each edge watching through it")
 	fs.Int64(&cfg.SpoolQuota, "spool-quota", "FLAGEDGE_SPOOL_QUOTA", 1<<30, "most bytes the capture spool may hold; beyond it capture answers 503")
 	fs.String(&cfg.PprofAddr, "pprof-addr", "FLAGEDGE_PPROF_ADDR", "", "address for Go's pprof endpoints (off when empty; keep it on loopback)")
 	fs.String(&cfg.LogLevel, "log-level", "FLAGEDGE_LOG_LEVEL", "info", "debug, info, warn or error")
