@@ -8,6 +8,7 @@ package relay
 import (
 	"log/slog"
 	"sync"
+	"time"
 
 	"github.com/flagedge/flagedge/edge/state"
 	"github.com/flagedge/flagedge/shared/syncpb"
@@ -32,6 +33,7 @@ type Snapshots struct {
 	projects map[int64]*encoded // immutable values, replaced on change
 	ready    bool               // a complete set is held (a catch-up done, or read from disk)
 	changed  chan struct{}      // closed at the next change, then replaced
+	at       time.Time          // when the projects last changed
 }
 
 // NewSnapshots returns an empty store for the holder's snapshots. Install its Tap on the
@@ -82,7 +84,7 @@ func (s *Snapshots) Tap(msg *syncpb.WatchResponse) {
 	}
 	if len(next) > 0 || len(msg.RemovedProjects) > 0 || msg.InitialSyncDone {
 		close(s.changed)
-		s.changed = make(chan struct{})
+		s.changed, s.at = make(chan struct{}), time.Now()
 	}
 }
 
@@ -105,13 +107,13 @@ func encodeSnapshot(pb *syncpb.ProjectSnapshot) (*encoded, error) {
 }
 
 // view returns the held projects (a copy of the map; the values are shared and immutable),
-// whether they are complete, and the channel closed at the next change.
-func (s *Snapshots) view() (map[int64]*encoded, bool, <-chan struct{}) {
+// whether they are complete, the channel closed at the next change, and when they changed.
+func (s *Snapshots) view() (map[int64]*encoded, bool, <-chan struct{}, time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	out := make(map[int64]*encoded, len(s.projects))
 	for id, e := range s.projects {
 		out[id] = e
 	}
-	return out, s.ready, s.changed
+	return out, s.ready, s.changed, s.at
 }
