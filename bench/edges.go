@@ -179,6 +179,9 @@ func raiseFileLimit() error {
 // edgesRun is one control plane's run, the nth of the scenario (its profile's name with
 // --profile).
 func edgesRun(cfg config, cpBin string, nth int) (*edgesResult, error) {
+	if err := os.MkdirAll(cfg.out, 0o755); err != nil { // the logs kept go there
+		return nil, err
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	name := cpBin
@@ -244,6 +247,9 @@ func edgesRun(cfg config, cpBin string, nth int) (*edgesResult, error) {
 		defer func() {
 			for _, r := range relays {
 				r.stop()
+				if data, err := os.ReadFile(r.log); err == nil { // as keepLogs does the control plane's
+					_ = os.WriteFile(filepath.Join(cfg.out, "edges-"+r.name+".log"), data, 0o644)
+				}
 			}
 		}()
 		upstreams = upstreams[:0]

@@ -67,6 +67,11 @@ type EdgeSessionStore interface {
 	// yet (Laggards of FindProjectEdges, without reading every edge); NotFound when there is
 	// no such project.
 	CountLaggards(ctx context.Context, projectID, version int64) (int, error)
+	// AcknowledgedBelow reports whether some session's last acknowledgement of the project
+	// names a version below version: a cheap sign that laggards remain, not proof (that
+	// session may not count, as CountLaggards would find), read between counts while the
+	// acknowledgements of a change arrive.
+	AcknowledgedBelow(ctx context.Context, projectID, version int64) (bool, error)
 	// ReportRelayed records what a relay reports of the sessions of the edges behind it, in
 	// one write; it returns the reported sessions it does not hold (their parent ended, or
 	// they were never opened) for the relay to open again. NotFound when the relay's own

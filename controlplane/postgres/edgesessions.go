@@ -229,10 +229,13 @@ func acknowledge(ctx context.Context, tx pgx.Tx, acks []controlplane.Acknowledge
 	results := make([]error, len(acks))
 	err := func() error {
 		// The sessions that are the edges' and open, locked until the commit: one that ends
-		// meanwhile is deleted after, with what is written here.
-		rows, err := tx.Query(ctx, `UPDATE edge_sessions s SET seen_at = now()
-			FROM unnest($1::uuid[], $2::text[]) AS t(id, name) WHERE s.id = t.id AND s.edge_name = t.name
-			RETURNING s.id::text, s.edge_name`, ids, names)
+		// meanwhile is deleted after, with what is written here. A key-share lock writes
+		// nothing (the heartbeat marks the sessions seen) and waits for no heartbeat: with
+		// 10,000 edges, updating every acknowledging session's row wrote 10,000 rows a change,
+		// each after the heartbeat's lock of it.
+		rows, err := tx.Query(ctx, `SELECT s.id::text, s.edge_name FROM edge_sessions s
+			JOIN unnest($1::uuid[], $2::text[]) AS t(id, name) ON s.id = t.id AND s.edge_name = t.name
+			FOR KEY SHARE OF s`, ids, names)
 		if err != nil {
 			return err
 		}
@@ -332,6 +335,20 @@ func (s *EdgeSessionStore) CountLaggards(ctx context.Context, projectID, version
 		return 0, controlplane.ErrNotFound
 	}
 	return laggards, nil
+}
+
+// AcknowledgedBelow reads the project's acknowledgements alone, stopping at the first below
+// version: with 10,000 edges behind relays a count took 50-100 ms of the database, and ten
+// times that while the machine was busy sending the change; a rollout waiter counting after
+// every report kept one of its cores busy.
+func (s *EdgeSessionStore) AcknowledgedBelow(ctx context.Context, projectID, version int64) (bool, error) {
+	var below bool
+	err := s.db.Pool.QueryRow(ctx, `SELECT EXISTS (SELECT FROM edge_session_versions WHERE project_id = $1 AND version < $2)`,
+		projectID, version).Scan(&below)
+	if err != nil {
+		return false, opError("read acknowledgements", err)
+	}
+	return below, nil
 }
 
 // FindProjectEdges lists the sessions marked within SessionTTL of the live edges that serve

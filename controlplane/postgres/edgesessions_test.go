@@ -82,7 +82,8 @@ func TestSessionsInBatches(t *testing.T) {
 
 // TestCountLaggards: the count a rollout waiter polls is the number of edges FindProjectEdges
 // lists as laggards, for every version asked; an edge not serving the project is not counted,
-// one that acknowledged nothing is; an unknown project is NotFound.
+// one that acknowledged nothing is; an unknown project is NotFound. AcknowledgedBelow tells
+// whether an acknowledgement of the project is below a version.
 func TestCountLaggards(t *testing.T) {
 	t.Parallel()
 	db, boot, _ := mustOpen(t)
@@ -138,6 +139,13 @@ func TestCountLaggards(t *testing.T) {
 		}
 		if n != want || n != len(listed.Laggards(version)) {
 			t.Errorf("version %d: %d laggards counted, %d listed; want %d", version, n, len(listed.Laggards(version)), want)
+		}
+	}
+	// The sign a waiter reads between counts: edge-b acknowledged 3, edge-a 5; edge-d, which
+	// acknowledged nothing, gives none.
+	for version, want := range map[int64]bool{3: false, 4: true, 6: true} {
+		if below, err := store.AcknowledgedBelow(ctx, p, version); err != nil || below != want {
+			t.Errorf("acknowledged below %d: %v (%v), want %v", version, below, err, want)
 		}
 	}
 	if _, err := store.CountLaggards(ctx, p+999, 1); controlplane.ErrorKind(err) != controlplane.NotFound {

@@ -52,13 +52,27 @@ func (w *Watcher) Wait(ctx context.Context, projectID, version int64, timeout ti
 	defer deadline.Stop()
 	poll := time.NewTicker(fallbackPoll)
 	defer poll.Stop()
+	count := true // count the laggards: first, at each poll, and once no acknowledgement is behind
 	for {
 		changed := w.next() // before reading: an acknowledgement made meanwhile wakes us
-		// Counting is cheap whatever the number of edges; the list is read once it is
-		// likely the answer.
-		laggards, err := w.store.CountLaggards(ctx, projectID, version)
-		if err != nil {
-			return nil, false, err
+		if !count {
+			behind, err := w.store.AcknowledgedBelow(ctx, projectID, version)
+			if err != nil {
+				return nil, false, err
+			}
+			count = !behind
+		}
+		// Counting costs the database more as the edges grow (their paths behind relays),
+		// and the acknowledgements of a change arrive in many batches: after each, it counts
+		// only once none is behind, and at each poll (an edge that acknowledged nothing, or
+		// one that does not count, shows no sign). The list is read once it is likely the
+		// answer.
+		laggards := -1
+		if count {
+			var err error
+			if laggards, err = w.store.CountLaggards(ctx, projectID, version); err != nil {
+				return nil, false, err
+			}
 		}
 		if laggards == 0 {
 			edges, err := w.store.FindProjectEdges(ctx, projectID)
@@ -79,7 +93,9 @@ func (w *Watcher) Wait(ctx context.Context, projectID, version int64, timeout ti
 			}
 			return edges, len(edges.Laggards(version)) == 0, nil
 		case <-changed:
+			count = false
 		case <-poll.C:
+			count = true
 		}
 	}
 }
