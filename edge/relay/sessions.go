@@ -256,18 +256,7 @@ func (s *Sessions) next() (*syncpb.ReportSessionsRequest, map[string]map[int64]i
 		if !ss.reported {
 			opening = append(opening, ss)
 		}
-		ack := &syncpb.AcknowledgeRequest{SessionId: ss.id, Versions: map[int64]int64{}}
-		for id, v := range ss.versions {
-			if prev, ok := ss.sent[id]; !ok || prev != v || !ss.reported {
-				ack.Versions[id] = v
-			}
-		}
-		for id := range ss.sent {
-			if _, ok := ss.versions[id]; !ok && ss.reported {
-				ack.RemovedProjects = append(ack.RemovedProjects, id)
-			}
-		}
-		if len(ack.Versions) > 0 || len(ack.RemovedProjects) > 0 {
+		if ack := ss.untold(); ack != nil {
 			req.Acknowledgements = append(req.Acknowledgements, ack)
 			sent[ss.id] = maps.Clone(ss.versions)
 		}
@@ -282,6 +271,31 @@ func (s *Sessions) next() (*syncpb.ReportSessionsRequest, map[string]map[int64]i
 		return nil, nil
 	}
 	return req, sent
+}
+
+// untold returns what the session serves that the upstream was not told, or nil when it was
+// told everything: a report looks at every session, and thousands of them told everything
+// allocate nothing.
+func (ss *session) untold() *syncpb.AcknowledgeRequest {
+	var ack *syncpb.AcknowledgeRequest
+	tell := func() *syncpb.AcknowledgeRequest {
+		if ack == nil {
+			ack = &syncpb.AcknowledgeRequest{SessionId: ss.id, Versions: map[int64]int64{}}
+		}
+		return ack
+	}
+	for id, v := range ss.versions {
+		if prev, ok := ss.sent[id]; !ok || prev != v || !ss.reported {
+			tell().Versions[id] = v
+		}
+	}
+	for id := range ss.sent {
+		if _, ok := ss.versions[id]; !ok && ss.reported {
+			a := tell()
+			a.RemovedProjects = append(a.RemovedProjects, id)
+		}
+	}
+	return ack
 }
 
 // done records a report the upstream took: the sessions it opened and what it told of them,
