@@ -126,15 +126,16 @@ func (s *Server) Watch(req *syncpb.WatchRequest, stream syncpb.Sync_WatchServer)
 		return err
 	}
 	initial := true
+	fresh := false // projects is a change the relay just received: its send is timed (fanout)
 	var cursor Cursor
 	for {
 		if err := s.send(stream, edge, sent, projects, initial); err != nil {
 			return err
 		}
-		if !initial {
+		if fresh {
 			s.fanout.sent(at)
 		}
-		initial = false
+		initial, fresh = false, false
 		var membersChanged <-chan struct{}
 		var err error
 		if cursor, membersChanged, err = s.sendMembers(stream, edge, cursor); err != nil {
@@ -157,6 +158,7 @@ func (s *Server) Watch(req *syncpb.WatchRequest, stream syncpb.Sync_WatchServer)
 			return status.Error(codes.Unavailable, "the relay's upstream database changed: reconnect")
 		}
 		projects, _, changed, at = s.snapshots.view()
+		fresh = true
 	}
 }
 
