@@ -45,14 +45,14 @@ func countForPlans(ctx context.Context, tx pgx.Tx, elig *planEligibility, projec
 	if err != nil || len(plans) == 0 {
 		return err
 	}
-	counts := countBatch(plans, events)
+	counts, observed := countBatch(plans, events)
 	batch := elig.forBatch(projectID)
 	for i, p := range plans {
 		if err := counts[i].decide(ctx, tx, batch, p); err != nil {
 			return fmt.Errorf("count for release plan %d: %w", p.id, err)
 		}
 	}
-	if err := storeCounts(ctx, tx, plans, counts); err != nil {
+	if err := storeCounts(ctx, tx, plans, counts, observed); err != nil {
 		return fmt.Errorf("count for release plans: %w", err)
 	}
 	return nil
@@ -84,7 +84,7 @@ func readActivePlans(ctx context.Context, tx pgx.Tx, projectID int64) ([]activeP
 	return plans, nil
 }
 
-// planCount is what one batch adds to one plan, in the batch's order.
+// planCount is what one batch adds to one plan's arms, in the batch's order.
 type planCount struct {
 	// Exposures placed in an arm: the distinct id, whether treated, when.
 	ids     []string
@@ -95,35 +95,53 @@ type planCount struct {
 	unknownTimes []time.Time
 	// The users of those whom decide could not decide either.
 	undecided []string
-	// Guardrail observations: the guardrail's index, the distinct id, the value, when.
-	gs     []int32
-	gIDs   []string
-	values []float64
-	gTimes []time.Time
 }
 
-// guardrailRef is one plan's guardrail on an event name.
-type guardrailRef struct {
-	plan     int
-	g        int32
-	mean     bool // the event's numeric property is averaged; else the event is counted
-	property string
+// metric is what a guardrail observes of its event: one per event, or the event's numeric
+// property. Plans guarded by the same metric share its observations.
+type metric struct {
+	event    string
+	mean     bool
+	property string // when mean
+}
+
+// observations are the batch's observations of the plans' metrics, each stored once
+// however many plans' guardrails read it: the metric's index, the distinct id, the value,
+// when; and which guardrails (plan ids and indexes) read each metric.
+type observations struct {
+	metrics, gs []int32
+	plans       []int64
+	ks          []int32
+	ids         []string
+	values      []float64
+	times       []time.Time
 }
 
 // countBatch reads the batch once for all the plans: each $feature_flag_called once, put in
 // an arm by controlplane.ClassifyExposure for every plan on its flag that is not full, and
-// each guardrail event's numeric properties parsed once for every plan guarded by it.
-func countBatch(plans []activePlan, events []controlplane.Event) []planCount {
+// each guardrail event once, its numeric properties parsed once, observed once per metric.
+func countBatch(plans []activePlan, events []controlplane.Event) ([]planCount, *observations) {
 	counts := make([]planCount, len(plans))
+	obs := &observations{}
 	byFlag := map[string][]int{}
-	byEvent := map[string][]guardrailRef{}
+	index := map[metric]int32{}
+	byEvent := map[string][]metric{}
 	for i, p := range plans {
 		if p.units < controlplane.MaxPlanUnits {
 			byFlag[p.flagKey] = append(byFlag[p.flagKey], i)
 		}
 		for g, gr := range p.guardrails {
-			byEvent[gr.Event] = append(byEvent[gr.Event], guardrailRef{plan: i, g: int32(g),
-				mean: gr.Stat == controlplane.StatMean, property: gr.Property})
+			m := metric{event: gr.Event, mean: gr.Stat == controlplane.StatMean}
+			if m.mean {
+				m.property = gr.Property
+			}
+			k, ok := index[m]
+			if !ok {
+				k = int32(len(index))
+				index[m] = k
+				byEvent[m.event] = append(byEvent[m.event], m)
+			}
+			obs.metrics, obs.plans, obs.gs = append(obs.metrics, k), append(obs.plans, p.id), append(obs.gs, int32(g))
 		}
 	}
 	var props eventProperties
@@ -145,24 +163,23 @@ func countBatch(plans []activePlan, events []controlplane.Event) []planCount {
 				}
 			}
 		}
-		refs := byEvent[e.Name]
-		if len(refs) == 0 {
+		ms := byEvent[e.Name]
+		if len(ms) == 0 {
 			continue
 		}
 		props.reset(e.Properties)
-		for _, r := range refs {
+		for _, m := range ms {
 			v := 1.0
-			if r.mean {
+			if m.mean {
 				var ok bool
-				if v, ok = props.number(r.property); !ok {
+				if v, ok = props.number(m.property); !ok {
 					continue // no numeric value: nothing to average
 				}
 			}
-			c := &counts[r.plan]
-			c.gs, c.gIDs, c.values, c.gTimes = append(c.gs, r.g), append(c.gIDs, e.DistinctID), append(c.values, v), append(c.gTimes, e.Timestamp)
+			obs.ks, obs.ids, obs.values, obs.times = append(obs.ks, index[m]), append(obs.ids, e.DistinctID), append(obs.values, v), append(obs.times, e.Timestamp)
 		}
 	}
-	return counts
+	return counts, obs
 }
 
 // decide decides the users of plan p's unknown exposures through elig (decideUnknown): the
@@ -250,8 +267,9 @@ func (p *eventProperties) number(name string) (float64, bool) {
 
 // storeCounts stores the batch's counts for every plan in three statements, in the order one
 // plan's counting needs: the arms, then the undecided (users whom no arm holds), then the
-// guardrail values (of users in an arm from before the event).
-func storeCounts(ctx context.Context, tx pgx.Tx, plans []activePlan, counts []planCount) error {
+// guardrail values (each observation for every guardrail of its metric, of users in an arm
+// from before the event).
+func storeCounts(ctx context.Context, tx pgx.Tx, plans []activePlan, counts []planCount, obs *observations) error {
 	var armPlans, roomPlans, room []int64
 	var armIDs []string
 	var armTreated []bool
@@ -259,11 +277,6 @@ func storeCounts(ctx context.Context, tx pgx.Tx, plans []activePlan, counts []pl
 	var steps []int32
 	var undecidedPlans []int64
 	var undecided []string
-	var valuePlans []int64
-	var gs []int32
-	var valueIDs []string
-	var values []float64
-	var valueTimes []time.Time
 	for i, p := range plans {
 		c := &counts[i]
 		if len(c.ids) > 0 {
@@ -277,10 +290,6 @@ func storeCounts(ctx context.Context, tx pgx.Tx, plans []activePlan, counts []pl
 			undecidedPlans = append(undecidedPlans, p.id)
 		}
 		undecided = append(undecided, c.undecided...)
-		for range c.gs {
-			valuePlans = append(valuePlans, p.id)
-		}
-		gs, valueIDs, values, valueTimes = append(gs, c.gs...), append(valueIDs, c.gIDs...), append(values, c.values...), append(valueTimes, c.gTimes...)
 	}
 	// Each plan takes its users' first exposure, the first of them by distinct id up to its
 	// room, and counts those it did not hold yet.
@@ -307,14 +316,15 @@ func storeCounts(ctx context.Context, tx pgx.Tx, plans []activePlan, counts []pl
 			return fmt.Errorf("undecided: %w", err)
 		}
 	}
-	if len(gs) > 0 {
+	if len(obs.ks) > 0 {
 		if _, err := tx.Exec(ctx, `INSERT INTO release_plan_values AS v (plan_id, guardrail, distinct_id, events, total)
-			SELECT x.p, x.g, x.d, count(*), sum(x.v)
-			FROM unnest($1::bigint[], $2::int[], $3::text[], $4::float8[], $5::timestamptz[]) AS x(p, g, d, v, ts)
-			JOIN release_plan_units u ON u.plan_id = x.p AND u.distinct_id = x.d AND u.exposed_at <= x.ts
-			GROUP BY x.p, x.g, x.d
+			SELECT m.p, m.g, x.d, count(*), sum(x.v)
+			FROM unnest($1::int[], $2::text[], $3::float8[], $4::timestamptz[]) AS x(k, d, v, ts)
+			JOIN unnest($5::int[], $6::bigint[], $7::int[]) AS m(k, p, g) ON m.k = x.k
+			JOIN release_plan_units u ON u.plan_id = m.p AND u.distinct_id = x.d AND u.exposed_at <= x.ts
+			GROUP BY m.p, m.g, x.d
 			ON CONFLICT (plan_id, guardrail, distinct_id) DO UPDATE SET events = v.events + excluded.events, total = v.total + excluded.total`,
-			valuePlans, gs, valueIDs, values, valueTimes); err != nil {
+			obs.ks, obs.ids, obs.values, obs.times, obs.metrics, obs.plans, obs.gs); err != nil {
 			return fmt.Errorf("guardrail values: %w", err)
 		}
 	}
