@@ -106,15 +106,17 @@ type metric struct {
 }
 
 // observations are the batch's observations of the plans' metrics, each stored once
-// however many plans' guardrails read it: the metric's index, the distinct id, the value,
-// when; and which guardrails (plan ids and indexes) read each metric.
+// however many plans' guardrails read it, and the guardrails that read each metric.
 type observations struct {
-	metrics, gs []int32
-	plans       []int64
-	ks          []int32
-	ids         []string
-	values      []float64
-	times       []time.Time
+	// One row per observation: the metric's index, the distinct id, the value, when.
+	ks     []int32
+	ids    []string
+	values []float64
+	times  []time.Time
+	// One row per guardrail: its metric's index, its plan's id, its index in the plan.
+	metrics []int32
+	plans   []int64
+	gs      []int32
 }
 
 // countBatch reads the batch once for all the plans: each $feature_flag_called once, put in
