@@ -151,15 +151,3 @@ func decideUnknown(ctx context.Context, tx pgx.Tx, elig *batchEligibility, p act
 	}
 	return eligible, undecided, nil
 }
-
-// countUndecided adds to plan planID's undecided count those of the undecided users who are
-// in no arm (an exposure of theirs, in this batch or before, may have placed them).
-func countUndecided(ctx context.Context, tx pgx.Tx, planID int64, undecided []string) error {
-	if len(undecided) == 0 {
-		return nil
-	}
-	_, err := tx.Exec(ctx, `UPDATE release_plan_tallies SET undecided = undecided + (SELECT count(*) FROM unnest($2::text[]) AS x(d)
-		WHERE NOT EXISTS (SELECT 1 FROM release_plan_units u WHERE u.plan_id = $1 AND u.distinct_id = x.d)) WHERE plan_id = $1`,
-		planID, undecided)
-	return err
-}

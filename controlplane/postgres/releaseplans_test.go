@@ -371,3 +371,77 @@ func TestReleasePlanUnitsBounded(t *testing.T) {
 		t.Errorf("%d rows, tally %d; want 2 rows and the tally at the bound %d", rows, units, controlplane.MaxPlanUnits)
 	}
 }
+
+// TestReleasePlansCountedTogether checks that one batch is counted for each of a project's
+// plans on its own terms: each plan's flag, guardrails and room, from the same events.
+func TestReleasePlansCountedTogether(t *testing.T) {
+	t.Parallel()
+	fx := newPlanFixture(t)
+	first := fx.start(t, twoSteps()) // $exception per user, mean $pageview $duration
+	search, err := fx.flags.CreateFlag(fx.ctx, fx.pid, controlplane.FlagUpdate{Key: ptr("search-v2"),
+		Filters: json.RawMessage(`{"groups": [{"properties": [], "rollout_percentage": 20}]}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	second, err := fx.plans.CreateReleasePlan(fx.ctx, fx.pid, search.ID, controlplane.NewReleasePlan{
+		Steps:      []controlplane.ReleaseStep{{RolloutPercentage: 50}},
+		Guardrails: []controlplane.Guardrail{{Event: "$pageview"}, {Event: "$pageview", Property: "$load", Stat: controlplane.StatMean}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fx.db.Pool.Exec(t.Context(), `UPDATE release_plan_tallies SET units = $2 WHERE plan_id = $1`,
+		second.ID, controlplane.MaxPlanUnits-1); err != nil { // room for one user
+		t.Fatal(err)
+	}
+	now := time.Now()
+	ev := func(name, d string, at time.Time, props string) controlplane.Event {
+		return controlplane.Event{UUID: uuid.NewString(), ProjectID: fx.pid, Name: name, DistinctID: d,
+			Properties: json.RawMessage(props), Timestamp: at, ReceivedAt: now}
+	}
+	later := now.Add(time.Second)
+	batch := []controlplane.Event{
+		ev("$feature_flag_called", "a", now, `{"$feature_flag": "checkout-v2", "$feature_flag_response": true}`),
+		ev("$feature_flag_called", "b", now, `{"$feature_flag": "checkout-v2", "$feature_flag_response": false}`), // no reason: eligible, no filters
+		ev("$feature_flag_called", "c", now, `{"$feature_flag": "search-v2", "$feature_flag_response": true}`),
+		ev("$feature_flag_called", "a", now, `{"$feature_flag": "search-v2", "$feature_flag_response": true}`), // a before c by id
+		ev("$exception", "a", later, `{}`),
+		ev("$pageview", "a", later, `{"$duration": 100, "$load": 2}`),
+		ev("$pageview", "b", later, `{"$duration": 300, "$duration": 500}`), // the last key counts
+		ev("$pageview", "c", later, `{"$load": 4}`),                         // c found no room
+	}
+	if _, err := fx.events.Ingest(t.Context(), []controlplane.EventBatch{{ProjectID: fx.pid, Events: batch}}); err != nil {
+		t.Fatal(err)
+	}
+	p, err := fx.plans.FindReleasePlan(fx.ctx, fx.pid, fx.flag.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.ID != first.ID || p.Tally.Exposed[0] != (controlplane.ArmCounts{Control: 1, Treatment: 1}) {
+		t.Errorf("checkout-v2 arms: %+v", p.Tally.Exposed)
+	}
+	exc, dur := p.Tally.Metrics[0], p.Tally.Metrics[1]
+	if exc.Treatment.N != 1 || exc.Treatment.Sum != 1 || exc.Control.N != 1 || exc.Control.Sum != 0 {
+		t.Errorf("checkout-v2 $exception per user: %+v", exc)
+	}
+	if dur.Treatment.N != 1 || dur.Treatment.Sum != 100 || dur.Control.N != 1 || dur.Control.Sum != 500 {
+		t.Errorf("checkout-v2 mean $duration: %+v", dur)
+	}
+	q, err := fx.plans.FindReleasePlan(fx.ctx, fx.pid, search.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if q.ID != second.ID || q.Tally.Exposed[0] != (controlplane.ArmCounts{Treatment: 1}) {
+		t.Errorf("search-v2 arms: %+v", q.Tally.Exposed)
+	}
+	views, load := q.Tally.Metrics[0], q.Tally.Metrics[1]
+	if views.Treatment.N != 1 || views.Treatment.Sum != 1 || load.Treatment.N != 1 || load.Treatment.Sum != 2 {
+		t.Errorf("search-v2 $pageviews %+v, mean $load %+v", views, load)
+	}
+	var units int64
+	if err := fx.db.Pool.QueryRow(t.Context(), `SELECT units FROM release_plan_tallies WHERE plan_id = $1`, second.ID).Scan(&units); err != nil {
+		t.Fatal(err)
+	}
+	if units != controlplane.MaxPlanUnits {
+		t.Errorf("search-v2 tally %d, want the bound %d", units, controlplane.MaxPlanUnits)
+	}
+}
