@@ -229,8 +229,9 @@ func (p *eventProperties) reset(raw json.RawMessage) {
 
 // number returns the value of the property name as a guardrail averages it, and false when
 // there is none to average. It answers as json.Unmarshal of the properties into a map, then
-// of the property's value into a float64 set to 1, always did: the last of repeated keys
-// counts, a number out of float64's range has no value, and null leaves the 1.
+// of the property's value into a float64, does: the last of repeated keys counts, and a
+// number out of float64's range has no value; nor has null (an event that did not measure
+// the property adds nothing to the mean).
 func (p *eventProperties) number(name string) (float64, bool) {
 	for _, c := range p.cached {
 		if c.name == name {
@@ -262,7 +263,7 @@ func (p *eventProperties) number(name string) (float64, bool) {
 		raw = p.slow[name]
 	}
 	v := 1.0
-	ok := raw != nil && json.Unmarshal(raw, &v) == nil
+	ok := raw != nil && string(raw) != "null" && json.Unmarshal(raw, &v) == nil
 	p.cached = append(p.cached, cachedNumber{name: name, value: v, ok: ok})
 	return v, ok
 }

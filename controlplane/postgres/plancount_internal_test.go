@@ -7,13 +7,14 @@ import (
 
 // TestEventPropertiesNumberAsBefore checks that reading a mean guardrail's value with one
 // parse per event answers as decoding the properties into a map, then the value into a
-// float64 set to 1, did for each plan: repeated keys, null, strings, values out of range,
-// escaped keys, properties that are not an object.
+// float64, did for each plan (repeated keys, strings, values out of range, escaped keys,
+// properties that are not an object), except that null is no value: decoding null into a
+// float64 left its starting value, so an event without the measurement counted as 1.
 func TestEventPropertiesNumberAsBefore(t *testing.T) {
 	before := func(raw json.RawMessage, name string) (float64, bool) {
 		v := 1.0
 		var props map[string]json.RawMessage
-		if json.Unmarshal(raw, &props) != nil || json.Unmarshal(props[name], &v) != nil {
+		if json.Unmarshal(raw, &props) != nil || string(props[name]) == "null" || json.Unmarshal(props[name], &v) != nil {
 			return 0, false
 		}
 		return v, true
