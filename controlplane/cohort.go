@@ -110,8 +110,8 @@ type CohortService interface {
 	CreateStaticCohort(ctx context.Context, projectID, flagID int64, name string, persons func(yield func([]int64) error) error) (*Cohort, error)
 	// SetCount stores a property cohort's size.
 	SetCount(ctx context.Context, projectID, id int64, count int) error
-	// FindCohortPersons returns a page of a static cohort's members, in the order they were
-	// stored, and how many it holds; a property cohort is refused (its members are whoever
+	// FindCohortPersons returns a page of a static cohort's members, in the order of their
+	// person ids (when each person was created, not when it joined), and how many it holds; a property cohort is refused (its members are whoever
 	// matches its filters now: its count says how many).
 	FindCohortPersons(ctx context.Context, projectID, id int64, limit, offset int) ([]*Person, int, error)
 	// AddPersonsToStaticCohort makes the persons m names members of a static cohort: the

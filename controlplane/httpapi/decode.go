@@ -90,8 +90,9 @@ func (f fields) ints(name string, dst **[]int64) error {
 
 // memberIDs reads field name, a list of ids to add to a static cohort, counting its elements
 // against *left (of controlplane.MaxStaticCohortAdd for the request) as it decodes them: one
-// more than are left is refused at once, so a long list is never held whole. What is left is
-// written back, so that the request's lists share the maximum.
+// more than are left is refused at once, so a long list is never decoded whole (the body
+// itself is bounded by the API's body limit). What is left is written back, so that the
+// request's lists share the maximum.
 func (f fields) memberIDs(name string, left *int) ([]string, error) {
 	raw, ok := f[name]
 	if !ok {

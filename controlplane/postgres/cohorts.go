@@ -312,21 +312,7 @@ func (s *CohortService) AddPersonsToStaticCohort(ctx context.Context, projectID,
 		return out, err
 	}
 	err = s.db.inTx(ctx, func(tx pgx.Tx) error {
-		// The cohort is read first to refuse a stranger before any lock is taken; then the
-		// project's ingest lock, and only after it the cohort's row. Ingestion takes that lock
-		// first and then, merging persons, locks persons' rows and references cohorts' rows, as
-		// an add does the other way round: one order for both, so neither waits on the other
-		// holding what it needs (and distinct ids are created by one of them at a time).
-		if _, err := findCohort(ctx, tx, u, projectID, id, false); err != nil {
-			return err
-		}
-		if err := m.Validate(); err != nil {
-			return err
-		}
-		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1, $2::int)`, ingestLockClass, projectID); err != nil {
-			return err
-		}
-		c, err := findCohort(ctx, tx, u, projectID, id, true)
+		c, err := lockCohortForMembers(ctx, tx, u, projectID, id, m.Validate)
 		if err != nil {
 			return err
 		}
@@ -400,6 +386,26 @@ func uniqueStrings(ss []string) []string {
 	return out
 }
 
+// lockCohortForMembers locks a cohort whose members are about to change, after refusing a
+// stranger (the cohort read unlocked first, so a stranger takes no lock) and then bad input
+// (validate). The project's ingest lock comes before the cohort's row: ingestion takes that
+// lock first and then, merging persons, locks persons' rows and references cohorts' rows
+// (deleting a merged person removes its memberships), so an add or a removal taking them the
+// other way round could deadlock with it; and distinct ids are created by one of them at a
+// time.
+func lockCohortForMembers(ctx context.Context, tx pgx.Tx, u *controlplane.User, projectID, id int64, validate func() error) (*controlplane.Cohort, error) {
+	if _, err := findCohort(ctx, tx, u, projectID, id, false); err != nil {
+		return nil, err
+	}
+	if err := validate(); err != nil {
+		return nil, err
+	}
+	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1, $2::int)`, ingestLockClass, projectID); err != nil {
+		return nil, err
+	}
+	return findCohort(ctx, tx, u, projectID, id, true)
+}
+
 // RemovePersonFromStaticCohort takes a person out of a static cohort, on the cohort's row
 // locked and scoped by the user's organisation, re-streaming the snapshot when it was a member.
 func (s *CohortService) RemovePersonFromStaticCohort(ctx context.Context, projectID, id int64, personUUID string) error {
@@ -408,12 +414,14 @@ func (s *CohortService) RemovePersonFromStaticCohort(ctx context.Context, projec
 		return err
 	}
 	err = s.db.inTx(ctx, func(tx pgx.Tx) error {
-		c, err := findCohort(ctx, tx, u, projectID, id, true)
+		c, err := lockCohortForMembers(ctx, tx, u, projectID, id, func() error {
+			if !controlplane.ValidUUID(personUUID) {
+				return controlplane.FieldError("person_id", "invalid_input", "person_id must be a valid UUID.")
+			}
+			return nil
+		})
 		if err != nil {
 			return err
-		}
-		if !controlplane.ValidUUID(personUUID) {
-			return controlplane.FieldError("person_id", "invalid_input", "person_id must be a valid UUID.")
 		}
 		if !c.IsStatic || c.Deleted {
 			return errNotStatic

@@ -392,10 +392,12 @@ func (d *Handler) Evaluate(ctx *fasthttp.RequestCtx, project *state.Project, c *
 // client's address; gather adds the stored layers.
 func (d *Handler) request(ctx *fasthttp.RequestCtx, in *input) flags.Request {
 	// Relative dates count back from the time fasthttp read when the request came (the
-	// engine would read the clock again).
+	// engine would read the clock again), in UTC as PostHog counts them: months and years
+	// stepped in a zone with daylight saving would last an hour more or less than the answer
+	// cache's bounds allow for.
 	req := flags.Request{DistinctID: in.distinctID, DeviceID: in.deviceID, PersonProperties: in.personProperties,
 		GroupProperties: in.groupProperties, Selective: in.selective, Runtime: in.runtime, EvaluationContexts: in.contexts,
-		Now: ctx.Time()}
+		Now: ctx.Time().UTC()}
 	if len(in.groups) > 0 {
 		req.Groups = in.groups
 	}

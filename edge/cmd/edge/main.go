@@ -147,7 +147,7 @@ func parseConfig(args []string, stderr io.Writer) (*config, error) {
 	fs.Int64(&cfg.AnswerCacheMax, "answer-cache-bytes", "FLAGEDGE_ANSWER_CACHE_BYTES", defaultAnswerCacheBytes,
 		"most bytes of /decide and /flags answers kept for returning users, who are then answered without evaluating (docs/operations.md, \"The answer cache\"); 0: off")
 	fs.Int64(&cfg.MemoryLimit, "memory-limit", "FLAGEDGE_MEMORY_LIMIT", defaultMemoryLimit(),
-		"Go's soft memory limit in bytes: the garbage collector works harder as the heap nears it, rather than letting it double (it is not a cap); 0: Go's own (GOMEMLIMIT, else none); default 128 MiB unless GOMEMLIMIT is set; a relay (--serve-edges) adds 64 KiB for each edge watching through it")
+		"Go's soft memory limit in bytes: the garbage collector works harder as the heap nears it, rather than letting it double (it is not a cap); 0: Go's own (GOMEMLIMIT, else none); default 160 MiB unless GOMEMLIMIT is set; a relay (--serve-edges) adds 64 KiB for each edge watching through it")
 	fs.Int64(&cfg.SpoolQuota, "spool-quota", "FLAGEDGE_SPOOL_QUOTA", 1<<30, "most bytes the capture spool may hold; beyond it capture answers 503")
 	fs.String(&cfg.PprofAddr, "pprof-addr", "FLAGEDGE_PPROF_ADDR", "", "address for Go's pprof endpoints (off when empty; keep it on loopback)")
 	fs.String(&cfg.LogLevel, "log-level", "FLAGEDGE_LOG_LEVEL", "info", "debug, info, warn or error")
@@ -178,19 +178,21 @@ func parseConfig(args []string, stderr io.Writer) (*config, error) {
 }
 
 // defaultAnswerCacheBytes is --answer-cache-bytes' default: 32 MiB holds the answers of
-// about 1,500 returning users at 1,000 flags (21 KB each) and of 30,000 at 50, and keeps the
-// caches' default budgets (persons.DefaultConfig()'s 88 MiB with it) near --memory-limit's.
+// about 1,500 returning users at 1,000 flags (21 KB each) and of 30,000 at 50;
+// defaultMemoryLimit counts it.
 const defaultAnswerCacheBytes = 32 << 20
 
-// defaultMemoryLimit is --memory-limit's default: 128 MiB, the caches' default budgets
-// (persons.DefaultConfig(), 88 MiB) and 1,000 projects of 50 flags with room to spare, so that
-// the heap does not grow to twice what is live after a burst of captures; none of ours when
-// GOMEMLIMIT is set.
+// defaultMemoryLimit is --memory-limit's default: 160 MiB, the caches' default budgets
+// (persons.DefaultConfig()'s 88 MiB and the answer cache's 32 MiB: 120 MiB) and 1,000
+// projects of 50 flags (about 30 MB) with a little room, so that the heap does not grow to
+// twice what is live after a burst of captures, and the collector does not run without pause
+// once the caches are full (as it would under a limit below what they hold); none of ours
+// when GOMEMLIMIT is set.
 func defaultMemoryLimit() int64 {
 	if os.Getenv("GOMEMLIMIT") != "" {
 		return 0
 	}
-	return 128 << 20
+	return 160 << 20
 }
 
 // registerLimits registers the flags that bound what clients may take of the edge.
