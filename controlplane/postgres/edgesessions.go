@@ -6,6 +6,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/flagedge/flagedge/controlplane"
@@ -119,7 +120,8 @@ func (s *EdgeSessionStore) ReportRelayed(ctx context.Context, r controlplane.Rel
 		if err != nil {
 			return err
 		}
-		behind, err := sessionsBehind(ctx, tx, r.Session)
+		named := reportNames(r)
+		behind, err := sessionsBehind(ctx, tx, r.Session, named)
 		if err != nil {
 			return err
 		}
@@ -127,7 +129,7 @@ func (s *EdgeSessionStore) ReportRelayed(ctx context.Context, r controlplane.Rel
 			if _, err := tx.Exec(ctx, subtreeOf+` DELETE FROM edge_sessions WHERE id IN (SELECT id FROM tree)`, closing); err != nil {
 				return err
 			}
-			if behind, err = sessionsBehind(ctx, tx, r.Session); err != nil {
+			if behind, err = sessionsBehind(ctx, tx, r.Session, named); err != nil {
 				return err
 			}
 		}
@@ -234,21 +236,47 @@ func openRelayed(ctx context.Context, tx pgx.Tx, r controlplane.RelayReport, beh
 	return unknown, nil
 }
 
-// sessionsBehind returns the sessions behind session (the session itself not included) by
-// id, with their edge names.
-func sessionsBehind(ctx context.Context, tx pgx.Tx, session string) (map[string]string, error) {
-	rows, err := tx.Query(ctx, subtreeOf+` SELECT s.id::text, s.edge_name FROM edge_sessions s JOIN tree t ON t.id = s.id WHERE t.depth > 0`,
-		[]string{session})
+// sessionsBehind returns those of ids (not UUIDs: none) behind session, by id, with their
+// edge names, walking up from each: reading every session behind the relay, once a report,
+// read 2,500 sessions a relay for each batch of acknowledgements.
+func sessionsBehind(ctx context.Context, tx pgx.Tx, session string, ids []string) (map[string]string, error) {
+	valid := make([]string, 0, len(ids))
+	for _, id := range ids {
+		if u, err := uuid.Parse(id); err == nil && u.String() == id {
+			valid = append(valid, id)
+		}
+	}
+	out := map[string]string{}
+	if len(valid) == 0 {
+		return out, nil
+	}
+	rows, err := tx.Query(ctx, `WITH RECURSIVE up(id, at, depth) AS (
+			SELECT id, replica_id, 1 FROM edge_sessions WHERE id = ANY($2::uuid[]) AND id <> $1::uuid
+			UNION ALL SELECT u.id, s.replica_id, u.depth + 1 FROM up u JOIN edge_sessions s ON s.id = u.at
+			WHERE u.at <> $1::uuid AND u.depth < $3)
+		SELECT s.id::text, s.edge_name FROM up JOIN edge_sessions s ON s.id = up.id WHERE up.at = $1::uuid`,
+		session, valid, maxTiers)
 	if err != nil {
 		return nil, err
 	}
-	out := map[string]string{}
 	var id, name string
 	_, err = pgx.ForEachRow(rows, []any{&id, &name}, func() error {
 		out[id] = name
 		return nil
 	})
 	return out, err
+}
+
+// reportNames is every session a report names that must be behind the relay.
+func reportNames(r controlplane.RelayReport) []string {
+	names := slices.Clone(r.Closed)
+	for _, o := range r.Opened {
+		names = append(names, o.ID, o.Parent)
+	}
+	for _, a := range r.Acks {
+		names = append(names, a.SessionID)
+	}
+	return names
 }
 
 // Acknowledge records what the sessions' edges serve, all in one transaction (thousands of

@@ -261,7 +261,8 @@ func TestRelayedSessions(t *testing.T) {
 // TestRelayedReportInRuns checks that a report's opened sessions, written in runs, end as if
 // written one at a time in order: one replacing a session opened earlier in the same report
 // forgets it, one reported again moves to its new parent, and an id taken elsewhere is
-// refused.
+// refused. Acknowledgements count for the sessions behind the relay however deep, and one
+// naming no session is refused, not an error.
 func TestRelayedReportInRuns(t *testing.T) {
 	t.Parallel()
 	db, _, _ := mustOpen(t)
@@ -290,12 +291,17 @@ func TestRelayedReportInRuns(t *testing.T) {
 			{ID: second, EdgeName: "leaf", EdgeID: "leaf", Replaces: first},
 			{ID: moved, Parent: sub, EdgeName: "leaf", EdgeID: "moved"},
 			{ID: taken, EdgeName: "elsewhere", EdgeID: "elsewhere"},
-		}})
+		},
+		Acks: []controlplane.Acknowledgement{{SessionID: moved, Versions: map[int64]int64{1: 3}}, {SessionID: "not-a-session", Versions: map[int64]int64{1: 3}}}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !slices.Equal(unknown, []string{taken}) {
-		t.Errorf("unknown %v, want the session taken elsewhere alone", unknown)
+	if !slices.Equal(unknown, []string{taken, "not-a-session"}) {
+		t.Errorf("unknown %v, want the session taken elsewhere and the acknowledgement of no session", unknown)
+	}
+	var acked int
+	if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM edge_session_versions WHERE session_id = $1 AND version = 3`, moved).Scan(&acked); err != nil || acked != 1 {
+		t.Errorf("moved's acknowledgement, two deep behind the relay: %d rows (%v), want 1", acked, err)
 	}
 	parents := map[string]string{}
 	rows, err := db.Pool.Query(ctx, `SELECT id::text, replica_id::text FROM edge_sessions`)
