@@ -2,9 +2,12 @@ package postgres_test
 
 import (
 	"context"
+	"maps"
+	"slices"
 	"testing"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 
 	"github.com/flagedge/flagedge/controlplane"
 	"github.com/flagedge/flagedge/controlplane/postgres"
@@ -252,5 +255,65 @@ func TestRelayedSessions(t *testing.T) {
 	}
 	if n, err := store.CountLaggards(ctx, p, 1); err != nil || n != 1 {
 		t.Errorf("laggards after relay-1 closed: %d (%v), want other alone", n, err)
+	}
+}
+
+// TestRelayedReportInRuns checks that a report's opened sessions, written in runs, end as if
+// written one at a time in order: one replacing a session opened earlier in the same report
+// forgets it, one reported again moves to its new parent, and an id taken elsewhere is
+// refused. Acknowledgements count for the sessions behind the relay however deep, and one
+// naming no session is refused, not an error.
+func TestRelayedReportInRuns(t *testing.T) {
+	t.Parallel()
+	db, _, _ := mustOpen(t)
+	ctx := context.Background()
+	store := postgres.NewEdgeSessionStore(db)
+	edges := postgres.NewEdgeService(db)
+	for _, name := range []string{"relay", "sub-relay", "leaf", "elsewhere"} {
+		if _, _, err := edges.CreateEdge(ctx, name, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const replica = "00000000-0000-0000-0000-000000000001"
+	relay, taken := uuid.NewString(), uuid.NewString()
+	if err := store.OpenSessions(ctx, []controlplane.SessionOpening{
+		{ID: relay, ReplicaID: replica, Replica: "r1", EdgeName: "relay", EdgeID: "relay"},
+		{ID: taken, ReplicaID: replica, Replica: "r1", EdgeName: "elsewhere", EdgeID: "elsewhere"},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	sub, first, second, moved := uuid.NewString(), uuid.NewString(), uuid.NewString(), uuid.NewString()
+	unknown, err := store.ReportRelayed(ctx, controlplane.RelayReport{Relay: "relay", Session: relay, Replica: "r1",
+		Opened: []controlplane.RelayedOpening{
+			{ID: sub, EdgeName: "sub-relay", EdgeID: "sub"},
+			{ID: first, EdgeName: "leaf", EdgeID: "leaf"},
+			{ID: moved, EdgeName: "leaf", EdgeID: "moved"},
+			{ID: second, EdgeName: "leaf", EdgeID: "leaf", Replaces: first},
+			{ID: moved, Parent: sub, EdgeName: "leaf", EdgeID: "moved"},
+			{ID: taken, EdgeName: "elsewhere", EdgeID: "elsewhere"},
+		},
+		Acks: []controlplane.Acknowledgement{{SessionID: moved, Versions: map[int64]int64{1: 3}}, {SessionID: "not-a-session", Versions: map[int64]int64{1: 3}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(unknown, []string{taken, "not-a-session"}) {
+		t.Errorf("unknown %v, want the session taken elsewhere and the acknowledgement of no session", unknown)
+	}
+	var acked int
+	if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM edge_session_versions WHERE session_id = $1 AND version = 3`, moved).Scan(&acked); err != nil || acked != 1 {
+		t.Errorf("moved's acknowledgement, two deep behind the relay: %d rows (%v), want 1", acked, err)
+	}
+	parents := map[string]string{}
+	rows, err := db.Pool.Query(ctx, `SELECT id::text, replica_id::text FROM edge_sessions`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var id, parent string
+	if _, err := pgx.ForEachRow(rows, []any{&id, &parent}, func() error { parents[id] = parent; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{relay: replica, taken: replica, sub: relay, second: relay, moved: sub}
+	if !maps.Equal(parents, want) {
+		t.Errorf("sessions and parents %v, want %v (first replaced by second, moved behind sub)", parents, want)
 	}
 }
