@@ -103,7 +103,7 @@ func NewSet(maxBytes int64, hooks Hooks, log *slog.Logger, reg prometheus.Regist
 	s.additions = prometheus.NewCounter(prometheus.CounterOpts{Name: "flagedge_edge_membership_additions_total",
 		Help: "Keys added to membership filters since they were received."})
 	checks := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "flagedge_edge_membership_checks_total",
-		Help: "Membership checks by result: absent (answered without a look-up), present (looked up), unknown (no filter: looked up)."}, []string{"result"})
+		Help: "Membership checks of the persons and groups that requests computed past the answer cache read, by result: absent (answered without a look-up), present (looked up unless cached or the person was created at this edge), unknown (no filter: looked up unless cached)."}, []string{"result"})
 	// Resolved once: counting on the /decide path is an atomic add, not a label look-up.
 	s.checks = [3]prometheus.Counter{Unknown: checks.WithLabelValues("unknown"), Absent: checks.WithLabelValues("absent"),
 		Present: checks.WithLabelValues("present")}

@@ -490,3 +490,48 @@ func TestAnswerCacheKeepsNoErroredAnswer(t *testing.T) {
 		t.Errorf("results %v, want bypass 1 (errored), miss 1, hit 2", got)
 	}
 }
+
+// A request the answer cache misses reads the person twice — readStored asks whether its
+// revision is known, gather looks it up — and counts one membership check; a request it
+// answers counts none, since it reads nothing past the cache.
+func TestAnswerCacheMissCountsOneMembershipCheck(t *testing.T) {
+	client := serveStored(t, &storedProps{persons: map[string]map[string]any{"known": {"plan": "pro"}}})
+	e := newAnswersEnv(t, client, true)
+	reg := prometheus.NewRegistry()
+	store, err := persons.NewStore(client, persons.DefaultConfig(), nil, slog.New(slog.DiscardHandler), reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(store.Close)
+	e.handler.persons = store
+	checks := func() float64 {
+		t.Helper()
+		families, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0.0
+		for _, f := range families {
+			if f.GetName() == "flagedge_edge_membership_checks_total" {
+				for _, m := range f.GetMetric() {
+					n += m.GetCounter().GetValue()
+				}
+			}
+		}
+		return n
+	}
+	body := `{"token": "` + answersToken + `", "distinct_id": "known"}`
+	for i, want := range []struct {
+		result string
+		checks float64
+	}{{"miss", 1}, {"hit", 1}} {
+		before := e.results()[want.result]
+		e.call(Decide, "v=3", body)
+		if e.results()[want.result] != before+1 {
+			t.Fatalf("request %d: not a %s", i, want.result)
+		}
+		if got := checks(); got != want.checks {
+			t.Errorf("after the %s: %v membership checks, want %v", want.result, got, want.checks)
+		}
+	}
+}

@@ -250,7 +250,11 @@ func (s *Store) Close() {
 // cohort membership changes come with a new snapshot.
 func (s *Store) Person(ctx context.Context, projectID, version int64, memberships bool, distinctID string) (*Person, error) {
 	key := cache.Key(projectID, distinctID)
-	if p, ok := s.cachedPerson(key, projectID, version, memberships, distinctID); ok {
+	p, checked, ok := s.cachedPerson(key, projectID, version, memberships, distinctID)
+	// Counted here, not in cachedPerson: PersonRevision consults the same filter before a
+	// request that misses the answer cache comes here, and the check is one per request.
+	s.members.Count(checked)
+	if ok {
 		return s.withOverlay(key, projectID, distinctID, p), nil
 	}
 	v, err, _ := s.flight.Do("p"+strconv.FormatInt(projectID, 10)+":"+strconv.FormatInt(version, 10)+":"+distinctID, func() (any, error) {
@@ -286,27 +290,28 @@ func (s *Store) Person(ctx context.Context, projectID, version int64, membership
 // cachedPerson returns what Person answers without asking the control plane, before the
 // overlay: nobody when the control plane stores nothing about the person (its membership
 // filter says so, or this edge created it and it was not announced since), else the cached
-// look-up; false when the control plane must be asked.
-func (s *Store) cachedPerson(key uint64, projectID, version int64, memberships bool, distinctID string) (*Person, bool) {
+// look-up; false when the control plane must be asked. It also returns what the membership
+// filter said, for the caller to count.
+func (s *Store) cachedPerson(key uint64, projectID, version int64, memberships bool, distinctID string) (*Person, bloomset.Result, bool) {
 	r := s.members.CheckPerson(projectID, distinctID)
-	s.members.Count(r)
 	if r == bloomset.Absent || (r == bloomset.Present && s.createdHere(projectID, distinctID)) {
-		return nobody, true
+		return nobody, r, true
 	}
 	if p, ok := s.persons.Get(key); ok && p.projectID == projectID && p.distinctID == distinctID && (!memberships || p.version >= version) &&
 		(p.Found || p.epoch == s.replaced.Load()) {
-		return p, true
+		return p, r, true
 	}
-	return nil, false
+	return nil, r, false
 }
 
 // PersonRevision returns the revision of what Person would answer now, and the person's hash
 // key overrides, when Person would answer without asking the control plane (ok false when it
 // would ask: then nothing computed before from the person can be known current). It takes
-// the same arguments and consults the same filters and caches, without allocating.
+// the same arguments and consults the same filters and caches, without allocating. It does not
+// count the membership check: Person does, and a request whose answer is not kept calls both.
 func (s *Store) PersonRevision(projectID, version int64, memberships bool, distinctID string) (rev Revision, overrides map[string]string, ok bool) {
 	key := cache.Key(projectID, distinctID)
-	p, ok := s.cachedPerson(key, projectID, version, memberships, distinctID)
+	p, _, ok := s.cachedPerson(key, projectID, version, memberships, distinctID)
 	if !ok {
 		return Revision{}, nil, false
 	}
@@ -456,7 +461,8 @@ func (s *Store) Groups(ctx context.Context, projectID int64, refs []GroupRef) (m
 	var missing []int // indexes in refs
 	for i := range refs {
 		r := &refs[i]
-		g, ok := s.cachedGroup(projectID, *r)
+		g, checked, ok := s.cachedGroup(projectID, *r)
+		s.members.Count(checked) // here, not in cachedGroup: as in Person
 		if !ok {
 			missing = append(missing, i)
 			req.Groups = append(req.Groups, &syncpb.GroupKey{GroupTypeIndex: int32(r.TypeIndex), GroupKey: r.Key})
@@ -514,24 +520,25 @@ var absentGroup = &group{}
 
 // cachedGroup returns what Groups answers about r without asking the control plane:
 // absentGroup when the membership filter says nothing is stored, else the cached look-up;
-// false when the control plane must be asked.
-func (s *Store) cachedGroup(projectID int64, r GroupRef) (*group, bool) {
+// false when the control plane must be asked. It also returns what the membership filter said,
+// for the caller to count.
+func (s *Store) cachedGroup(projectID int64, r GroupRef) (*group, bloomset.Result, bool) {
 	m := s.members.CheckGroup(projectID, r.TypeIndex, r.Key)
-	s.members.Count(m)
 	if m == bloomset.Absent {
-		return absentGroup, true // nothing stored: the group has no properties
+		return absentGroup, m, true // nothing stored: the group has no properties
 	}
 	if g, ok := s.groups.Get(groupKey(projectID, r)); ok && g.projectID == projectID && g.typeIndex == r.TypeIndex && g.key == r.Key &&
 		(g.properties != nil || g.epoch == s.replaced.Load()) {
-		return g, true
+		return g, m, true
 	}
-	return nil, false
+	return nil, m, false
 }
 
 // GroupRevision returns the Revision.Stored that Groups would set on r now, when Groups would
 // answer r without asking the control plane (ok false when it would ask), without allocating.
+// Like PersonRevision it does not count the membership check.
 func (s *Store) GroupRevision(projectID int64, r GroupRef) (rev uint64, ok bool) {
-	g, ok := s.cachedGroup(projectID, r)
+	g, _, ok := s.cachedGroup(projectID, r)
 	if !ok {
 		return 0, false
 	}
