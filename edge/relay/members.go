@@ -79,15 +79,44 @@ type Members struct {
 	logBytes int
 	offered  bool // the filters may be passed on (see diskGrace)
 	changed  chan struct{}
-	out      *os.File // the disk copy, appended to; nil without one
-	outBytes int64
+	outBytes int64 // what the disk copy will hold once the writer is done
+
+	// The disk copy is written by one goroutine (writeDisk), not under mu: a rewrite fsyncs
+	// the whole file, and every stream's since and the upstream's Tap take mu. Tap leaves the
+	// writer its work in pending, under mu; the writer owns out.
+	pending   diskWork
+	kick      chan struct{} // a send (never blocking: capacity 1) wakes the writer
+	closed    bool
+	stopped   chan struct{} // closed by Close: the writer finishes pending and exits
+	exited    chan struct{} // closed by the writer as it exits
+	writeFile func(path string, data []byte) error
+	out       *os.File // the disk copy, appended to; nil without one (the writer's alone)
 }
+
+// diskWork is what the writer has yet to do to the disk copy: replace it with whole (when
+// rewrite), then append appended. A rewrite Tap asks for replaces whatever was pending — its
+// snapshot holds all of that — so a writer slower than the upstream writes the latest state
+// once rather than every state in turn; appends queue behind the rewrite they follow, so the
+// file never holds an addition before the filter it adds to.
+type diskWork struct {
+	rewrite  bool
+	whole    [][]byte // the fields of every filter held, when rewrite
+	appended []byte
+}
+
+func (w diskWork) empty() bool { return !w.rewrite && len(w.appended) == 0 }
 
 // NewMembers returns the relay's membership filters, read from file when it holds some (they
 // are passed on once the upstream has sent its own, or after diskGrace without it). maxBytes
 // caps their memory (0: no cap).
 func NewMembers(file string, maxBytes int64, log *slog.Logger) *Members {
-	m := &Members{file: file, max: maxBytes, log: log, projects: map[int64]*held{}, epoch: 1, changed: make(chan struct{})}
+	return newMembers(file, maxBytes, log, writeFileAtomic)
+}
+
+// newMembers is NewMembers writing whole disk copies with writeFile (tests slow it down).
+func newMembers(file string, maxBytes int64, log *slog.Logger, writeFile func(path string, data []byte) error) *Members {
+	m := &Members{file: file, max: maxBytes, log: log, projects: map[int64]*held{}, epoch: 1, changed: make(chan struct{}),
+		kick: make(chan struct{}, 1), stopped: make(chan struct{}), exited: make(chan struct{}), writeFile: writeFile}
 	if file != "" {
 		if data, err := os.ReadFile(file); err == nil {
 			m.load(data)
@@ -103,6 +132,11 @@ func NewMembers(file string, maxBytes int64, log *slog.Logger) *Members {
 		log.Info("membership filters read from disk; passed on if the upstream sends none first", "projects", len(m.projects), "after", diskGrace)
 		time.AfterFunc(diskGrace, m.offer)
 	}
+	if file == "" {
+		close(m.exited)
+		return m
+	}
+	go m.writeDisk()
 	m.mu.Lock()
 	m.rewrite()
 	m.mu.Unlock()
@@ -298,55 +332,116 @@ func (m *Members) signal() {
 	m.changed = make(chan struct{})
 }
 
-// append adds fields to the disk copy; a failure rewrites it whole. m.mu is held.
+// append has the writer add fields to the disk copy. m.mu is held.
 func (m *Members) append(fields []byte) {
-	if m.out == nil || len(fields) == 0 {
+	if m.file == "" || m.closed || len(fields) == 0 {
 		return
 	}
-	if _, err := m.out.Write(fields); err != nil {
-		m.log.Warn("keep membership filters", "file", m.file, "err", err)
-		m.rewrite()
-		return
-	}
+	m.pending.appended = append(m.pending.appended, fields...)
 	m.outBytes += int64(len(fields))
+	m.wake()
 }
 
-// rewrite replaces the disk copy with what is held, and opens it to append to. m.mu is held.
+// rewrite has the writer replace the disk copy with what is held now. It copies only the
+// list of fields: the fields themselves are never changed once encoded. m.mu is held.
 func (m *Members) rewrite() {
-	if m.file == "" {
+	if m.file == "" || m.closed {
 		return
 	}
-	if m.out != nil {
-		m.out.Close()
-		m.out = nil
-	}
-	var data []byte
+	w := diskWork{rewrite: true}
+	m.outBytes = 0
 	for _, h := range m.projects {
-		data = append(data, h.filter...)
-		for _, a := range h.additions {
-			data = append(data, a...)
-		}
+		w.whole = append(w.whole, h.filter)
+		w.whole = append(w.whole, h.additions...)
+		m.outBytes += h.bytes()
 	}
-	if err := writeFileAtomic(m.file, data); err != nil {
-		m.log.Warn("keep membership filters", "file", m.file, "err", err)
-		return
-	}
-	out, err := os.OpenFile(m.file, os.O_WRONLY|os.O_APPEND, 0o600)
-	if err != nil {
-		m.log.Warn("keep membership filters", "file", m.file, "err", err)
-		return
-	}
-	m.out, m.outBytes = out, int64(len(data))
+	m.pending = w
+	m.wake()
 }
 
-// Close closes the disk copy.
+// wake tells the writer there is work pending, unless it was told already.
+func (m *Members) wake() {
+	select {
+	case m.kick <- struct{}{}:
+	default:
+	}
+}
+
+// writeDisk is the writer: it does the pending work until Close, then what is still pending.
+func (m *Members) writeDisk() {
+	defer close(m.exited)
+	for {
+		select {
+		case <-m.kick:
+		case <-m.stopped:
+			m.mu.Lock()
+			w := m.pending
+			m.pending = diskWork{}
+			m.mu.Unlock()
+			m.do(w)
+			if m.out != nil {
+				m.out.Close()
+			}
+			return
+		}
+		m.mu.Lock()
+		w := m.pending
+		m.pending = diskWork{}
+		m.mu.Unlock()
+		m.do(w)
+	}
+}
+
+// do writes w to the disk copy. A failed append rewrites the copy whole from what is held
+// then; a failed rewrite leaves the file as it was and drops the appends until the next
+// rewrite, so the file holds an older state rather than additions without their filter.
+func (m *Members) do(w diskWork) {
+	if w.empty() {
+		return
+	}
+	if w.rewrite {
+		if m.out != nil {
+			m.out.Close()
+			m.out = nil
+		}
+		var data []byte
+		for _, f := range w.whole {
+			data = append(data, f...)
+		}
+		if err := m.writeFile(m.file, data); err != nil {
+			m.log.Warn("keep membership filters", "file", m.file, "err", err)
+			return
+		}
+		out, err := os.OpenFile(m.file, os.O_WRONLY|os.O_APPEND, 0o600)
+		if err != nil {
+			m.log.Warn("keep membership filters", "file", m.file, "err", err)
+			return
+		}
+		m.out = out
+	}
+	if m.out == nil || len(w.appended) == 0 {
+		return
+	}
+	if _, err := m.out.Write(w.appended); err != nil {
+		m.log.Warn("keep membership filters", "file", m.file, "err", err)
+		m.mu.Lock()
+		m.rewrite()
+		m.mu.Unlock()
+	}
+}
+
+// Close writes what is pending to the disk copy, waiting for the writer, and closes it; the
+// membership changes Tap takes after it are no longer kept. Without Close (the process killed)
+// the disk copy lacks the changes not written yet: it holds an earlier state, or one whose
+// torn end is dropped when read, and the upstream's filters replace it once it is reachable.
 func (m *Members) Close() {
 	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.out != nil {
-		m.out.Close()
-		m.out = nil
+	if !m.closed && m.file != "" {
+		m.closed = true
+		close(m.stopped)
 	}
+	m.mu.Unlock()
+	<-m.exited
 }
 
 // since returns what a stream at cur has to send of the projects serves accepts, in order

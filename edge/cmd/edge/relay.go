@@ -97,6 +97,11 @@ func (r *relaying) serve(ctx context.Context, g *errgroup.Group, background cont
 		r.sessions.Run(background)
 		return nil
 	})
+	g.Go(func() error {
+		<-background.Done()
+		r.members.Close() // writes the membership changes not yet on disk
+		return nil
+	})
 	g.Go(func() error { return srv.Serve(ln) })
 	g.Go(func() error {
 		<-ctx.Done()
