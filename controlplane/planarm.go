@@ -19,7 +19,8 @@ import (
 // absent or says nothing about eligibility ("Evaluated locally", from an SDK's local
 // evaluation), the control plane evaluates the flag for the user's stored properties
 // (postgres, at ingestion); when that cannot decide either, the exposure is counted in no
-// arm, and the plan shows how many were (PlanTally.Undecided).
+// arm, and the plan shows how many were (PlanTally.Undecided: exposures of users not
+// decided, counted once per user per batch).
 
 // ExposureClass is what an exposure says of its user's arm.
 type ExposureClass int

@@ -295,7 +295,9 @@ type PlanTally struct {
 	Metrics []ArmPair
 	// Undecided counts the false exposures of users in no arm yet that could not be placed:
 	// no reason said whether they were eligible, and their stored properties could not
-	// either (ClassifyExposure). They are in neither arm.
+	// either (ClassifyExposure). They are in neither arm. It counts exposures of users not
+	// decided, once per user per batch of ingested events: a user undecided in several
+	// batches counts in each.
 	Undecided int64
 }
 

@@ -45,7 +45,8 @@ type exposuresJSON struct {
 	ExpectedTreatment float64 `json:"expected_treatment"`
 	SRMPValue         float64 `json:"srm_p_value"`
 	// Undecided counts the false exposures put in neither arm: nothing said whether their
-	// users were eligible for the flag's conditions.
+	// users were eligible for the flag's conditions. Exposures of users not decided are
+	// counted once per user per batch of ingested events, again in later batches.
 	Undecided int64 `json:"undecided"`
 }
 

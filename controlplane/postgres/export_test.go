@@ -2,6 +2,8 @@ package postgres
 
 import (
 	"context"
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -23,4 +25,16 @@ func (s *ReleasePlanStore) RecordPlanPoints(ctx context.Context, p *controlplane
 // into a project without plans paid before ActivePlans let ingestion skip it.
 func CountForPlans(ctx context.Context, db *DB, tx pgx.Tx, projectID int64, events []controlplane.Event) error {
 	return countForPlans(ctx, tx, newPlanEligibility(db), projectID, events)
+}
+
+// PersonsToEvaluate returns, sorted, which of ids deciding eligibility for plan planID reads
+// the stored person of and so evaluates: those with a person whom no arm of the plan holds.
+func PersonsToEvaluate(ctx context.Context, db *DB, projectID, planID int64, ids []string) ([]string, error) {
+	var out []string
+	err := db.inTx(ctx, func(tx pgx.Tx) error {
+		persons, err := storedPersons(ctx, tx, projectID, planID, ids)
+		out = slices.Sorted(maps.Keys(persons))
+		return err
+	})
+	return out, err
 }

@@ -93,7 +93,8 @@ type planCount struct {
 	// Exposures answering false whose reason did not say whether the user was eligible.
 	unknown      []string
 	unknownTimes []time.Time
-	// The users of those whom decide could not decide either.
+	// The users of those whom decide could not decide either, each once: the batch counts
+	// each undecided user once (storeCounts).
 	undecided []string
 }
 
@@ -309,8 +310,9 @@ func storeCounts(ctx context.Context, tx pgx.Tx, plans []activePlan, counts []pl
 			return fmt.Errorf("arms: %w", err)
 		}
 	}
-	// An undecided user counts once per plan that holds them in no arm (an exposure of theirs,
-	// in this batch or before, may have placed them).
+	// The undecided are exposures of users not decided, counted once per user per batch (not
+	// once per plan: a later batch counts them again), for each plan that holds them in no
+	// arm (an exposure of theirs, in this batch or before, may have placed them).
 	if len(undecided) > 0 {
 		if _, err := tx.Exec(ctx, `UPDATE release_plan_tallies t SET undecided = t.undecided + c.n
 			FROM (SELECT x.p, count(*) AS n FROM unnest($1::bigint[], $2::text[]) AS x(p, d)

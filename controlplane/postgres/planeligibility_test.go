@@ -9,6 +9,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/flagedge/flagedge/controlplane"
+	"github.com/flagedge/flagedge/controlplane/postgres"
 )
 
 // TestReleasePlanEligibility: on a multivariate flag with property filters, a plan counts in
@@ -96,6 +97,16 @@ func TestReleasePlanEligibility(t *testing.T) {
 			t.Errorf("units %v, want %v", units, want)
 			break
 		}
+	}
+
+	// A user an arm holds is not evaluated again, though their stored person matches (eval-in,
+	// in control): only eval-out and eval-none, in no arm, have their person read.
+	toEvaluate, err := postgres.PersonsToEvaluate(t.Context(), fx.db, fx.pid, p.ID, []string{"eval-in", "eval-out", "eval-none", "blue-user"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(toEvaluate) != "[eval-none eval-out]" {
+		t.Errorf("persons evaluated: %v, want [eval-none eval-out]", toEvaluate)
 	}
 
 	// An undecided user whose later exposure decides joins that arm, and is no longer counted

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strconv"
 	"strings"
 	"testing"
@@ -217,6 +218,10 @@ func runConformance(t *testing.T, c conformanceCase) {
 			continue
 		}
 		r := results[i]
+		// Evaluating the one flag and its dependencies answers as evaluating them all.
+		if one, _ := snap.EvaluateFlag(req, i, nil); !reflect.DeepEqual(one, r) {
+			t.Errorf("%s: EvaluateFlag %+v, Evaluate %+v", key, one, r)
+		}
 		if got := r.Value(); got != want.Value {
 			t.Errorf("%s: value %v (%s, condition %d), want %v", key, got, r.Reason, r.ConditionIndex, want.Value)
 		}

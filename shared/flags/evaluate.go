@@ -2,6 +2,7 @@ package flags
 
 import (
 	"encoding/json"
+	"slices"
 	"strconv"
 	"time"
 )
@@ -154,6 +155,45 @@ func (s *Snapshot) Evaluate(req *Request, out []Result) []Result {
 		hashers.Put(e.hasher)
 	}
 	return out
+}
+
+// EvaluateFlag evaluates, for the request, the flag at index i (as Lookup numbers it) and the
+// flags it depends on, dependencies first, and returns its result: the one Evaluate would
+// write at index i. A caller that needs one flag's answer (the control plane deciding a
+// release plan's eligibility, user by user) then pays for that flag and what its conditions
+// read, not for every flag of the project. out is scratch, as in Evaluate; the results of
+// flags not evaluated are left as they were.
+func (s *Snapshot) EvaluateFlag(req *Request, i int, out []Result) (Result, []Result) {
+	if cap(out) < len(s.flags) {
+		out = make([]Result, len(s.flags))
+	}
+	out = out[:len(s.flags)]
+	e := evaluation{snap: s, req: *req, results: out, now: req.Now}
+	e.selective = req.Selective && s.Filters(req.Runtime, req.EvaluationContexts)
+	for _, j := range s.dependencyOrder(i, nil) {
+		e.flag(&s.flags[j], &out[j])
+	}
+	if e.hasher != nil {
+		hashers.Put(e.hasher)
+	}
+	return out[i], out
+}
+
+// dependencyOrder appends to order flag i after the flags it depends on, each once, those
+// first: compiling cut the cycles, so the references form a DAG. A flag has few
+// dependencies, so a linear search of order stands in for a set.
+func (s *Snapshot) dependencyOrder(i int, order []int) []int {
+	if slices.Contains(order, i) {
+		return order
+	}
+	s.flags[i].forEachCondition(func(c *condition) {
+		for _, m := range c.matchers {
+			if m.source == sourceFlag && m.flagIndex >= 0 {
+				order = s.dependencyOrder(m.flagIndex, order)
+			}
+		}
+	})
+	return append(order, i)
 }
 
 // evaluation is the state of one Evaluate call.

@@ -200,6 +200,15 @@ func TestFlagDependencies(t *testing.T) {
 				t.Errorf("%s: %s = %v, want %v", name, key, got, want)
 			}
 		}
+		// EvaluateFlag evaluates a flag's dependencies (chain needs needs-base, which needs
+		// base) without the rest, into scratch that holds stale results of other flags.
+		scratch := snap.Evaluate(&free, nil)
+		for i := range results {
+			var one flags.Result
+			if one, scratch = snap.EvaluateFlag(&tc.req, i, scratch); outcomeOf(one) != outcomeOf(results[i]) {
+				t.Errorf("%s: EvaluateFlag(%s) = %+v, want %+v", name, results[i].Key, outcomeOf(one), outcomeOf(results[i]))
+			}
+		}
 	}
 }
 
