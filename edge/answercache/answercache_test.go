@@ -40,12 +40,36 @@ func TestKeyFieldsDoNotRunTogether(t *testing.T) {
 func newCache(t *testing.T) (*Cache, *prometheus.Registry) {
 	t.Helper()
 	reg := prometheus.NewRegistry()
-	c, err := New(1<<20, nil, reg)
+	c, err := New(1<<20, false, nil, reg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(c.Close)
 	return c, reg
+}
+
+// With the doorkeeper, a key's first offer keeps nothing and its second keeps the answer;
+// another key offered in between does not make the first one's second offer a first.
+func TestSecondSighting(t *testing.T) {
+	c, err := New(1<<20, true, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	c.Put(key("user-1"), []byte(`{"a":1}`), false, nil, time.Time{})
+	c.Wait()
+	if c.Get(key("user-1")) != nil {
+		t.Fatal("kept on its first sighting")
+	}
+	c.Put(key("user-2"), []byte(`{"a":2}`), false, nil, time.Time{})
+	c.Put(key("user-1"), []byte(`{"a":1}`), false, nil, time.Time{})
+	c.Wait()
+	if e := c.Get(key("user-1")); e == nil || string(e.Answer) != `{"a":1}` {
+		t.Fatalf("second sighting: %v", e)
+	}
+	if c.Get(key("user-2")) != nil {
+		t.Fatal("user-2, seen once, kept")
+	}
 }
 
 // A kept answer is found under its key, a copy of what was put, with its slots.
@@ -101,7 +125,7 @@ func TestPutUntil(t *testing.T) {
 
 // A nil cache (--answer-cache-bytes 0) keeps nothing and counts nothing.
 func TestNilCache(t *testing.T) {
-	c, err := New(0, nil, nil)
+	c, err := New(0, false, nil, nil)
 	if err != nil || c != nil {
 		t.Fatalf("New(0) = %v, %v", c, err)
 	}

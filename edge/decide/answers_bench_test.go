@@ -54,7 +54,7 @@ func BenchmarkAnswerCache(b *testing.B) {
 			}
 			h := NewHandler(holder, nil, nil, nil, nil, nil, log)
 			if cached {
-				answers, err := answercache.New(64<<20, nil, nil)
+				answers, err := answercache.New(64<<20, false, nil, nil)
 				if err != nil {
 					b.Fatal(err)
 				}

@@ -185,7 +185,7 @@ func newAnswersEnv(t *testing.T, cp syncpb.SyncClient, cached bool) *answersEnv 
 	t.Cleanup(locator.Close)
 	e.handler = NewHandler(e.holder, store, locator, nil, nil, nil, log)
 	if cached {
-		if e.answers, err = answercache.New(1<<20, nil, e.reg); err != nil {
+		if e.answers, err = answercache.New(1<<20, false, nil, e.reg); err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(e.answers.Close)

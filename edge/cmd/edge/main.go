@@ -432,7 +432,7 @@ func assemble(cfg *config, log *slog.Logger) (e *edge, err error) {
 		e.streams = ofrep.NewHub(sc, e.holder, ips, log, reg)
 	}
 	dec := decide.NewHandler(e.holder, store, locator, ips, budget, limiter, log)
-	answers, err := answercache.New(cfg.AnswerCacheMax, cacheMetrics, reg)
+	answers, err := answercache.New(cfg.AnswerCacheMax, true, cacheMetrics, reg)
 	if err != nil {
 		return e, err
 	}
