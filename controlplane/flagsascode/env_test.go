@@ -7,19 +7,13 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"testing"
 
-	"golang.org/x/crypto/bcrypt"
-
-	"github.com/flagedge/flagedge/controlplane/flageval"
 	"github.com/flagedge/flagedge/controlplane/flagsascode"
-	"github.com/flagedge/flagedge/controlplane/httpapi"
+	"github.com/flagedge/flagedge/controlplane/httpapi/httpapitest"
 	"github.com/flagedge/flagedge/controlplane/postgres"
-	"github.com/flagedge/flagedge/controlplane/rollout"
 	"github.com/flagedge/flagedge/internal/pgtest"
 )
 
@@ -36,7 +30,7 @@ func TestMain(m *testing.M) {
 type env struct {
 	t       *testing.T
 	db      *postgres.DB
-	srv     *httptest.Server
+	url     string // the API's base URL
 	key     string
 	project int64
 	client  *flagsascode.Client
@@ -44,28 +38,9 @@ type env struct {
 
 func newEnv(t *testing.T) *env {
 	t.Helper()
-	ctx := context.Background()
-	db, err := postgres.Open(ctx, pgtest.NewDatabase(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(db.Close)
-	res, err := postgres.Bootstrap(ctx, db, bcrypt.MinCost, "admin@example.com", "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	persons := postgres.NewPersonStore(db)
-	sessions := postgres.NewEdgeSessionStore(db)
-	api := httpapi.New(httpapi.Config{
-		Services:  postgres.NewServices(db, bcrypt.MinCost),
-		Evaluator: &flageval.Evaluator{Snapshots: postgres.NewSnapshotStore(db), Persons: persons, Scanner: persons},
-		Ready:     db.Ping, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-		EdgeSessions: sessions, Rollout: rollout.New(sessions), Usage: postgres.NewEvaluationStore(db),
-	})
-	srv := httptest.NewServer(api)
-	t.Cleanup(srv.Close)
-	e := &env{t: t, db: db, srv: srv, key: res.PersonalAPIKey, project: res.ProjectID}
-	e.client = flagsascode.NewClient(srv.URL, e.key, fmt.Sprint(e.project), nil)
+	api := httpapitest.Serve(t)
+	e := &env{t: t, db: api.DB, url: api.URL, key: api.Key, project: api.ProjectID}
+	e.client = flagsascode.NewClient(api.URL, e.key, fmt.Sprint(e.project), nil)
 	return e
 }
 
@@ -74,7 +49,7 @@ func newEnv(t *testing.T) *env {
 func (e *env) mustDo(method, path string, body any, want int) map[string]any {
 	e.t.Helper()
 	data, _ := json.Marshal(body)
-	req, err := http.NewRequest(method, fmt.Sprintf("%s/api/projects/%d%s", e.srv.URL, e.project, path), bytes.NewReader(data))
+	req, err := http.NewRequest(method, fmt.Sprintf("%s/api/projects/%d%s", e.url, e.project, path), bytes.NewReader(data))
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -97,7 +72,7 @@ func (e *env) mustDo(method, path string, body any, want int) map[string]any {
 // mustGet reads an API path outside the project and returns the decoded answer.
 func (e *env) mustGet(path string) map[string]any {
 	e.t.Helper()
-	req, err := http.NewRequest("GET", e.srv.URL+path, nil)
+	req, err := http.NewRequest("GET", e.url+path, nil)
 	if err != nil {
 		e.t.Fatal(err)
 	}

@@ -6,7 +6,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -16,14 +15,10 @@ import (
 	"testing"
 	"time"
 
-	"golang.org/x/crypto/bcrypt"
-
-	"github.com/flagedge/flagedge/controlplane/flageval"
 	"github.com/flagedge/flagedge/controlplane/flagsascode"
-	"github.com/flagedge/flagedge/controlplane/httpapi"
+	"github.com/flagedge/flagedge/controlplane/httpapi/httpapitest"
 	"github.com/flagedge/flagedge/controlplane/postgres"
 	"github.com/flagedge/flagedge/controlplane/posthogimport"
-	"github.com/flagedge/flagedge/controlplane/rollout"
 	"github.com/flagedge/flagedge/internal/pgtest"
 )
 
@@ -44,27 +39,8 @@ type target struct {
 
 func newTarget(t *testing.T) *target {
 	t.Helper()
-	ctx := context.Background()
-	db, err := postgres.Open(ctx, pgtest.NewDatabase(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(db.Close)
-	res, err := postgres.Bootstrap(ctx, db, bcrypt.MinCost, "admin@example.com", "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	persons := postgres.NewPersonStore(db)
-	sessions := postgres.NewEdgeSessionStore(db)
-	api := httpapi.New(httpapi.Config{
-		Services:  postgres.NewServices(db, bcrypt.MinCost),
-		Evaluator: &flageval.Evaluator{Snapshots: postgres.NewSnapshotStore(db), Persons: persons, Scanner: persons},
-		Ready:     db.Ping, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-		EdgeSessions: sessions, Rollout: rollout.New(sessions), Usage: postgres.NewEvaluationStore(db),
-	})
-	srv := httptest.NewServer(api)
-	t.Cleanup(srv.Close)
-	return &target{t: t, db: db, url: srv.URL, key: res.PersonalAPIKey, project: fmt.Sprint(res.ProjectID)}
+	api := httpapitest.Serve(t)
+	return &target{t: t, db: api.DB, url: api.URL, key: api.Key, project: fmt.Sprint(api.ProjectID)}
 }
 
 // dst is the import's target, its requests sent through httpClient (nil: a plain client).
