@@ -216,9 +216,11 @@ func TestFiltersMissNoStoredKey(t *testing.T) {
 	}
 	// Each round rebuilds every filter while the writers go on, then checks that every key
 	// stored before a sentinel is in every stream's filter once the sentinel is: a key
-	// committed while the filters were being rebuilt must have been announced after.
+	// committed while the filters were being rebuilt must have been announced after. It
+	// runs at least 12 rounds and on until 500 keys were checked, since a slow machine
+	// stores fewer keys per round (at most 100 rounds).
 	checked := 0
-	for round := range 12 {
+	for round := 0; round < 12 || (checked < 500 && round < 100); round++ {
 		if round%3 == 0 {
 			mirrors = append(mirrors, follow(ctx, r.hub))
 		}
