@@ -112,6 +112,9 @@ type compiledFlag struct {
 	// hashed with it, or -1.
 	hashed      bool
 	hashPartner int32
+	// keyBlock is the key and "." as the start of its hash inputs' block (see tail), nil when
+	// the key is too long to leave room for a subject.
+	keyBlock *block
 }
 
 // flagValues are what an enabled flag can be besides a plain true: its variants, and the
@@ -214,6 +217,9 @@ func Compile(p Project) (*Snapshot, error) {
 	}
 	s.assignMemoSlots()
 	s.markHashed()
+	for i := range s.flags {
+		s.flags[i].keyBlock = newKeyBlock(s.flags[i].key)
+	}
 	for i := range s.flags {
 		if s.flags[i].hasPayload() {
 			s.payloaded = append(s.payloaded, i)

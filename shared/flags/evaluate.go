@@ -225,6 +225,8 @@ type evaluation struct {
 	variantHash uint64
 	haveVariant bool
 	blocks      [2]block // sha1block's inputs
+	// tails are the hash subjects placed for block.join, without a salt and with "variant".
+	tails [2]tail
 	// pending is the flag whose rollout hash was computed with an earlier flag's, as its
 	// hashPartner, and pendingHash that hash; nil when there is none.
 	pending     *compiledFlag
@@ -424,26 +426,54 @@ func (e *evaluation) hash(prefix string, sep bool, salt string) uint64 {
 	return e.hasher.hash(prefix, sep, e.hashSubj, salt)
 }
 
+// fillFlag pads the flag's key + "." + subj + the salt ("variant" when variant, else none)
+// into b, and reports whether it fitted.
+func (e *evaluation) fillFlag(b *block, f *compiledFlag, subj string, variant bool) bool {
+	salt, t := "", &e.tails[0]
+	if variant {
+		salt, t = "variant", &e.tails[1]
+	}
+	if f.keyBlock == nil {
+		return b.fill(f.key, true, subj, salt)
+	}
+	if !t.set || t.subj != subj {
+		t.place(subj, salt)
+	}
+	return b.join(f.keyBlock, len(f.key)+1, t)
+}
+
+// flagHash is the current subject's hash for the flag: its rollout hash, or with variant its
+// variant hash.
+func (e *evaluation) flagHash(f *compiledFlag, variant bool) uint64 {
+	if blocksAvailable && e.fillFlag(&e.blocks[0], f, e.hashSubj, variant) {
+		return e.blocks[0].value()
+	}
+	if variant {
+		return e.hash(f.key, true, "variant")
+	}
+	return e.hash(f.key, true, "")
+}
+
 // rolloutAndVariant computes the current flag's rollout hash and, when it has variants to
 // hash, its variant hash with it, which enable then uses.
 func (e *evaluation) rolloutAndVariant(c *condition) {
 	f := e.current
 	if c.variant < 0 && f.values != nil && len(f.values.variants) > 0 && blocksAvailable &&
-		e.blocks[0].fill(f.key, true, e.hashSubj, "") && e.blocks[1].fill(f.key, true, e.hashSubj, "variant") {
+		e.fillFlag(&e.blocks[0], f, e.hashSubj, false) && e.fillFlag(&e.blocks[1], f, e.hashSubj, true) {
 		r, v := values(&e.blocks[0], &e.blocks[1])
 		e.rolloutHash, e.haveRollout, e.variantHash, e.haveVariant = int64(r), true, v, true
 		return
 	}
 	// A hashed flag buckets by the distinct id (markHashed), as its partner does.
-	if f.hashed && f.hashPartner >= 0 && blocksAvailable && e.blocks[0].fill(f.key, true, e.hashSubj, "") {
+	if f.hashed && f.hashPartner >= 0 && blocksAvailable && e.fillFlag(&e.blocks[0], f, e.hashSubj, false) {
 		partner := &e.snap.flags[f.hashPartner]
-		if e.blocks[1].fill(partner.key, true, e.req.DistinctID, "") {
+		if e.fillFlag(&e.blocks[1], partner, e.req.DistinctID, false) {
 			r, p := values(&e.blocks[0], &e.blocks[1])
 			e.rolloutHash, e.haveRollout, e.pending, e.pendingHash = int64(r), true, partner, p
 			return
 		}
 	}
-	e.rolloutHash, e.haveRollout = int64(e.hash(f.key, true, "")), true
+	e.rolloutHash, e.haveRollout = int64(e.flagHash(f, false)), true
 }
 
 // enable sets the value of a matched flag: the override variant, else the hashed variant,
@@ -456,7 +486,7 @@ func (e *evaluation) enable(r *Result, f *compiledFlag, override int) {
 	}
 	if variants := f.values.variants; vi < 0 && len(variants) > 0 {
 		if !e.haveVariant {
-			e.variantHash, e.haveVariant = e.hash(f.key, true, "variant"), true
+			e.variantHash, e.haveVariant = e.flagHash(f, true), true
 		}
 		x := int64(e.variantHash)
 		for i := range variants {

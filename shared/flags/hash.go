@@ -100,6 +100,65 @@ func (b *block) fill(prefix string, sep bool, id, salt string) bool {
 	return true
 }
 
+// A flag's hash inputs are its key and "." (the same for every request), then the subject and
+// a salt (the same for every flag of a request). An evaluation joins the two halves instead of
+// copying both into a block for every hash: a flag's keyBlock holds its prefix at the start of
+// a zeroed block, and a tail holds the subject, the salt and the 0x80 that ends the message
+// from offset 64 of 128 zeroed bytes, so that the 64 bytes from 64-p are the rest of a block
+// whose first p bytes are a prefix's. A join is eight ORs of words and the length: the
+// copies it replaces were four variable-length moves, a tenth of an evaluation at 1,000 flags.
+
+// tail is a hash subject and salt placed for join.
+type tail struct {
+	subj, salt string
+	n          int // len(subj) + len(salt); above 55 none fits a block
+	set        bool
+	b          [128]byte
+}
+
+// place puts subj and salt into t.
+func (t *tail) place(subj, salt string) {
+	t.subj, t.salt, t.set, t.n = subj, salt, true, len(subj)+len(salt)
+	t.b = [128]byte{}
+	if t.n > 55 {
+		return
+	}
+	k := 64 + copy(t.b[64:], subj)
+	k += copy(t.b[k:], salt)
+	t.b[k] = 0x80
+}
+
+// join pads key's prefix of p bytes (a keyBlock) followed by t into b, and reports whether the
+// message fitted.
+func (b *block) join(key *block, p int, t *tail) bool {
+	n := p + t.n
+	if n > 55 {
+		return false
+	}
+	w := (*[64]byte)(t.b[64-p:])
+	le := binary.LittleEndian
+	le.PutUint64(b[0:], le.Uint64(key[0:])|le.Uint64(w[0:]))
+	le.PutUint64(b[8:], le.Uint64(key[8:])|le.Uint64(w[8:]))
+	le.PutUint64(b[16:], le.Uint64(key[16:])|le.Uint64(w[16:]))
+	le.PutUint64(b[24:], le.Uint64(key[24:])|le.Uint64(w[24:]))
+	le.PutUint64(b[32:], le.Uint64(key[32:])|le.Uint64(w[32:]))
+	le.PutUint64(b[40:], le.Uint64(key[40:])|le.Uint64(w[40:]))
+	le.PutUint64(b[48:], le.Uint64(key[48:])|le.Uint64(w[48:]))
+	binary.BigEndian.PutUint64(b[56:], uint64(n)*8)
+	return true
+}
+
+// newKeyBlock returns key + "." at the start of a zeroed block, or nil when no subject would
+// fit after it.
+func newKeyBlock(key string) *block {
+	if len(key)+1 > 55 {
+		return nil
+	}
+	b := new(block)
+	b[copy(b[:], key)] = '.'
+	return b
+}
+
 // blocksAvailable reports whether block's hashes can be used on this CPU.
 var blocksAvailable = sha1block.Available
 

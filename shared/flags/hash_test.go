@@ -128,3 +128,33 @@ func TestHashBounds(t *testing.T) {
 		}
 	}
 }
+
+// TestJoinMatchesFill checks a key block joined with a placed subject against the block fill
+// pads from the whole input, for every length of key and subject around the block's limit,
+// with both salts, and after the tail held a longer subject (its bytes must not linger).
+func TestJoinMatchesFill(t *testing.T) {
+	var joined, filled block
+	var tl tail
+	for k := 1; k <= 56; k++ {
+		key := strings.Repeat("k", k-1) + "é"[:1]
+		kb := newKeyBlock(key)
+		if (kb == nil) != (len(key)+1 > 55) {
+			t.Fatalf("key of %d bytes: block %v", len(key), kb != nil)
+		}
+		for s := 0; s <= 60; s++ {
+			for _, salt := range []string{"", "variant"} {
+				subj := strings.Repeat("s", s)
+				tl.place(strings.Repeat("x", 60), salt) // a longer subject first
+				tl.place(subj, salt)
+				wantOK := filled.fill(key, true, subj, salt)
+				if kb == nil {
+					continue
+				}
+				gotOK := joined.join(kb, len(key)+1, &tl)
+				if gotOK != wantOK || (gotOK && joined != filled) {
+					t.Fatalf("key %d bytes, subject %d, salt %q: join %v %x, fill %v %x", len(key), s, salt, gotOK, joined, wantOK, filled)
+				}
+			}
+		}
+	}
+}
