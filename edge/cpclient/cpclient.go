@@ -8,6 +8,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"os"
 	"strings"
@@ -39,12 +40,18 @@ type Config struct {
 	Insecure bool
 	// Token is the edge's credential, sent with every call.
 	Token string
+	// Fallback is a comma-separated list of upstreams used only while none of Addrs answers
+	// (a relay's edges given the control plane as a last resort); empty: none.
+	Fallback string
 }
 
-// Addresses returns the configured addresses.
-func (c Config) Addresses() []string {
+// Addresses returns the configured addresses, the fallbacks last.
+func (c Config) Addresses() []string { return append(list(c.Addrs), list(c.Fallback)...) }
+
+// list splits a comma-separated list of addresses.
+func list(s string) []string {
 	var out []string
-	for _, a := range strings.Split(c.Addrs, ",") {
+	for _, a := range strings.Split(s, ",") {
 		if a = strings.TrimSpace(a); a != "" {
 			out = append(out, a)
 		}
@@ -55,7 +62,7 @@ func (c Config) Addresses() []string {
 // Validate checks the addresses and that a CA file, if named, can be read.
 func (c Config) Validate() error {
 	addrs := c.Addresses()
-	if len(addrs) == 0 {
+	if len(list(c.Addrs)) == 0 {
 		return errors.New("--control-plane: no address")
 	}
 	for _, a := range addrs {
@@ -110,7 +117,10 @@ var resolverSeq atomic.Int64
 
 // Dial returns a client connection to the control plane. It connects to one address, in a
 // shuffled order, and when that one fails to the next: gRPC's pick_first policy over every
-// address (a list here, or the records of a DNS name).
+// address (a list here, or the records of a DNS name). With fallbacks, the addresses and the
+// fallbacks are shuffled apart and the fallbacks put last, and pick_first, which starts again
+// from the top of its list whenever its connection fails, takes a fallback only while no
+// address answers.
 // WindowBytes is the flow-control window of the edge's connection and of each of its streams:
 // what the control plane may send before the edge has read it. 4 MiB keeps 50 MB/s flowing
 // over a link of 80 ms round trip, and is memory only while unread.
@@ -121,10 +131,19 @@ func Dial(c Config) (*grpc.ClientConn, error) {
 	if err != nil {
 		return nil, err
 	}
+	// Edges given the same list spread over the replicas instead of all taking the first.
+	serviceConfig := `{"loadBalancingConfig": [{"pick_first": {"shuffleAddressList": true}}]}`
+	addrs := c.Addresses()
+	if fallback := list(c.Fallback); len(fallback) > 0 {
+		primary := list(c.Addrs)
+		rand.Shuffle(len(primary), func(i, j int) { primary[i], primary[j] = primary[j], primary[i] })
+		rand.Shuffle(len(fallback), func(i, j int) { fallback[i], fallback[j] = fallback[j], fallback[i] })
+		addrs = append(primary, fallback...)
+		serviceConfig = `{"loadBalancingConfig": [{"pick_first": {}}]}`
+	}
 	opts := []grpc.DialOption{
 		grpc.WithTransportCredentials(creds),
-		// Edges given the same list spread over the replicas instead of all taking the first.
-		grpc.WithDefaultServiceConfig(`{"loadBalancingConfig": [{"pick_first": {"shuffleAddressList": true}}]}`),
+		grpc.WithDefaultServiceConfig(serviceConfig),
 		grpc.WithPerRPCCredentials(token(c.Token)),
 		// The Watch stream lives for good: keepalives notice a dead control plane quickly.
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 15 * time.Second, Timeout: 5 * time.Second, PermitWithoutStream: true}),
@@ -140,7 +159,6 @@ func Dial(c Config) (*grpc.ClientConn, error) {
 		// which with thousands of edges is thousands of pings for every snapshot change.
 		grpc.WithInitialWindowSize(WindowBytes), grpc.WithInitialConnWindowSize(WindowBytes),
 	}
-	addrs := c.Addresses()
 	target := "dns:///" + addrs[0]
 	if len(addrs) > 1 {
 		r := manual.NewBuilderWithScheme(fmt.Sprintf("flagedge-cp-%d", resolverSeq.Add(1)))

@@ -95,6 +95,73 @@ func TestFailsOverBetweenReplicas(t *testing.T) {
 	}
 }
 
+// TestFallbackOnlyWhileNoneAnswers: upstreams given as fallbacks (the control plane behind a
+// tier of relays) take no edge while one of the addresses answers, whatever the shuffle; they
+// take the edges when every address is down, and give them back when they fail in turn.
+func TestFallbackOnlyWhileNoneAnswers(t *testing.T) {
+	a, b, cp := startReplica(t, "a"), startReplica(t, "b"), startReplica(t, "cp")
+	cfg := Config{Addrs: a.addr + "," + b.addr, Fallback: cp.addr, Token: "fle_secret"}
+	if got := cfg.Addresses(); len(got) != 3 || got[2] != cp.addr {
+		t.Fatalf("addresses %v, want the fallback last", got)
+	}
+	seen := map[string]int{}
+	for range 20 {
+		conn, err := Dial(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := who(t, syncpb.NewSyncClient(conn))
+		conn.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		seen[got]++
+	}
+	if seen["cp"] > 0 || seen["a"] == 0 || seen["b"] == 0 {
+		t.Fatalf("20 edges went to %v: want both relays and never the fallback", seen)
+	}
+	conn, err := Dial(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	client := syncpb.NewSyncClient(conn)
+	answered := func(want string) {
+		t.Helper()
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			if got, err := who(t, client); err == nil && got == want {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s did not answer within 5s", want)
+			}
+		}
+	}
+	first, err := who(t, client)
+	if err != nil {
+		t.Fatal(err)
+	}
+	used, other := a, b
+	if first == "b" {
+		used, other = b, a
+	}
+	used.srv.Stop()
+	answered(other.name) // the next address, not the fallback
+	other.srv.Stop()
+	answered("cp")
+	restarted := &replica{name: "a-again", srv: grpc.NewServer(), addr: a.addr}
+	ln, err := net.Listen("tcp", a.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	syncpb.RegisterSyncServer(restarted.srv, restarted)
+	go restarted.srv.Serve(ln)
+	defer restarted.srv.Stop()
+	cp.srv.Stop()
+	answered("a-again")
+}
+
 // TestTLS: with the control plane's CA the edge talks TLS; without it, to a TLS server on a
 // loopback address it talks plaintext and fails; a wrong CA fails.
 func TestTLS(t *testing.T) {

@@ -116,6 +116,7 @@ func parseConfig(args []string, stderr io.Writer) (*config, error) {
 	cfg := &config{}
 	fs.String(&cfg.HTTPAddr, "http-addr", "FLAGEDGE_EDGE_ADDR", "127.0.0.1:8080", "address of the public HTTP endpoints")
 	fs.String(&cfg.ControlPlane.Addrs, "control-plane", "FLAGEDGE_CONTROL_PLANE", "127.0.0.1:9000", "address of the upstream's gRPC sync service — a control plane, or a relay (an edge with --serve-edges) — or a comma-separated list of them, replicas and relays mixed (or a DNS name with several records): the edge fails over between them")
+	fs.String(&cfg.ControlPlane.Fallback, "control-plane-fallback", "FLAGEDGE_CONTROL_PLANE_FALLBACK", "", "comma-separated upstreams used only while none of --control-plane answers (e.g. the control plane behind a tier of relays): the edge moves back to --control-plane when the fallback's connection ends; empty: none")
 	fs.String(&cfg.ServeEdges, "serve-edges", "FLAGEDGE_SERVE_EDGES", "", "serve the sync protocol to other edges on this address (a relay): they are given it as --control-plane and get this edge's snapshots; empty: off")
 	fs.String(&cfg.ServeEdgesCert, "serve-edges-tls-cert", "FLAGEDGE_SERVE_EDGES_TLS_CERT", "", "certificate (PEM) for TLS on --serve-edges; with --serve-edges-tls-key")
 	fs.String(&cfg.ServeEdgesKey, "serve-edges-tls-key", "FLAGEDGE_SERVE_EDGES_TLS_KEY", "", "private key (PEM) of --serve-edges-tls-cert")
