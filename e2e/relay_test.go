@@ -158,7 +158,7 @@ func TestRelayTiers(t *testing.T) {
 
 	// Events captured at the leaves while the control plane restarts are stored once.
 	load := s.startLoad([]string{leafA.url, leafB.url}, "through-relays", 5, 20*time.Millisecond)
-	time.Sleep(500 * time.Millisecond)
+	load.waitAcked(t, 50)
 	s.cp.kill()
 	time.Sleep(time.Second)
 	s.startControlPlane()
