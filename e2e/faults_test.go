@@ -137,8 +137,9 @@ func TestPoisonBatchIsStored(t *testing.T) {
 		t.Fatalf("capture after the poison batch: %d %s", code, out)
 	}
 	waitFor(t, "the event after the poison batch", func() bool { return s.eventCount("after") == 1 })
-	if d := time.Since(sent); d > time.Second {
-		t.Errorf("the event after the poison batch took %v to be stored, want under 1s", d)
+	next := time.Since(sent)
+	if next > time.Second {
+		t.Errorf("the event after the poison batch took %v to be stored, want under 1s", next)
 	}
 	want := 999 + len(poisonEvents()) + 3 + 1
 	s.waitEventCount(want)
@@ -147,7 +148,7 @@ func TestPoisonBatchIsStored(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("poison batch: %d events acknowledged, %d stored, %d dead-lettered; the next event stored after %v",
-		want, s.eventCount(""), deadLetters, time.Since(sent).Round(time.Millisecond))
+		want, s.eventCount(""), deadLetters, next.Round(time.Millisecond))
 }
 
 // TestSmallSpoolQuotaRecovers: an edge with a 1 MiB spool and no control plane fills up and
