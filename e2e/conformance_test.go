@@ -142,7 +142,7 @@ func (s *stack) replay(t *testing.T, e *edge, c map[string]any) {
 			probe[k] = v
 		}
 	}
-	deadline := time.Now().Add(5 * time.Second)
+	deadline := time.Now().Add(20 * time.Second) // a wait for the flags to arrive, not a measure
 	for {
 		code, out := call(t, "POST", e.url+"/flags?v=2", "", probe)
 		if code != 200 {
@@ -152,7 +152,7 @@ func (s *stack) replay(t *testing.T, e *edge, c map[string]any) {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("the edge did not get the flags in 5s: %v", out)
+			t.Fatalf("the edge did not get the flags in 20s: %v", out)
 		}
 		time.Sleep(2 * time.Millisecond)
 	}

@@ -177,12 +177,21 @@ func TestEventLogNATSNodeKilled(t *testing.T) {
 	}
 	down := time.Since(killed)
 	time.Sleep(time.Second)
+	// Both replicas must take part; on a slow machine one may start consuming late, so the
+	// load runs on until both have stored messages (or the wait gives up and the test fails).
+	var a, b float64
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		a, b = storedMessages(ls.replicas[0]), storedMessages(ls.replicas[1])
+		if (a > 0 && b > 0) || time.Now().After(deadline) {
+			break
+		}
+	}
 	acked := load.finish()
 	stored, dups := ls.checkExactlyOnce(acked)
-	a, b := storedMessages(ls.replicas[0]), storedMessages(ls.replicas[1])
 	if a <= 0 || b <= 0 {
 		t.Errorf("the replicas did not share the work: %v and %v messages stored", a, b)
 	}
+	a, b = storedMessages(ls.replicas[0]), storedMessages(ls.replicas[1])
 	t.Logf("NATS server killed for %v: %d events acknowledged, %d stored, %d duplicates; messages stored by the replicas: %v and %v",
 		down.Round(time.Millisecond), len(acked), stored, dups, a, b)
 }
@@ -194,7 +203,10 @@ func TestEventLogNATSNodeKilled(t *testing.T) {
 func TestEventLogReplicaKilledMidBatch(t *testing.T) {
 	ls := newLogStack(t)
 	load := startEventLoad(ls.token, func() string { return ls.edge.url })
-	time.Sleep(1500 * time.Millisecond)
+	// The kill must find the replica at work: it waits until the replica has stored some of
+	// the load, not for a fixed time a slow machine may spend before it starts.
+	waitFor(t, "replica 2 storing events", func() bool { return storedMessages(ls.replicas[1]) > 0 })
+	time.Sleep(300 * time.Millisecond)
 	before := storedMessages(ls.replicas[1])
 	ls.replicas[1].kill()
 	time.Sleep(2 * time.Second)
@@ -213,7 +225,14 @@ func TestEventLogEdgeKilledMidPublish(t *testing.T) {
 	var mu sync.Mutex
 	url := func() string { mu.Lock(); defer mu.Unlock(); return ls.edge.url }
 	load := startEventLoad(ls.token, url)
-	time.Sleep(1500 * time.Millisecond)
+	// The kill must find the edge publishing: it waits for the load to be under way (then
+	// lets it run a while), not for a fixed time a slow machine may spend starting it.
+	waitFor(t, "events acknowledged", func() bool {
+		load.mu.Lock()
+		defer load.mu.Unlock()
+		return len(load.acked) > 0
+	})
+	time.Sleep(500 * time.Millisecond)
 	ls.edge.kill()
 	restarted := ls.startEdge(ls.edge.dataDir)
 	mu.Lock()

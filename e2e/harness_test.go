@@ -139,7 +139,9 @@ func (p *process) kill() {
 // picked and then lost to another process.
 func (p *process) listening(msg string) map[string]any {
 	p.t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
+	// Start-up (migrations included) is given a minute: a wait, not a measure, and a loaded
+	// machine running several packages' tests at once may take many seconds.
+	deadline := time.Now().Add(time.Minute)
 	for time.Now().Before(deadline) {
 		for _, line := range strings.Split(p.logs.String(), "\n") {
 			var entry map[string]any
@@ -431,6 +433,18 @@ func (s *stack) startLoad(urls []string, event string, size int, pace time.Durat
 		}()
 	}
 	return l
+}
+
+// waitAcked waits until at least n events were acknowledged: tests that break something
+// "in the middle of" a load wait for the load to be under way, not for a fixed time that a
+// slower machine may spend starting it.
+func (l *load) waitAcked(t *testing.T, n int) {
+	t.Helper()
+	waitFor(t, fmt.Sprintf("%d events acknowledged", n), func() bool {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		return len(l.acked) >= n
+	})
 }
 
 // finish stops the load and returns the acknowledged uuids.

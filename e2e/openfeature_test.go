@@ -270,8 +270,8 @@ func testOpenFeatureBrowser(t *testing.T, s *stack, streaming, polling *edge, st
 
 	// A change in the console's API reaches both pages: through the stream at once, through
 	// polling within its interval.
-	changedAt := time.Now()
 	s.patchFlag(staticFlag, map[string]any{"active": false})
+	changedAt := time.Now() // the PATCH answered: the change is committed; the write's own time is not the stream's
 	waitFor(t, "ConfigurationChanged over the stream", func() bool {
 		return strings.Contains(await("sse changes", `JSON.stringify(window.ofrep.sse.changes)`).(string), "of-static")
 	})

@@ -1,8 +1,12 @@
 package e2e
 
 import (
+	"bytes"
+	"crypto/sha256"
 	"fmt"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -23,6 +27,14 @@ func (s *stack) startRelay(name, dataDir, upstream string, extra ...string) *rel
 	s.t.Helper()
 	e := s.startEdge(name, dataDir, true, append([]string{"--control-plane", upstream, "--serve-edges", "127.0.0.1:0"}, extra...)...)
 	return &relay{edge: e, serveAddr: e.listening("relay listening")["serve_edges_addr"].(string)}
+}
+
+// keeps reports whether the relay's kept list of live edges (live-edges.pb in its data
+// directory) holds token's hash.
+func (r *relay) keeps(token string) bool {
+	data, err := os.ReadFile(filepath.Join(r.dataDir, "live-edges.pb"))
+	sum := sha256.Sum256([]byte(token))
+	return err == nil && bytes.Contains(data, sum[:])
 }
 
 // servedVersion is the snapshot version e answers /decide from (0: it does not answer).
@@ -158,7 +170,7 @@ func TestRelayTiers(t *testing.T) {
 
 	// Events captured at the leaves while the control plane restarts are stored once.
 	load := s.startLoad([]string{leafA.url, leafB.url}, "through-relays", 5, 20*time.Millisecond)
-	time.Sleep(500 * time.Millisecond)
+	load.waitAcked(t, 50)
 	s.cp.kill()
 	time.Sleep(time.Second)
 	s.startControlPlane()
@@ -173,7 +185,11 @@ func TestRelayTiers(t *testing.T) {
 	// The control plane down: the relays serve their subtree; relay-2 restarted serves from
 	// its disk, and a new edge behind it (its token issued before) gets the snapshot.
 	newToken, offlineToken := s.namedEdgeToken("leaf-new"), s.namedEdgeToken("leaf-offline")
-	time.Sleep(time.Second) // the relays learn the new tokens
+	// The relays learn the new tokens (polling their upstream every 200 ms) and keep them on
+	// disk, which is what they will answer from below: awaited there, not slept for.
+	waitFor(t, "the relays keeping the new tokens", func() bool {
+		return r1.keeps(newToken) && r1.keeps(offlineToken) && r2.keeps(newToken) && r2.keeps(offlineToken)
+	})
 	v := s.patchFlagVersion(s.httpAddr, flag, map[string]any{"name": "last before the outage"})
 	if code, out := s.rolloutStatus(s.httpAddr, v, "10s"); code != 200 {
 		t.Fatalf("rollout_status: %d %v", code, out)

@@ -68,14 +68,15 @@ func TestReplicasWithTLSAndTokens(t *testing.T) {
 	onB := append([]string{"--control-plane", bGRPC + "," + aGRPC}, ca...)
 	edges := []*edge{s.startEdge("edge-1", "", true, onA...), s.startEdge("edge-2", "", true, onB...), s.startEdge("edge-3", "", true, onA...)}
 
-	// converge changes the flag's payload and returns how long until every edge serves it.
+	// converge changes the flag's payload and returns how long, from the PATCH answered (the
+	// change committed; the write's own time is not the edges'), until every edge serves it.
 	change := 0
 	converge := func(among []*edge) time.Duration {
 		change++
 		want := fmt.Sprint(change)
-		start := time.Now()
 		s.patchFlag(flag, map[string]any{"filters": map[string]any{"groups": []any{map[string]any{"rollout_percentage": 100}},
 			"payloads": map[string]any{"true": want}}})
+		start := time.Now()
 		for _, e := range among {
 			waitFor(t, e.name+" serving change "+want, func() bool { return payloadAt(e, s.token, "conv") == want })
 		}
@@ -88,7 +89,7 @@ func TestReplicasWithTLSAndTokens(t *testing.T) {
 
 	// Kill replica a (the list is shuffled: some edges use it) while events flow into edges 1 and 3.
 	l := s.startLoad([]string{edges[0].url, edges[2].url}, "failover", 5, 5*time.Millisecond)
-	time.Sleep(300 * time.Millisecond)
+	l.waitAcked(t, 50)
 	a.kill()
 	failover := converge(edges)
 	var after []time.Duration
@@ -108,7 +109,8 @@ func TestReplicasWithTLSAndTokens(t *testing.T) {
 	if out, err := execOutput(binaries.controlplane, "edges", "revoke", "--database-url", s.dbURL, "--name", "revoked-edge"); err != nil {
 		t.Fatalf("edges revoke: %v %s", err, out)
 	}
-	time.Sleep(time.Second) // the replica's refresh closes its stream
+	// The replica's refresh closes its stream: awaited (the edge logs why), not slept for.
+	waitFor(t, "the revoked edge cut", func() bool { return strings.Contains(revoked.logs.String(), "token was revoked") })
 	converge(edges)
 	if got := payloadAt(revoked, s.token, "conv"); got == fmt.Sprint(change) {
 		t.Error("a revoked edge received a change")

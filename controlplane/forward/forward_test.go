@@ -388,10 +388,19 @@ func TestRetriesWhileTheReceiverIsDown(t *testing.T) {
 	rc.Listener.Close() // connection refused from now on
 	id := e.destination(t, url)
 	ids := e.ingest(t, 30, nil)
-	time.Sleep(300 * time.Millisecond)
-	d, err := e.dests.FindEventDestinationByID(e.admin, boot.ProjectID, id)
-	if err != nil || d.Queued != 30 || d.LastError == "" || d.PausedReason != "" {
-		t.Fatalf("while down: %+v %v", d, err)
+	// The first failed attempt is seen as the error it records, however long it takes to come.
+	var d *controlplane.EventDestination
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		var err error
+		if d, err = e.dests.FindEventDestinationByID(e.admin, boot.ProjectID, id); err != nil {
+			t.Fatal(err)
+		}
+		if d.LastError != "" || time.Now().After(deadline) {
+			break
+		}
+	}
+	if d.Queued != 30 || d.LastError == "" || d.PausedReason != "" {
+		t.Fatalf("while down: %+v", d)
 	}
 	back := newReceiver(t, func(received, int) (int, http.Header) { return 0, nil })
 	if _, err := e.dests.UpdateEventDestination(e.admin, boot.ProjectID, id, controlplane.EventDestinationUpdate{URL: &back.URL}); err != nil {

@@ -179,12 +179,15 @@ func TestHTTPFuzz(t *testing.T) {
 	}
 	routes := e.api.Routes()
 	f := &fuzzer{rng: rand.New(rand.NewPCG(2026, 12))}
-	const requests = 5000
-	deadline := time.Now().Add(45 * time.Second) // bounded: the suite must stay fast on a loaded machine
+	// At least minRequests are always sent, however slow the machine: that many make the run
+	// mean something. Beyond them the run stops at requests or after 45 s, so that the suite
+	// stays fast on a loaded machine.
+	const requests, minRequests = 5000, 5000 / 3
+	deadline := time.Now().Add(45 * time.Second)
 	statuses := map[int]int{}
 	var failures []string
 	sent := 0
-	for ; sent < requests && time.Now().Before(deadline); sent++ {
+	for ; sent < requests && (sent < minRequests || time.Now().Before(deadline)); sent++ {
 		rt := routes[f.rng.IntN(len(routes))]
 		path := rt.Pattern
 		for name, v := range valid {
@@ -230,8 +233,5 @@ func TestHTTPFuzz(t *testing.T) {
 	t.Logf("%d requests: %s", sent, strings.Join(summary, " "))
 	for _, f := range failures {
 		t.Error(f)
-	}
-	if sent < requests/3 {
-		t.Errorf("only %d requests in the time allowed", sent)
 	}
 }

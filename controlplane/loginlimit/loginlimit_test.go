@@ -125,16 +125,19 @@ func TestBoundedMemory(t *testing.T) {
 }
 
 // TestHashSlots: with every hash slot taken a login waits up to HashWait and is refused as
-// busy; past the waiting room it is refused at once; a freed slot admits the next.
+// busy; past the waiting room it is refused at once; a freed slot admits the next. HashWait
+// is long enough that "at once" can be told from "after the wait" on a loaded machine: a
+// login that waited would take the whole second, one refused at once is given half of it.
 func TestHashSlots(t *testing.T) {
-	l, _, reg := newLimiter(t, Config{PerAddress: 100, PerEmail: 100, Window: time.Minute, MaxHashes: 1, HashWait: 100 * time.Millisecond, Entries: 100})
+	const hashWait = time.Second
+	l, _, reg := newLimiter(t, Config{PerAddress: 100, PerEmail: 100, Window: time.Minute, MaxHashes: 1, HashWait: hashWait, Entries: 100})
 	held, r := l.Begin(context.Background(), addrA, "a@example.com")
 	if r != nil {
 		t.Fatal(r)
 	}
 	start := time.Now()
 	refusedFor(t, l, addrB, "b@example.com", ReasonBusy)
-	if d := time.Since(start); d < 100*time.Millisecond {
+	if d := time.Since(start); d < hashWait {
 		t.Errorf("a busy login was refused after %v, want after the hash wait", d)
 	}
 	// Fill the waiting room (8 per slot), then one more is refused without waiting.
@@ -153,7 +156,7 @@ func TestHashSlots(t *testing.T) {
 	}
 	start = time.Now()
 	refusedFor(t, l, addrC, "c@example.com", ReasonBusy)
-	if d := time.Since(start); d > 50*time.Millisecond {
+	if d := time.Since(start); d > hashWait/2 {
 		t.Errorf("a login past the waiting room was refused after %v, want at once", d)
 	}
 	wg.Wait()

@@ -2,6 +2,8 @@ package syncserver
 
 import (
 	"context"
+	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -43,7 +45,7 @@ func TestFreshReadsShareOnlyLaterReads(t *testing.T) {
 			later[i] = v[1]
 		}()
 	}
-	time.Sleep(50 * time.Millisecond) // the later callers are queued behind the first read
+	waitJoined(t, 1+len(later)) // the later callers are queued behind the first read
 	close(release)
 	wg.Wait()
 	if got := <-first; got != 1 {
@@ -85,5 +87,27 @@ func TestFreshReadsCallerGoesAway(t *testing.T) {
 	close(release)
 	if v := <-other; v[1] != 1 {
 		t.Fatalf("the other caller got %v", v)
+	}
+}
+
+// waitJoined waits until n goroutines wait in freshReads.get for a read (blocked in its
+// select, so past the lock where a caller joins one): a fixed sleep let a caller that the
+// scheduler had not yet run on a loaded machine arrive after the read it was meant to join.
+func waitJoined(t *testing.T, n int) {
+	t.Helper()
+	buf := make([]byte, 1<<20)
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+		waiting := 0
+		for _, g := range strings.Split(string(buf[:runtime.Stack(buf, true)]), "\n\n") {
+			if strings.Contains(g, " [select") && strings.Contains(g, "(*freshReads).get(") {
+				waiting++
+			}
+		}
+		if waiting >= n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d callers wait for a read, want %d", waiting, n)
+		}
 	}
 }

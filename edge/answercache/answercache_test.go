@@ -108,7 +108,8 @@ func TestCollisionIsAMiss(t *testing.T) {
 // past is not kept.
 func TestPutUntil(t *testing.T) {
 	c, _ := newCache(t)
-	c.Put(key("soon"), []byte("a"), false, nil, time.Now().Add(300*time.Millisecond))
+	soon := time.Now().Add(time.Second) // far enough that the first Get comes before it on a loaded machine
+	c.Put(key("soon"), []byte("a"), false, nil, soon)
 	c.Put(key("past"), []byte("b"), false, nil, time.Now().Add(-time.Second))
 	c.Wait()
 	if c.Get(key("soon")) == nil {
@@ -117,7 +118,7 @@ func TestPutUntil(t *testing.T) {
 	if c.Get(key("past")) != nil {
 		t.Error("an answer past its time kept")
 	}
-	time.Sleep(400 * time.Millisecond)
+	time.Sleep(time.Until(soon.Add(100 * time.Millisecond)))
 	if c.Get(key("soon")) != nil {
 		t.Error("given after its time")
 	}

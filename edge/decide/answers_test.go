@@ -353,7 +353,7 @@ func TestAnswerCacheFollowsStoredPerson(t *testing.T) {
 	client := serveStored(t, cp)
 	e := newAnswersEnv(t, client, true)
 	cfg := persons.DefaultConfig()
-	cfg.TTL = 300 * time.Millisecond
+	cfg.TTL = time.Second // each group of calls below must fall within one look-up's life, however loaded the machine
 	store, err := persons.NewStore(client, cfg, nil, slog.New(slog.DiscardHandler), nil)
 	if err != nil {
 		t.Fatal(err)
@@ -378,7 +378,7 @@ func TestAnswerCacheFollowsStoredPerson(t *testing.T) {
 		}
 	}
 	cp.set(func() { cp.persons["known"]["plan"] = "free" })
-	time.Sleep(400 * time.Millisecond) // the edge's look-up expires
+	time.Sleep(cfg.TTL + 100*time.Millisecond) // the edge's look-up expires
 	if proPlan(e.call(Decide, "v=3", body)) {
 		t.Error("pro-plan still on after the person's plan changed")
 	}
@@ -397,7 +397,10 @@ func TestAnswerCacheFollowsStoredPerson(t *testing.T) {
 // past the person's.
 func TestAnswerCacheExpiresWithRelativeDates(t *testing.T) {
 	e := newAnswersEnv(t, serveStored(t, &storedProps{}), true)
-	signup := time.Now().Add(-7*24*time.Hour + 1500*time.Millisecond).UTC().Format(time.RFC3339Nano)
+	// The user turns a week old at turns: the first calls must come before it (3 s leaves room
+	// on a loaded machine), the last after it.
+	turns := time.Now().Add(3 * time.Second)
+	signup := turns.Add(-7 * 24 * time.Hour).UTC().Format(time.RFC3339Nano)
 	body := `{"token": "` + clockToken + `", "distinct_id": "u", "person_properties": {"signup": "` + signup + `"}}`
 	recent := func() bool {
 		var v struct{ FeatureFlags map[string]bool }
@@ -409,7 +412,7 @@ func TestAnswerCacheExpiresWithRelativeDates(t *testing.T) {
 	if !recent() || !recent() {
 		t.Fatal("signed up less than 7 days ago: recent should be on")
 	}
-	time.Sleep(2 * time.Second)
+	time.Sleep(time.Until(turns.Add(500 * time.Millisecond)))
 	if recent() || recent() {
 		t.Error("a week and a second later, recent is still on: a stale answer")
 	}

@@ -55,9 +55,9 @@ func TestResetPipelinedStreamsLeaveNoSlot(t *testing.T) {
 				tcp.SetLinger(0) // Close resets the connection
 				tcp.Close()
 			}
-			for wait := time.Now().Add(5 * time.Second); e.streamsOpen() != 0; time.Sleep(20 * time.Millisecond) {
+			for wait := time.Now().Add(20 * time.Second); e.streamsOpen() != 0; time.Sleep(20 * time.Millisecond) {
 				if time.Now().After(wait) {
-					t.Fatalf("streams gauge at %v 5 s after the last of %d reset connections, none open", e.streamsOpen(), conns)
+					t.Fatalf("streams gauge at %v 20 s after the last of %d reset connections, none open", e.streamsOpen(), conns)
 				}
 			}
 			if status := openStreamStatus(t, url); status != "HTTP/1.1 200 OK" {

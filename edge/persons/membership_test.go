@@ -77,10 +77,15 @@ func TestAnnouncementForgetsNotFound(t *testing.T) {
 // TestAnnouncementDuringALookup: a look-up under way when the person is announced must not
 // cache its "not found", which may predate the person.
 func TestAnnouncementDuringALookup(t *testing.T) {
-	s, cp := newStore(t, testConfig)
+	cfg := testConfig
+	cfg.Timeout = 5 * time.Second // the look-up is held for a second below and must be answered
+	s, cp := newStore(t, cfg)
 	ctx := context.Background()
 	giveFilter(t, s, true, "racing")
-	cp.setDelay(200 * time.Millisecond)
+	// The look-up is held at the control plane for a second: the announcement is made once the
+	// look-up has reached it, well before it is answered.
+	cp.setDelay(time.Second)
+	calls := cp.personCalls.Load()
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {
@@ -89,7 +94,11 @@ func TestAnnouncementDuringALookup(t *testing.T) {
 			t.Error("found before it is stored")
 		}
 	}()
-	time.Sleep(50 * time.Millisecond)
+	for deadline := time.Now().Add(10 * time.Second); cp.personCalls.Load() == calls; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the look-up never reached the control plane")
+		}
+	}
 	announce(t, s, "racing") // the announcement overtakes the look-up's answer
 	wg.Wait()
 	cp.setDelay(0)

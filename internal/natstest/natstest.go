@@ -174,7 +174,13 @@ cluster {
 // New starts a 3-node cluster for a test and stops it when the test ends.
 func New(tb testing.TB, opts Options) *Cluster {
 	tb.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute) // the first build takes ~30 s
+	// Built before the start-up's clock runs: on a fresh machine the first build takes ~30 s
+	// here and can take minutes on a loaded one while other packages' tests build it too; go
+	// test's -timeout bounds it. Start-up itself is given 2 minutes.
+	if _, err := Binary(); err != nil {
+		tb.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	c, err := Start(ctx, tb.TempDir(), opts)
 	if err != nil {

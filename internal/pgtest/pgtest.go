@@ -31,8 +31,9 @@ var (
 //
 //	func TestMain(m *testing.M) { os.Exit(pgtest.Main(m, postgres.Migrate)) }
 func Main(m *testing.M, setup func(ctx context.Context, url string) error) int {
-	// Starting a cluster takes a few seconds; a minute allows for a loaded machine.
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	// Starting a cluster and migrating the template takes a few seconds here; 3 minutes allow
+	// for a slow machine loaded with other packages' tests (a wait, not a measure).
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	serverURL = os.Getenv("DATABASE_URL")
 	if serverURL == "" {

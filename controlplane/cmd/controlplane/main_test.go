@@ -98,7 +98,9 @@ func TestServeLifecycle(t *testing.T) {
 	go func() {
 		done <- run(ctx, []string{"serve", "--database-url", url, "--http-addr", addr, "--grpc-addr", grpcAddr, "--log-level", "warn", "--bcrypt-cost", "4"}, os.Stdout, &bytes.Buffer{})
 	}()
-	deadline := time.Now().Add(20 * time.Second)
+	// Start-up applies every migration to a fresh database: on a loaded machine under -race
+	// that has taken seconds, so readiness is given a minute.
+	deadline := time.Now().Add(time.Minute)
 	for {
 		resp, err := http.Get("http://" + addr + "/_ready")
 		if err == nil {
