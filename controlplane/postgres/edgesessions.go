@@ -104,6 +104,10 @@ func (s *EdgeSessionStore) Heartbeat(ctx context.Context, replicaID string) erro
 	return nil
 }
 
+// relayReportLockClass is the first key of the advisory lock that serialises a relay's
+// reports (the second is its session id's hash).
+const relayReportLockClass = 7300001
+
 // ReportRelayed records a relay's report in one transaction: the sessions behind it that
 // ended, those that opened (each after forgetting the one it replaces), and what they
 // acknowledged. A session may be reported only behind the relay's own.
@@ -111,8 +115,20 @@ func (s *EdgeSessionStore) ReportRelayed(ctx context.Context, r controlplane.Rel
 	var unknown []string
 	err := s.db.inTx(ctx, func(tx pgx.Tx) error {
 		unknown = nil
+		// The relay's session by its key: compared as text, every report read all the
+		// sessions (10,000 behind four relays: 10 ms a report while a change was acknowledged).
+		if u, err := uuid.Parse(r.Session); err != nil || u.String() != r.Session {
+			return controlplane.ErrNotFound
+		}
+		// One report of a relay at a time (relayReportLockClass), and its session kept from
+		// being deleted until the commit (a key-share lock): a row lock that excluded writers
+		// waited for every heartbeat, which rewrites each session's row (1.3 s with 10,000
+		// edges behind four relays), so that acknowledgements stalled behind it.
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1, hashtext($2))`, relayReportLockClass, r.Session); err != nil {
+			return err
+		}
 		var open bool
-		err := tx.QueryRow(ctx, `SELECT true FROM edge_sessions WHERE id::text = $1 AND edge_name = $2 FOR UPDATE`,
+		err := tx.QueryRow(ctx, `SELECT true FROM edge_sessions WHERE id = $1::uuid AND edge_name = $2 FOR KEY SHARE`,
 			r.Session, r.Relay).Scan(&open)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return controlplane.ErrNotFound

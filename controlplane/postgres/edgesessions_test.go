@@ -5,6 +5,7 @@ import (
 	"maps"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -315,5 +316,53 @@ func TestRelayedReportInRuns(t *testing.T) {
 	want := map[string]string{relay: replica, taken: replica, sub: relay, second: relay, moved: sub}
 	if !maps.Equal(parents, want) {
 		t.Errorf("sessions and parents %v, want %v (first replaced by second, moved behind sub)", parents, want)
+	}
+}
+
+// TestRelayReportDuringHeartbeat: a relay's report, and the acknowledgements in it, are
+// written while a heartbeat holds the relay's session row (it rewrites every session's): a
+// report that waited for it stalled the acknowledgements of 10,000 edges behind four relays
+// for a second each heartbeat.
+func TestRelayReportDuringHeartbeat(t *testing.T) {
+	t.Parallel()
+	db, boot, _ := mustOpen(t)
+	ctx := context.Background()
+	store := postgres.NewEdgeSessionStore(db)
+	for _, name := range []string{"relay", "leaf"} {
+		if _, _, err := postgres.NewEdgeService(db).CreateEdge(ctx, name, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	relay, leaf := uuid.NewString(), uuid.NewString()
+	if err := store.OpenSessions(ctx, []controlplane.SessionOpening{
+		{ID: relay, ReplicaID: "00000000-0000-0000-0000-000000000001", Replica: "r1", EdgeName: "relay", EdgeID: "relay"},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.ReportRelayed(ctx, controlplane.RelayReport{Relay: "relay", Session: relay, Replica: "r1",
+		Opened: []controlplane.RelayedOpening{{ID: leaf, EdgeName: "leaf", EdgeID: "leaf"}}}); err != nil {
+		t.Fatal(err)
+	}
+	heartbeat, err := db.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer heartbeat.Rollback(ctx)
+	if _, err := heartbeat.Exec(ctx, `UPDATE edge_sessions SET seen_at = now() WHERE id = ANY($1::uuid[])`, []string{relay, leaf}); err != nil {
+		t.Fatal(err)
+	}
+	reportCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	unknown, err := store.ReportRelayed(reportCtx, controlplane.RelayReport{Relay: "relay", Session: relay, Replica: "r1",
+		Acks: []controlplane.Acknowledgement{{SessionID: leaf, Versions: map[int64]int64{boot.ProjectID: 4}}}})
+	if err != nil || len(unknown) != 0 {
+		t.Fatalf("a report while the heartbeat holds the sessions: unknown %v, %v", unknown, err)
+	}
+	var version int64
+	if err := db.Pool.QueryRow(ctx, `SELECT version FROM edge_session_versions WHERE session_id = $1`, leaf).Scan(&version); err != nil || version != 4 {
+		t.Fatalf("the leaf's acknowledgement: version %d, %v; want 4", version, err)
+	}
+	if _, err := store.ReportRelayed(ctx, controlplane.RelayReport{Relay: "relay", Session: "not-a-uuid", Replica: "r1"}); controlplane.ErrorKind(err) != controlplane.NotFound {
+		t.Errorf("a report of a session that is no UUID: %v, want NotFound", err)
 	}
 }

@@ -16,6 +16,12 @@ import (
 // are notified, so this only matters while the LISTEN connection is being re-established.
 const fallbackPoll = time.Second
 
+// readGap is the least time between a waiter's reads while acknowledgements keep arriving:
+// relays report theirs every few tens of milliseconds while a change reaches their edges,
+// each report a notification, and a waiter reading again after every one kept PostgreSQL
+// scanning the project's acknowledgements back to back while the change was being sent.
+const readGap = 100 * time.Millisecond
+
 // Watcher waits for rollouts. The zero value is not usable; call New.
 type Watcher struct {
 	store controlplane.EdgeSessionStore
@@ -52,26 +58,29 @@ func (w *Watcher) Wait(ctx context.Context, projectID, version int64, timeout ti
 	defer deadline.Stop()
 	poll := time.NewTicker(fallbackPoll)
 	defer poll.Stop()
-	count := true // count the laggards: first, at each poll, and once no acknowledgement is behind
+	count := true // count the laggards: first and at each poll; else ask whether any acknowledgement is behind
 	for {
 		changed := w.next() // before reading: an acknowledgement made meanwhile wakes us
-		if !count {
-			behind, err := w.store.AcknowledgedBelow(ctx, projectID, version)
-			if err != nil {
-				return nil, false, err
-			}
-			count = !behind
-		}
+		read := time.Now()
 		// Counting costs the database more as the edges grow (their paths behind relays),
-		// and the acknowledgements of a change arrive in many batches: after each, it counts
-		// only once none is behind, and at each poll (an edge that acknowledged nothing, or
-		// one that does not count, shows no sign). The list is read once it is likely the
-		// answer.
+		// and the acknowledgements of a change arrive in many batches: after each, the list
+		// is read only once no acknowledgement is behind (it is then likely the answer, and
+		// counting first read the paths twice: 450 ms each with 10,000 edges behind four
+		// relays), and the laggards are counted first and at each poll (an edge that
+		// acknowledged nothing, or one that does not count, shows no sign).
 		laggards := -1
 		if count {
 			var err error
 			if laggards, err = w.store.CountLaggards(ctx, projectID, version); err != nil {
 				return nil, false, err
+			}
+		} else {
+			behind, err := w.store.AcknowledgedBelow(ctx, projectID, version)
+			if err != nil {
+				return nil, false, err
+			}
+			if !behind {
+				laggards = 0
 			}
 		}
 		if laggards == 0 {
@@ -94,8 +103,26 @@ func (w *Watcher) Wait(ctx context.Context, projectID, version int64, timeout ti
 			return edges, len(edges.Laggards(version)) == 0, nil
 		case <-changed:
 			count = false
+			if !sleep(ctx, time.Until(read.Add(readGap))) {
+				return nil, false, ctx.Err()
+			}
 		case <-poll.C:
 			count = true
 		}
+	}
+}
+
+// sleep waits for d, or less if ctx ends first (false then).
+func sleep(ctx context.Context, d time.Duration) bool {
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
 	}
 }

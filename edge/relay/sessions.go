@@ -34,8 +34,11 @@ type Sessions struct {
 	upstream syncpb.SyncClient
 	log      *slog.Logger
 
-	mu     sync.Mutex
-	byID   map[string]*session
+	mu   sync.Mutex
+	byID map[string]*session
+	// dirty are the sessions the upstream may not have been told all of (not reported, or
+	// acknowledged since): a report looks at these only, not at the thousands told everything.
+	dirty  map[string]*session
 	closed []string // reported sessions that ended, to tell the upstream
 	own    string   // the relay's session upstream; "" until its stream has one
 	wake   chan struct{}
@@ -43,7 +46,7 @@ type Sessions struct {
 
 // NewSessions returns an empty set of sessions reporting to upstream. Run reports them.
 func NewSessions(upstream syncpb.SyncClient, log *slog.Logger) *Sessions {
-	return &Sessions{upstream: upstream, log: log, byID: map[string]*session{}, wake: make(chan struct{}, 1)}
+	return &Sessions{upstream: upstream, log: log, byID: map[string]*session{}, dirty: map[string]*session{}, wake: make(chan struct{}, 1)}
 }
 
 func (s *Sessions) poke() {
@@ -64,6 +67,7 @@ func (s *Sessions) Upstream(id string) {
 	s.own, s.closed = id, nil
 	for _, ss := range s.byID {
 		ss.reported, ss.sent = false, nil
+		s.dirty[ss.id] = ss
 	}
 	s.poke()
 }
@@ -72,7 +76,8 @@ func (s *Sessions) Upstream(id string) {
 func (s *Sessions) open(id, edgeName, edgeID, replaces string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.byID[id] = &session{id: id, edgeName: edgeName, edgeID: edgeID, replaces: replaces, versions: map[int64]int64{}}
+	ss := &session{id: id, edgeName: edgeName, edgeID: edgeID, replaces: replaces, versions: map[int64]int64{}}
+	s.byID[id], s.dirty[id] = ss, ss
 	s.poke()
 }
 
@@ -91,8 +96,10 @@ func (s *Sessions) closeLocked(id string) {
 	}
 	for _, d := range s.behindLocked(id) {
 		delete(s.byID, d.id)
+		delete(s.dirty, d.id)
 	}
 	delete(s.byID, id)
+	delete(s.dirty, id)
 	if ss.reported { // the upstream forgets the sessions behind it with it
 		s.closed = append(s.closed, id)
 	}
@@ -142,6 +149,7 @@ func (s *Sessions) applyLocked(ss *session, req *syncpb.AcknowledgeRequest) {
 	for _, id := range req.RemovedProjects {
 		delete(ss.versions, id)
 	}
+	s.dirty[ss.id] = ss
 	s.poke()
 }
 
@@ -180,8 +188,9 @@ func (s *Sessions) report(relay string, req *syncpb.ReportSessionsRequest) (unkn
 			unknown = append(unknown, o.Id) // a session served here is not another's to report
 			continue
 		}
-		s.byID[o.Id] = &session{id: o.Id, edgeName: o.EdgeName, edgeID: o.EdgeId, parent: parentID, replaces: o.Replaces,
+		ss := &session{id: o.Id, edgeName: o.EdgeName, edgeID: o.EdgeId, parent: parentID, replaces: o.Replaces,
 			depth: parent.depth + 1, versions: map[int64]int64{}}
+		s.byID[o.Id], s.dirty[o.Id] = ss, ss
 	}
 	for _, a := range req.Acknowledgements {
 		ss, ok := inTree(a.SessionId)
@@ -252,7 +261,7 @@ func (s *Sessions) next() (*syncpb.ReportSessionsRequest, map[string]map[int64]i
 	req := &syncpb.ReportSessionsRequest{SessionId: s.own, Closed: slices.Clone(s.closed)}
 	sent := map[string]map[int64]int64{}
 	var opening []*session
-	for _, ss := range s.byID {
+	for _, ss := range s.dirty {
 		if !ss.reported {
 			opening = append(opening, ss)
 		}
@@ -274,8 +283,7 @@ func (s *Sessions) next() (*syncpb.ReportSessionsRequest, map[string]map[int64]i
 }
 
 // untold returns what the session serves that the upstream was not told, or nil when it was
-// told everything: a report looks at every session, and thousands of them told everything
-// allocate nothing.
+// told everything.
 func (ss *session) untold() *syncpb.AcknowledgeRequest {
 	var ack *syncpb.AcknowledgeRequest
 	tell := func() *syncpb.AcknowledgeRequest {
@@ -320,9 +328,18 @@ func (s *Sessions) done(req *syncpb.ReportSessionsRequest, sent map[string]map[i
 	for _, id := range unknown {
 		if ss, ok := s.byID[id]; ok {
 			ss.reported, ss.sent = false, nil
+			s.dirty[id] = ss
 			for _, d := range s.behindLocked(id) {
 				d.reported, d.sent = false, nil
+				s.dirty[d.id] = d
 			}
+		}
+	}
+	// What was told in full leaves the dirty set; what changed meanwhile, or was not taken
+	// (a failed report never gets here), stays for the next report.
+	for id, ss := range s.dirty {
+		if ss.reported && ss.untold() == nil {
+			delete(s.dirty, id)
 		}
 	}
 	if len(unknown) > 0 {

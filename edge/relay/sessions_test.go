@@ -73,3 +73,44 @@ func TestSessionsReportTrees(t *testing.T) {
 		t.Errorf("under a new upstream session: %v, want the leaf again with all it serves", req)
 	}
 }
+
+// TestSessionsDirtyUntilTold: a report looks only at the sessions not yet told all they serve,
+// and a session leaves that set only once the upstream took a report telling it everything:
+// a report that failed (done never called) goes again, and an acknowledgement arriving while
+// a report is under way goes in the next.
+func TestSessionsDirtyUntilTold(t *testing.T) {
+	s := NewSessions(nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	s.Upstream("own")
+	for _, id := range []string{"a", "b", "c"} {
+		s.open(id, "edge-"+id, id, "")
+	}
+	req, sent := s.next()
+	s.done(req, sent, nil)
+	if len(s.dirty) != 0 {
+		t.Fatalf("%d sessions left to look at after a report told everything", len(s.dirty))
+	}
+	s.acknowledge("edge-a", &syncpb.AcknowledgeRequest{SessionId: "a", Versions: map[int64]int64{1: 2}})
+	if _, sent := s.next(); len(sent) != 1 || len(s.dirty) != 1 {
+		t.Fatalf("after a's acknowledgement: report tells %v, %d sessions looked at; want a alone", sent, len(s.dirty))
+	}
+	// That report failed: the next tells the same.
+	req, sent = s.next()
+	if len(req.Acknowledgements) != 1 || req.Acknowledgements[0].SessionId != "a" || req.Acknowledgements[0].Versions[1] != 2 {
+		t.Fatalf("after a failed report: %v, want a's version 2 again", req)
+	}
+	s.acknowledge("edge-a", &syncpb.AcknowledgeRequest{SessionId: "a", Versions: map[int64]int64{1: 3}})
+	s.acknowledge("edge-b", &syncpb.AcknowledgeRequest{SessionId: "b", Versions: map[int64]int64{1: 3}})
+	s.done(req, sent, nil) // took version 2 of a; a's 3 and b's arrived meanwhile
+	req, sent = s.next()
+	got := map[string]int64{}
+	for _, a := range req.Acknowledgements {
+		got[a.SessionId] = a.Versions[1]
+	}
+	if len(got) != 2 || got["a"] != 3 || got["b"] != 3 {
+		t.Fatalf("after acknowledgements during a report: %v, want a and b at 3", got)
+	}
+	s.done(req, sent, nil)
+	if again, _ := s.next(); again != nil || len(s.dirty) != 0 {
+		t.Errorf("everything told, yet %v (%d sessions looked at)", again, len(s.dirty))
+	}
+}
