@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/flagedge/flagedge/controlplane"
+	"github.com/flagedge/flagedge/internal/backoff"
 )
 
 // fallbackPoll is how often a waiter reads again without a notification: acknowledgements
@@ -103,26 +104,11 @@ func (w *Watcher) Wait(ctx context.Context, projectID, version int64, timeout ti
 			return edges, len(edges.Laggards(version)) == 0, nil
 		case <-changed:
 			count = false
-			if !sleep(ctx, time.Until(read.Add(readGap))) {
+			if !backoff.Sleep(ctx, time.Until(read.Add(readGap))) {
 				return nil, false, ctx.Err()
 			}
 		case <-poll.C:
 			count = true
 		}
-	}
-}
-
-// sleep waits for d, or less if ctx ends first (false then).
-func sleep(ctx context.Context, d time.Duration) bool {
-	if d <= 0 {
-		return ctx.Err() == nil
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
 	}
 }

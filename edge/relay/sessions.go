@@ -219,7 +219,7 @@ func (s *Sessions) Run(ctx context.Context) {
 			return
 		case <-s.wake:
 		}
-		if !sleep(ctx, reportPause) {
+		if !backoff.Sleep(ctx, reportPause) {
 			return
 		}
 		req, sent := s.next()
@@ -344,17 +344,5 @@ func (s *Sessions) done(req *syncpb.ReportSessionsRequest, sent map[string]map[i
 	}
 	if len(unknown) > 0 {
 		s.poke()
-	}
-}
-
-// sleep waits for d, or less if ctx ends first (false then).
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
 	}
 }

@@ -165,7 +165,7 @@ func (a *acker) run(ctx context.Context) {
 			return
 		case <-a.wake:
 		}
-		if d := time.Duration(a.delay.Load()); d > 0 && !retrying && !sleep(ctx, d+rand.N(d)) {
+		if d := time.Duration(a.delay.Load()); d > 0 && !retrying && !backoff.Sleep(ctx, d+rand.N(d)) {
 			return
 		}
 		retrying = false
@@ -194,23 +194,11 @@ func (a *acker) run(ctx context.Context) {
 			return
 		default:
 			a.h.log.Warn("acknowledge versions failed; retrying", "err", err)
-			if !sleep(ctx, ackRetry) {
+			if !backoff.Sleep(ctx, ackRetry) {
 				return
 			}
 			retrying = true
 			a.poke()
 		}
-	}
-}
-
-// sleep waits for d, or less if ctx ends first (false then).
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
 	}
 }

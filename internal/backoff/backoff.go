@@ -50,3 +50,19 @@ func (b *Backoff) Wait(ctx context.Context, clock Clock) bool {
 		return true
 	}
 }
+
+// Sleep waits for d, or less if ctx ends first (false then, at once): the pause of a loop that
+// must stop with its context, with the timer released either way.
+func Sleep(ctx context.Context, d time.Duration) bool {
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}

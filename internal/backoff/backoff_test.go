@@ -51,3 +51,24 @@ func TestWaitUsesTheClockAndStopsOnCancel(t *testing.T) {
 		t.Fatal("Wait did not return at once on cancel")
 	}
 }
+
+// TestSleepStopsWithItsContext: Sleep waits out its delay, and returns false at once when the
+// context ends first or has ended.
+func TestSleepStopsWithItsContext(t *testing.T) {
+	start := time.Now()
+	if !Sleep(context.Background(), 20*time.Millisecond) || time.Since(start) < 20*time.Millisecond {
+		t.Fatal("Sleep did not wait out its delay")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() { time.Sleep(10 * time.Millisecond); cancel() }()
+	start = time.Now()
+	if Sleep(ctx, time.Hour) {
+		t.Fatal("Sleep outlived its context")
+	}
+	if d := time.Since(start); d > 30*time.Second {
+		t.Fatalf("Sleep ended %v after its context", d)
+	}
+	if Sleep(ctx, 0) || Sleep(ctx, time.Hour) {
+		t.Fatal("Sleep on an ended context reported true")
+	}
+}
