@@ -35,7 +35,13 @@ func (r *replica) LookupPerson(ctx context.Context, _ *syncpb.LookupPersonReques
 
 func startReplica(t *testing.T, name string, opts ...grpc.ServerOption) *replica {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	return startReplicaAt(t, name, "127.0.0.1:0", opts...)
+}
+
+// startReplicaAt is startReplica on the address addr (one a stopped replica had).
+func startReplicaAt(t *testing.T, name, addr string, opts ...grpc.ServerOption) *replica {
+	t.Helper()
+	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -150,14 +156,7 @@ func TestFallbackOnlyWhileNoneAnswers(t *testing.T) {
 	answered(other.name) // the next address, not the fallback
 	other.srv.Stop()
 	answered("cp")
-	restarted := &replica{name: "a-again", srv: grpc.NewServer(), addr: a.addr}
-	ln, err := net.Listen("tcp", a.addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	syncpb.RegisterSyncServer(restarted.srv, restarted)
-	go restarted.srv.Serve(ln)
-	defer restarted.srv.Stop()
+	startReplicaAt(t, "a-again", a.addr)
 	cp.srv.Stop()
 	answered("a-again")
 }
