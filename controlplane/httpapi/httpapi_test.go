@@ -7,7 +7,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -15,14 +14,10 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
-	"golang.org/x/crypto/bcrypt"
 
-	"github.com/flagedge/flagedge/controlplane/flageval"
-	"github.com/flagedge/flagedge/controlplane/forward"
 	"github.com/flagedge/flagedge/controlplane/httpapi"
+	"github.com/flagedge/flagedge/controlplane/httpapi/httpapitest"
 	"github.com/flagedge/flagedge/controlplane/postgres"
-	"github.com/flagedge/flagedge/controlplane/rollout"
-	"github.com/flagedge/flagedge/controlplane/webhook"
 	"github.com/flagedge/flagedge/internal/pgtest"
 )
 
@@ -48,30 +43,8 @@ type env struct {
 
 func newEnv(t *testing.T) *env {
 	t.Helper()
-	ctx := context.Background()
-	db, err := postgres.Open(ctx, pgtest.NewDatabase(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(db.Close)
-	res, err := postgres.Bootstrap(ctx, db, bcrypt.MinCost, "admin@example.com", "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	persons := postgres.NewPersonStore(db)
-	sessions := postgres.NewEdgeSessionStore(db)
-	stores := postgres.NewServices(db, bcrypt.MinCost)
-	stores.Webhooks = webhook.Checked(stores.Webhooks, &webhook.Policy{}) // as serve wires it, without --webhook-allow-private
-	stores.EventDestinations = forward.Checked(stores.EventDestinations, &webhook.Policy{})
-	api := httpapi.New(httpapi.Config{
-		Services:  stores,
-		Evaluator: &flageval.Evaluator{Snapshots: postgres.NewSnapshotStore(db), Persons: persons, Scanner: persons},
-		Ready:     db.Ping, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-		EdgeSessions: sessions, Rollout: rollout.New(sessions), Usage: postgres.NewEvaluationStore(db),
-	})
-	srv := httptest.NewServer(api)
-	t.Cleanup(srv.Close)
-	return &env{t: t, db: db, api: api, srv: srv, key: res.PersonalAPIKey, project: res.ProjectID, token: res.ProjectAPIKey}
+	a := httpapitest.Serve(t)
+	return &env{t: t, db: a.DB, api: a.Server, srv: a.HTTP, key: a.Key, project: a.ProjectID, token: a.Token}
 }
 
 // response is a decoded answer.
