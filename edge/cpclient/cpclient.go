@@ -115,17 +115,17 @@ func (c Config) transport() (credentials.TransportCredentials, error) {
 // connection, and a process may hold several, as tests do).
 var resolverSeq atomic.Int64
 
+// WindowBytes is the flow-control window of the edge's connection and of each of its streams:
+// what the control plane may send before the edge has read it. 4 MiB keeps 50 MB/s flowing
+// over a link of 80 ms round trip, and is memory only while unread.
+const WindowBytes = 4 << 20
+
 // Dial returns a client connection to the control plane. It connects to one address, in a
 // shuffled order, and when that one fails to the next: gRPC's pick_first policy over every
 // address (a list here, or the records of a DNS name). With fallbacks, the addresses and the
 // fallbacks are shuffled apart and the fallbacks put last, and pick_first, which starts again
 // from the top of its list whenever its connection fails, takes a fallback only while no
 // address answers.
-// WindowBytes is the flow-control window of the edge's connection and of each of its streams:
-// what the control plane may send before the edge has read it. 4 MiB keeps 50 MB/s flowing
-// over a link of 80 ms round trip, and is memory only while unread.
-const WindowBytes = 4 << 20
-
 func Dial(c Config) (*grpc.ClientConn, error) {
 	creds, err := c.transport()
 	if err != nil {
