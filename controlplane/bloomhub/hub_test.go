@@ -134,8 +134,13 @@ func newRig(t *testing.T) *rig {
 			}
 			return r.hub.Announce(ctx, id, keys, rebuild)
 		}, func(ctx context.Context) error {
-			r.resyncs.Add(1)
-			return r.hub.Resync(ctx)
+			// Counted once built: a test that waits for a build then finds the hub ready (a
+			// count taken before it, Ensure raced the build and the new project had no filter).
+			err := r.hub.Resync(ctx)
+			if err == nil {
+				r.resyncs.Add(1)
+			}
+			return err
 		}, r.hub.Lost)
 	}()
 	return r
