@@ -90,14 +90,18 @@ func (s *EdgeSessionStore) CloseSessions(ctx context.Context, ids []string) erro
 	return nil
 }
 
-// Heartbeat marks the replica's sessions, and the sessions behind them, and deletes those
-// nobody marked within SessionTTL.
+// Heartbeat marks the replica's own sessions, and deletes the trees of those nobody marked
+// within SessionTTL. A session behind a relay lives and dies with the session its tree hangs
+// off (projectEdgesWith reads its root's mark), so only the roots are written: rewriting the
+// 10,000 rows of edges behind four relays every SessionTTL/5 was PostgreSQL's largest cost,
+// and each rewrite queued behind the acknowledgements' locks on the same rows.
 func (s *EdgeSessionStore) Heartbeat(ctx context.Context, replicaID string) error {
-	_, err := s.db.Pool.Exec(ctx, `WITH RECURSIVE tree(id, depth) AS (
-			SELECT id, 0 FROM edge_sessions WHERE replica_id = $1
-			UNION ALL SELECT s.id, t.depth + 1 FROM edge_sessions s JOIN tree t ON s.replica_id = t.id WHERE t.depth < $3),
-		marked AS (UPDATE edge_sessions SET seen_at = now() WHERE id IN (SELECT id FROM tree))
-		DELETE FROM edge_sessions WHERE seen_at < now() - $2::interval AND id NOT IN (SELECT id FROM tree)`, replicaID, SessionTTL, maxTiers)
+	_, err := s.db.Pool.Exec(ctx, `WITH RECURSIVE marked AS (UPDATE edge_sessions SET seen_at = now() WHERE replica_id = $1),
+		stale(id, depth) AS (
+			SELECT s.id, 0 FROM edge_sessions s WHERE s.seen_at < now() - $2::interval AND s.replica_id <> $1
+				AND NOT EXISTS (SELECT FROM edge_sessions up WHERE up.id = s.replica_id)
+			UNION ALL SELECT s.id, t.depth + 1 FROM edge_sessions s JOIN stale t ON s.replica_id = t.id WHERE t.depth < $3)
+		DELETE FROM edge_sessions WHERE id IN (SELECT id FROM stale)`, replicaID, SessionTTL, maxTiers)
 	if err != nil {
 		return opError("edge session heartbeat", err)
 	}
@@ -393,22 +397,25 @@ func acknowledge(ctx context.Context, tx pgx.Tx, acks []controlplane.Acknowledge
 	return results, err
 }
 
-// projectEdgesFrom joins project $1 with the sessions seen within $2 of the edges serving it
-// (none: one row with NULL session columns) and what each serves of it. A session behind
-// relays serves the project only when every edge on its path is live and served it; its path
-// is their names from the control plane down.
+// projectEdgesFrom joins project $1 with the live sessions (their root seen within $2) of the
+// edges serving it (none: one row with NULL session columns) and what each serves of it. A
+// session behind relays serves the project only when every edge on its path is live and
+// served it; its path is their names from the control plane down.
 const projectEdgesFrom = `FROM projects p
 		LEFT JOIN (edge_sessions s JOIN paths ON paths.id = s.id AND paths.serves) ON true
 		LEFT JOIN edge_session_versions v ON v.session_id = s.id AND v.project_id = p.id
 		WHERE p.id = $1`
 
-// projectEdgesWith computes the paths of the sessions seen within $2, for projectEdgesFrom.
-const projectEdgesWith = `WITH RECURSIVE chain(id, up, edge_name, depth) AS (
-			SELECT id, replica_id, edge_name, 0 FROM edge_sessions WHERE seen_at >= now() - $2::interval
-			UNION ALL SELECT c.id, s.replica_id, s.edge_name, c.depth + 1 FROM chain c JOIN edge_sessions s ON s.id = c.up
+// projectEdgesWith computes the paths of the live sessions, for projectEdgesFrom: each
+// session walks up to the root of its tree, a session of a replica, and is live while the
+// root was marked within $2 (Heartbeat marks only the roots).
+const projectEdgesWith = `WITH RECURSIVE chain(id, up, edge_name, seen_at, depth) AS (
+			SELECT id, replica_id, edge_name, seen_at, 0 FROM edge_sessions
+			UNION ALL SELECT c.id, s.replica_id, s.edge_name, s.seen_at, c.depth + 1 FROM chain c JOIN edge_sessions s ON s.id = c.up
 			WHERE c.depth < 16),
 		paths AS (SELECT c.id, string_agg(c.edge_name, ' → ' ORDER BY c.depth DESC) AS path,
-				bool_and(e.name IS NOT NULL AND (e.project_ids IS NULL OR $1 = ANY (e.project_ids))) AS serves
+				bool_and(e.name IS NOT NULL AND (e.project_ids IS NULL OR $1 = ANY (e.project_ids)))
+					AND (array_agg(c.seen_at ORDER BY c.depth DESC))[1] >= now() - $2::interval AS serves
 			FROM chain c LEFT JOIN edges e ON e.name = c.edge_name AND e.revoked_at IS NULL GROUP BY c.id)
 		`
 
@@ -443,8 +450,8 @@ func (s *EdgeSessionStore) AcknowledgedBelow(ctx context.Context, projectID, ver
 	return below, nil
 }
 
-// FindProjectEdges lists the sessions marked within SessionTTL of the live edges that serve
-// the project (all projects, or those their token lists), with what they serve of it, by
+// FindProjectEdges lists the live sessions (their tree's root marked within SessionTTL) of
+// the live edges that serve the project (all projects, or those their token lists), with what they serve of it, by
 // edge name.
 func (s *EdgeSessionStore) FindProjectEdges(ctx context.Context, projectID int64) (*controlplane.ProjectEdges, error) {
 	rows, err := s.db.Pool.Query(ctx, projectEdgesWith+`SELECT p.snapshot_version, s.edge_name, s.edge_id, s.replica, paths.path, s.connected_at,

@@ -366,3 +366,87 @@ func TestRelayReportDuringHeartbeat(t *testing.T) {
 		t.Errorf("a report of a session that is no UUID: %v, want NotFound", err)
 	}
 }
+
+// TestHeartbeatMarksOnlyRoots: the heartbeat writes the replica's own sessions, not those
+// behind a relay (their rows are left as they are); a session behind a relay counts while its
+// tree's root is marked, however old its own mark, and stops counting with the root's; and
+// another replica's heartbeat deletes a stale root with its whole tree.
+func TestHeartbeatMarksOnlyRoots(t *testing.T) {
+	t.Parallel()
+	db, boot, _ := mustOpen(t)
+	ctx := context.Background()
+	store := postgres.NewEdgeSessionStore(db)
+	for _, name := range []string{"relay", "leaf"} {
+		if _, _, err := postgres.NewEdgeService(db).CreateEdge(ctx, name, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const replica, survivor = "00000000-0000-0000-0000-000000000001", "00000000-0000-0000-0000-000000000002"
+	relay, leaf := uuid.NewString(), uuid.NewString()
+	if err := store.OpenSessions(ctx, []controlplane.SessionOpening{
+		{ID: relay, ReplicaID: replica, Replica: "r1", EdgeName: "relay", EdgeID: "relay"},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.ReportRelayed(ctx, controlplane.RelayReport{Relay: "relay", Session: relay, Replica: "r1",
+		Opened: []controlplane.RelayedOpening{{ID: leaf, EdgeName: "leaf", EdgeID: "leaf"}}}); err != nil {
+		t.Fatal(err)
+	}
+	age := func(id string) {
+		t.Helper()
+		if _, err := db.Pool.Exec(ctx, `UPDATE edge_sessions SET seen_at = now() - interval '1 hour' WHERE id = $1`, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rowVersion := func(id string) (xmin string, fresh bool) {
+		t.Helper()
+		if err := db.Pool.QueryRow(ctx, `SELECT xmin::text, seen_at > now() - interval '1 minute' FROM edge_sessions WHERE id = $1`, id).Scan(&xmin, &fresh); err != nil {
+			t.Fatal(err)
+		}
+		return xmin, fresh
+	}
+	listed := func() []string {
+		t.Helper()
+		edges, err := store.FindProjectEdges(ctx, boot.ProjectID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var paths []string
+		for _, e := range edges.Edges {
+			paths = append(paths, e.Path)
+		}
+		return paths
+	}
+	age(relay)
+	age(leaf)
+	leafRow, _ := rowVersion(leaf)
+	if err := store.Heartbeat(ctx, replica); err != nil {
+		t.Fatal(err)
+	}
+	if _, fresh := rowVersion(relay); !fresh {
+		t.Error("the heartbeat did not mark the replica's own session")
+	}
+	if row, fresh := rowVersion(leaf); row != leafRow || fresh {
+		t.Errorf("the heartbeat rewrote the session behind the relay (xmin %s → %s, fresh %v)", leafRow, row, fresh)
+	}
+	if got, want := listed(), []string{"relay", "relay → leaf"}; !slices.Equal(got, want) {
+		t.Errorf("with the root marked: %v, want %v (the leaf's own mark is an hour old)", got, want)
+	}
+	if n, err := store.CountLaggards(ctx, boot.ProjectID, 1); err != nil || n != 2 {
+		t.Errorf("laggards with the root marked: %d (%v), want 2", n, err)
+	}
+	age(relay) // its replica died
+	if got := listed(); len(got) != 0 {
+		t.Errorf("with the root's mark an hour old: %v, want none", got)
+	}
+	if n, err := store.CountLaggards(ctx, boot.ProjectID, 1); err != nil || n != 0 {
+		t.Errorf("laggards with the root's mark an hour old: %d (%v), want 0", n, err)
+	}
+	if err := store.Heartbeat(ctx, survivor); err != nil {
+		t.Fatal(err)
+	}
+	var left int
+	if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM edge_sessions WHERE id = ANY($1::uuid[])`, []string{relay, leaf}).Scan(&left); err != nil || left != 0 {
+		t.Errorf("%d of the dead replica's tree left after another replica's heartbeat (%v)", left, err)
+	}
+}
