@@ -2,6 +2,7 @@ package postgres_test
 
 import (
 	"context"
+	"fmt"
 	"maps"
 	"slices"
 	"testing"
@@ -448,5 +449,118 @@ func TestHeartbeatMarksOnlyRoots(t *testing.T) {
 	var left int
 	if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM edge_sessions WHERE id = ANY($1::uuid[])`, []string{relay, leaf}).Scan(&left); err != nil || left != 0 {
 		t.Errorf("%d of the dead replica's tree left after another replica's heartbeat (%v)", left, err)
+	}
+}
+
+// BenchmarkRolloutReads times the rollout waiter's reads with 10,000 edges behind four
+// relays, all acknowledged: counting the laggards, and listing every edge with its path (a
+// micro-benchmark on a real PostgreSQL).
+// fillRollout opens 10,000 sessions behind four relays' sessions, all acknowledging version
+// 5 of project.
+func fillRollout(b testing.TB, db *postgres.DB, project int64) {
+	b.Helper()
+	ctx := context.Background()
+	store := postgres.NewEdgeSessionStore(db)
+	for _, name := range []string{"relay", "leaf"} {
+		if _, _, err := postgres.NewEdgeService(db).CreateEdge(ctx, name, nil); err != nil {
+			b.Fatal(err)
+		}
+	}
+	const replica = "00000000-0000-0000-0000-000000000001"
+	for r := range 4 {
+		relay := uuid.NewString()
+		if err := store.OpenSessions(ctx, []controlplane.SessionOpening{
+			{ID: relay, ReplicaID: replica, Replica: "r1", EdgeName: "relay", EdgeID: fmt.Sprint("relay-", r)},
+		}); err != nil {
+			b.Fatal(err)
+		}
+		report := controlplane.RelayReport{Relay: "relay", Session: relay, Replica: "r1"}
+		for e := range 2500 {
+			id := uuid.NewString()
+			report.Opened = append(report.Opened, controlplane.RelayedOpening{ID: id, EdgeName: "leaf", EdgeID: fmt.Sprint("leaf-", r, "-", e)})
+			report.Acks = append(report.Acks, controlplane.Acknowledgement{SessionID: id, Versions: map[int64]int64{project: 5}})
+		}
+		if _, err := store.Acknowledge(ctx, []controlplane.Acknowledgement{{SessionID: relay, EdgeName: "relay", Versions: map[int64]int64{project: 5}}}); err != nil {
+			b.Fatal(err)
+		}
+		if unknown, err := store.ReportRelayed(ctx, report); err != nil || len(unknown) != 0 {
+			b.Fatal(unknown, err)
+		}
+	}
+}
+
+func BenchmarkRolloutReads(b *testing.B) {
+	db, boot, _ := mustOpen(b)
+	ctx := context.Background()
+	store := postgres.NewEdgeSessionStore(db)
+	fillRollout(b, db, boot.ProjectID)
+	b.Run("count", func(b *testing.B) {
+		for b.Loop() {
+			if n, err := store.CountLaggards(ctx, boot.ProjectID, 5); err != nil || n != 0 {
+				b.Fatal(n, err)
+			}
+		}
+	})
+	b.Run("list", func(b *testing.B) {
+		for b.Loop() {
+			if edges, err := store.FindProjectEdges(ctx, boot.ProjectID); err != nil || len(edges.Edges) != 10004 {
+				b.Fatal(err)
+			}
+		}
+	})
+}
+
+// TestMovedSessionCarriesItsTree: a relay behind a relay that moves to another parent in the
+// same tree takes the sessions behind it along, listed under their new paths.
+func TestMovedSessionCarriesItsTree(t *testing.T) {
+	t.Parallel()
+	db, boot, _ := mustOpen(t)
+	ctx := context.Background()
+	store := postgres.NewEdgeSessionStore(db)
+	for _, name := range []string{"top", "a", "b", "mid", "leaf"} {
+		if _, _, err := postgres.NewEdgeService(db).CreateEdge(ctx, name, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	top, a, b, mid, leaf := uuid.NewString(), uuid.NewString(), uuid.NewString(), uuid.NewString(), uuid.NewString()
+	if err := store.OpenSessions(ctx, []controlplane.SessionOpening{
+		{ID: top, ReplicaID: "00000000-0000-0000-0000-000000000001", Replica: "r1", EdgeName: "top", EdgeID: "top"},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	report := func(opened ...controlplane.RelayedOpening) {
+		t.Helper()
+		if unknown, err := store.ReportRelayed(ctx, controlplane.RelayReport{Relay: "top", Session: top, Replica: "r1", Opened: opened}); err != nil || len(unknown) != 0 {
+			t.Fatalf("report: unknown %v, %v", unknown, err)
+		}
+	}
+	report(controlplane.RelayedOpening{ID: a, EdgeName: "a", EdgeID: "a"}, controlplane.RelayedOpening{ID: b, EdgeName: "b", EdgeID: "b"},
+		controlplane.RelayedOpening{ID: mid, Parent: a, EdgeName: "mid", EdgeID: "mid"},
+		controlplane.RelayedOpening{ID: leaf, Parent: mid, EdgeName: "leaf", EdgeID: "leaf"})
+	paths := func() map[string]string {
+		t.Helper()
+		edges, err := store.FindProjectEdges(ctx, boot.ProjectID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]string{}
+		for _, e := range edges.Edges {
+			out[e.EdgeID] = e.Path
+		}
+		return out
+	}
+	if got := paths()["leaf"]; got != "top → a → mid → leaf" {
+		t.Fatalf("leaf's path %q before the move", got)
+	}
+	report(controlplane.RelayedOpening{ID: mid, Parent: b, EdgeName: "mid", EdgeID: "mid"})
+	got := paths()
+	if got["mid"] != "top → b → mid" || got["leaf"] != "top → b → mid → leaf" {
+		t.Errorf("after mid moved behind b: mid %q, leaf %q", got["mid"], got["leaf"])
+	}
+	if err := store.CloseSessions(ctx, []string{b}); err != nil {
+		t.Fatal(err)
+	}
+	if got := paths(); len(got) != 2 || got["a"] != "top → a" {
+		t.Errorf("after b closed: %v, want top and a alone (mid and leaf end with b)", got)
 	}
 }
