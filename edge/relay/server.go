@@ -67,14 +67,15 @@ func (s *Server) GRPCServer(opts ...grpc.ServerOption) *grpc.Server {
 	return g
 }
 
-// ackDelayPerStream is what the relay asks per stream before it has measured a change
-// reaching its edges (fanout), and at least afterwards: twice what the control plane asks
-// (syncserver, one core's cost of sending to one more edge), as measured with 2,500 edges
-// behind each of two relays sharing two cores with their edges (190 ms a change, 76 µs a
-// stream). The first change after the relay starts is otherwise acknowledged by the edges
-// it reached first while it is still being sent to the others.
+// ackDelayPerStream is what the relay asks per stream, whatever it measured of a change
+// reaching its edges (fanout, which sees its own sends return, not the edges receive): the
+// edges' acknowledgements, each a call, must not compete with the change still being sent.
+// Measured with 2,500 edges behind each of four relays sharing two cores with their edges,
+// the change reached the last edge 390 ms after it was made when no edge acknowledged
+// (156 µs a stream); asking 80 µs, the edges reached first acknowledged from 200 ms on and
+// the last edges had the change after 1.4-1.8 s instead (bench/RESULTS.md, round 3).
 const (
-	ackDelayPerStream = 80 * time.Microsecond
+	ackDelayPerStream = 160 * time.Microsecond
 	maxAckDelay       = 5 * time.Second
 )
 
