@@ -17,6 +17,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -391,7 +392,12 @@ func startRelays(ctx context.Context, n int, stack *selfStack, dir, certFile, ke
 		if i == 0 && pprofAddr != "" {
 			args = append(args, "--pprof-addr", pprofAddr)
 		}
-		r, err := startProcess(ctx, dir, command{name: name, bin: filepath.Join(dir, "edge"), listening: "edge listening", args: args})
+		// Each relay's share of the cores, as an operator sets it for processes sharing a
+		// machine (and as Go does from a container's CPU limit): four relays with a P per
+		// core each kept more threads runnable than the two cores could run, and the change
+		// reached the last edge 10-15% later (bench/RESULTS.md, round 3).
+		share := fmt.Sprintf("GOMAXPROCS=%d", max(1, runtime.NumCPU()/n))
+		r, err := startProcess(ctx, dir, command{name: name, bin: filepath.Join(dir, "edge"), listening: "edge listening", args: args, env: []string{share}})
 		if err != nil {
 			return relays, err
 		}

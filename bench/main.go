@@ -123,7 +123,7 @@ func runBench(args []string) error {
 	fs.IntVar(&cfg.edgesCount, "edges", 10_000, "edges: simulated edges, each with its own gRPC connection and Watch stream")
 	fs.IntVar(&cfg.edgesRounds, "edges-rounds", 5, "edges: flag changes timed until every simulated edge has them")
 	fs.BoolVar(&cfg.edgesAck, "edges-ack", true, "edges: the simulated edges acknowledge the versions they receive, as edges do (control planes that track rollouts)")
-	fs.IntVar(&cfg.edgesRelays, "edges-relays", 0, "edges: relay processes (edge --serve-edges, built from this tree) between the control plane and the simulated edges, which connect to them in turn; 0: the edges connect to the control plane")
+	fs.IntVar(&cfg.edgesRelays, "edges-relays", 0, "edges: relay processes (edge --serve-edges, built from this tree) between the control plane and the simulated edges, which connect to them in turn, each with GOMAXPROCS of its share of the machine's cores (at least 1); 0: the edges connect to the control plane")
 	fs.StringVar(&cfg.controlPlaneBin, "controlplane-bin", "tree", "edges and eventlog: control plane binaries run one after the other, comma-separated (tree: built from this tree), to compare builds in one run")
 	selfContained := fs.Bool("self-contained", false, "rss: start its own PostgreSQL, control plane and edge (each of --edge-bin, comma-separated, tree: built from the tree) and also measure returning users' person-cache hit rate")
 	fs.StringVar(&cfg.eventLogCPArgs, "eventlog-controlplane-args", "", "eventlog: added to the control plane's serve command line (space-separated), e.g. to try knobs")
