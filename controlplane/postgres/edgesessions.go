@@ -178,7 +178,7 @@ func (s *EdgeSessionStore) ReportRelayed(ctx context.Context, r controlplane.Rel
 		if len(acks) == 0 {
 			return nil
 		}
-		_, err = acknowledge(ctx, tx, acks)
+		_, err = acknowledge(ctx, tx, acks, true)
 		return err
 	})
 	if err != nil {
@@ -285,7 +285,9 @@ func repath(ctx context.Context, tx pgx.Tx, ids []string) error {
 }
 
 // sessionsBehind returns those of ids (not UUIDs: none) behind session, by id, with their
-// edge names: those with session on their path.
+// edge names: those with session on their path. They are locked until tx ends, as
+// acknowledge locks the sessions it writes for (a report's acknowledgements are of them),
+// so that one deleted meanwhile takes what is written for it along.
 func sessionsBehind(ctx context.Context, tx pgx.Tx, session string, ids []string) (map[string]string, error) {
 	valid := make([]string, 0, len(ids))
 	for _, id := range ids {
@@ -298,7 +300,7 @@ func sessionsBehind(ctx context.Context, tx pgx.Tx, session string, ids []string
 		return out, nil
 	}
 	rows, err := tx.Query(ctx, `SELECT id::text, edge_name FROM edge_sessions
-		WHERE id = ANY($2::uuid[]) AND id <> $1::uuid AND $1::uuid = ANY (path_ids)`, session, valid)
+		WHERE id = ANY($2::uuid[]) AND id <> $1::uuid AND $1::uuid = ANY (path_ids) FOR KEY SHARE`, session, valid)
 	if err != nil {
 		return nil, err
 	}
@@ -329,7 +331,7 @@ func (s *EdgeSessionStore) Acknowledge(ctx context.Context, acks []controlplane.
 	var results []error
 	err := s.db.inTx(ctx, func(tx pgx.Tx) error {
 		var err error
-		results, err = acknowledge(ctx, tx, acks)
+		results, err = acknowledge(ctx, tx, acks, false)
 		return err
 	})
 	if err != nil {
@@ -339,8 +341,10 @@ func (s *EdgeSessionStore) Acknowledge(ctx context.Context, acks []controlplane.
 }
 
 // acknowledge writes acknowledgements in tx, and notifies the waiters when any session was
-// open; it returns one result per acknowledgement.
-func acknowledge(ctx context.Context, tx pgx.Tx, acks []controlplane.Acknowledgement) ([]error, error) {
+// open; it returns one result per acknowledgement. locked says that tx already holds every
+// acknowledging session open (a relay's report found them behind it): they are not read
+// again.
+func acknowledge(ctx context.Context, tx pgx.Tx, acks []controlplane.Acknowledgement, locked bool) ([]error, error) {
 	ids, names := make([]string, len(acks)), make([]string, len(acks))
 	for i, a := range acks {
 		ids[i], names[i] = a.SessionID, a.EdgeName
@@ -352,19 +356,25 @@ func acknowledge(ctx context.Context, tx pgx.Tx, acks []controlplane.Acknowledge
 		// nothing (the heartbeat marks the sessions seen) and waits for no heartbeat: with
 		// 10,000 edges, updating every acknowledging session's row wrote 10,000 rows a change,
 		// each after the heartbeat's lock of it.
-		rows, err := tx.Query(ctx, `SELECT s.id::text, s.edge_name FROM edge_sessions s
-			JOIN unnest($1::uuid[], $2::text[]) AS t(id, name) ON s.id = t.id AND s.edge_name = t.name
-			FOR KEY SHARE OF s`, ids, names)
-		if err != nil {
-			return err
-		}
 		type session struct{ id, edge string }
-		open, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (session, error) {
-			var s session
-			return s, row.Scan(&s.id, &s.edge)
-		})
-		if err != nil {
-			return err
+		var open []session
+		if locked {
+			for _, a := range acks {
+				open = append(open, session{a.SessionID, a.EdgeName})
+			}
+		} else {
+			rows, err := tx.Query(ctx, `SELECT s.id::text, s.edge_name FROM edge_sessions s
+				JOIN unnest($1::uuid[], $2::text[]) AS t(id, name) ON s.id = t.id AND s.edge_name = t.name
+				FOR KEY SHARE OF s`, ids, names)
+			if err != nil {
+				return err
+			}
+			if open, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (session, error) {
+				var s session
+				return s, row.Scan(&s.id, &s.edge)
+			}); err != nil {
+				return err
+			}
 		}
 		found := make(map[session]bool, len(open))
 		for _, s := range open {
@@ -414,7 +424,7 @@ func acknowledge(ctx context.Context, tx pgx.Tx, acks []controlplane.Acknowledge
 		if len(open) == 0 {
 			return nil
 		}
-		_, err = tx.Exec(ctx, `SELECT pg_notify($1, '')`, EdgeAckChannel)
+		_, err := tx.Exec(ctx, `SELECT pg_notify($1, '')`, EdgeAckChannel)
 		return err
 	}()
 	return results, err
