@@ -30,7 +30,7 @@ type Snapshots struct {
 	log    *slog.Logger
 
 	mu       sync.Mutex
-	projects map[int64]*encoded // immutable values, replaced on change
+	projects map[int64]*encoded // never changed once held: a change replaces the map (view)
 	ready    bool               // a complete set is held (a catch-up done, or read from disk)
 	changed  chan struct{}      // closed at the next change, then replaced
 	at       time.Time          // when the projects last changed
@@ -73,11 +73,18 @@ func (s *Snapshots) Tap(msg *syncpb.WatchResponse) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for _, n := range next {
-		s.projects[n.id] = n.e
-	}
-	for _, id := range msg.RemovedProjects {
-		delete(s.projects, id)
+	if len(next) > 0 || len(msg.RemovedProjects) > 0 {
+		projects := make(map[int64]*encoded, len(s.projects)+len(next))
+		for id, e := range s.projects {
+			projects[id] = e
+		}
+		for _, n := range next {
+			projects[n.id] = n.e
+		}
+		for _, id := range msg.RemovedProjects {
+			delete(projects, id)
+		}
+		s.projects = projects
 	}
 	if msg.InitialSyncDone {
 		s.ready = true
@@ -106,14 +113,12 @@ func encodeSnapshot(pb *syncpb.ProjectSnapshot) (*encoded, error) {
 	return &encoded{version: pb.Version, field: field}, nil
 }
 
-// view returns the held projects (a copy of the map; the values are shared and immutable),
-// whether they are complete, the channel closed at the next change, and when they changed.
+// view returns the held projects (shared with every stream: read only), whether they are
+// complete, the channel closed at the next change, and when they changed. A change copies the
+// map once (Tap) rather than each stream copying it when woken: 2,500 streams copying it at
+// once were 6% of a relay's CPU.
 func (s *Snapshots) view() (map[int64]*encoded, bool, <-chan struct{}, time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	out := make(map[int64]*encoded, len(s.projects))
-	for id, e := range s.projects {
-		out[id] = e
-	}
-	return out, s.ready, s.changed, s.at
+	return s.projects, s.ready, s.changed, s.at
 }
