@@ -239,7 +239,7 @@ func openRelayed(ctx context.Context, tx pgx.Tx, r controlplane.RelayReport, beh
 		rows, err := tx.Query(ctx, `INSERT INTO edge_sessions (id, edge_name, edge_id, replica_id, replica, root_id, path_ids, path_names)
 			SELECT t.id, t.name, t.edge_id, t.parent, $5, p.root_id, p.path_ids || t.id, p.path_names || t.name
 			FROM unnest($1::uuid[], $2::text[], $3::text[], $4::uuid[]) AS t(id, name, edge_id, parent)
-			JOIN edge_sessions p ON p.id = t.parent
+			JOIN edge_sessions p ON p.id = t.parent AND NOT t.id = ANY (p.path_ids) -- not behind itself
 			ON CONFLICT (id) DO UPDATE SET replica_id = EXCLUDED.replica_id, replica = EXCLUDED.replica, seen_at = now(),
 				root_id = EXCLUDED.root_id, path_ids = EXCLUDED.path_ids, path_names = EXCLUDED.path_names
 				WHERE EXCLUDED.id = ANY($6::uuid[]) AND edge_sessions.edge_name = EXCLUDED.edge_name

@@ -515,7 +515,8 @@ func BenchmarkRolloutReads(b *testing.B) {
 }
 
 // TestMovedSessionCarriesItsTree: a relay behind a relay that moves to another parent in the
-// same tree takes the sessions behind it along, listed under their new paths.
+// same tree takes the sessions behind it along, listed under their new paths; a move behind
+// one of its own sessions is refused.
 func TestMovedSessionCarriesItsTree(t *testing.T) {
 	t.Parallel()
 	db, boot, _ := mustOpen(t)
@@ -560,6 +561,14 @@ func TestMovedSessionCarriesItsTree(t *testing.T) {
 	got := paths()
 	if got["mid"] != "top → b → mid" || got["leaf"] != "top → b → mid → leaf" {
 		t.Errorf("after mid moved behind b: mid %q, leaf %q", got["mid"], got["leaf"])
+	}
+	// Behind its own leaf, mid would hang off nothing that reaches a replica: refused.
+	if unknown, err := store.ReportRelayed(ctx, controlplane.RelayReport{Relay: "top", Session: top, Replica: "r1",
+		Opened: []controlplane.RelayedOpening{{ID: mid, Parent: leaf, EdgeName: "mid", EdgeID: "mid"}}}); err != nil || !slices.Equal(unknown, []string{mid}) {
+		t.Errorf("mid moved behind its own leaf: unknown %v, %v; want it refused", unknown, err)
+	}
+	if got := paths(); got["leaf"] != "top → b → mid → leaf" {
+		t.Errorf("after the refused move: leaf %q", got["leaf"])
 	}
 	if err := store.CloseSessions(ctx, []string{b}); err != nil {
 		t.Fatal(err)
