@@ -17,6 +17,7 @@ import (
 	"github.com/flagedge/flagedge/controlplane"
 	"github.com/flagedge/flagedge/controlplane/approvalwatch"
 	"github.com/flagedge/flagedge/controlplane/postgres"
+	"github.com/flagedge/flagedge/controlplane/postgres/postgrestest"
 	"github.com/flagedge/flagedge/internal/pgtest"
 )
 
@@ -30,15 +31,7 @@ func ptr[T any](v T) *T { return &v }
 // overdue request is expired by the watcher, without anyone reading it.
 func TestLiveOnceEveryEdgeServesIt(t *testing.T) {
 	ctx := t.Context()
-	db, err := postgres.Open(ctx, pgtest.NewDatabase(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(db.Close)
-	res, err := postgres.Bootstrap(ctx, db, bcrypt.MinCost, "admin@example.com", "")
-	if err != nil {
-		t.Fatal(err)
-	}
+	db, res, _ := postgrestest.Open(t)
 	key, err := postgres.NewAuthService(db).AuthenticatePersonalKey(ctx, res.PersonalAPIKey)
 	if err != nil {
 		t.Fatal(err)

@@ -15,12 +15,11 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
-	"golang.org/x/crypto/bcrypt"
 
 	"github.com/flagedge/flagedge/controlplane"
 	"github.com/flagedge/flagedge/controlplane/bloomhub"
 	"github.com/flagedge/flagedge/controlplane/postgres"
-	"github.com/flagedge/flagedge/internal/pgtest"
+	"github.com/flagedge/flagedge/controlplane/postgres/postgrestest"
 	"github.com/flagedge/flagedge/shared/bloomkeys"
 )
 
@@ -109,16 +108,7 @@ type rig struct {
 
 func newRig(t *testing.T) *rig {
 	t.Helper()
-	url := pgtest.NewDatabase(t)
-	db, err := postgres.Open(context.Background(), url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(db.Close)
-	boot, err := postgres.Bootstrap(context.Background(), db, bcrypt.MinCost, "admin@example.com", "")
-	if err != nil {
-		t.Fatal(err)
-	}
+	db, boot, url := postgrestest.Open(t)
 	log := slog.New(slog.DiscardHandler)
 	r := &rig{t: t, db: db, url: url, projectID: boot.ProjectID, events: postgres.NewEventStore(db, log)}
 	r.hub = bloomhub.NewHub(postgres.NewMemberStore(db), log, prometheus.NewRegistry())

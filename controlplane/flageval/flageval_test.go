@@ -11,11 +11,11 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"golang.org/x/crypto/bcrypt"
 
 	"github.com/flagedge/flagedge/controlplane"
 	"github.com/flagedge/flagedge/controlplane/flageval"
 	"github.com/flagedge/flagedge/controlplane/postgres"
+	"github.com/flagedge/flagedge/controlplane/postgres/postgrestest"
 	"github.com/flagedge/flagedge/internal/pgtest"
 )
 
@@ -24,15 +24,7 @@ func TestMain(m *testing.M) { os.Exit(pgtest.Main(m, postgres.Migrate)) }
 // newProject opens a fresh database with a bootstrapped project, and an evaluator on it.
 func newProject(t *testing.T) (*postgres.DB, *postgres.BootstrapResult, *flageval.Evaluator) {
 	t.Helper()
-	db, err := postgres.Open(context.Background(), pgtest.NewDatabase(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(db.Close)
-	boot, err := postgres.Bootstrap(context.Background(), db, bcrypt.MinCost, "admin@example.com", "")
-	if err != nil {
-		t.Fatal(err)
-	}
+	db, boot, _ := postgrestest.Open(t)
 	persons := postgres.NewPersonStore(db)
 	return db, boot, &flageval.Evaluator{Snapshots: postgres.NewSnapshotStore(db), Persons: persons, Scanner: persons}
 }

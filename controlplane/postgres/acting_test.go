@@ -8,7 +8,7 @@ import (
 
 	"github.com/flagedge/flagedge/controlplane"
 	"github.com/flagedge/flagedge/controlplane/postgres"
-	"github.com/flagedge/flagedge/internal/pgtest"
+	"github.com/flagedge/flagedge/controlplane/postgres/postgrestest"
 )
 
 // TestActingAsAUser calls the services the way a background actor does — no HTTP
@@ -16,15 +16,7 @@ import (
 func TestActingAsAUser(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	db, err := postgres.Open(ctx, pgtest.NewDatabase(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(db.Close)
-	boot, err := postgres.Bootstrap(ctx, db, bcrypt.MinCost, "admin@example.com", "")
-	if err != nil {
-		t.Fatal(err)
-	}
+	db, boot, _ := postgrestest.Open(t)
 	user := func(email string, admin bool) *controlplane.User {
 		u, err := postgres.CreateUser(ctx, db, "admin@example.com", email, "", admin)
 		if err != nil {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/flagedge/flagedge/controlplane"
 	"github.com/flagedge/flagedge/controlplane/postgres"
+	"github.com/flagedge/flagedge/controlplane/postgres/postgrestest"
 	"github.com/flagedge/flagedge/internal/pgtest"
 )
 
@@ -22,17 +23,7 @@ func TestMain(m *testing.M) { os.Exit(pgtest.Main(m, postgres.Migrate)) }
 // mustOpen opens a fresh database and bootstraps a project in it.
 func mustOpen(tb testing.TB) (*postgres.DB, *postgres.BootstrapResult, string) {
 	tb.Helper()
-	url := pgtest.NewDatabase(tb)
-	db, err := postgres.Open(context.Background(), url)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(db.Close)
-	res, err := postgres.Bootstrap(context.Background(), db, bcrypt.MinCost, "admin@example.com", "")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	return db, res, url
+	return postgrestest.Open(tb)
 }
 
 func mustKey(tb testing.TB, db *postgres.DB, secret string) *controlplane.APIKey {

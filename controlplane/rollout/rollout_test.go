@@ -8,10 +8,10 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"golang.org/x/crypto/bcrypt"
 
 	"github.com/flagedge/flagedge/controlplane"
 	"github.com/flagedge/flagedge/controlplane/postgres"
+	"github.com/flagedge/flagedge/controlplane/postgres/postgrestest"
 	"github.com/flagedge/flagedge/controlplane/rollout"
 	"github.com/flagedge/flagedge/internal/pgtest"
 )
@@ -29,15 +29,7 @@ type rig struct {
 func newRig(t *testing.T) *rig {
 	t.Helper()
 	ctx := t.Context()
-	db, err := postgres.Open(ctx, pgtest.NewDatabase(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(db.Close)
-	res, err := postgres.Bootstrap(ctx, db, bcrypt.MinCost, "admin@example.com", "")
-	if err != nil {
-		t.Fatal(err)
-	}
+	db, res, _ := postgrestest.Open(t)
 	r := &rig{db: db, store: postgres.NewEdgeSessionStore(db), project: res.ProjectID, sessions: map[string]string{}}
 	var opens []controlplane.SessionOpening
 	for _, name := range []string{"a", "b"} {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/flagedge/flagedge/controlplane"
 	"github.com/flagedge/flagedge/controlplane/postgres"
+	"github.com/flagedge/flagedge/controlplane/postgres/postgrestest"
 	"github.com/flagedge/flagedge/controlplane/scheduler/schedulertest"
 	"github.com/flagedge/flagedge/internal/pgtest"
 )
@@ -35,16 +36,7 @@ type env struct {
 func newEnv(t *testing.T) *env {
 	t.Helper()
 	ctx := context.Background()
-	url := pgtest.NewDatabase(t)
-	db, err := postgres.Open(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(db.Close)
-	res, err := postgres.Bootstrap(ctx, db, bcrypt.MinCost, "admin@example.com", "")
-	if err != nil {
-		t.Fatal(err)
-	}
+	db, res, url := postgrestest.Open(t)
 	key, err := postgres.NewAuthService(db).AuthenticatePersonalKey(ctx, res.PersonalAPIKey)
 	if err != nil {
 		t.Fatal(err)

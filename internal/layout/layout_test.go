@@ -61,7 +61,7 @@ var (
 		"controlplane/bloomhub", "controlplane/rollout", "controlplane/loginlimit", "controlplane/scheduler",
 		"controlplane/approvalwatch", "controlplane/releaser")
 	testHelpers = is("internal/pgtest", "internal/pgcluster", "internal/natstest", "internal/tlstest", "geoip/geoiptest", "shared/flags/flagstest",
-		"controlplane/scheduler/schedulertest", "controlplane/httpapi/httpapitest")
+		"controlplane/scheduler/schedulertest", "controlplane/httpapi/httpapitest", "controlplane/postgres/postgrestest")
 	harnesses = under("bench", "e2e")
 )
 

@@ -5,7 +5,6 @@
 package httpapitest
 
 import (
-	"context"
 	"io"
 	"log/slog"
 	"net/http/httptest"
@@ -17,9 +16,9 @@ import (
 	"github.com/flagedge/flagedge/controlplane/forward"
 	"github.com/flagedge/flagedge/controlplane/httpapi"
 	"github.com/flagedge/flagedge/controlplane/postgres"
+	"github.com/flagedge/flagedge/controlplane/postgres/postgrestest"
 	"github.com/flagedge/flagedge/controlplane/rollout"
 	"github.com/flagedge/flagedge/controlplane/webhook"
-	"github.com/flagedge/flagedge/internal/pgtest"
 )
 
 // API is a served REST API and what a client needs to use it.
@@ -37,16 +36,7 @@ type API struct {
 // 127.0.0.1 until the test ends.
 func Serve(t testing.TB) *API {
 	t.Helper()
-	ctx := context.Background()
-	db, err := postgres.Open(ctx, pgtest.NewDatabase(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(db.Close)
-	res, err := postgres.Bootstrap(ctx, db, bcrypt.MinCost, "admin@example.com", "")
-	if err != nil {
-		t.Fatal(err)
-	}
+	db, res, _ := postgrestest.Open(t)
 	persons := postgres.NewPersonStore(db)
 	sessions := postgres.NewEdgeSessionStore(db)
 	stores := postgres.NewServices(db, bcrypt.MinCost)
