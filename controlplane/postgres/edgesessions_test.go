@@ -320,6 +320,30 @@ func TestRelayedReportInRuns(t *testing.T) {
 	}
 }
 
+// relayWithLeaf opens the session of edge "relay" on replica, and that of edge "leaf" behind
+// it, as the relay reports it; it returns their ids.
+func relayWithLeaf(t *testing.T, db *postgres.DB, replica string) (relay, leaf string) {
+	t.Helper()
+	ctx := context.Background()
+	store := postgres.NewEdgeSessionStore(db)
+	for _, name := range []string{"relay", "leaf"} {
+		if _, _, err := postgres.NewEdgeService(db).CreateEdge(ctx, name, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	relay, leaf = uuid.NewString(), uuid.NewString()
+	if err := store.OpenSessions(ctx, []controlplane.SessionOpening{
+		{ID: relay, ReplicaID: replica, Replica: "r1", EdgeName: "relay", EdgeID: "relay"},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.ReportRelayed(ctx, controlplane.RelayReport{Relay: "relay", Session: relay, Replica: "r1",
+		Opened: []controlplane.RelayedOpening{{ID: leaf, EdgeName: "leaf", EdgeID: "leaf"}}}); err != nil {
+		t.Fatal(err)
+	}
+	return relay, leaf
+}
+
 // TestRelayReportDuringHeartbeat: a relay's report, and the acknowledgements in it, are
 // written while a heartbeat holds the relay's session row (it rewrites every session's): a
 // report that waited for it stalled the acknowledgements of 10,000 edges behind four relays
@@ -329,21 +353,7 @@ func TestRelayReportDuringHeartbeat(t *testing.T) {
 	db, boot, _ := mustOpen(t)
 	ctx := context.Background()
 	store := postgres.NewEdgeSessionStore(db)
-	for _, name := range []string{"relay", "leaf"} {
-		if _, _, err := postgres.NewEdgeService(db).CreateEdge(ctx, name, nil); err != nil {
-			t.Fatal(err)
-		}
-	}
-	relay, leaf := uuid.NewString(), uuid.NewString()
-	if err := store.OpenSessions(ctx, []controlplane.SessionOpening{
-		{ID: relay, ReplicaID: "00000000-0000-0000-0000-000000000001", Replica: "r1", EdgeName: "relay", EdgeID: "relay"},
-	}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := store.ReportRelayed(ctx, controlplane.RelayReport{Relay: "relay", Session: relay, Replica: "r1",
-		Opened: []controlplane.RelayedOpening{{ID: leaf, EdgeName: "leaf", EdgeID: "leaf"}}}); err != nil {
-		t.Fatal(err)
-	}
+	relay, leaf := relayWithLeaf(t, db, "00000000-0000-0000-0000-000000000001")
 	heartbeat, err := db.Pool.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -377,22 +387,8 @@ func TestHeartbeatMarksOnlyRoots(t *testing.T) {
 	db, boot, _ := mustOpen(t)
 	ctx := context.Background()
 	store := postgres.NewEdgeSessionStore(db)
-	for _, name := range []string{"relay", "leaf"} {
-		if _, _, err := postgres.NewEdgeService(db).CreateEdge(ctx, name, nil); err != nil {
-			t.Fatal(err)
-		}
-	}
 	const replica, survivor = "00000000-0000-0000-0000-000000000001", "00000000-0000-0000-0000-000000000002"
-	relay, leaf := uuid.NewString(), uuid.NewString()
-	if err := store.OpenSessions(ctx, []controlplane.SessionOpening{
-		{ID: relay, ReplicaID: replica, Replica: "r1", EdgeName: "relay", EdgeID: "relay"},
-	}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := store.ReportRelayed(ctx, controlplane.RelayReport{Relay: "relay", Session: relay, Replica: "r1",
-		Opened: []controlplane.RelayedOpening{{ID: leaf, EdgeName: "leaf", EdgeID: "leaf"}}}); err != nil {
-		t.Fatal(err)
-	}
+	relay, leaf := relayWithLeaf(t, db, replica)
 	age := func(id string) {
 		t.Helper()
 		if _, err := db.Pool.Exec(ctx, `UPDATE edge_sessions SET seen_at = now() - interval '1 hour' WHERE id = $1`, id); err != nil {
