@@ -51,8 +51,8 @@ func (s *EdgeSessionStore) OpenSessions(ctx context.Context, opens []controlplan
 				return err
 			}
 		}
-		_, err := tx.Exec(ctx, `INSERT INTO edge_sessions (id, edge_name, edge_id, replica_id, replica, root_id, path_ids, path_names)
-			SELECT id, name, edge_id, replica_id, replica, id, ARRAY[id], ARRAY[name]
+		_, err := tx.Exec(ctx, `INSERT INTO edge_sessions (id, edge_name, edge_id, replica_id, replica, path_ids, path_names)
+			SELECT id, name, edge_id, replica_id, replica, ARRAY[id], ARRAY[name]
 			FROM unnest($1::uuid[], $2::text[], $3::text[], $4::uuid[], $5::text[]) AS t(id, name, edge_id, replica_id, replica)`,
 			ids, names, edgeIDs, replicaIDs, replicas)
 		return err
@@ -66,12 +66,12 @@ func (s *EdgeSessionStore) OpenSessions(ctx context.Context, opens []controlplan
 // A session behind a relay (RelayReport) is stored with the session it hangs off as its
 // replica_id, where a direct session has its replica's process: the sessions form trees
 // rooted at the replicas' sessions, and a session ends with the one it hangs off. Each
-// session also holds its tree's root (root_id; a root's is its own id), the sessions on the
-// way from the root to it, both included (path_ids), and their edge names (path_names),
-// written when it opens or moves: the reads that follow a rollout need them for every
-// session, and each relay's report asks whether the sessions it names are behind it; walking
-// the trees for them cost 90-150 ms a read with 10,000 edges behind four relays, and 75 ms a
-// report under load.
+// session also holds the sessions on the way from its tree's root to it, both included
+// (path_ids: the root first; a root's is its own id alone), and their edge names
+// (path_names), written when it opens or moves: the reads that follow a rollout need them
+// for every session, and each relay's report asks whether the sessions it names are behind
+// it; walking the trees for them cost 90-150 ms a read with 10,000 edges behind four relays,
+// and 75 ms a report under load.
 
 // maxTiers bounds how deep the trees of sessions are followed: relays behind relays.
 const maxTiers = 16
@@ -107,8 +107,8 @@ func (s *EdgeSessionStore) CloseSessions(ctx context.Context, ids []string) erro
 // and each rewrite queued behind the acknowledgements' locks on the same rows.
 func (s *EdgeSessionStore) Heartbeat(ctx context.Context, replicaID string) error {
 	_, err := s.db.Pool.Exec(ctx, `WITH marked AS (UPDATE edge_sessions SET seen_at = now() WHERE replica_id = $1)
-		DELETE FROM edge_sessions WHERE root_id IN (SELECT id FROM edge_sessions
-			WHERE id = root_id AND seen_at < now() - $2::interval AND replica_id <> $1)`, replicaID, SessionTTL)
+		DELETE FROM edge_sessions WHERE path_ids[1] IN (SELECT id FROM edge_sessions
+			WHERE cardinality(path_ids) = 1 AND seen_at < now() - $2::interval AND replica_id <> $1)`, replicaID, SessionTTL)
 	if err != nil {
 		return opError("edge session heartbeat", err)
 	}
@@ -236,12 +236,12 @@ func openRelayed(ctx context.Context, tx pgx.Tx, r controlplane.RelayReport, beh
 		for i, o := range run {
 			ids[i], names[i], edgeIDs[i] = o.ID, o.EdgeName, o.EdgeID
 		}
-		rows, err := tx.Query(ctx, `INSERT INTO edge_sessions (id, edge_name, edge_id, replica_id, replica, root_id, path_ids, path_names)
-			SELECT t.id, t.name, t.edge_id, t.parent, $5, p.root_id, p.path_ids || t.id, p.path_names || t.name
+		rows, err := tx.Query(ctx, `INSERT INTO edge_sessions (id, edge_name, edge_id, replica_id, replica, path_ids, path_names)
+			SELECT t.id, t.name, t.edge_id, t.parent, $5, p.path_ids || t.id, p.path_names || t.name
 			FROM unnest($1::uuid[], $2::text[], $3::text[], $4::uuid[]) AS t(id, name, edge_id, parent)
 			JOIN edge_sessions p ON p.id = t.parent AND NOT t.id = ANY (p.path_ids) -- not behind itself
 			ON CONFLICT (id) DO UPDATE SET replica_id = EXCLUDED.replica_id, replica = EXCLUDED.replica, seen_at = now(),
-				root_id = EXCLUDED.root_id, path_ids = EXCLUDED.path_ids, path_names = EXCLUDED.path_names
+				path_ids = EXCLUDED.path_ids, path_names = EXCLUDED.path_names
 				WHERE EXCLUDED.id = ANY($6::uuid[]) AND edge_sessions.edge_name = EXCLUDED.edge_name
 			RETURNING id::text`, ids, names, edgeIDs, parents, r.Replica, mine)
 		if err != nil {
@@ -274,11 +274,11 @@ func openRelayed(ctx context.Context, tx pgx.Tx, r controlplane.RelayReport, beh
 // repath rewrites the paths of the sessions behind those that moved (ids), which hang off
 // them as before, under their new paths.
 func repath(ctx context.Context, tx pgx.Tx, ids []string) error {
-	_, err := tx.Exec(ctx, `WITH RECURSIVE sub(id, root_id, path_ids, path_names, depth) AS (
-			SELECT id, root_id, path_ids, path_names, 0 FROM edge_sessions WHERE id = ANY($1::uuid[])
-			UNION ALL SELECT s.id, t.root_id, t.path_ids || s.id, t.path_names || s.edge_name, t.depth + 1
+	_, err := tx.Exec(ctx, `WITH RECURSIVE sub(id, path_ids, path_names, depth) AS (
+			SELECT id, path_ids, path_names, 0 FROM edge_sessions WHERE id = ANY($1::uuid[])
+			UNION ALL SELECT s.id, t.path_ids || s.id, t.path_names || s.edge_name, t.depth + 1
 			FROM edge_sessions s JOIN sub t ON s.replica_id = t.id WHERE t.depth < $2)
-		UPDATE edge_sessions s SET root_id = sub.root_id, path_ids = sub.path_ids, path_names = sub.path_names
+		UPDATE edge_sessions s SET path_ids = sub.path_ids, path_names = sub.path_names
 		FROM sub WHERE s.id = sub.id AND sub.depth > 0`,
 		ids, maxTiers)
 	return err
@@ -435,7 +435,7 @@ func acknowledge(ctx context.Context, tx pgx.Tx, acks []controlplane.Acknowledge
 // A session behind relays serves the project only when every edge on its path is live and
 // served it.
 const projectEdgesFrom = `FROM projects p
-		LEFT JOIN (edge_sessions s JOIN edge_sessions root ON root.id = s.root_id AND root.seen_at >= now() - $2::interval)
+		LEFT JOIN (edge_sessions s JOIN edge_sessions root ON root.id = s.path_ids[1] AND root.seen_at >= now() - $2::interval)
 			ON NOT EXISTS (SELECT FROM unnest(s.path_names) AS n(name) WHERE n.name NOT IN (SELECT name FROM serving))
 		LEFT JOIN edge_session_versions v ON v.session_id = s.id AND v.project_id = p.id
 		WHERE p.id = $1`
