@@ -284,10 +284,7 @@ func edgesRun(cfg config, cpBin string, nth int) (*edgesResult, error) {
 	sync := fleet.syncTimes()
 	res.SyncP50Ms, res.SyncP99Ms = quantile(sync, 0.5), quantile(sync, 0.99)
 	if fleet.sessions.Load() && fleet.ack {
-		var held int64
-		for _, c := range fleet.clients {
-			held = max(held, c.version.Load())
-		}
+		held := fleet.held()
 		if res.SyncConfirmedMs = rolloutConfirmed(a, p.id, strconv.FormatInt(held, 10), time.Now()); res.SyncConfirmedMs == 0 {
 			return nil, fmt.Errorf("%s: rollout_status did not confirm the initial version %d", name, held)
 		}
@@ -715,12 +712,19 @@ func (f *fleet) syncTimes() []float64 {
 // expect starts timing a change: from now on a client that receives a version newer than the
 // one the fleet holds has it.
 func (f *fleet) expect() {
-	var base int64
 	for _, c := range f.clients {
-		base = max(base, c.version.Load())
 		c.changedAt.Store(0)
 	}
-	f.base.Store(base)
+	f.base.Store(f.held())
+}
+
+// held is the newest version of the timed project any client holds.
+func (f *fleet) held() int64 {
+	var v int64
+	for _, c := range f.clients {
+		v = max(v, c.version.Load())
+	}
+	return v
 }
 
 // waitChange waits until every client has the expected change or timeout passes, and returns

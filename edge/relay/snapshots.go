@@ -7,6 +7,7 @@ package relay
 
 import (
 	"log/slog"
+	"maps"
 	"sync"
 	"time"
 
@@ -74,10 +75,7 @@ func (s *Snapshots) Tap(msg *syncpb.WatchResponse) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if len(next) > 0 || len(msg.RemovedProjects) > 0 {
-		projects := make(map[int64]*encoded, len(s.projects)+len(next))
-		for id, e := range s.projects {
-			projects[id] = e
-		}
+		projects := maps.Clone(s.projects)
 		for _, n := range next {
 			projects[n.id] = n.e
 		}
