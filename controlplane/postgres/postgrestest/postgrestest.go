@@ -12,13 +12,10 @@ import (
 	"github.com/flagedge/flagedge/internal/pgtest"
 )
 
-// Admin is the bootstrapped admin's email.
-const Admin = "admin@example.com"
-
 // Open returns a new database of the test's cluster (internal/pgtest: the package's TestMain
-// migrates it with postgres.Migrate) with Admin and a first project bootstrapped (at
-// bcrypt's lowest cost: tests log in often), closed when the test ends, and its URL for a
-// control plane started on it.
+// migrates it with postgres.Migrate) with admin@example.com and a first project bootstrapped
+// (at bcrypt's lowest cost: tests log in often), closed when the test ends, and its URL for
+// a control plane started on it.
 func Open(tb testing.TB) (*postgres.DB, *postgres.BootstrapResult, string) {
 	tb.Helper()
 	url := pgtest.NewDatabase(tb)
@@ -27,7 +24,7 @@ func Open(tb testing.TB) (*postgres.DB, *postgres.BootstrapResult, string) {
 		tb.Fatal(err)
 	}
 	tb.Cleanup(db.Close)
-	boot, err := postgres.Bootstrap(context.Background(), db, bcrypt.MinCost, Admin, "")
+	boot, err := postgres.Bootstrap(context.Background(), db, bcrypt.MinCost, "admin@example.com", "")
 	if err != nil {
 		tb.Fatal(err)
 	}
